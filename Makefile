@@ -1,0 +1,56 @@
+# specfleet: `make demo` runs the local story, `make test` runs every test.
+# Both set up everything they need (virtualenv, tools, the local control plane).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+TYPECHECK_ROOT := build/typecheck
+
+.PHONY: test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean
+
+test: lint typecheck tools pytest
+
+$(INSTALLED): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -U pip
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
+	@touch $@
+
+lint: $(INSTALLED)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# mypy cannot follow setuptools' editable finder, so it reads the packages through
+# a symlinked specfleet/ tree with the same layout as the installed distribution.
+typecheck: $(INSTALLED)
+	@mkdir -p $(TYPECHECK_ROOT)/specfleet
+	@ln -sfn ../../../operator $(TYPECHECK_ROOT)/specfleet/operator
+	@ln -sfn ../../../runtime $(TYPECHECK_ROOT)/specfleet/runtime
+	MYPYPATH=$(TYPECHECK_ROOT) $(BIN)/mypy -p specfleet.operator -p specfleet.runtime
+	MYPYPATH=$(TYPECHECK_ROOT):. $(BIN)/mypy --explicit-package-bases tests e2e
+
+pytest: $(INSTALLED)
+	$(BIN)/pytest
+
+crds: $(INSTALLED)
+	$(BIN)/specfleet crds
+
+# Tools the tests run for real: promtool (Debian's prometheus package) and the
+# control plane's binaries (built from Go modules into a cache outside the repo).
+tools: $(INSTALLED)
+	@e2e/install-debian-packages.sh
+	@e2e/build-controlplane.sh >/dev/null
+
+cluster-up: $(INSTALLED) tools
+	@$(BIN)/python -m e2e.cluster up
+
+cluster-down: $(INSTALLED)
+	@$(BIN)/python -m e2e.cluster down
+
+kubeconfig: $(INSTALLED)
+	@$(BIN)/python -m e2e.cluster kubeconfig
+
+clean: cluster-down
+	rm -rf $(VENV) build

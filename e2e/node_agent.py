@@ -1,0 +1,865 @@
+"""A process-backed node agent: the parts of the kubelet contract specfleet's pods use.
+
+It registers Nodes that advertise `nvidia.com/gpu`, keeps their Leases fresh, and for
+every pod the real scheduler binds to one of them it runs the container's own
+command as a local process:
+
+- the pod gets a distinct loopback address (127.x.y.z) as its pod IP; processes bind
+  it through the downward API (`status.podIP`), as specfleet's rendered pods do;
+- env values, `valueFrom` (fieldRef, secretKeyRef, configMapKeyRef), `envFrom`, and
+  `$(VAR)` expansion in command and args;
+- a kubeconfig from a TokenRequest for the pod's ServiceAccount (KUBECONFIG), so a
+  pod runs with exactly its RBAC;
+- the container's termination-message file, bind-mounted at terminationMessagePath in
+  a private mount namespace, read into the container status on exit;
+- httpGet readiness, liveness and startup probes; restartPolicy with back-off;
+- graceful deletion (SIGTERM, grace period, SIGKILL, final delete).
+
+With --no-process, pods are marked Running and Ready without a process (for
+benchmarks of the control plane alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import datetime as dt
+import http.server
+import logging
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger("node-agent")
+KUBELET_VERSION = "v1.37.2"
+RESYNC_SECONDS = 15
+MAX_BACKOFF_SECONDS = 40.0
+VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: unknown references stay as written, `$$` escapes."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name = match.group(1)
+        return env.get(name, match.group(0))
+
+    return VAR_REFERENCE.sub(replace, text)
+
+
+@dataclass
+class Probe:
+    spec: dict[str, Any]
+    successes: int = 0
+    failures: int = 0
+    next_at: float = 0.0
+
+    def due(self, started: float) -> bool:
+        if time.monotonic() < self.next_at:
+            return False
+        delay = float(self.spec.get("initialDelaySeconds", 0))
+        return time.monotonic() - started >= delay
+
+    def run(self, pod_ip: str, port_names: dict[str, int]) -> bool:
+        self.next_at = time.monotonic() + self.spec.get("periodSeconds", 10)
+        get = self.spec.get("httpGet")
+        if get is None:
+            return True  # exec and tcpSocket probes are not used by specfleet's pods
+        port = get["port"]
+        port = port_names.get(port, port) if isinstance(port, str) else port
+        url = f"http://{pod_ip}:{port}{get.get('path', '/')}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.spec.get("timeoutSeconds", 1)) as reply:
+                ok = bool(200 <= reply.status < 400)
+        except (urllib.error.URLError, OSError, ValueError):
+            ok = False
+        if ok:
+            self.successes, self.failures = self.successes + 1, 0
+        else:
+            self.successes, self.failures = 0, self.failures + 1
+        return ok
+
+
+@dataclass
+class Container:
+    spec: dict[str, Any]
+    directory: Path
+    process: subprocess.Popen[bytes] | None = None
+    started_at: str | None = None
+    started_mono: float = 0.0
+    restart_count: int = 0
+    ready: bool = False
+    started: bool = False
+    last_state: dict[str, Any] = field(default_factory=dict)
+    waiting: dict[str, str] | None = None
+    terminated: dict[str, Any] | None = None
+    restart_at: float = 0.0
+    readiness: Probe | None = None
+    liveness: Probe | None = None
+    startup: Probe | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def termination_file(self) -> Path:
+        return self.directory / f"{self.name}.termination-log"
+
+    @property
+    def log_file(self) -> Path:
+        return self.directory / f"{self.name}.log"
+
+    def reset_probes(self) -> None:
+        self.readiness = (
+            Probe(self.spec["readinessProbe"]) if "readinessProbe" in self.spec else None
+        )
+        self.liveness = Probe(self.spec["livenessProbe"]) if "livenessProbe" in self.spec else None
+        self.startup = Probe(self.spec["startupProbe"]) if "startupProbe" in self.spec else None
+        self.ready = self.readiness is None
+        self.started = self.startup is None
+
+    def status(self) -> dict[str, Any]:
+        if self.process is not None and self.process.poll() is None:
+            state: dict[str, Any] = {"running": {"startedAt": self.started_at}}
+        elif self.waiting is not None:
+            state = {"waiting": self.waiting}
+        elif self.terminated is not None:
+            state = {"terminated": self.terminated}
+        else:
+            state = {"waiting": {"reason": "ContainerCreating"}}
+        return {
+            "name": self.name,
+            "image": self.spec.get("image", ""),
+            "imageID": "",
+            "containerID": f"process://{self.process.pid}" if self.process else "",
+            "ready": self.ready and "running" in state,
+            "started": self.started and "running" in state,
+            "restartCount": self.restart_count,
+            "state": state,
+            "lastState": self.last_state,
+        }
+
+
+class Agent:
+    def __init__(self, api: client.ApiClient, args: argparse.Namespace) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.coordination = client.CoordinationV1Api(api)
+        self.args = args
+        self.state_dir: Path = args.state_dir
+        self.nodes = [f"{args.node_prefix}-{i}" for i in range(args.nodes)]
+        self.pods: dict[str, PodRunner] = {}
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+        self.next_address = 0
+        self.gpus_in_use: dict[str, set[int]] = {n: set() for n in self.nodes}
+
+    # ------------------------------------------------------------------ nodes
+
+    def register_nodes(self) -> None:
+        for index, name in enumerate(self.nodes):
+            body = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                        "nvidia.com/gpu.present": "true",
+                        "specfleet.io/node-agent": "true",
+                    },
+                },
+            }
+            try:
+                self.core.create_node(body)
+            except ApiException as error:
+                if error.status != 409:
+                    raise
+            self.core.patch_node_status(name, self._node_status(index))
+        log.info("registered nodes %s", ", ".join(self.nodes))
+
+    def _node_status(self, index: int) -> dict[str, Any]:
+        capacity = {
+            "cpu": str(self.args.cpus),
+            "memory": "512Gi",
+            "pods": str(self.args.max_pods),
+            "nvidia.com/gpu": str(self.args.gpus),
+            "ephemeral-storage": "1Ti",
+        }
+        heartbeat = now()
+        return {
+            "status": {
+                "capacity": capacity,
+                "allocatable": capacity,
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": self.nodes[index]},
+                ],
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "specfleet node agent is posting ready status",
+                        "lastHeartbeatTime": heartbeat,
+                        "lastTransitionTime": heartbeat,
+                    },
+                    *[
+                        {
+                            "type": kind,
+                            "status": "False",
+                            "reason": f"KubeletHas{reason}",
+                            "message": "",
+                            "lastHeartbeatTime": heartbeat,
+                            "lastTransitionTime": heartbeat,
+                        }
+                        for kind, reason in [
+                            ("MemoryPressure", "SufficientMemory"),
+                            ("DiskPressure", "NoDiskPressure"),
+                            ("PIDPressure", "SufficientPID"),
+                        ]
+                    ],
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": KUBELET_VERSION,
+                    "kubeProxyVersion": KUBELET_VERSION,
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "containerRuntimeVersion": "process://specfleet-node-agent",
+                    "kernelVersion": os.uname().release,
+                    "osImage": "specfleet node agent",
+                    "machineID": "",
+                    "systemUUID": "",
+                    "bootID": "",
+                },
+                "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            }
+        }
+
+    def heartbeat_loop(self) -> None:
+        last_status = 0.0
+        while not self.stopping.wait(5):
+            try:
+                for name in self.nodes:
+                    self._renew_lease(name)
+                if time.monotonic() - last_status > 30:
+                    for index, name in enumerate(self.nodes):
+                        self.core.patch_node_status(name, self._node_status(index))
+                    last_status = time.monotonic()
+            except Exception:  # keep beating through a restarting API server
+                log.exception("heartbeat failed")
+
+    def _renew_lease(self, name: str) -> None:
+        renew = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body = {
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": renew},
+        }
+        try:
+            self.coordination.patch_namespaced_lease(name, "kube-node-lease", body)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            self.coordination.create_namespaced_lease("kube-node-lease", body)
+
+    # ------------------------------------------------------------------- pods
+
+    def allocate_address(self) -> str:
+        with self.lock:
+            self.next_address += 1
+            n = self.next_address
+        return f"127.{10 + (n >> 16) % 200}.{(n >> 8) & 255}.{n & 255}"
+
+    def allocate_gpus(self, node: str, count: int) -> list[int]:
+        with self.lock:
+            free = [i for i in range(self.args.gpus) if i not in self.gpus_in_use[node]]
+            chosen = free[:count]
+            self.gpus_in_use[node].update(chosen)
+        return chosen
+
+    def release_gpus(self, node: str, indices: list[int]) -> None:
+        with self.lock:
+            self.gpus_in_use[node].difference_update(indices)
+
+    def on_pod(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        node = pod["spec"].get("nodeName")
+        if node not in self.nodes:
+            return
+        uid = pod["metadata"]["uid"]
+        with self.lock:
+            runner = self.pods.get(uid)
+            if runner is None and not deleted:
+                if pod["status"].get("phase") in ("Succeeded", "Failed"):
+                    return
+                runner = PodRunner(self, pod)
+                self.pods[uid] = runner
+                runner.start()
+        if runner is not None:
+            runner.update(pod, deleted)
+
+    def forget(self, uid: str) -> None:
+        with self.lock:
+            self.pods.pop(uid, None)
+
+    def watch_pods(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                listing = self.api.sanitize_for_serialization(
+                    self.core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=")
+                )
+                seen = set()
+                for pod in listing["items"]:
+                    seen.add(pod["metadata"]["uid"])
+                    self.on_pod(pod)
+                with self.lock:
+                    vanished = [r for uid, r in self.pods.items() if uid not in seen]
+                for runner in vanished:
+                    runner.update(runner.pod, deleted=True)
+                stream = watch.Watch().stream(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector="spec.nodeName!=",
+                    resource_version=listing["metadata"]["resourceVersion"],
+                    timeout_seconds=RESYNC_SECONDS,
+                    _request_timeout=RESYNC_SECONDS + 10,
+                )
+                for event in stream:
+                    pod = self.api.sanitize_for_serialization(event["object"])
+                    self.on_pod(pod, deleted=event["type"] == "DELETED")
+            except Exception:  # the API server may restart under us: list again
+                log.exception("pod watch failed; relisting")
+                self.stopping.wait(1)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self.lock:
+            runners = list(self.pods.values())
+        for runner in runners:
+            runner.kill_all(grace=2)
+
+
+class PodRunner(threading.Thread):
+    """Runs one pod's containers and reports their status."""
+
+    def __init__(self, agent: Agent, pod: dict[str, Any]) -> None:
+        super().__init__(daemon=True, name=pod["metadata"]["name"])
+        self.agent = agent
+        self.pod = pod
+        meta = pod["metadata"]
+        self.key = f"{meta['namespace']}/{meta['name']}"
+        self.directory = agent.state_dir / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.pod_ip = agent.allocate_address()
+        self.node = pod["spec"]["nodeName"]
+        gpus = sum(
+            int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+            for c in pod["spec"]["containers"]
+        )
+        self.gpus = agent.allocate_gpus(self.node, gpus)
+        self.containers = [Container(c, self.directory) for c in pod["spec"]["containers"]]
+        self.changed = threading.Event()
+        self.deleted = False
+        self.start_time = now()
+        self.last_reported: dict[str, Any] | None = None
+
+    def update(self, pod: dict[str, Any], deleted: bool) -> None:
+        self.pod = pod
+        self.deleted = self.deleted or deleted
+        self.changed.set()
+
+    # ------------------------------------------------------------ environment
+
+    def _field(self, path: str) -> str:
+        meta = self.pod["metadata"]
+        simple = {
+            "metadata.name": meta["name"],
+            "metadata.namespace": meta["namespace"],
+            "metadata.uid": meta["uid"],
+            "spec.nodeName": self.node,
+            "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", "default"),
+            "status.podIP": self.pod_ip,
+            "status.hostIP": "127.0.0.1",
+        }
+        if path in simple:
+            return str(simple[path])
+        match = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+        if match:
+            return str(meta.get(match.group(1), {}).get(match.group(2), ""))
+        raise ValueError(f"unsupported fieldRef {path}")
+
+    def _key_ref(self, kind: str, ref: dict[str, Any]) -> str | None:
+        namespace = self.pod["metadata"]["namespace"]
+        try:
+            if kind == "secret":
+                data = self.agent.core.read_namespaced_secret(ref["name"], namespace).data or {}
+                value = data.get(ref["key"])
+                return base64.b64decode(value).decode() if value is not None else None
+            data = self.agent.core.read_namespaced_config_map(ref["name"], namespace).data or {}
+            return data.get(ref["key"])
+        except ApiException as error:
+            if error.status == 404 and ref.get("optional"):
+                return None
+            raise
+
+    def environment(self, container: dict[str, Any]) -> dict[str, str]:
+        env: dict[str, str] = {}
+        namespace = self.pod["metadata"]["namespace"]
+        for source in container.get("envFrom", []):
+            prefix = source.get("prefix", "")
+            if "configMapRef" in source:
+                cm = self.agent.core.read_namespaced_config_map(
+                    source["configMapRef"]["name"], namespace
+                )
+                env.update({prefix + k: v for k, v in (cm.data or {}).items()})
+            if "secretRef" in source:
+                secret = self.agent.core.read_namespaced_secret(
+                    source["secretRef"]["name"], namespace
+                )
+                env.update(
+                    {
+                        prefix + k: base64.b64decode(v).decode()
+                        for k, v in (secret.data or {}).items()
+                    }
+                )
+        for var in container.get("env", []):
+            if "valueFrom" not in var:
+                env[var["name"]] = expand(var.get("value", ""), env)
+                continue
+            source = var["valueFrom"]
+            value: str | None
+            if "fieldRef" in source:
+                value = self._field(source["fieldRef"]["fieldPath"])
+            elif "secretKeyRef" in source:
+                value = self._key_ref("secret", source["secretKeyRef"])
+            elif "configMapKeyRef" in source:
+                value = self._key_ref("configmap", source["configMapKeyRef"])
+            else:
+                value = ""  # resourceFieldRef: not used by specfleet's pods
+            if value is not None:
+                env[var["name"]] = value
+        return env
+
+    def _service_account_kubeconfig(self) -> Path:
+        namespace = self.pod["metadata"]["namespace"]
+        account = self.pod["spec"].get("serviceAccountName", "default")
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(
+                audiences=[],
+                expiration_seconds=86400,
+                bound_object_ref=client.V1BoundObjectReference(
+                    kind="Pod",
+                    api_version="v1",
+                    name=self.pod["metadata"]["name"],
+                    uid=self.pod["metadata"]["uid"],
+                ),
+            )
+        )
+        token = self.agent.core.create_namespaced_service_account_token(account, namespace, request)
+        configuration = self.agent.api.configuration
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {
+                        "server": configuration.host,
+                        "certificate-authority": configuration.ssl_ca_cert,
+                    },
+                }
+            ],
+            "users": [{"name": account, "user": {"token": token.status.token}}],
+            "contexts": [
+                {
+                    "name": "pod",
+                    "context": {"cluster": "local", "user": account, "namespace": namespace},
+                }
+            ],
+            "current-context": "pod",
+        }
+        path = self.directory / "serviceaccount.kubeconfig"
+        path.write_text(yaml.safe_dump(kubeconfig))
+        path.chmod(0o600)
+        return path
+
+    # -------------------------------------------------------------- processes
+
+    def launch(self, container: Container) -> None:
+        spec = container.spec
+        try:
+            env = self.environment(spec)
+            if "command" not in spec:
+                raise ValueError("the node agent runs only containers with an explicit command")
+            argv = [expand(a, env) for a in spec["command"] + spec.get("args", [])]
+            env["KUBECONFIG"] = str(self._service_account_kubeconfig())
+        except (ApiException, ValueError) as error:
+            container.waiting = {
+                "reason": "CreateContainerConfigError",
+                "message": str(error)[:500],
+            }
+            container.restart_at = time.monotonic() + 5
+            log.warning("%s/%s: %s", self.key, container.name, error)
+            return
+        env.setdefault("PATH", os.environ["PATH"])
+        env.setdefault("HOME", str(self.directory))
+        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus)) or "void"
+        env["HOSTNAME"] = self.pod["metadata"]["name"]
+        for name in ("PYTHONPATH", "SPECFLEET_CACHE"):
+            if name in os.environ:
+                env.setdefault(name, os.environ[name])
+        container.termination_file.write_text("")
+        target = spec.get("terminationMessagePath", "/dev/termination-log")
+        Path(target).parent.mkdir(parents=True, exist_ok=True)
+        Path(target).touch(exist_ok=True)
+        # A private mount namespace gives each container its own termination-message
+        # file at the path the pod spec names, as the kubelet's bind mount does.
+        wrapper = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+            "sh",
+            str(container.termination_file),
+            target,
+            *argv,
+        ]
+        with container.log_file.open("ab") as out:
+            container.process = subprocess.Popen(
+                wrapper,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=spec.get("workingDir") or self.directory,
+                start_new_session=True,
+            )
+        (self.directory / f"{container.name}.pid").write_text(str(container.process.pid))
+        container.started_at = now()
+        container.started_mono = time.monotonic()
+        container.waiting = None
+        container.terminated = None
+        container.reset_probes()
+        log.info(
+            "%s/%s: started pid %d on %s",
+            self.key,
+            container.name,
+            container.process.pid,
+            self.pod_ip,
+        )
+
+    def _termination_message(self, container: Container, exit_code: int) -> str:
+        message = container.termination_file.read_text(errors="replace")[:4096].strip()
+        policy = container.spec.get("terminationMessagePolicy", "File")
+        if not message and exit_code != 0 and policy == "FallbackToLogsOnError":
+            lines = container.log_file.read_text(errors="replace").splitlines()[-80:]
+            message = "\n".join(lines)[-2048:]
+        return message
+
+    def reap(self, container: Container) -> None:
+        process = container.process
+        if process is None or process.poll() is None:
+            return
+        code = process.returncode
+        code = 128 - code if code < 0 else code  # killed by a signal
+        container.terminated = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "message": self._termination_message(container, code),
+            "startedAt": container.started_at,
+            "finishedAt": now(),
+            "containerID": f"process://{process.pid}",
+        }
+        container.process = None
+        container.ready = False
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        if self.deleted or policy == "Never" or (policy == "OnFailure" and code == 0):
+            return
+        container.last_state = {"terminated": container.terminated}
+        container.restart_count += 1
+        backoff = min(MAX_BACKOFF_SECONDS, 2.5 * 2 ** (container.restart_count - 1))
+        container.restart_at = time.monotonic() + backoff
+        container.waiting = {
+            "reason": "CrashLoopBackOff",
+            "message": f"back-off {backoff:.0f}s restarting failed container={container.name}",
+        }
+        container.terminated = None
+        log.info("%s/%s: exited %d; restart in %.0fs", self.key, container.name, code, backoff)
+
+    def kill(self, container: Container, grace: float) -> None:
+        process = container.process
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def kill_all(self, grace: float) -> None:
+        for container in self.containers:
+            self.kill(container, grace)
+
+    def probe(self, container: Container) -> None:
+        if container.process is None or container.process.poll() is not None:
+            return
+        ports = {
+            p["name"]: p["containerPort"] for p in container.spec.get("ports", []) if "name" in p
+        }
+        if (
+            not container.started
+            and container.startup
+            and container.startup.due(container.started_mono)
+        ):
+            container.startup.run(self.pod_ip, ports)
+            if container.startup.successes >= 1:
+                container.started = True
+            elif container.startup.failures >= container.startup.spec.get("failureThreshold", 3):
+                log.info("%s/%s: startup probe failed; killing", self.key, container.name)
+                self.kill(container, grace=5)
+                return
+        if not container.started:
+            return
+        if container.readiness and container.readiness.due(container.started_mono):
+            container.readiness.run(self.pod_ip, ports)
+            threshold_ok = container.readiness.spec.get("successThreshold", 1)
+            threshold_fail = container.readiness.spec.get("failureThreshold", 3)
+            if container.readiness.successes >= threshold_ok:
+                container.ready = True
+            elif container.readiness.failures >= threshold_fail:
+                container.ready = False
+        if container.liveness and container.liveness.due(container.started_mono):
+            container.liveness.run(self.pod_ip, ports)
+            if container.liveness.failures >= container.liveness.spec.get("failureThreshold", 3):
+                log.info("%s/%s: liveness probe failed; killing", self.key, container.name)
+                self.kill(
+                    container, grace=self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+                )
+
+    # ----------------------------------------------------------------- status
+
+    def report(self) -> None:
+        statuses = [c.status() for c in self.containers]
+        all_ready = all(s["ready"] for s in statuses)
+        running = all("running" in s["state"] for s in statuses)
+        finished = all(c.terminated is not None and c.process is None for c in self.containers)
+        if finished:
+            failed = any(c.terminated and c.terminated["exitCode"] != 0 for c in self.containers)
+            phase = "Failed" if failed else "Succeeded"
+        else:
+            phase = "Running" if running or any(s["restartCount"] for s in statuses) else "Pending"
+
+        def condition(kind: str, ok: bool) -> dict[str, Any]:
+            return {"type": kind, "status": "True" if ok else "False"}
+
+        conditions = [
+            condition("PodScheduled", True),
+            condition("Initialized", True),
+            condition("ContainersReady", all_ready),
+            condition("Ready", all_ready),
+        ]
+        status: dict[str, Any] = {
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}],
+            "startTime": self.start_time,
+            "conditions": conditions,
+            "containerStatuses": statuses,
+        }
+        if status == self.last_reported:
+            return
+        stamped = {
+            **status,
+            "conditions": [
+                {**c, "lastTransitionTime": self._transition_time(c)} for c in conditions
+            ],
+        }
+        meta = self.pod["metadata"]
+        try:
+            self.agent.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": stamped}
+            )
+            self.last_reported = status
+        except ApiException as error:
+            if error.status != 404:
+                log.warning("%s: status update failed: %s", self.key, error.reason)
+
+    def _transition_time(self, condition: dict[str, Any]) -> str:
+        previous = {c["type"]: c for c in (self.last_reported or {}).get("conditions", [])}
+        old = previous.get(condition["type"])
+        if old is not None and old["status"] == condition["status"]:
+            for c in self.pod.get("status", {}).get("conditions") or []:
+                if c["type"] == condition["type"] and c.get("lastTransitionTime"):
+                    return str(c["lastTransitionTime"])
+        return now()
+
+    def finish_deletion(self) -> None:
+        grace = self.pod["metadata"].get("deletionGracePeriodSeconds", 30) or 0
+        self.kill_all(grace=float(grace))
+        self.agent.release_gpus(self.node, self.gpus)
+        meta = self.pod["metadata"]
+        with contextlib.suppress(ApiException):
+            self.agent.core.delete_namespaced_pod(
+                meta["name"],
+                meta["namespace"],
+                grace_period_seconds=0,
+                body=client.V1DeleteOptions(
+                    grace_period_seconds=0, preconditions=client.V1Preconditions(uid=meta["uid"])
+                ),
+            )
+        self.agent.forget(meta["uid"])
+        log.info("%s: deleted", self.key)
+
+    def run(self) -> None:
+        no_process = self.agent.args.no_process
+        while not self.agent.stopping.is_set():
+            try:
+                if self.deleted or self.pod["metadata"].get("deletionTimestamp"):
+                    self.finish_deletion()
+                    return
+                for container in self.containers:
+                    if no_process:
+                        container.ready = container.started = True
+                        container.started_at = container.started_at or now()
+                        continue
+                    self.reap(container)
+                    if (
+                        container.process is None
+                        and container.terminated is None
+                        and time.monotonic() >= container.restart_at
+                    ):
+                        self.launch(container)
+                    self.probe(container)
+                if no_process:
+                    self._report_without_process()
+                else:
+                    self.report()
+            except Exception:
+                log.exception("%s: pod loop failed", self.key)
+            # Without processes there is nothing to poll: wake only on pod changes.
+            self.changed.wait(30 if no_process else 0.5)
+            self.changed.clear()
+
+    def _report_without_process(self) -> None:
+        if self.last_reported is not None:
+            return
+        statuses = [
+            {
+                "name": c.name,
+                "image": c.spec.get("image", ""),
+                "imageID": "",
+                "containerID": "process://none",
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": c.started_at}},
+            }
+            for c in self.containers
+        ]
+        stamp = now()
+        status = {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "podIP": self.pod_ip,
+            "podIPs": [{"ip": self.pod_ip}],
+            "startTime": self.start_time,
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": stamp}
+                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+            ],
+            "containerStatuses": statuses,
+        }
+        meta = self.pod["metadata"]
+        try:
+            self.agent.core.patch_namespaced_pod_status(
+                meta["name"], meta["namespace"], {"status": status}
+            )
+            self.last_reported = status
+        except ApiException as error:
+            log.warning("%s: status update failed: %s", self.key, error.reason)
+
+
+def kill_leftovers(state_dir: Path) -> None:
+    """Processes of a previous agent run are orphans now: stop them before starting over."""
+    for pid_file in state_dir.glob("*/*.pid"):
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        pid_file.unlink(missing_ok=True)
+
+
+def serve_health(port: int, agent: Agent) -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = not agent.stopping.is_set()
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+            self.wfile.write(b"ok" if ok else b"stopping")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--node-prefix", default="gpu-node")
+    parser.add_argument("--gpus", type=int, default=8, help="nvidia.com/gpu per node")
+    parser.add_argument("--cpus", type=int, default=64)
+    parser.add_argument("--max-pods", type=int, default=1100)
+    parser.add_argument("--health-port", type=int, default=0)
+    parser.add_argument("--no-process", action="store_true", help="mark pods Running, run nothing")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    kill_leftovers(args.state_dir)
+
+    api = config.new_client_from_config(config_file=args.kubeconfig)
+    api.configuration.connection_pool_maxsize = 64
+    agent = Agent(api, args)
+    signal.signal(signal.SIGTERM, lambda *_: agent.stopping.set())
+    agent.register_nodes()
+    if args.health_port:
+        serve_health(args.health_port, agent)
+    threading.Thread(target=agent.heartbeat_loop, daemon=True).start()
+    threading.Thread(target=agent.watch_pods, daemon=True).start()
+    agent.stopping.wait()
+    log.info("stopping: terminating pods' processes")
+    agent.stop()
+
+
+if __name__ == "__main__":
+    main()

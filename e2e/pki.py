@@ -1,0 +1,108 @@
+"""Certificates and keys for the local control plane (a throwaway CA per cluster)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+VALIDITY = dt.timedelta(days=365)
+
+
+def _key() -> rsa.RSAPrivateKey:
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def _write_key(key: rsa.RSAPrivateKey, path: Path) -> None:
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    path.chmod(0o600)
+
+
+def _name(common_name: str, organization: str | None = None) -> x509.Name:
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization:
+        attributes.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
+
+
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key: rsa.RSAPublicKey
+) -> x509.CertificateBuilder:
+    now = dt.datetime.now(dt.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + VALIDITY)
+    )
+
+
+def create(directory: Path, client_users: dict[str, str]) -> None:
+    """Write ca.{crt,key}, apiserver.{crt,key}, sa.{key,pub} and NAME.{crt,key} per client.
+
+    `client_users` maps a file name to "CN" or "CN/O" (O is the group).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = _key()
+    ca_name = _name("specfleet-local-ca")
+    ca_cert = (
+        _builder(ca_name, ca_name, ca_key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_key(ca_key, directory / "ca.key")
+    (directory / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+
+    server_key = _key()
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    addresses = ["127.0.0.1", "10.0.0.1"]
+    server_cert = (
+        _builder(_name("kube-apiserver"), ca_name, server_key.public_key())
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(n) for n in names]
+                + [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_key(server_key, directory / "apiserver.key")
+    (directory / "apiserver.crt").write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
+
+    for file_name, user in client_users.items():
+        common_name, _, group = user.partition("/")
+        key = _key()
+        cert = (
+            _builder(_name(common_name, group or None), ca_name, key.public_key())
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256())
+        )
+        _write_key(key, directory / f"{file_name}.key")
+        (directory / f"{file_name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    sa_key = _key()
+    _write_key(sa_key, directory / "sa.key")
+    (directory / "sa.pub").write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )

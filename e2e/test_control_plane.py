@@ -1,0 +1,185 @@
+"""The local control plane behaves like a cluster in the ways specfleet relies on."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from e2e import cluster
+from e2e.waiting import wait_for
+from tests.invalid_manifests import INVALID_CASES, InvalidCase, apply_changes
+
+REPO = cluster.REPO
+
+
+def _pod(name: str, command: list[str], **spec: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "local/process", "command": command}
+    container.update(spec.pop("container", {}))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [container], **spec},
+    }
+
+
+def test_server_reports_its_real_version(control_plane: None) -> None:
+    version = cluster.kubectl("version", "-o", "yaml").stdout
+    assert yaml.safe_load(version)["serverVersion"]["gitVersion"] == "v1.37.2"
+
+
+def test_examples_are_admitted(crds: None, namespace: str) -> None:
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", str(REPO / "examples")
+    )
+    assert result.stdout.count("(server dry run)") == 3
+
+
+@pytest.mark.parametrize("case", INVALID_CASES, ids=lambda c: c.id)
+def test_invalid_manifests_are_refused_at_admission(
+    case: InvalidCase, crds: None, namespace: str
+) -> None:
+    example = yaml.safe_load((REPO / "examples" / "llama-peagle.yaml").read_text())
+    manifest = apply_changes(example, case.changes)
+    result = cluster.kubectl(
+        "create",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=yaml.safe_dump(manifest),
+        check=False,
+    )
+    assert result.returncode != 0, f"{case.id} was admitted"
+    assert case.field in result.stderr, result.stderr
+
+
+def test_deployment_pod_becomes_ready_and_serves_on_its_ip(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    apps = client.AppsV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+    container = {
+        "name": "web",
+        "image": "local/python",
+        "command": [sys.executable, "-m", "http.server", "--bind", "$(POD_IP)", "8080"],
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": "http", "containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
+    }
+    labels = {"app": "web"}
+    apps.create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            },
+        },
+    )
+    wait_for(
+        "deployment web available",
+        lambda: (
+            (apps.read_namespaced_deployment_status("web", namespace).status.ready_replicas or 0)
+            >= 1
+        ),
+    )
+    pod = core.list_namespaced_pod(namespace, label_selector="app=web").items[0]
+    assert pod.status.pod_ip.startswith("127.") and pod.status.pod_ip != "127.0.0.1"
+    with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8080/", timeout=5) as reply:
+        assert reply.status == 200
+
+
+def test_scheduler_honours_gpu_capacity(api_client: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(api_client)
+    pod = _pod(
+        "greedy",
+        ["sleep", "600"],
+        container={"resources": {"limits": {"nvidia.com/gpu": "100"}}},
+    )
+    core.create_namespaced_pod(namespace, pod)
+
+    def unschedulable() -> str | None:
+        status = core.read_namespaced_pod_status("greedy", namespace).status
+        for condition in status.conditions or []:
+            if condition.type == "PodScheduled" and condition.reason == "Unschedulable":
+                return str(condition.message)
+        return None
+
+    message = wait_for("the scheduler's verdict", unschedulable)
+    assert "Insufficient nvidia.com/gpu" in message
+    assert core.read_namespaced_pod("greedy", namespace).status.phase == "Pending"
+
+
+def test_garbage_collector_deletes_owned_objects(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}})
+    reference = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": "owner",
+        "uid": owner.metadata.uid,
+        "blockOwnerDeletion": True,
+    }
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "child", "ownerReferences": [reference]}}
+    )
+    core.delete_namespaced_config_map("owner", namespace)
+
+    def child_gone() -> bool:
+        names = [c.metadata.name for c in core.list_namespaced_config_map(namespace).items]
+        return "child" not in names
+
+    wait_for("the garbage collector to delete the child", child_gone)
+
+
+def test_termination_message_reaches_container_status(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    script = (
+        "echo 'preflight: draft vocabulary 128256 != target 151936' > /dev/termination-log; exit 3"
+    )
+    core.create_namespaced_pod(
+        namespace, _pod("fails", ["sh", "-c", script], restartPolicy="Never")
+    )
+
+    def terminated() -> Any:
+        statuses = core.read_namespaced_pod_status("fails", namespace).status.container_statuses
+        return statuses and statuses[0].state.terminated
+
+    state = wait_for("the container to terminate", terminated)
+    assert state.exit_code == 3
+    assert state.message == "preflight: draft vocabulary 128256 != target 151936"
+    assert core.read_namespaced_pod("fails", namespace).status.phase == "Failed"
+
+
+def test_pod_runs_with_its_service_account_rbac(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The pod's KUBECONFIG carries a token for its ServiceAccount, not the admin's."""
+    core = client.CoreV1Api(api_client)
+    kubectl = cluster.kubectl_binary()
+    script = (
+        f"{kubectl} auth whoami -o jsonpath='{{.status.userInfo.username}}' > /dev/termination-log"
+    )
+    core.create_namespaced_pod(
+        namespace, _pod("whoami", ["sh", "-c", script], restartPolicy="Never")
+    )
+
+    def message() -> Any:
+        statuses = core.read_namespaced_pod_status("whoami", namespace).status.container_statuses
+        terminated = statuses and statuses[0].state.terminated
+        return terminated and terminated.message
+
+    assert wait_for("whoami", message) == f"system:serviceaccount:{namespace}:default"
