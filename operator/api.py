@@ -464,6 +464,11 @@ class SpeculationState(ApiModel):
     """The K in effect and the tuner's memory of it."""
 
     tokens: int | None = Field(default=None, description="K in effect on the stable pods.")
+    requested_tokens: int | None = Field(
+        default=None,
+        description="spec.speculation.tokens when K was last taken from the spec; "
+        "a new value in the spec resets K to it.",
+    )
     candidate_tokens: int | None = Field(default=None, description="K on the canary, if any.")
     last_known_good_tokens: int | None = None
     parallel_drafting: bool = False
