@@ -483,6 +483,12 @@ class SpeculationState(ApiModel):
     baseline_acceptance: float | None = Field(
         default=None, description="Acceptance measured when the K in effect was promoted."
     )
+    rejected_tokens: list[int] = Field(
+        default_factory=list,
+        description="Candidate Ks a canary or in-place trial rejected; not proposed again "
+        "until rejectedUntil.",
+    )
+    rejected_until: datetime | None = None
     failing_windows: int = 0
     inconclusive_windows: int = 0
     windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
@@ -500,7 +506,17 @@ class TrackTotals(ApiModel):
 
 
 class CanaryComparison(ApiModel):
+    """A running trial of a candidate K: a canary pod, or (InPlace) the stable pods themselves."""
+
     candidate_tokens: int
+    in_place: bool = Field(
+        default=False,
+        description="InPlace trial: the stable K itself was changed; `stable` holds the "
+        "windows measured before the change.",
+    )
+    previous_tokens: int | None = Field(
+        default=None, description="InPlace: the K before the trial, restored on abort."
+    )
     stable: TrackTotals = Field(default_factory=TrackTotals)
     canary: TrackTotals = Field(default_factory=TrackTotals)
 
