@@ -1,0 +1,221 @@
+"""The pure model behind the simulated engine: acceptance, step time and offered load.
+
+No I/O and no clock: the sim server (`sim_server`) and the operator's tuner simulator
+both drive it. Acceptance follows vLLM's definitions: a draft of K tokens is accepted
+up to its first rejected position, so position i counts only when 0..i-1 were accepted.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_seconds(value: Any) -> Any:
+    """Seconds from a number or a duration such as "90s", "1m30s", "250ms"."""
+    if isinstance(value, str):
+        text = value.strip()
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            return float(text)
+        if not text or _DURATION.sub("", text):
+            raise ValueError(f"{value!r} is not a duration such as '90s', '2m' or '250ms'")
+        return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
+    return value
+
+
+Seconds = Annotated[float, BeforeValidator(parse_seconds), Field(ge=0.0)]
+
+
+class _Strict(BaseModel):
+    # A typo in a profile must fail loudly, not fall back to a default silently.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StepCost(_Strict):
+    """Time of one engine step (draft + verify), in milliseconds.
+
+    The target forward is memory-bound (flat) until batch x (K+1) tokens reach
+    `compute_bound_tokens`; past that, every extra verified token costs
+    `verify_ms_per_token`, which is why speculation stops paying at high batch sizes.
+    """
+
+    target_forward_ms: float = Field(20.0, gt=0)
+    draft_ms_per_token: float = Field(1.5, ge=0, description="sequential drafting (EAGLE)")
+    parallel_draft_ms: float = Field(2.0, ge=0, description="P-EAGLE: all K in one pass")
+    parallel_draft_ms_per_token: float = Field(0.05, ge=0, description="P-EAGLE's slope in K")
+    compute_bound_tokens: int = Field(512, ge=1)
+    verify_ms_per_token: float = Field(0.04, ge=0)
+    prefill_ms_per_token: float = Field(0.01, ge=0, description="charged when a request joins")
+
+
+class Load(_Strict):
+    """The built-in load generator: Poisson arrivals of fixed-shape requests."""
+
+    requests_per_second: float = Field(10.0, ge=0)
+    prompt_tokens: int = Field(256, ge=1)
+    output_tokens: int = Field(384, ge=1)
+
+
+class DriftStep(_Strict):
+    """From `after` seconds of simulated time on, the profile's values are replaced."""
+
+    after: Seconds
+    acceptance: list[Probability] | None = Field(None, min_length=1)
+    load: Load | None = None
+
+
+class SimProfile(_Strict):
+    """What the simulated engine simulates (the YAML file of `--sim-profile`)."""
+
+    acceptance: list[Probability] = Field(
+        default_factory=lambda: [0.92, 0.88, 0.84, 0.8, 0.76, 0.72, 0.68, 0.64],
+        min_length=1,
+        description="P(position i accepted | position i-1 accepted); the last value repeats",
+    )
+    noise: float = Field(
+        0.02, ge=0, le=0.5, description="std-dev of per-tick jitter on each conditional rate"
+    )
+    cost: StepCost = Field(default_factory=StepCost)
+    load: Load = Field(default_factory=Load)
+    max_num_seqs: int = Field(256, ge=1, description="running requests; the rest wait")
+    tick: Seconds = Field(0.2, gt=0, le=1.0, description="simulated time per engine tick")
+    drift: list[DriftStep] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _drift_in_order(self) -> SimProfile:
+        afters = [step.after for step in self.drift]
+        if afters != sorted(afters):
+            raise ValueError("drift steps must be in increasing order of `after`")
+        return self
+
+    def at(self, elapsed: float) -> tuple[list[float], Load]:
+        """The acceptance and load in effect after `elapsed` seconds of simulated time."""
+        acceptance, load = self.acceptance, self.load
+        for step in self.drift:
+            if step.after > elapsed:
+                break
+            acceptance = step.acceptance or acceptance
+            load = step.load or load
+        return acceptance, load
+
+
+def load_profile(text: str) -> SimProfile:
+    """A profile from YAML (or JSON) text; an empty document is the default profile."""
+    data = yaml.safe_load(text)
+    if data is None:
+        return SimProfile()
+    if not isinstance(data, dict):
+        raise ValueError("a sim profile must be a YAML mapping")
+    return SimProfile.model_validate(data)
+
+
+def conditional_at(conditional: Sequence[float], position: int) -> float:
+    """The conditional acceptance of a position; positions past the list reuse the last."""
+    return conditional[min(position, len(conditional) - 1)]
+
+
+def cumulative_acceptance(conditional: Sequence[float], k: int) -> list[float]:
+    """P(position i accepted) for i in 0..k-1: vLLM's expected per-position rate."""
+    rates: list[float] = []
+    reach = 1.0
+    for position in range(k):
+        reach *= conditional_at(conditional, position)
+        rates.append(reach)
+    return rates
+
+
+def expected_accepted(conditional: Sequence[float], k: int) -> float:
+    """Expected accepted draft tokens per draft (step) at K=k."""
+    return sum(cumulative_acceptance(conditional, k))
+
+
+def mean_acceptance_length(conditional: Sequence[float], k: int) -> float:
+    """vLLM's mean acceptance length: 1 + accepted / drafts (the bonus token counts)."""
+    return 1.0 + expected_accepted(conditional, k)
+
+
+def draft_acceptance_rate(conditional: Sequence[float], k: int) -> float:
+    """vLLM's draft acceptance rate: accepted / draft tokens."""
+    return expected_accepted(conditional, k) / k if k else 0.0
+
+
+def step_seconds(cost: StepCost, k: int, batch: int, parallel: bool) -> float:
+    """Seconds for one step of `batch` running requests drafting k tokens each."""
+    if k <= 0:
+        draft_ms = 0.0
+    elif parallel:
+        draft_ms = cost.parallel_draft_ms + cost.parallel_draft_ms_per_token * k
+    else:
+        draft_ms = cost.draft_ms_per_token * k
+    verified = max(batch, 1) * (k + 1)
+    verify_ms = cost.target_forward_ms + cost.verify_ms_per_token * max(
+        0, verified - cost.compute_bound_tokens
+    )
+    return (draft_ms + verify_ms) / 1000.0
+
+
+def goodput(
+    cost: StepCost, conditional: Sequence[float], k: int, batch: int, parallel: bool
+) -> float:
+    """Expected generated tokens per second at a batch size (k=0: no speculation)."""
+    tokens_per_step = batch * (mean_acceptance_length(conditional, k) if k else 1.0)
+    return tokens_per_step / step_seconds(cost, k, batch, parallel)
+
+
+def sample_accepted(rng: random.Random, conditional: Sequence[float], k: int) -> int:
+    """Accepted tokens of one draft of k tokens: the length of its accepted prefix."""
+    for position in range(k):
+        if rng.random() >= conditional_at(conditional, position):
+            return position
+    return k
+
+
+def binomial(rng: random.Random, n: int, p: float) -> int:
+    """A Binomial(n, p) draw: exact for small n, a normal approximation for large n.
+
+    The sim draws per-position counts for a whole batch at once, so its cost does not
+    grow with the number of tokens; n*p*(1-p) >= 25 keeps the approximation tight.
+    """
+    if n <= 0 or p <= 0.0:
+        return 0
+    if p >= 1.0:
+        return n
+    variance = n * p * (1.0 - p)
+    if n <= 64 or variance < 25.0:
+        return sum(1 for _ in range(n) if rng.random() < p)
+    draw = round(rng.gauss(n * p, math.sqrt(variance)))
+    return min(n, max(0, draw))
+
+
+def sample_positions(
+    rng: random.Random, conditional: Sequence[float], k: int, drafts: int
+) -> list[int]:
+    """Accepted counts per position over `drafts` drafts of k tokens (vLLM's per_pos).
+
+    Drafts that reach position i are Binomial(drafts reaching i-1, p_i), so the counts
+    are non-increasing in i, exactly as prefix acceptance makes them.
+    """
+    counts: list[int] = []
+    reaching = drafts
+    for position in range(k):
+        reaching = binomial(rng, reaching, conditional_at(conditional, position))
+        counts.append(reaching)
+    return counts
+
+
+def jitter(rng: random.Random, conditional: Sequence[float], noise: float) -> list[float]:
+    """The conditional rates with zero-mean noise (traffic mix varies), kept in [0, 1]."""
+    if noise <= 0.0:
+        return list(conditional)
+    return [min(1.0, max(0.0, p + rng.gauss(0.0, noise))) for p in conditional]
