@@ -61,6 +61,72 @@ def validate_command(
     raise typer.Exit(1 if invalid else 0)
 
 
+@app.command("render")
+def render_command(
+    file: Annotated[Path, typer.Argument(help="A SpeculativeModel manifest.")],
+    namespace: Annotated[str, typer.Option(help="Namespace if the manifest has none.")] = "default",
+) -> None:
+    """Print the Deployments and Service the operator would create, without a cluster."""
+    from specfleet.operator import render
+
+    documents = [d for d in yaml.safe_load_all(file.read_text()) if d]
+    models = [d for d in documents if isinstance(d, dict) and d.get("kind") == api.KIND]
+    failed = False
+    for document in models:
+        errors = api.validation_errors(document)
+        if errors:
+            for message in errors:
+                typer.echo(f"{file}: {message}", err=True)
+            failed = True
+            continue
+        model = api.SpeculativeModel.model_validate(document)
+        model.metadata.namespace = model.metadata.namespace or namespace
+        typer.echo(yaml.safe_dump_all(render.children(model), sort_keys=False), nl=False)
+    raise typer.Exit(1 if failed or not models else 0)
+
+
+@app.command("operator")
+def operator_command(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Namespace to watch (repeatable)."),
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", help="Watch every namespace (default).")
+    ] = False,
+    metrics_port: Annotated[int, typer.Option(help="Port of /metrics.")] = 8080,
+    health_port: Annotated[int, typer.Option(help="Port of /healthz (liveness).")] = 8081,
+    standalone: Annotated[
+        bool, typer.Option("--standalone/--peering", help="Run alone (one replica).")
+    ] = True,
+    period: Annotated[
+        float, typer.Option(help="Seconds between status refreshes of each model.")
+    ] = 5.0,
+) -> None:
+    """Run the operator."""
+    import asyncio
+    import logging
+
+    import kopf
+    from prometheus_client import start_http_server
+
+    from specfleet.operator import handlers, kube
+    from specfleet.operator.fleet import Fleet
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    start_http_server(metrics_port)
+    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), period=period)
+    namespaces = namespace or []
+    asyncio.run(
+        kopf.operator(
+            clusterwide=all_namespaces or not namespaces,
+            namespaces=namespaces,
+            standalone=standalone,
+            liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
+        )
+    )
+
+
 def main() -> None:
     app(prog_name="specfleet")
 

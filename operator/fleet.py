@@ -1,0 +1,265 @@
+"""The operator's state of the world and its two loops over each SpeculativeModel.
+
+kopf's watches feed `FleetCache` (models, their Deployments and pods). `Fleet.reconcile`
+renders and applies children and writes status; it runs from the create/update/resume
+handlers and again on every tick of the background loop, level-triggered: with nothing
+changed it changes nothing. Tuning evaluations run on the same path when a model's
+`tuning.interval` has elapsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from specfleet.operator import observability as metrics
+from specfleet.operator import render
+from specfleet.operator.api import (
+    ConditionType,
+    Phase,
+    SpeculativeModel,
+    SpeculativeModelStatus,
+    parse_duration,
+    validation_errors,
+)
+from specfleet.operator.conditions import set_condition
+from specfleet.operator.kube import Cluster
+from specfleet.operator.status import Children, summarize, with_requested_speculation
+
+log = logging.getLogger("specfleet.fleet")
+Key = tuple[str, str]  # (namespace, name)
+Evaluator = Callable[[SpeculativeModel, Children, datetime], Awaitable[SpeculativeModelStatus]]
+
+
+def key_of(body: dict[str, Any]) -> Key:
+    return (body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@dataclass
+class FleetCache:
+    """The latest view of every model and child, kept current by kopf's watches."""
+
+    models: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    deployments: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)  # model -> pods
+    wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
+
+    def wake(self, key: Key) -> None:
+        event = self.wakeups.get(key)
+        if event is not None:
+            event.set()
+
+    def children(self, key: Key) -> Children:
+        namespace, name = key
+        return Children(
+            stable=self.deployments.get((namespace, name)),
+            canary=self.deployments.get((namespace, f"{name}-canary")),
+            pods=list(self.pods.get(key, {}).values()),
+        )
+
+
+class Fleet:
+    def __init__(
+        self,
+        cluster: Cluster,
+        evaluate: Evaluator | None = None,
+        period: float = 5.0,
+        emit: Callable[[dict[str, Any], str, str, bool], None] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.cache = FleetCache()
+        self.evaluate = evaluate
+        self.period = period
+        self.emit = emit or (lambda body, reason, message, warning: None)
+        self.locks: dict[Key, asyncio.Lock] = {}
+        self.next_evaluation: dict[Key, float] = {}
+        self.applied: dict[Key, list[dict[str, Any]]] = {}
+
+    # ---------------------------------------------------------------- watches
+
+    def remember_model(self, body: dict[str, Any], deleted: bool = False) -> None:
+        key = key_of(body)
+        if deleted:
+            self.forget(key)
+            return
+        self.cache.models[key] = body
+        self.cache.wakeups.setdefault(key, asyncio.Event())
+
+    def forget(self, key: Key) -> None:
+        self.cache.models.pop(key, None)
+        self.cache.wakeups.pop(key, None)
+        self.next_evaluation.pop(key, None)
+        self.applied.pop(key, None)
+        self.locks.pop(key, None)
+        metrics.forget_model(*key)
+
+    def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
+        namespace = body["metadata"]["namespace"]
+        model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
+        if model is None:
+            return
+        owner = (namespace, model)
+        if body["kind"] == "Pod":
+            pods = self.cache.pods.setdefault(owner, {})
+            if deleted:
+                pods.pop(body["metadata"]["name"], None)
+            else:
+                pods[body["metadata"]["name"]] = body
+        else:
+            child = key_of(body)
+            if deleted:
+                self.cache.deployments.pop(child, None)
+            else:
+                self.cache.deployments[child] = body
+        self.cache.wake(owner)
+
+    # --------------------------------------------------------------- reconcile
+
+    async def reconcile(self, key: Key, *, evaluate: bool = False) -> None:
+        body = self.cache.models.get(key)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        lock = self.locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            started = time.perf_counter()
+            handler = "evaluate" if evaluate else "reconcile"
+            try:
+                await self._reconcile(body, evaluate)
+                metrics.RECONCILES.labels(handler, "success").inc()
+            except Exception:
+                metrics.RECONCILES.labels(handler, "error").inc()
+                raise
+            finally:
+                metrics.RECONCILE_SECONDS.labels(handler).observe(time.perf_counter() - started)
+
+    async def _reconcile(self, body: dict[str, Any], evaluate: bool) -> None:
+        key = key_of(body)
+        now = datetime.now(UTC)
+        try:
+            model = SpeculativeModel.model_validate(body)
+        except ValidationError:
+            await self._refuse(body, now)
+            return
+        model = model.model_copy(update={"status": with_requested_speculation(model)})
+        if evaluate and self.evaluate is not None:
+            status = await self.evaluate(model, self.cache.children(key), now)
+            model = model.model_copy(update={"status": status})
+        await self._apply_children(key, model)
+        status = summarize(model, self.cache.children(key), now)
+        self._export(model, status)
+        await self._write_status(body, status)
+
+    async def _apply_children(self, key: Key, model: SpeculativeModel) -> None:
+        manifests = render.children(model)
+        if self.applied.get(key) == manifests:
+            return  # applied already; server-side apply would be a no-op anyway
+        for manifest in manifests:
+            await asyncio.to_thread(self.cluster.apply, manifest)
+        self.applied[key] = manifests
+
+    async def _refuse(self, body: dict[str, Any], now: datetime) -> None:
+        """A spec the API server admitted but the models refuse (e.g. an older CRD):
+        say why in status instead of crashing or rendering something half-valid."""
+        message = "; ".join(validation_errors(body))[:1000]
+        try:
+            status = SpeculativeModelStatus.model_validate(body.get("status") or {})
+        except ValidationError:
+            status = SpeculativeModelStatus()
+        conditions = set_condition(
+            status.conditions,
+            ConditionType.DEGRADED,
+            "True",
+            "InvalidSpec",
+            message,
+            now,
+            body["metadata"].get("generation"),
+        )
+        status = status.model_copy(update={"conditions": conditions, "phase": Phase.DEGRADED})
+        await self._write_status(body, status)
+
+    async def _write_status(self, body: dict[str, Any], status: SpeculativeModelStatus) -> None:
+        new = status.model_dump(by_alias=True, mode="json")
+        old = body.get("status") or {}
+        if _without_nulls(new) == old:
+            return
+        namespace, name = key_of(body)
+        written = await asyncio.to_thread(
+            self.cluster.patch_status,
+            namespace,
+            name,
+            new,
+            body["metadata"].get("resourceVersion"),
+        )
+        if not written:
+            # Someone wrote in between; the watch brings the new object and a retry.
+            self.cache.wake(key_of(body))
+
+    def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
+        labels = (model.metadata.namespace or "", model.metadata.name)
+        speculation = status.speculation
+        stable_k = 0 if speculation.disabled else (speculation.tokens or 0)
+        metrics.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
+        metrics.SPECULATIVE_TOKENS.labels(*labels, "canary").set(speculation.candidate_tokens or 0)
+        metrics.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
+        metrics.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
+
+    # ------------------------------------------------------------------- loop
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick every model every `period` seconds, or sooner when a child changes."""
+        while not stop.is_set():
+            keys = list(self.cache.models)
+            await asyncio.gather(*(self._tick(key) for key in keys))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._any_wakeup(stop), timeout=self.period)
+
+    async def _any_wakeup(self, stop: asyncio.Event) -> None:
+        waiters = [asyncio.ensure_future(e.wait()) for e in self.cache.wakeups.values()]
+        waiters.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+            for event in self.cache.wakeups.values():
+                event.clear()
+
+    async def _tick(self, key: Key) -> None:
+        body = self.cache.models.get(key)
+        if body is None:
+            return
+        evaluate = self._evaluation_due(key, body)
+        try:
+            await self.reconcile(key, evaluate=evaluate)
+        except Exception:
+            log.exception("reconciling %s/%s failed", *key)
+
+    def _evaluation_due(self, key: Key, body: dict[str, Any]) -> bool:
+        try:
+            model = SpeculativeModel.model_validate(body)
+        except ValidationError:
+            return False
+        interval = parse_duration(model.spec.tuning.interval).total_seconds()
+        due = self.next_evaluation.get(key)
+        now = time.monotonic()
+        if due is None or now >= due:
+            # The first evaluation only takes the baseline scrape of each pod.
+            self.next_evaluation[key] = now + interval
+            return True
+        return False
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value

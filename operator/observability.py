@@ -1,0 +1,63 @@
+"""The operator's own Prometheus metrics (names are part of the chart's alert contract)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILES = Counter(
+    "specfleet_reconcile_total", "Reconciles by handler and result.", ["handler", "result"]
+)
+RECONCILE_SECONDS = Histogram(
+    "specfleet_reconcile_duration_seconds", "Reconcile duration by handler.", ["handler"]
+)
+MODEL = ["namespace", "model"]
+SPECULATIVE_TOKENS = Gauge(
+    "specfleet_speculative_tokens", "K per track (0: no pods of that track).", [*MODEL, "track"]
+)
+ACCEPTANCE_RATE = Gauge(
+    "specfleet_acceptance_rate", "Draft acceptance rate of the last window.", MODEL
+)
+ACCEPTANCE_LOWER_BOUND = Gauge(
+    "specfleet_acceptance_lower_bound", "Lower confidence bound of the rollback metric.", MODEL
+)
+MEAN_ACCEPTANCE_LENGTH = Gauge(
+    "specfleet_mean_acceptance_length", "Mean acceptance length of the last window.", MODEL
+)
+GOODPUT = Gauge(
+    "specfleet_goodput_tokens_per_second", "Generated tokens per second, last window.", MODEL
+)
+ACCEPTANCE_FLOOR = Gauge("specfleet_acceptance_floor", "rollback.minAcceptance.", MODEL)
+DECISIONS = Counter("specfleet_decisions_total", "Tuning decisions by action.", [*MODEL, "action"])
+ROLLBACKS = Counter("specfleet_rollbacks_total", "Rollbacks by reason.", [*MODEL, "reason"])
+INCONCLUSIVE_WINDOWS = Counter(
+    "specfleet_inconclusive_windows_total", "Windows that decided nothing.", [*MODEL, "reason"]
+)
+METRICS_AVAILABLE = Gauge("specfleet_metrics_available", "MetricsAvailable condition (0/1).", MODEL)
+SPECULATION_ACTIVE = Gauge(
+    "specfleet_speculation_active", "SpeculationActive condition (0/1).", MODEL
+)
+SPECULATION_DISABLED = Gauge(
+    "specfleet_speculation_disabled", "Speculation disabled by rollback (0/1).", MODEL
+)
+PER_MODEL_GAUGES = [
+    ACCEPTANCE_RATE,
+    ACCEPTANCE_LOWER_BOUND,
+    MEAN_ACCEPTANCE_LENGTH,
+    GOODPUT,
+    ACCEPTANCE_FLOOR,
+    METRICS_AVAILABLE,
+    SPECULATION_ACTIVE,
+    SPECULATION_DISABLED,
+]
+
+
+def forget_model(namespace: str, model: str) -> None:
+    """Drop a deleted model's series so dashboards and alerts stop seeing it."""
+    for gauge in PER_MODEL_GAUGES:
+        with contextlib.suppress(KeyError):
+            gauge.remove(namespace, model)
+    for track in ("stable", "canary"):
+        with contextlib.suppress(KeyError):
+            SPECULATIVE_TOKENS.remove(namespace, model, track)

@@ -1,0 +1,234 @@
+"""Render a SpeculativeModel's children: a pure function of the model and its status.
+
+For a model `m`: Deployment `m` (track=stable, the K in effect), Deployment
+`m-canary` (track=canary, the candidate K, 0 replicas without a candidate) and
+Service `m` selecting both tracks, so the canary sees the stable pods' traffic mix.
+Every child carries an owner reference to `m`; the garbage collector deletes them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from specfleet.operator.api import (
+    API_VERSION,
+    KIND,
+    DraftMethod,
+    SpeculativeModel,
+)
+
+Manifest = dict[str, Any]
+Track = Literal["stable", "canary"]
+
+MODEL_LABEL = "specfleet.io/model"
+TRACK_LABEL = "specfleet.io/track"
+CONFIG_HASH_ANNOTATION = "specfleet.io/runtime-config-hash"
+TOKENS_ANNOTATION = "specfleet.io/speculative-tokens"
+CONTAINER_NAME = "runtime"
+# vLLM loads weights before /health answers: allow up to 30 minutes for start-up.
+STARTUP_PERIOD_SECONDS = 5
+STARTUP_FAILURE_THRESHOLD = 360
+
+
+def canary_name(model: SpeculativeModel) -> str:
+    return f"{model.metadata.name}-canary"
+
+
+def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
+    result = {
+        "app.kubernetes.io/name": "specfleet-runtime",
+        "app.kubernetes.io/instance": model.metadata.name,
+        "app.kubernetes.io/managed-by": "specfleet",
+        MODEL_LABEL: model.metadata.name,
+    }
+    if track:
+        result[TRACK_LABEL] = track
+    return result
+
+
+def owner_reference(model: SpeculativeModel) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": model.metadata.name,
+        "uid": model.metadata.uid or "",
+        "controller": True,
+    }
+
+
+def effective_method(model: SpeculativeModel) -> DraftMethod:
+    """The method the stable pods run: plain decoding once rollback disabled speculation."""
+    if model.status.speculation.disabled:
+        return DraftMethod.NONE
+    return model.spec.draft.method
+
+
+def stable_tokens(model: SpeculativeModel) -> int:
+    return model.status.speculation.tokens or model.spec.speculation.tokens
+
+
+def runtime_args(model: SpeculativeModel, method: DraftMethod, tokens: int) -> list[str]:
+    """Arguments of `specfleet-runtime serve`: the runtime's config contract."""
+    spec = model.spec
+    args = ["--model", spec.model.name]
+    args += ["--served-model-name", spec.model.served_name or spec.model.name]
+    args += ["--method", method.value]
+    if method.needs_draft_model and spec.draft.model:
+        args += ["--draft-model", spec.draft.model]
+    if method is not DraftMethod.NONE:
+        args += ["--num-speculative-tokens", str(tokens)]
+    if method.needs_draft_model and spec.draft.tensor_parallel_size:
+        args += ["--draft-tensor-parallel-size", str(spec.draft.tensor_parallel_size)]
+    if method is DraftMethod.NGRAM:
+        args += ["--prompt-lookup-min", str(spec.draft.prompt_lookup_min)]
+        args += ["--prompt-lookup-max", str(spec.draft.prompt_lookup_max)]
+    args += ["--tensor-parallel-size", str(spec.runtime.tensor_parallel_size)]
+    args += ["--host", "$(POD_IP)", "--port", str(spec.runtime.port)]
+    if spec.runtime.args:
+        args += ["--", *spec.runtime.args]
+    return args
+
+
+def _environment(model: SpeculativeModel) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    secret = model.spec.runtime.hf_token_secret_ref
+    if secret:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+            }
+        )
+    for var in model.spec.runtime.env:
+        env.append(var.model_dump(by_alias=True, exclude_none=True))
+    return env
+
+
+def _resources(model: SpeculativeModel) -> dict[str, Any]:
+    runtime = model.spec.runtime
+    requests = {k: str(v) for k, v in runtime.resources.requests.items()}
+    limits = {k: str(v) for k, v in runtime.resources.limits.items()}
+    if runtime.gpus:
+        # Extended resources must have requests equal to limits.
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(runtime.gpus)
+    resources: dict[str, Any] = {}
+    if requests:
+        resources["requests"] = requests
+    if limits:
+        resources["limits"] = limits
+    return resources
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 2,
+        "failureThreshold": failures,
+    }
+
+
+def _container(model: SpeculativeModel, method: DraftMethod, tokens: int) -> dict[str, Any]:
+    runtime = model.spec.runtime
+    return {
+        "name": CONTAINER_NAME,
+        "image": runtime.image,
+        "command": ["specfleet-runtime", "serve"],
+        "args": runtime_args(model, method, tokens),
+        "env": _environment(model),
+        "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
+        "resources": _resources(model),
+        "startupProbe": _probe("/health", STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
+        "readinessProbe": _probe("/health", 5, 3),
+        "livenessProbe": _probe("/health", 10, 6),
+        # The runtime writes a one-line preflight failure here; the operator shows it.
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+def config_hash(container: dict[str, Any]) -> str:
+    """Changes whenever the rendered runtime configuration does, to roll the pods."""
+    blob = json.dumps(container, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def deployment(model: SpeculativeModel, track: Track) -> Manifest:
+    method = effective_method(model) if track == "stable" else model.spec.draft.method
+    candidate = model.status.speculation.candidate_tokens
+    tokens = stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
+    replicas = model.spec.replicas if track == "stable" else (1 if candidate else 0)
+    container = _container(model, method, tokens)
+    pod_labels = labels(model, track)
+    runtime = model.spec.runtime
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": 60,
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if runtime.node_selector:
+        pod_spec["nodeSelector"] = dict(runtime.node_selector)
+    if runtime.tolerations:
+        pod_spec["tolerations"] = [
+            t.model_dump(by_alias=True, exclude_none=True) for t in runtime.tolerations
+        ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": model.metadata.name if track == "stable" else canary_name(model),
+            "namespace": model.metadata.namespace,
+            "labels": pod_labels,
+            "ownerReferences": [owner_reference(model)],
+        },
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {MODEL_LABEL: model.metadata.name, TRACK_LABEL: track}},
+            # One pod at a time, never below the serving capacity: a rollout borrows
+            # one GPU slot rather than dropping a replica.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": dict(pod_labels),
+                    "annotations": {
+                        CONFIG_HASH_ANNOTATION: config_hash(container),
+                        TOKENS_ANNOTATION: str(tokens) if method is not DraftMethod.NONE else "0",
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service(model: SpeculativeModel) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": model.metadata.name,
+            "namespace": model.metadata.namespace,
+            "labels": labels(model),
+            "ownerReferences": [owner_reference(model)],
+        },
+        "spec": {
+            "selector": {MODEL_LABEL: model.metadata.name},
+            "ports": [
+                {"name": "http", "port": model.spec.runtime.port, "targetPort": "http"},
+            ],
+        },
+    }
+
+
+def children(model: SpeculativeModel) -> list[Manifest]:
+    """Every child of the model, in the order they are applied. The canary Deployment
+    always exists (scaled to 0 without a candidate) so its history stays in one object."""
+    return [deployment(model, "stable"), deployment(model, "canary"), service(model)]

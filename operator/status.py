@@ -1,0 +1,198 @@
+"""Status from spec and the observed children: pure functions, no API calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from specfleet.operator.api import (
+    ConditionType,
+    Phase,
+    SpeculativeModel,
+    SpeculativeModelStatus,
+)
+from specfleet.operator.conditions import set_condition
+
+
+@dataclass(frozen=True)
+class Children:
+    """What the operator read back of a model's children (API objects as dicts)."""
+
+    stable: dict[str, Any] | None = None
+    canary: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+def with_requested_speculation(model: SpeculativeModel) -> SpeculativeModelStatus:
+    """Take K from the spec on first sight, when the spec's K changes, or when the K in
+    effect left the spec's bounds; otherwise keep the tuned K from status."""
+    spec = model.spec.speculation
+    state = model.status.speculation
+    tokens = state.tokens
+    reset = tokens is None or state.requested_tokens != spec.tokens
+    out_of_bounds = tokens is not None and not spec.min_tokens <= tokens <= spec.max_tokens
+    if not (reset or out_of_bounds):
+        return model.status.model_copy(
+            update={
+                "speculation": state.model_copy(
+                    update={"parallel_drafting": model.spec.draft.method.parallel_drafting}
+                )
+            }
+        )
+    new_tokens = (
+        spec.tokens
+        if reset or tokens is None
+        else min(max(tokens, spec.min_tokens), spec.max_tokens)
+    )
+    candidate = state.candidate_tokens
+    if candidate is not None and not spec.min_tokens <= candidate <= spec.max_tokens:
+        candidate = None
+    speculation = state.model_copy(
+        update={
+            "tokens": new_tokens,
+            "requested_tokens": spec.tokens,
+            "last_known_good_tokens": new_tokens,
+            "candidate_tokens": None if reset else candidate,
+            "parallel_drafting": model.spec.draft.method.parallel_drafting,
+            "failing_windows": 0,
+        }
+    )
+    update: dict[str, Any] = {"speculation": speculation}
+    if reset or candidate is None:
+        update["canary"] = None
+    return model.status.model_copy(update=update)
+
+
+def _ready(deployment: dict[str, Any] | None) -> int:
+    return int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+
+
+def _rolled_out(deployment: dict[str, Any] | None, replicas: int) -> bool:
+    if deployment is None:
+        return False
+    status = deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation", 0)
+    return (
+        status.get("observedGeneration", 0) >= generation
+        and int(status.get("updatedReplicas") or 0) >= replicas
+        and int(status.get("readyReplicas") or 0) >= replicas
+        and int(status.get("replicas") or 0) == replicas
+    )
+
+
+# Waiting reasons that mean the pod will not start without a change from someone.
+STUCK_WAITING_REASONS = {
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+}
+
+
+def runtime_failure(pods: list[dict[str, Any]]) -> str | None:
+    """The first pod whose runtime failed, with its one-line reason: the termination
+    message of a container that exited with an error (e.g. a failed preflight), or
+    why it cannot start."""
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            for state in (container.get("state") or {}, container.get("lastState") or {}):
+                terminated = state.get("terminated")
+                if terminated and terminated.get("exitCode", 0) != 0:
+                    message = (terminated.get("message") or "").strip().splitlines()
+                    reason = message[-1] if message else terminated.get("reason", "Error")
+                    return f"pod {name}: {reason} (exit code {terminated['exitCode']})"
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in STUCK_WAITING_REASONS:
+                return f"pod {name}: {waiting['reason']}: {waiting.get('message', '')}".strip()
+    return None
+
+
+def unschedulable(pods: list[dict[str, Any]]) -> str | None:
+    for pod in pods:
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                return f"pod {pod['metadata']['name']}: {condition.get('message', '')}"
+    return None
+
+
+def summarize(model: SpeculativeModel, children: Children, now: datetime) -> SpeculativeModelStatus:
+    """Replicas, phase and the Ready / Progressing / Degraded conditions."""
+    status = model.status
+    generation = model.metadata.generation
+    replicas = model.spec.replicas
+    candidate = status.speculation.candidate_tokens
+    stable_done = _rolled_out(children.stable, replicas)
+    canary_done = candidate is None or _rolled_out(children.canary, 1)
+    failure = runtime_failure(children.pods)
+    pending = unschedulable(children.pods)
+    conditions = list(status.conditions)
+
+    ready = stable_done and _ready(children.stable) >= replicas
+    conditions = set_condition(
+        conditions,
+        ConditionType.READY,
+        "True" if ready else "False",
+        "Available" if ready else "RollingOut",
+        f"{_ready(children.stable)}/{replicas} stable pods ready",
+        now,
+        generation,
+    )
+    progressing = not (stable_done and canary_done)
+    conditions = set_condition(
+        conditions,
+        ConditionType.PROGRESSING,
+        "True" if progressing else "False",
+        ("Unschedulable" if pending else "RollingOut") if progressing else "Settled",
+        pending or ("rolling out the rendered pods" if progressing else "pods match the spec"),
+        now,
+        generation,
+    )
+    disabled = status.speculation.disabled
+    degraded_reason, degraded_message = "AsExpected", "no failures"
+    if failure:
+        degraded_reason, degraded_message = "RuntimeFailed", failure
+    elif disabled:
+        degraded_reason = "SpeculationDisabled"
+        degraded_message = status.speculation.disabled_reason or "rollback disabled speculation"
+    conditions = set_condition(
+        conditions,
+        ConditionType.DEGRADED,
+        "True" if failure or disabled else "False",
+        degraded_reason,
+        degraded_message,
+        now,
+        generation,
+    )
+
+    if failure or disabled:
+        phase = Phase.DEGRADED
+    elif candidate is not None:
+        phase = Phase.CANARY
+    elif ready:
+        phase = Phase.READY
+    else:
+        phase = Phase.PROGRESSING if children.stable else Phase.PENDING
+
+    ready_pods = sum(
+        1
+        for pod in children.pods
+        if any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (pod.get("status") or {}).get("conditions") or []
+        )
+    )
+    return status.model_copy(
+        update={
+            "observed_generation": generation,
+            "phase": phase,
+            "replicas": replicas + (1 if candidate else 0),
+            "ready_replicas": ready_pods,
+            "conditions": conditions,
+        }
+    )

@@ -1,0 +1,133 @@
+"""The renderer: golden files per method, and the properties every child must have."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specfleet.operator import render
+from specfleet.operator.api import SpeculativeModel
+from tests.conftest import REPO
+
+GOLDEN = REPO / "tests" / "golden" / "render"
+UPDATE = os.environ.get("SPECFLEET_UPDATE_GOLDEN") == "1"
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def model_from(manifest: dict[str, Any], **status: Any) -> SpeculativeModel:
+    body = {
+        **manifest,
+        "metadata": {
+            **manifest["metadata"],
+            "namespace": "serving",
+            "uid": "uid-1",
+            "generation": 1,
+        },
+    }
+    if status:
+        body["status"] = status
+    return SpeculativeModel.model_validate(body)
+
+
+def example(path: Path) -> dict[str, Any]:
+    return dict(yaml.safe_load(path.read_text()))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_children_match_golden_files(path: Path) -> None:
+    rendered = yaml.safe_dump_all(render.children(model_from(example(path))), sort_keys=False)
+    golden = GOLDEN / f"{path.stem}.yaml"
+    if UPDATE:
+        golden.write_text(rendered)
+    assert golden.exists(), f"missing {golden}; run with SPECFLEET_UPDATE_GOLDEN=1"
+    assert rendered == golden.read_text(), f"{golden} differs; review and update"
+
+
+def _container(manifest: dict[str, Any]) -> dict[str, Any]:
+    return dict(manifest["spec"]["template"]["spec"]["containers"][0])
+
+
+def _arg(container: dict[str, Any], flag: str) -> str | None:
+    args = container["args"]
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> None:
+    stable, canary, service = render.children(model_from(peagle_manifest))
+    container = _container(stable)
+    assert container["command"] == ["specfleet-runtime", "serve"]
+    assert _arg(container, "--method") == "peagle"
+    assert _arg(container, "--num-speculative-tokens") == "3"
+    assert _arg(container, "--host") == "$(POD_IP)"
+    assert container["args"][-3:] == ["--", "--max-model-len", "8192"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    for child in (stable, canary, service):
+        assert child["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert child["metadata"]["ownerReferences"][0]["controller"] is True
+    assert stable["spec"]["replicas"] == 2 and canary["spec"]["replicas"] == 0
+    assert service["spec"]["selector"] == {render.MODEL_LABEL: "llama-8b"}
+
+
+def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -> None:
+    model = model_from(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
+    stable, canary, _ = render.children(model)
+    assert canary["metadata"]["name"] == "llama-8b-canary"
+    assert canary["spec"]["replicas"] == 1
+    assert _arg(_container(canary), "--num-speculative-tokens") == "5"
+    assert _arg(_container(stable), "--num-speculative-tokens") == "3"
+    assert canary["spec"]["selector"]["matchLabels"][render.TRACK_LABEL] == "canary"
+
+
+def test_disabled_speculation_runs_plain_decoding(peagle_manifest: dict[str, Any]) -> None:
+    model = model_from(peagle_manifest, speculation={"tokens": 3, "disabled": True})
+    container = _container(render.children(model)[0])
+    assert _arg(container, "--method") == "none"
+    assert "--num-speculative-tokens" not in container["args"]
+    assert "--draft-model" not in container["args"]
+
+
+def test_ngram_renders_prompt_lookup() -> None:
+    container = _container(
+        render.children(model_from(example(REPO / "examples/qwen-ngram.yaml")))[0]
+    )
+    assert _arg(container, "--prompt-lookup-min") == "2"
+    assert _arg(container, "--prompt-lookup-max") == "5"
+    assert "--draft-model" not in container["args"]
+
+
+@given(k1=st.integers(1, 8), k2=st.integers(1, 8))
+def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int) -> None:
+    manifest = example(REPO / "examples/llama-peagle.yaml")
+    hashes = [
+        render.children(model_from(manifest, speculation={"tokens": k}))[0]["spec"]["template"][
+            "metadata"
+        ]["annotations"][render.CONFIG_HASH_ANNOTATION]
+        for k in (k1, k2)
+    ]
+    assert (hashes[0] == hashes[1]) == (k1 == k2)
+
+
+def test_rendering_is_deterministic(peagle_manifest: dict[str, Any]) -> None:
+    assert render.children(model_from(peagle_manifest)) == render.children(
+        model_from(peagle_manifest)
+    )
+
+
+def test_render_cli_prints_children() -> None:
+    from typer.testing import CliRunner
+
+    from specfleet.operator.cli import app
+
+    result = CliRunner().invoke(app, ["render", str(REPO / "examples/llama-peagle.yaml")])
+    assert result.exit_code == 0, result.output
+    kinds = [d["kind"] for d in yaml.safe_load_all(result.output)]
+    assert kinds == ["Deployment", "Deployment", "Service"]

@@ -1,0 +1,158 @@
+"""Status from spec and children: K taken from the spec, conditions, phase, failures."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from specfleet.operator.api import ConditionType, Phase, SpeculativeModel
+from specfleet.operator.status import (
+    Children,
+    runtime_failure,
+    summarize,
+    with_requested_speculation,
+)
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def model(manifest: dict[str, Any], **status: Any) -> SpeculativeModel:
+    body = {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns", "generation": 4}}
+    body["status"] = status
+    return SpeculativeModel.model_validate(body)
+
+
+def deployment(replicas: int, ready: int, generation: int = 1) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": generation},
+        "status": {
+            "observedGeneration": generation,
+            "replicas": replicas,
+            "updatedReplicas": replicas,
+            "readyReplicas": ready,
+        },
+    }
+
+
+def pod(name: str, ready: bool = True, **container: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": [{"name": "runtime", **container}],
+        },
+    }
+
+
+def test_first_sight_takes_k_from_the_spec(peagle_manifest: dict[str, Any]) -> None:
+    status = with_requested_speculation(model(peagle_manifest))
+    assert status.speculation.tokens == 3
+    assert status.speculation.requested_tokens == 3
+    assert status.speculation.last_known_good_tokens == 3
+    assert status.speculation.parallel_drafting is True
+
+
+def test_tuned_k_survives_unrelated_spec_changes(peagle_manifest: dict[str, Any]) -> None:
+    tuned = {"speculation": {"tokens": 6, "requestedTokens": 3, "lastKnownGoodTokens": 6}}
+    assert with_requested_speculation(model(peagle_manifest, **tuned)).speculation.tokens == 6
+
+
+def test_new_k_in_git_resets_the_tuned_k_and_drops_the_canary(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    peagle_manifest["spec"]["speculation"]["tokens"] = 4
+    tuned = {
+        "speculation": {"tokens": 6, "requestedTokens": 3, "candidateTokens": 7},
+        "canary": {"candidateTokens": 7},
+    }
+    status = with_requested_speculation(model(peagle_manifest, **tuned))
+    assert status.speculation.tokens == 4
+    assert status.speculation.candidate_tokens is None
+    assert status.canary is None
+
+
+def test_narrowed_bounds_clamp_the_tuned_k(peagle_manifest: dict[str, Any]) -> None:
+    peagle_manifest["spec"]["speculation"]["maxTokens"] = 5
+    tuned = {"speculation": {"tokens": 8, "requestedTokens": 3}}
+    assert with_requested_speculation(model(peagle_manifest, **tuned)).speculation.tokens == 5
+
+
+def test_ready_when_the_stable_track_is_rolled_out(peagle_manifest: dict[str, Any]) -> None:
+    m = model(peagle_manifest, speculation={"tokens": 3})
+    children = Children(stable=deployment(2, 2), canary=deployment(0, 0), pods=[pod("a"), pod("b")])
+    status = summarize(m, children, T0)
+    conditions = {c.type: c for c in status.conditions}
+    assert conditions[ConditionType.READY].status == "True"
+    assert conditions[ConditionType.PROGRESSING].status == "False"
+    assert conditions[ConditionType.DEGRADED].status == "False"
+    assert status.phase is Phase.READY
+    assert status.observed_generation == 4
+    assert status.ready_replicas == 2
+
+
+def test_transition_time_moves_only_on_a_change(peagle_manifest: dict[str, Any]) -> None:
+    m = model(peagle_manifest, speculation={"tokens": 3})
+    rolling = summarize(m, Children(stable=deployment(2, 1)), T0)
+    still_rolling = summarize(
+        m.model_copy(update={"status": rolling}),
+        Children(stable=deployment(2, 1)),
+        T0 + timedelta(minutes=1),
+    )
+    ready = summarize(
+        m.model_copy(update={"status": still_rolling}),
+        Children(stable=deployment(2, 2)),
+        T0 + timedelta(minutes=2),
+    )
+
+    def ready_since(status: Any) -> datetime:
+        return next(
+            c for c in status.conditions if c.type is ConditionType.READY
+        ).last_transition_time
+
+    assert ready_since(rolling) == ready_since(still_rolling) == T0
+    assert ready_since(ready) == T0 + timedelta(minutes=2)
+
+
+def test_preflight_failure_degrades_with_the_runtimes_reason(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    crashed = pod(
+        "llama-8b-1",
+        ready=False,
+        state={"waiting": {"reason": "CrashLoopBackOff"}},
+        lastState={
+            "terminated": {
+                "exitCode": 2,
+                "message": "preflight: draft vocab_size 32000 does not match target 128256",
+            }
+        },
+    )
+    m = model(peagle_manifest, speculation={"tokens": 3})
+    status = summarize(m, Children(stable=deployment(2, 0), pods=[crashed]), T0)
+    degraded = next(c for c in status.conditions if c.type is ConditionType.DEGRADED)
+    assert degraded.status == "True" and degraded.reason == "RuntimeFailed"
+    assert "draft vocab_size 32000 does not match target 128256" in degraded.message
+    assert status.phase is Phase.DEGRADED
+
+
+def test_missing_secret_is_a_failure_too() -> None:
+    stuck = pod(
+        "p",
+        ready=False,
+        state={
+            "waiting": {
+                "reason": "CreateContainerConfigError",
+                "message": 'secret "hf-token" not found',
+            }
+        },
+    )
+    assert (
+        runtime_failure([stuck]) == 'pod p: CreateContainerConfigError: secret "hf-token" not found'
+    )
+
+
+def test_canary_phase_while_a_candidate_runs(peagle_manifest: dict[str, Any]) -> None:
+    m = model(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
+    status = summarize(m, Children(stable=deployment(2, 2), canary=deployment(1, 1)), T0)
+    assert status.phase is Phase.CANARY
+    assert status.replicas == 3
