@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from specfleet.operator.api import ConditionType, Phase, SpeculativeModel
+from specfleet.operator.api import ConditionType, Phase, SpeculativeModel, SpeculativeModelStatus
 from specfleet.operator.status import (
     Children,
     runtime_failure,
@@ -104,7 +104,7 @@ def test_transition_time_moves_only_on_a_change(peagle_manifest: dict[str, Any])
         T0 + timedelta(minutes=2),
     )
 
-    def ready_since(status: Any) -> datetime:
+    def ready_since(status: SpeculativeModelStatus) -> datetime:
         return next(
             c for c in status.conditions if c.type is ConditionType.READY
         ).last_transition_time
