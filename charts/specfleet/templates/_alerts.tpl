@@ -1,0 +1,145 @@
+{{/*
+The alert rules: the single source of the PrometheusRule (prometheusrule.yaml) and of
+the plain rules file deploy/prometheus/specfleet-alerts.yaml (rendered from this with
+the default values; tests/test_alerts.py fails when it is stale). Every window and
+pending period is a value, so tests can evaluate the rules at short intervals.
+
+vLLM's series are grouped by (namespace, model): the PodMonitor (or the scrape config in
+docs/alerts.md) copies the pod labels specfleet.io/model and specfleet.io/track to
+`model` and `track`. Acceptance is judged on the stable track only (`track!="canary"`
+also matches pods without the label): a canary's candidate K is an experiment the
+operator aborts by itself.
+*/}}
+{{- define "specfleet.alertGroups" -}}
+{{- $a := .Values.alerts -}}
+{{- $runbook := $a.runbookBaseURL -}}
+groups:
+  - name: specfleet
+    {{- with $a.evaluationInterval }}
+    interval: {{ . }}
+    {{- end }}
+    rules:
+      {{- with $a.acceptanceBelowFloor }}
+      {{- if .enabled }}
+      - alert: SpecfleetAcceptanceBelowFloor
+        # From vLLM's own counters, so it fires even when the operator is down.
+        expr: |-
+          (
+            sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_total{track!="canary"}[{{ .window }}]))
+            /
+            sum by (namespace, model) (rate(vllm:spec_decode_num_draft_tokens_total{track!="canary"}[{{ .window }}]))
+          ) < {{ .floor }}
+          and on (namespace, model)
+          sum by (namespace, model) (rate(vllm:spec_decode_num_draft_tokens_total{track!="canary"}[{{ .window }}])) > {{ .minDraftTokensPerSecond }}
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ printf "%s draft acceptance is below the floor %v" `{{ $labels.namespace }}/{{ $labels.model }}` .floor | quote }}
+          description: {{ printf "The draft acceptance rate of %s (vLLM's accepted / draft tokens over %s, stable pods) is %s, under the floor %v. The operator rolls back on its own after spec.rollback.failureLimit failing windows; if this keeps firing, the rollback is not happening (operator down?) or even the last known good K no longer clears the floor." `{{ $labels.namespace }}/{{ $labels.model }}` .window `{{ $value | humanizePercentage }}` .floor | quote }}
+          runbook_url: {{ printf "%s#specfleetacceptancebelowfloor" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.rollback }}
+      {{- if .enabled }}
+      - alert: SpecfleetRollback
+        # increase() misses a counter's first increment (the series appears at 1), so a
+        # series that exists now but did not one window ago counts too.
+        expr: |-
+          sum by (namespace, model, reason) (increase(specfleet_rollbacks_total[{{ .window }}])) > 0
+          or
+          sum by (namespace, model, reason) (specfleet_rollbacks_total unless specfleet_rollbacks_total offset {{ .window }}) > 0
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.namespace }}/{{ $labels.model }} was rolled back ({{ $labels.reason }})` | quote }}
+          description: {{ printf "The operator rolled %s back within the last %s, reason %s: acceptance fell under spec.rollback.minAcceptance for spec.rollback.failureLimit windows in a row. The decision, with the acceptance it saw, is in status.history and in the object's Events." `{{ $labels.namespace }}/{{ $labels.model }}` .window `{{ $labels.reason }}` | quote }}
+          runbook_url: {{ printf "%s#specfleetrollback" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.speculationInactive }}
+      {{- if .enabled }}
+      - alert: SpecfleetSpeculationInactive
+        # Serving tokens, and either the operator reports speculation off, or vLLM
+        # drafts nothing (the second part works without the operator).
+        expr: |-
+          sum by (namespace, model) (rate(vllm:generation_tokens_total{track!="canary"}[{{ .window }}])) > 0
+          and on (namespace, model)
+          (
+            max by (namespace, model) (specfleet_speculation_active) == 0
+            or
+            (
+              sum by (namespace, model) (rate(vllm:generation_tokens_total{track!="canary"}[{{ .window }}]))
+              unless on (namespace, model)
+              sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}])) > 0
+            )
+          )
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.namespace }}/{{ $labels.model }} serves requests without speculative decoding` | quote }}
+          description: {{ printf "%s generated tokens over the last %s but speculation is not active: the operator disabled it after rollbacks (status.speculation.disabledReason), the pods are not drafting, or the draft failed its preflight. Requests are served at plain decoding speed." `{{ $labels.namespace }}/{{ $labels.model }}` .window | quote }}
+          runbook_url: {{ printf "%s#specfleetspeculationinactive" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.tunerFlapping }}
+      {{- if .enabled }}
+      - alert: SpecfleetTunerFlapping
+        expr: |-
+          max by (namespace, model) (changes(specfleet_speculative_tokens{track="stable"}[{{ .window }}])) > {{ .maxChanges }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.namespace }}/{{ $labels.model }}: the tuner keeps changing K` | quote }}
+          description: {{ printf "The stable K of %s changed %s times in the last %s (more than %v). Each change is a rollout of every stable pod; the tuner is flapping between candidates whose goodput or acceptance it cannot tell apart." `{{ $labels.namespace }}/{{ $labels.model }}` `{{ $value }}` .window .maxChanges | quote }}
+          runbook_url: {{ printf "%s#specfleettunerflapping" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.metricsUnavailable }}
+      {{- if .enabled }}
+      - alert: SpecfleetMetricsUnavailable
+        expr: |-
+          max by (namespace, model) (specfleet_metrics_available) == 0
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.namespace }}/{{ $labels.model }}: the operator cannot measure acceptance` | quote }}
+          description: {{ printf "The operator has had too many inconclusive metrics windows in a row for %s (MetricsAvailable=False): pods unreachable, no traffic, or too few draft tokens per window. It neither tunes K nor rolls back while this lasts." `{{ $labels.namespace }}/{{ $labels.model }}` | quote }}
+          runbook_url: {{ printf "%s#specfleetmetricsunavailable" $runbook }}
+      {{- end }}
+      {{- end }}
+      {{- with $a.operatorDown }}
+      {{- if .enabled }}
+      - alert: SpecfleetOperatorDown
+        expr: |-
+          absent(up{job={{ $a.operatorJob | quote }}} == 1)
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: "The specfleet operator is down"
+          description: {{ printf "No target of the scrape job %s has been up for %s. Inference pods keep serving with the K they have, but nothing tunes K or rolls back on low acceptance until the operator is back." $a.operatorJob .for | quote }}
+          runbook_url: {{ printf "%s#specfleetoperatordown" $runbook }}
+      {{- end }}
+      {{- end }}
+{{- end -}}
