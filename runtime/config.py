@@ -1,0 +1,302 @@
+"""The runtime's config: the contract between the operator and each pod.
+
+The operator renders a `RuntimeConfig` into the container's args (`to_args`), and the
+pod parses them back (`parse_serve_args`). Parsing follows vLLM's own CLI: the last
+occurrence of a flag wins, so args appended after the rendered ones (`--host
+$(POD_IP)`) re-bind the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import Annotated, NoReturn
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+MAX_SPECULATIVE_TOKENS = 32  # P-EAGLE's limit, the largest any method allows
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+ENV_ENGINE = "SPECFLEET_ENGINE"
+ENV_TERMINATION_LOG = "SPECFLEET_TERMINATION_LOG"
+ENV_SIM_PROFILE = "SPECFLEET_SIM_PROFILE"
+ENV_SIM_SEED = "SPECFLEET_SIM_SEED"
+
+
+class ConfigError(ValueError):
+    """An invalid runtime config; its message is one line, fit for a termination log."""
+
+
+class Method(StrEnum):
+    PEAGLE = "peagle"
+    EAGLE3 = "eagle3"
+    EAGLE = "eagle"
+    NGRAM = "ngram"
+    NONE = "none"
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self in (Method.PEAGLE, Method.EAGLE3, Method.EAGLE)
+
+    @property
+    def speculates(self) -> bool:
+        return self is not Method.NONE
+
+    @property
+    def parallel_drafting(self) -> bool:
+        return self is Method.PEAGLE
+
+
+class Engine(StrEnum):
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+
+
+class BatchScheduleEntry(BaseModel):
+    """Batch sizes start..end (inclusive) use k speculative tokens (vLLM's schedule)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    start: PositiveInt
+    end: PositiveInt
+    k: Annotated[int, Field(ge=0, le=MAX_SPECULATIVE_TOKENS)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BatchScheduleEntry:
+        if self.start > self.end:
+            raise ValueError(f"batch schedule {self}: start must be <= end")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.end}:{self.k}"
+
+    @classmethod
+    def parse(cls, text: str) -> BatchScheduleEntry:
+        parts = text.split(":")
+        if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"--batch-schedule {text!r} is not START:END:K (e.g. 1:8:5)")
+        start, end, k = (int(p) for p in parts)
+        return cls(start=start, end=end, k=k)
+
+
+class RuntimeConfig(BaseModel):
+    """Everything a pod's runtime needs: what to serve, how to speculate, where to bind."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: Annotated[str, Field(min_length=1)]
+    served_model_name: str | None = None
+    method: Method = Method.NONE
+    draft_model: str | None = None
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_SPECULATIVE_TOKENS)] | None = None
+    draft_tensor_parallel_size: PositiveInt | None = None
+    prompt_lookup_min: PositiveInt | None = None
+    prompt_lookup_max: PositiveInt | None = None
+    batch_schedule: tuple[BatchScheduleEntry, ...] = ()
+    tensor_parallel_size: PositiveInt = 1
+    host: str | None = None
+    port: Annotated[int, Field(ge=1, le=65535)] | None = None
+    termination_log: str = DEFAULT_TERMINATION_LOG
+    engine: Engine = Engine.VLLM
+    sim_profile: str | None = None
+    seed: int | None = None
+    extra_args: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RuntimeConfig:
+        method = self.method
+        if method.uses_draft_model and not self.draft_model:
+            raise ValueError(f"method {method} needs --draft-model")
+        if method.speculates and self.num_speculative_tokens is None:
+            raise ValueError(f"method {method} needs --num-speculative-tokens")
+        if method is not Method.NGRAM and method.speculates and self.prompt_lookup_given:
+            raise ValueError("--prompt-lookup-min/--prompt-lookup-max apply to method ngram only")
+        if (
+            self.prompt_lookup_min is not None
+            and self.prompt_lookup_max is not None
+            and self.prompt_lookup_min > self.prompt_lookup_max
+        ):
+            raise ValueError("--prompt-lookup-min must be <= --prompt-lookup-max")
+        if self.draft_tensor_parallel_size not in (None, 1, self.tensor_parallel_size):
+            raise ValueError(
+                "--draft-tensor-parallel-size must be 1 or the --tensor-parallel-size "
+                f"({self.tensor_parallel_size})"
+            )
+        self._check_schedule()
+        return self
+
+    def _check_schedule(self) -> None:
+        if not self.batch_schedule or not self.method.speculates:
+            return
+        k_max = self.num_speculative_tokens or 0
+        # The same rules vLLM enforces at start-up, so a bad schedule fails here with a
+        # one-line reason instead of deep inside the engine.
+        entries = sorted(self.batch_schedule, key=lambda e: e.start)
+        if entries[0].start != 1:
+            raise ValueError("--batch-schedule must start at batch size 1")
+        for before, after in itertools.pairwise(entries):
+            if after.start <= before.end:
+                raise ValueError(f"--batch-schedule ranges {before} and {after} overlap")
+        for entry in entries:
+            if entry.k > k_max:
+                raise ValueError(
+                    f"--batch-schedule {entry}: K must be <= --num-speculative-tokens ({k_max})"
+                )
+
+    @property
+    def prompt_lookup_given(self) -> bool:
+        return self.prompt_lookup_min is not None or self.prompt_lookup_max is not None
+
+    @property
+    def name_served(self) -> str:
+        """The name clients and metrics use: the served name, else the model."""
+        return self.served_model_name or self.model
+
+    def k_for_batch(self, batch: int) -> int:
+        """K in effect at a batch size: the schedule's entry (carried over gaps), else K."""
+        k_max = self.num_speculative_tokens or 0
+        if not self.method.speculates:
+            return 0
+        k = k_max
+        for entry in sorted(self.batch_schedule, key=lambda e: e.start):
+            if entry.start > batch:
+                break
+            k = entry.k  # a gap after an entry keeps that entry's K, as vLLM does
+            if batch <= entry.end:
+                break
+        return min(k, k_max)
+
+    def to_args(self) -> list[str]:
+        """The `specfleet-runtime serve` args that parse back to this config."""
+        args = ["--model", self.model]
+        options: list[tuple[str, object]] = [
+            ("--served-model-name", self.served_model_name),
+            ("--method", self.method.value),
+            ("--draft-model", self.draft_model),
+            ("--num-speculative-tokens", self.num_speculative_tokens),
+            ("--draft-tensor-parallel-size", self.draft_tensor_parallel_size),
+            ("--prompt-lookup-min", self.prompt_lookup_min),
+            ("--prompt-lookup-max", self.prompt_lookup_max),
+            *(("--batch-schedule", entry) for entry in self.batch_schedule),
+            ("--tensor-parallel-size", self.tensor_parallel_size),
+            ("--host", self.host),
+            ("--port", self.port),
+            ("--sim-profile", self.sim_profile),
+            ("--seed", self.seed),
+        ]
+        for flag, value in options:
+            if value is not None:
+                args += [flag, str(value)]
+        if self.termination_log != DEFAULT_TERMINATION_LOG:
+            args += ["--termination-log", self.termination_log]
+        if self.engine is not Engine.VLLM:
+            args += ["--engine", self.engine.value]
+        if self.extra_args:
+            args += ["--", *self.extra_args]
+        return args
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog="specfleet-runtime serve", add_help=False, allow_abbrev=False)
+    add = parser.add_argument
+    add("--model", required=True)
+    add("--served-model-name")
+    add("--method", choices=[m.value for m in Method], default=Method.NONE.value)
+    add("--draft-model")
+    add("--num-speculative-tokens", type=int)
+    add("--draft-tensor-parallel-size", type=int)
+    add("--prompt-lookup-min", type=int)
+    add("--prompt-lookup-max", type=int)
+    add("--batch-schedule", action="append", default=[])
+    add("--tensor-parallel-size", type=int, default=1)
+    add("--host")
+    add("--port", type=int)
+    add("--termination-log")
+    add("--engine", choices=[e.value for e in Engine])
+    add("--sim-profile")
+    add("--seed", type=int)
+    add("--dry-run", action="store_true")
+    return parser
+
+
+def split_extra(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The runtime's own args and the extra `vllm serve` args after the first `--`."""
+    if "--" in argv:
+        cut = list(argv).index("--")
+        return list(argv[:cut]), list(argv[cut + 1 :])
+    return list(argv), []
+
+
+def termination_log_path(argv: Sequence[str], env: Mapping[str, str]) -> str:
+    """Where to write a failure, found even when the rest of the args do not parse."""
+    own, _ = split_extra(argv)
+    path = env.get(ENV_TERMINATION_LOG) or DEFAULT_TERMINATION_LOG
+    for index, arg in enumerate(own):
+        if arg == "--termination-log" and index + 1 < len(own):
+            path = own[index + 1]
+        elif arg.startswith("--termination-log="):
+            path = arg.split("=", 1)[1]
+    return path
+
+
+def one_line(error: ValidationError) -> str:
+    """A pydantic error as one line: each problem's message, joined."""
+    messages = []
+    for detail in error.errors():
+        text = str(detail["msg"]).removeprefix("Value error, ")
+        where = ".".join(str(part) for part in detail["loc"])
+        messages.append(f"{where}: {text}" if where else text)
+    return "; ".join(messages)
+
+
+def parse_serve_args(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[RuntimeConfig, bool]:
+    """The config from `serve` args (and SPECFLEET_* env defaults), and whether --dry-run."""
+    env = os.environ if env is None else env
+    own, extra = split_extra(argv)
+    namespace = _parser().parse_args(own)
+    seed = namespace.seed
+    if seed is None and env.get(ENV_SIM_SEED):
+        try:
+            seed = int(env[ENV_SIM_SEED])
+        except ValueError:
+            raise ConfigError(f"{ENV_SIM_SEED}={env[ENV_SIM_SEED]!r} is not an integer") from None
+    try:
+        schedule = tuple(BatchScheduleEntry.parse(text) for text in namespace.batch_schedule)
+        config = RuntimeConfig(
+            model=namespace.model,
+            served_model_name=namespace.served_model_name,
+            method=Method(namespace.method),
+            draft_model=namespace.draft_model,
+            num_speculative_tokens=namespace.num_speculative_tokens,
+            draft_tensor_parallel_size=namespace.draft_tensor_parallel_size,
+            prompt_lookup_min=namespace.prompt_lookup_min,
+            prompt_lookup_max=namespace.prompt_lookup_max,
+            batch_schedule=schedule,
+            tensor_parallel_size=namespace.tensor_parallel_size,
+            host=namespace.host,
+            port=namespace.port,
+            termination_log=termination_log_path(argv, env),
+            engine=Engine(namespace.engine or env.get(ENV_ENGINE) or Engine.VLLM.value),
+            sim_profile=namespace.sim_profile or env.get(ENV_SIM_PROFILE) or None,
+            seed=seed,
+            extra_args=tuple(extra),
+        )
+    except ValidationError as error:
+        raise ConfigError(one_line(error)) from None
+    except ValueError as error:  # an unknown SPECFLEET_ENGINE, a malformed schedule
+        raise ConfigError(str(error)) from None
+    return config, bool(namespace.dry_run)

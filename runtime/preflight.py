@@ -1,0 +1,205 @@
+"""Checks run before the engine starts, so a bad pod fails in seconds with a reason.
+
+Each failure is a `PreflightError` whose message is one line: the CLI writes it to the
+pod's termination log, and the operator shows it in its Degraded condition.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specfleet.runtime.config import Method, RuntimeConfig
+
+
+class PreflightError(Exception):
+    """A failed check; the message is one line."""
+
+
+# vLLM 0.33's registry names for EAGLE-3 drafts (P-EAGLE drafts are EAGLE-3 drafts
+# trained for parallel drafting) and the speculators library's class names.
+EAGLE3_ARCHITECTURE_MARKERS = ("eagle3", "peagle")
+EAGLE3_SPECULATOR_TYPES = ("eagle3", "peagle")
+# Where vLLM 0.33 looks for the parallel-drafting mask token (speculators' peagle
+# configs carry `mask_token_id`, which vLLM maps to `pard_token`).
+MASK_TOKEN_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
+
+
+@dataclass(frozen=True)
+class ModelConfigFile:
+    """A model's config.json, with lookups that see through nested layer configs."""
+
+    path: Path
+    data: Mapping[str, Any]
+
+    def get(self, key: str) -> Any:
+        # Multimodal targets nest the language model under text_config; speculators
+        # drafts nest the decoder layer under transformer_layer_config.
+        for scope in (
+            self.data,
+            self.data.get("text_config"),
+            self.data.get("transformer_layer_config"),
+        ):
+            if isinstance(scope, Mapping) and scope.get(key) is not None:
+                return scope[key]
+        return None
+
+    @property
+    def architectures(self) -> list[str]:
+        found = self.get("architectures")
+        return [str(a) for a in found] if isinstance(found, list) else []
+
+    @property
+    def speculators_type(self) -> str | None:
+        value = self.data.get("speculators_model_type")
+        return str(value) if value is not None else None
+
+
+def is_local(name: str) -> bool:
+    """Whether vLLM would load the model from disk (an existing directory) or a path."""
+    return Path(name).is_dir() or name.startswith(("/", "./", "../", "~"))
+
+
+def read_config(name: str, role: str) -> ModelConfigFile:
+    directory = Path(name).expanduser()
+    if not directory.is_dir():
+        raise PreflightError(f"{role} model directory {name} does not exist")
+    path = directory / "config.json"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PreflightError(f"{role} model {name} has no config.json") from None
+    except (OSError, ValueError) as error:
+        raise PreflightError(f"{role} model {path} is not readable JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise PreflightError(f"{role} model {path} is not a JSON object")
+    return ModelConfigFile(path, data)
+
+
+def _is_eagle3(draft: ModelConfigFile) -> bool:
+    if draft.speculators_type in EAGLE3_SPECULATOR_TYPES:
+        return True
+    return any(m in a.lower() for a in draft.architectures for m in EAGLE3_ARCHITECTURE_MARKERS)
+
+
+def _is_eagle(draft: ModelConfigFile) -> bool:
+    if draft.speculators_type == "eagle":
+        return True
+    return any("eagle" in a.lower() and not _is_eagle3(draft) for a in draft.architectures)
+
+
+def mask_token(draft: ModelConfigFile) -> int | None:
+    for key in MASK_TOKEN_KEYS:
+        value = draft.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def check_draft_kind(method: Method, draft: ModelConfigFile) -> None:
+    """The draft is the kind of model the method runs."""
+    described = (
+        f"architectures={draft.architectures} speculators_model_type={draft.speculators_type}"
+    )
+    if method in (Method.PEAGLE, Method.EAGLE3) and not _is_eagle3(draft):
+        raise PreflightError(
+            f"draft {draft.path.parent} is not an EAGLE-3/P-EAGLE draft ({described})"
+        )
+    if method is Method.EAGLE and not (_is_eagle(draft) or _is_eagle3(draft)):
+        raise PreflightError(f"draft {draft.path.parent} is not an EAGLE draft ({described})")
+    if method is Method.PEAGLE:
+        token = mask_token(draft)
+        if token is None:
+            raise PreflightError(
+                f"P-EAGLE draft {draft.path.parent} has no mask token "
+                f"(one of {', '.join(MASK_TOKEN_KEYS)} in config.json): it was not trained "
+                "for parallel drafting; use method eagle3"
+            )
+        vocab = draft.get("vocab_size")
+        if isinstance(vocab, int) and not 0 <= token < vocab:
+            raise PreflightError(
+                f"P-EAGLE draft mask token {token} is outside its vocabulary (0..{vocab - 1})"
+            )
+
+
+def check_compatible(target: ModelConfigFile, draft: ModelConfigFile) -> None:
+    """The draft reads the target's hidden states and emits the target's tokens."""
+    target_vocab, draft_vocab = target.get("vocab_size"), draft.get("vocab_size")
+    if isinstance(target_vocab, int) and isinstance(draft_vocab, int):
+        if draft_vocab != target_vocab:
+            raise PreflightError(
+                f"draft vocabulary size {draft_vocab} != target vocabulary size {target_vocab}"
+            )
+        reduced = draft.get("draft_vocab_size")
+        if isinstance(reduced, int) and not 0 < reduced <= target_vocab:
+            raise PreflightError(
+                f"draft_vocab_size {reduced} must be in 1..target vocabulary size {target_vocab}"
+            )
+    target_hidden = target.get("hidden_size")
+    # EAGLE-3 drafts may name the target's width explicitly when their own differs.
+    expected = draft.get("target_hidden_size") or draft.get("hidden_size")
+    if isinstance(target_hidden, int) and isinstance(expected, int) and expected != target_hidden:
+        raise PreflightError(
+            f"draft expects target hidden size {expected}, target has {target_hidden}"
+        )
+
+
+def visible_gpus(env: Mapping[str, str], use_torch: bool) -> int | None:
+    """GPUs this process can use; None when nothing tells (then the check is skipped)."""
+    if use_torch and importlib.util.find_spec("torch") is not None:
+        torch = importlib.import_module("torch")
+        return int(torch.cuda.device_count())
+    for variable in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+        value = env.get(variable)
+        if value is None:
+            continue
+        value = value.strip()
+        if value in ("", "none", "void", "-1"):
+            return 0
+        if value == "all":
+            return None
+        return len([d for d in value.split(",") if d.strip()])
+    return None
+
+
+def check_gpus(config: RuntimeConfig, gpus: int | None) -> str:
+    if gpus is None:
+        return (
+            "GPU count unknown (no torch, no CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES): skipped"
+        )
+    if config.tensor_parallel_size > gpus:
+        raise PreflightError(
+            f"tensor parallel size {config.tensor_parallel_size} needs "
+            f"{config.tensor_parallel_size} GPUs, {gpus} visible"
+        )
+    return f"{gpus} GPU(s) visible for tensor parallel size {config.tensor_parallel_size}"
+
+
+def run(
+    config: RuntimeConfig,
+    env: Mapping[str, str],
+    use_torch: bool,
+    log: Callable[[str], None],
+) -> None:
+    """Run every check; raise PreflightError on the first failure, log what was checked."""
+    target = None
+    if is_local(config.model):
+        target = read_config(config.model, "target")
+        log(f"preflight: target {config.model}: config.json read")
+    else:
+        log(f"preflight: target {config.model} is a hub name: file checks skipped")
+    if config.method.uses_draft_model and config.draft_model:
+        if is_local(config.draft_model):
+            draft = read_config(config.draft_model, "draft")
+            check_draft_kind(config.method, draft)
+            if target is not None:
+                check_compatible(target, draft)
+            log(f"preflight: draft {config.draft_model}: fits method {config.method}")
+        else:
+            log(f"preflight: draft {config.draft_model} is a hub name: file checks skipped")
+    log("preflight: " + check_gpus(config, visible_gpus(env, use_torch)))
