@@ -115,19 +115,22 @@ and every kind not listed here.
     - get
     - list
     - watch
-# Events: kopf posts handler results and the operator posts each decision (promote,
-# rollback, ...). create: without it those Events are lost (kopf logs a warning);
-# patch: a repeated event updates the existing Event's count/series instead of piling
-# up new objects. Both API groups: core v1 (kopf) and events.k8s.io/v1.
+# Events (core v1, which kopf posts to, and events.k8s.io/v1): kopf reports handler
+# results and the operator each decision (promote, rollback, ...) as Events.
 - apiGroups: [""]
   resources: [events]
   verbs:
+    # create: without it those Events are lost (kopf logs a warning per event).
     - create
+    # patch: a repeated event updates the existing Event's count instead of piling up
+    # new objects; without it repeats fail like a missing create.
     - patch
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs:
+    # create: as above, for clients that post through the events.k8s.io/v1 API.
     - create
+    # patch: as above (series updates of a repeated event).
     - patch
 {{- end -}}
 

@@ -1,0 +1,519 @@
+"""The Helm chart: lint, golden renderings, the values schema, and the operator contract.
+
+Offline: `helm template` and `helm lint` only. The helpers here (helm, render, manifests)
+are shared with tests/test_alerts.py and e2e/test_chart*.py.
+
+Update the golden files after a reviewed change with SPECFLEET_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+CHART = REPO / "charts" / "specfleet"
+GOLDEN = REPO / "tests" / "golden" / "chart"
+CUSTOM_VALUES = GOLDEN / "custom-values.yaml"
+UPDATE = os.environ.get("SPECFLEET_UPDATE_GOLDEN") == "1"
+RELEASE = "specfleet"
+NAMESPACE = "specfleet-system"
+
+# (apiGroup, resource, verb) the operator needs, and nothing else (docs/install.md).
+EXPECTED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
+    [("specfleet.io", "speculativemodels", v) for v in ("get", "list", "watch", "patch")]
+    + [("specfleet.io", "speculativemodels/status", v) for v in ("get", "patch")]
+    + [("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")]
+    + [("", "services", v) for v in ("get", "list", "watch", "create", "patch")]
+    + [("", "pods", v) for v in ("get", "list", "watch")]
+    + [("", "events", v) for v in ("create", "patch")]
+    + [("events.k8s.io", "events", v) for v in ("create", "patch")]
+)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+@functools.cache
+def helm_binary() -> str:
+    """$SPECFLEET_HELM, else helm on PATH, else the one built with the control plane."""
+    if os.environ.get("SPECFLEET_HELM"):
+        return os.environ["SPECFLEET_HELM"]
+    found = shutil.which("helm")
+    if found:
+        return found
+    from e2e import cluster
+
+    built = cluster.build_binaries() / "helm"
+    if not built.exists():
+        pytest.fail(f"helm not found on PATH nor at {built}: run `make tools`")
+    return str(built)
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/specfleet-helm/cache"}
+    env.setdefault("HELM_CONFIG_HOME", "/tmp/specfleet-helm/config")
+    env.setdefault("HELM_DATA_HOME", "/tmp/specfleet-helm/data")
+    result = subprocess.run(
+        [helm_binary(), *args], capture_output=True, text=True, check=False, env=env
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+def render(
+    *,
+    values: Sequence[Path] = (),
+    set_json: Sequence[str] = (),
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+    show_only: str | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """`helm template` of the chart; `set_json` items are `path=<json>`."""
+    args = ["template", release, str(CHART), "--namespace", namespace]
+    for path in values:
+        args += ["--values", str(path)]
+    for item in set_json:
+        args += ["--set-json", item]
+    if show_only:
+        args += ["--show-only", show_only]
+    return helm(*args, check=check)
+
+
+def manifests(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def rendered(**kwargs: Any) -> list[dict[str, Any]]:
+    return manifests(render(**kwargs).stdout)
+
+
+def one(documents: Iterable[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in documents if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def permissions(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def container(documents: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = one(documents, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return dict(containers[0])
+
+
+# ---------------------------------------------------------------------------- chart
+
+
+def test_chart_versions_match_the_package() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert chart["apiVersion"] == "v2"
+    assert chart["version"] == "0.1.0"
+    assert chart["appVersion"] == "0.1.0" == project["version"]
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    """crds/ in the chart holds the generated CRD only (test_crd checks it is fresh)."""
+    files = sorted(p.name for p in (CHART / "crds").iterdir())
+    assert files == ["specfleet.io_speculativemodels.yaml"]
+    generated = (REPO / "crds" / "specfleet.io_speculativemodels.yaml").read_text()
+    assert (CHART / "crds" / files[0]).read_text() == generated
+
+
+@pytest.mark.parametrize("values", [[], [CUSTOM_VALUES]], ids=["default", "custom"])
+def test_helm_lint_is_clean(values: list[Path]) -> None:
+    args = ["lint", "--strict", str(CHART)]
+    for path in values:
+        args += ["--values", str(path)]
+    result = helm(*args, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values", [[], [CUSTOM_VALUES]], ids=["default", "custom"])
+def test_template_matches_golden_file(values: list[Path]) -> None:
+    golden = GOLDEN / ("custom.yaml" if values else "default.yaml")
+    text = render(values=values).stdout
+    if UPDATE:
+        golden.write_text(text)
+    assert golden.exists(), f"missing {golden}; run with SPECFLEET_UPDATE_GOLDEN=1"
+    assert text == golden.read_text(), (
+        f"{golden.relative_to(REPO)} differs from `helm template`; review the change and "
+        "update with SPECFLEET_UPDATE_GOLDEN=1"
+    )
+
+
+def test_default_rendering_has_the_expected_objects() -> None:
+    kinds = sorted(d["kind"] for d in rendered())
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Deployment",
+            "Service",
+            "ConfigMap",  # the Grafana dashboard
+        ]
+    )
+
+
+def test_custom_rendering_has_every_optional_object() -> None:
+    kinds = sorted(d["kind"] for d in rendered(values=[CUSTOM_VALUES]))
+    assert kinds == sorted(
+        ["ServiceAccount", "Deployment", "Service", "ConfigMap"]
+        + ["Role", "RoleBinding"] * 2
+        + ["ServiceMonitor", "PodMonitor", "PrometheusRule"]
+    )
+
+
+def test_every_object_is_labelled_and_namespaced() -> None:
+    for document in rendered(values=[CUSTOM_VALUES]):
+        meta = document["metadata"]
+        assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE, document["kind"]
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        if document["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert meta.get("namespace"), f"{document['kind']} {meta['name']} has no namespace"
+
+
+# ---------------------------------------------------------------------------- schema
+
+BAD_VALUES = [
+    ("unknown-top-level-key", "replicaCount=2", "replicaCount"),
+    ("floor-above-one", "alerts.acceptanceBelowFloor.floor=1.5", "floor"),
+    ("floor-zero", "alerts.acceptanceBelowFloor.floor=0", "floor"),
+    ("floor-not-a-number", 'alerts.acceptanceBelowFloor.floor="high"', "floor"),
+    ("bad-namespace", 'watch.namespaces=["Team_A"]', "namespaces"),
+    ("duplicate-namespace", 'watch.namespaces=["a","a"]', "namespaces"),
+    ("namespaces-not-a-list", 'watch.namespaces="team-a"', "namespaces"),
+    ("bad-pull-policy", 'image.pullPolicy="Sometimes"', "pullPolicy"),
+    ("empty-repository", 'image.repository=""', "repository"),
+    ("privileged-port", "metrics.port=80", "port"),
+    ("port-out-of-range", "health.port=70000", "port"),
+    ("bad-duration", 'alerts.acceptanceBelowFloor.window="ten minutes"', "window"),
+    ("bad-for", 'alerts.operatorDown.for="5"', "for"),
+    ("zero-max-changes", "alerts.tunerFlapping.maxChanges=0", "maxChanges"),
+    ("negative-min-rate", "alerts.acceptanceBelowFloor.minDraftTokensPerSecond=-1", "minDraft"),
+    ("root", "podSecurityContext.runAsNonRoot=false", "runAsNonRoot"),
+    ("privilege-escalation", "securityContext.allowPrivilegeEscalation=true", "allowPrivilege"),
+    ("privileged", "securityContext.privileged=true", "privileged"),
+    ("typo-in-nested-key", "serviceMonitor.enable=true", "enable"),
+    ("enabled-not-boolean", 'prometheusRule.enabled="yes"', "enabled"),
+    ("runbook-not-a-url", 'alerts.runbookBaseURL="docs/alerts.md"', "runbookBaseURL"),
+    ("runbook-with-fragment", 'alerts.runbookBaseURL="https://x.example/a.md#top"', "runbook"),
+    ("quote-in-job", 'alerts.operatorJob="a\\"b"', "operatorJob"),
+    ("extra-env-without-name", 'extraEnv=[{"value":"x"}]', "name"),
+    ("label-not-a-string", 'podLabels={"tier":1}', "podLabels"),
+]
+
+
+@pytest.mark.parametrize(
+    ("assignment", "field"), [(a, f) for _, a, f in BAD_VALUES], ids=[i for i, _, _ in BAD_VALUES]
+)
+def test_schema_refuses_bad_values(assignment: str, field: str) -> None:
+    result = render(set_json=[assignment], check=False)
+    assert result.returncode != 0, f"{assignment} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr or (
+        "schema" in result.stderr
+    ), result.stderr
+    assert field in result.stderr, result.stderr
+
+
+def test_equal_ports_are_refused() -> None:
+    result = render(set_json=["metrics.port=9000", "health.port=9000"], check=False)
+    assert result.returncode != 0
+    assert "metrics.port and health.port must differ" in result.stderr
+
+
+def test_service_account_name_is_required_when_not_created() -> None:
+    result = render(set_json=["serviceAccount.create=false"], check=False)
+    assert result.returncode != 0
+    assert "serviceAccount.name is required" in result.stderr
+    documents = rendered(set_json=["serviceAccount.create=false", 'serviceAccount.name="ops"'])
+    assert not [d for d in documents if d["kind"] == "ServiceAccount"]
+    binding = one(documents, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "ops", "namespace": NAMESPACE}
+    ]
+    pod = one(documents, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "ops"
+
+
+def test_schema_documents_every_default_value() -> None:
+    """values.yaml and values.schema.json describe the same keys (no undocumented value)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(value: Any, node: dict[str, Any], path: str) -> None:
+        if not isinstance(value, dict) or node.get("additionalProperties") is not False:
+            return
+        properties = node.get("properties", {})
+        for key, child in value.items():
+            assert key in properties, f"{path}{key} is in values.yaml but not in the schema"
+            walk(child, properties[key], f"{path}{key}.")
+        for key in properties:
+            assert key in value or key == "global", f"{path}{key} is in the schema only"
+
+    walk(values, schema, "")
+
+
+# ---------------------------------------------------------------------------- RBAC
+
+
+def test_cluster_wide_rbac_is_exactly_what_the_operator_needs() -> None:
+    documents = rendered()
+    role = one(documents, "ClusterRole")
+    assert permissions(role["rules"]) == EXPECTED_PERMISSIONS
+    binding = one(documents, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    account = one(documents, "ServiceAccount")["metadata"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
+    ]
+    assert not [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
+
+
+def test_namespaced_rbac_has_a_role_per_namespace_and_nothing_cluster_wide() -> None:
+    documents = rendered(set_json=['watch.namespaces=["team-a","team-b"]'])
+    assert not [d for d in documents if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    roles = [d for d in documents if d["kind"] == "Role"]
+    bindings = [d for d in documents if d["kind"] == "RoleBinding"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    for role in roles:
+        assert permissions(role["rules"]) == EXPECTED_PERMISSIONS
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
+
+
+def test_rbac_never_grants_secrets_delete_or_wildcards() -> None:
+    for values in ([], [CUSTOM_VALUES]):
+        for document in rendered(values=values):
+            if document["kind"] not in ("Role", "ClusterRole"):
+                continue
+            for group, resource, verb in permissions(document["rules"]):
+                assert "*" not in (group, resource, verb)
+                assert resource != "secrets"
+                assert verb not in ("delete", "deletecollection", "update", "escalate", "bind")
+                assert verb not in ("impersonate",)
+                assert not (resource == "speculativemodels" and verb == "create")
+
+
+def test_every_verb_is_justified_by_a_comment() -> None:
+    """Each rule in the rendered ClusterRole names each of its verbs in a comment
+    (`# verb[, verb]: why`), so a reviewer sees what breaks without it."""
+    text = render(show_only="templates/rbac.yaml").stdout
+    cluster_role = text.split("kind: ClusterRoleBinding")[0]
+    blocks = re.split(r"\n  - apiGroups: ", cluster_role.split("rules:", 1)[1])[1:]
+    assert len(blocks) == 7
+    for block in blocks:
+        verbs = set(re.findall(r"^\s*- ([a-z]+)$", block, re.MULTILINE))
+        resources = re.findall(r"resources: \[(.*)\]", block)
+        assert verbs and resources, block
+        justified: set[str] = set()
+        for line in block.splitlines():
+            match = re.match(r"\s*#\s*([a-z]+(?:,\s*[a-z]+)*):", line)
+            if match:
+                justified.update(v.strip() for v in match.group(1).split(","))
+        missing = verbs - justified
+        assert not missing, f"{resources}: no comment justifies {sorted(missing)}"
+
+
+def test_patch_on_the_main_resource_is_explained() -> None:
+    text = (CHART / "templates" / "_helpers.tpl").read_text()
+    assert "ONLY kopf's own annotations" in text
+    assert "The\n    # operator never writes spec" in text
+
+
+# ---------------------------------------------------------------------------- Deployment
+
+
+def test_operator_deployment_follows_the_contract() -> None:
+    documents = rendered()
+    deployment = one(documents, "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == one(documents, "ServiceAccount")["metadata"]["name"]
+    main = container(documents)
+    assert main["image"] == "ghcr.io/specfleet/operator:0.1.0"
+    assert main["imagePullPolicy"] == "IfNotPresent"
+    assert main["command"] == ["specfleet", "operator"]
+    assert main["args"] == [
+        "--all-namespaces",
+        "--metrics-port",
+        "8080",
+        "--health-port",
+        "8081",
+        "--standalone",
+    ]
+    assert {p["name"]: p["containerPort"] for p in main["ports"]} == {
+        "metrics": 8080,
+        "health": 8081,
+    }
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert main[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert {
+        "name": "POD_NAMESPACE",
+        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+    } in main["env"]
+    assert main["resources"] == {
+        "requests": {"cpu": "100m", "memory": "256Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+
+
+def test_operator_runs_with_least_privilege() -> None:
+    documents = rendered()
+    pod = one(documents, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    context = container(documents)["securityContext"]
+    assert context["runAsNonRoot"] is True
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_namespaced_watching_passes_each_namespace() -> None:
+    documents = rendered(set_json=['watch.namespaces=["team-a","team-b"]'])
+    args = container(documents)["args"]
+    assert "--all-namespaces" not in args
+    assert args[:4] == ["--namespace", "team-a", "--namespace", "team-b"]
+
+
+def test_custom_values_reach_the_deployment() -> None:
+    documents = rendered(values=[CUSTOM_VALUES])
+    main = container(documents)
+    assert main["image"] == "registry.example.com/ml/specfleet-operator:0.1.0-rc1"
+    assert main["args"][-2:] == ["--period", "10"]
+    assert main["args"][4:8] == ["--metrics-port", "9090", "--health-port", "9091"]
+    assert {p["name"]: p["containerPort"] for p in main["ports"]} == {
+        "metrics": 9090,
+        "health": 9091,
+    }
+    service = one(documents, "Service")
+    assert service["spec"]["ports"][0]["port"] == 9090
+
+
+# ---------------------------------------------------------------------------- monitoring
+
+
+def test_metrics_service_selects_the_operator_pod() -> None:
+    documents = rendered()
+    service = one(documents, "Service")
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    labels = one(documents, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_monitors_are_off_by_default() -> None:
+    kinds = {d["kind"] for d in rendered()}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+
+def test_service_monitor_keeps_the_operators_labels_and_sets_the_job() -> None:
+    documents = rendered(values=[CUSTOM_VALUES])
+    monitor = one(documents, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service = one(documents, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["honorLabels"] is True  # the series' own namespace/model labels win
+    assert {"targetLabel": "job", "replacement": "specfleet"} in endpoint["relabelings"]
+
+
+def test_pod_monitor_copies_model_and_track_labels() -> None:
+    documents = rendered(values=[CUSTOM_VALUES])
+    monitor = one(documents, "PodMonitor")
+    assert monitor["spec"]["selector"] == {
+        "matchLabels": {"app.kubernetes.io/name": "specfleet-runtime"}
+    }
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team-a", "team-b"]}
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "http"
+    assert endpoint["path"] == "/metrics"
+    targets = {r["targetLabel"]: r.get("sourceLabels") for r in endpoint["relabelings"]}
+    assert targets == {
+        "model": ["__meta_kubernetes_pod_label_specfleet_io_model"],
+        "track": ["__meta_kubernetes_pod_label_specfleet_io_track"],
+        "namespace": ["__meta_kubernetes_namespace"],
+        "pod": ["__meta_kubernetes_pod_name"],
+    }
+
+
+def test_pod_monitor_looks_everywhere_when_the_operator_does() -> None:
+    documents = rendered(set_json=["podMonitor.enabled=true"])
+    assert one(documents, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_dashboard_config_map_holds_the_dashboard_file() -> None:
+    documents = rendered()
+    config_map = one(documents, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["specfleet.json"])
+    assert dashboard == json.loads((CHART / "dashboards" / "specfleet.json").read_text())
+    assert not [
+        d for d in rendered(set_json=["dashboard.enabled=false"]) if d["kind"] == "ConfigMap"
+    ]
+
+
+def test_dashboard_shows_what_the_issue_asks_for() -> None:
+    dashboard = json.loads((CHART / "dashboards" / "specfleet.json").read_text())
+    titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
+    for topic in ("speculative tokens k", "acceptance rate", "per-position", "goodput"):
+        assert topic in titles, topic
+    assert "decisions" in titles and "rollbacks" in titles
+    expressions = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
+    for metric in (
+        "specfleet_speculative_tokens",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "specfleet_goodput_tokens_per_second",
+        "specfleet_decisions_total",
+        "specfleet_rollbacks_total",
+    ):
+        assert metric in expressions, metric
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_notes_explain_the_crd_upgrade() -> None:
+    result = helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client")
+    assert "kubectl apply --server-side -f crds/" in result.stdout
+    assert "every namespace (a ClusterRole)" in result.stdout
