@@ -1,0 +1,812 @@
+"""The decision core: (spec, status, observation, now) -> (new status, actions).
+
+Pure: no I/O, no clock, never writes spec. Everything it remembers lives in status, so
+an operator restart resumes where it stopped, and recorded windows replay exactly.
+
+States, all in status.speculation / status.canary:
+  stable          K in effect, no trial; after `cooldown` and one conclusive window at this K
+                  it may propose a candidate (best predicted goodput, clearing the floor
+                  plus `acceptanceMargin`, at least `minImprovement` better than K).
+  canary trial    candidate_tokens set: one canary pod runs it; after `canaryWindows`
+                  conclusive canary windows it is promoted if the lower bound of its
+                  goodput gain is >= minImprovement and its acceptance clears the floor,
+                  otherwise aborted (and not proposed again for `reprobeAfter`).
+  in-place trial  strategy InPlace (or a canary Pending past `canaryPendingTimeout`):
+                  the stable K itself changes; windows after are compared with before.
+  disabled        plain decoding after the floor ruled out every K; re-probed at minTokens
+                  after `reprobeAfter`.
+Rollback (works with tuning disabled too): `failureLimit` conclusive stable windows in a
+row whose lower bound of `rollback.metric` is below the floor -> last known good K if it
+is predicted to clear the floor -> else the largest smaller K predicted to clear the floor
+with the margin -> else disable. Inconclusive windows neither pass nor fail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from specfleet.operator.api import (
+    HISTORY_LIMIT,
+    AcceptanceWindow,
+    CanaryComparison,
+    ConditionType,
+    Decision,
+    DraftMethod,
+    RollbackMetric,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+    TrackTotals,
+    TuningStrategy,
+    parse_duration,
+)
+from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
+from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.stats import (
+    Estimate,
+    conditional_acceptance,
+    draft_acceptance_rate,
+    per_position,
+    rollback_metric,
+    wilson,
+)
+from specfleet.runtime.sim_model import StepCost, step_seconds
+
+# Positions never drafted are assumed to be accepted less often than the last measured
+# one, by this factor per extra position: acceptance falls with depth in every published
+# draft, and over-predicting a deep K costs a failed canary while under-predicting only
+# slows the climb by one canary.
+EXTRAPOLATION_DECAY = 0.9
+
+# The operator sees no step times, so goodput is modelled. These costs give the shape of
+# the published P-EAGLE results on GPT-OSS-120B (best K about 7 at batch 1, about 3 at
+# batch 8): verification turns compute-bound past ~8 tokens per step. Only ratios
+# between Ks matter to the decisions, not the absolute numbers.
+DEFAULT_COST = StepCost(target_forward_ms=20.0, compute_bound_tokens=8, verify_ms_per_token=0.8)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing worth an Event and a metric."""
+
+    kind: str
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class Decided:
+    status: SpeculativeModelStatus
+    actions: list[Action] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- predictor
+
+
+@dataclass(frozen=True)
+class Prediction:
+    tokens: int
+    acceptance_rate: float
+    mean_length: float
+    metric: float
+    goodput: float
+
+
+def extrapolate(conditional: Sequence[float], length: int) -> list[float]:
+    """Conditional acceptance for positions 0..length-1: measured ones as they are, later
+    ones decaying from the last measured (never above it)."""
+    known = list(conditional[:length])
+    if not known:
+        return [0.0] * length
+    last = known[-1]
+    extra = [last * EXTRAPOLATION_DECAY ** (i + 1) for i in range(length - len(known))]
+    return known + extra
+
+
+def goodput_at(mean_length: float, k: int, batch: float, parallel: bool, cost: StepCost) -> float:
+    """Generated tokens per second of one pod at `batch` running requests (k=0: plain)."""
+    running = max(1, round(batch))
+    return running * mean_length / step_seconds(cost, k, running, parallel)
+
+
+def predict(
+    conditional: Sequence[float],
+    k: int,
+    batch: float,
+    parallel: bool,
+    metric: RollbackMetric,
+    cost: StepCost = DEFAULT_COST,
+) -> Prediction:
+    """Expected acceptance, acceptance length, rollback metric and goodput at K=k.
+
+    RelativeToBaseline is predicted at 1.0 for every K: its baseline is re-measured when a
+    K is promoted, so the floor does not constrain which K may be chosen.
+    """
+    rates = extrapolate(conditional, k)
+    reach, accepted = 1.0, 0.0
+    for c in rates:
+        reach *= c
+        accepted += reach
+    rate = accepted / k if k else 0.0
+    mean_length = 1.0 + accepted
+    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
+        predicted_metric = rate
+    elif metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
+        predicted_metric = rates[0] if rates else 0.0
+    else:
+        predicted_metric = 1.0
+    return Prediction(
+        k, rate, mean_length, predicted_metric, goodput_at(mean_length, k, batch, parallel, cost)
+    )
+
+
+def window_conditional(window: TrackWindow) -> list[float]:
+    """Measured conditional acceptance per position of a window.
+
+    Without the per-position series, a constant conditional equal to the draft acceptance
+    rate is assumed: it under-predicts every K (acceptance falls with depth), which is the
+    safe direction.
+    """
+    positions = [e.value for e in per_position(window)]
+    if positions and any(positions):
+        return conditional_acceptance(positions)
+    return [draft_acceptance_rate(window).value]
+
+
+def predictions(
+    spec: SpeculativeModelSpec, window: TrackWindow, cost: StepCost = DEFAULT_COST
+) -> dict[int, Prediction]:
+    """Predictions for every K the spec allows, from one window's per-position rates."""
+    conditional = window_conditional(window)
+    parallel = spec.draft.method.parallel_drafting
+    return {
+        k: predict(conditional, k, window.batch_per_pod, parallel, spec.rollback.metric, cost)
+        for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
+    }
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A stable or canary window, judged."""
+
+    window: TrackWindow | None
+    conclusive: bool
+    reason: str
+    rate: Estimate | None = None
+    metric: Estimate | None = None
+
+    @property
+    def goodput(self) -> float | None:
+        if self.window is None or self.window.seconds <= 0:
+            return None
+        return self.window.generation_tokens / self.window.seconds
+
+
+def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: float | None) -> Judged:
+    """Whether a window is conclusive, and its rate and rollback metric if so."""
+    if window is None:
+        return Judged(None, False, "NoData")
+    values = (
+        window.drafts,
+        window.draft_tokens,
+        window.accepted_tokens,
+        window.generation_tokens,
+        window.seconds,
+        *window.accepted_per_position,
+    )
+    if not all(math.isfinite(v) for v in values):
+        return Judged(window, False, "NotANumber")
+    if window.generation_tokens <= 0 and window.draft_tokens <= 0:
+        return Judged(window, False, "NoTraffic")
+    if window.draft_tokens <= 0:
+        return Judged(window, False, "NoDrafts")
+    if window.draft_tokens < spec.tuning.min_draft_tokens:
+        return Judged(window, False, "TooFewDraftTokens")
+    rate = draft_acceptance_rate(window)
+    metric = rollback_metric(window, spec.rollback.metric, baseline)
+    if metric is None and spec.rollback.metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
+        return Judged(window, False, "NoPerPositionData", rate)
+    return Judged(window, True, "Conclusive", rate, metric)
+
+
+def _totals_add(totals: TrackTotals, window: TrackWindow) -> TrackTotals:
+    return TrackTotals(
+        drafts=totals.drafts + window.drafts,
+        draft_tokens=totals.draft_tokens + window.draft_tokens,
+        accepted_tokens=totals.accepted_tokens + window.accepted_tokens,
+        generated_tokens=totals.generated_tokens + window.generation_tokens,
+        seconds=totals.seconds + window.pod_seconds,
+        windows=totals.windows + 1,
+    )
+
+
+def _totals_rate(totals: TrackTotals) -> Estimate:
+    if totals.draft_tokens <= 0:
+        return Estimate(0.0, 0.0, 1.0)
+    return wilson(totals.accepted_tokens / totals.draft_tokens, totals.drafts)
+
+
+def goodput_gain(
+    before: TrackTotals,
+    before_k: int,
+    after: TrackTotals,
+    after_k: int,
+    batch: float,
+    parallel: bool,
+    cost: StepCost = DEFAULT_COST,
+) -> Estimate:
+    """Relative goodput gain of `after` over `before` at the same load, with bounds.
+
+    The low bound sets after's acceptance length at its lower confidence bound and
+    before's at its upper one. Measured tokens per second would not do: below saturation
+    both tracks serve exactly the offered load whatever their K.
+    """
+    a, b = _totals_rate(after), _totals_rate(before)
+
+    def gain(rate_after: float, rate_before: float) -> float:
+        g_after = goodput_at(1 + rate_after * after_k, after_k, batch, parallel, cost)
+        g_before = goodput_at(1 + rate_before * before_k, before_k, batch, parallel, cost)
+        return g_after / g_before - 1
+
+    return Estimate(gain(a.value, b.value), gain(a.low, b.high), gain(a.high, b.low))
+
+
+# ----------------------------------------------------------------------------- decide
+
+
+class _Run:
+    """The mutable working state of one `decide` call (a deep copy of status)."""
+
+    def __init__(
+        self,
+        spec: SpeculativeModelSpec,
+        status: SpeculativeModelStatus,
+        now: datetime,
+        generation: int | None,
+        cost: StepCost,
+    ) -> None:
+        self.spec = spec
+        self.status = status
+        self.sp = status.speculation
+        self.now = now
+        self.generation = generation
+        self.cost = cost
+        self.actions: list[Action] = []
+        self.parallel = spec.draft.method.parallel_drafting
+        self.floor = spec.rollback.min_acceptance
+        self.margin = spec.tuning.acceptance_margin
+
+    def act(
+        self,
+        kind: str,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        from_tokens: int | None = None,
+        to_tokens: int | None = None,
+        acceptance: float | None = None,
+        goodput: float | None = None,
+        record: bool = True,
+    ) -> None:
+        self.actions.append(Action(kind, reason, message, warning))
+        if record:
+            entry = Decision(
+                time=self.now,
+                action=kind,
+                from_tokens=from_tokens,
+                to_tokens=to_tokens,
+                reason=f"{reason}: {message}",
+                acceptance=acceptance,
+                goodput=goodput,
+            )
+            self.status.history = [*self.status.history, entry][-HISTORY_LIMIT:]
+
+    def condition(
+        self, type: ConditionType, status: ConditionStatus, reason: str, message: str
+    ) -> None:
+        self.status.conditions = set_condition(
+            self.status.conditions,
+            type,
+            status,
+            reason,
+            message,
+            self.now,
+            self.generation,
+        )
+
+    def changed(self, tokens: int) -> None:
+        """K in effect changed: restart cooldown and every per-K memory."""
+        self.sp.tokens = tokens
+        self.sp.changed_at = self.now
+        self.sp.failing_windows = 0
+        self.sp.windows = 0
+        self.sp.baseline_acceptance = None
+
+    def seconds(self, duration: str) -> timedelta:
+        return parse_duration(duration)
+
+
+def decide(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    observation: Observation,
+    now: datetime,
+    *,
+    generation: int | None = None,
+    cost: StepCost = DEFAULT_COST,
+) -> Decided:
+    """Judge one observation and decide what K the stable and canary pods should run.
+
+    `generation` is the object's metadata.generation, written into the conditions.
+    """
+    run = _Run(spec, status.model_copy(deep=True), now, generation, cost)
+    sp = run.sp
+    if spec.draft.method is DraftMethod.NONE:
+        run.condition(
+            ConditionType.SPECULATION_ACTIVE, "False", "PlainDecoding", "draft.method is none"
+        )
+        return Decided(run.status, run.actions)
+    _sync_with_spec(run)
+
+    stable = judge(spec, observation.stable, sp.baseline_acceptance)
+    _record_acceptance(run, stable)
+    _speculation_condition(run, observation)
+    if sp.disabled:
+        _maybe_reprobe(run)
+        return Decided(run.status, run.actions)
+    _metrics_condition(run, stable)
+
+    trial = run.status.canary
+    in_place = trial is not None and trial.in_place
+    if stable.conclusive:
+        _count_stable_window(run, stable)
+        if in_place:
+            if _stable_failing(run, stable):
+                _end_trial(
+                    run, promote=False, reason="BelowFloor", message=_floor_message(run, stable)
+                )
+                return Decided(run.status, run.actions)
+        elif sp.failing_windows >= spec.rollback.failure_limit:
+            if trial is not None:
+                _end_trial(
+                    run,
+                    promote=False,
+                    reason="StableRollingBack",
+                    message="the stable K is failing the floor",
+                )
+            _rollback(run, stable)
+            return Decided(run.status, run.actions)
+
+    if run.status.canary is not None:
+        _advance_trial(run, stable, judge(spec, observation.canary, None), observation)
+    elif (
+        spec.tuning.enabled
+        and stable.conclusive
+        and sp.failing_windows == 0
+        and sp.windows >= 1
+        and (sp.changed_at is None or now - sp.changed_at >= run.seconds(spec.tuning.cooldown))
+    ):
+        _propose(run, stable)
+    return Decided(run.status, run.actions)
+
+
+def _sync_with_spec(run: _Run) -> None:
+    """Fill unset status, take a new K from the spec, keep K within [min, max]."""
+    spec, sp = run.spec, run.sp
+    low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
+    requested = spec.speculation.tokens
+    sp.parallel_drafting = spec.draft.method.parallel_drafting
+    if sp.tokens is None or sp.requested_tokens is None or sp.requested_tokens != requested:
+        if sp.tokens is not None and sp.requested_tokens is not None:
+            run.act(
+                "SpecChanged",
+                "RequestedTokensChanged",
+                f"spec.speculation.tokens is now {requested}; tuning restarts from it",
+                from_tokens=sp.tokens,
+                to_tokens=requested,
+            )
+        run.status.canary = None
+        sp.candidate_tokens = None
+        sp.canary_started_at = None
+        sp.disabled = False
+        sp.disabled_reason = None
+        sp.reprobe_at = None
+        sp.rejected_tokens = []
+        sp.rejected_until = None
+        sp.requested_tokens = requested
+        sp.last_known_good_tokens = requested
+        run.changed(requested)
+        sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
+    assert sp.tokens is not None
+    if not low <= sp.tokens <= high:
+        clamped = min(high, max(low, sp.tokens))
+        run.act(
+            "Clamp",
+            "OutsideRange",
+            f"K={sp.tokens} is outside speculation [{low}, {high}]; using {clamped}",
+            from_tokens=sp.tokens,
+            to_tokens=clamped,
+        )
+        run.changed(clamped)
+    if sp.last_known_good_tokens is not None and not low <= sp.last_known_good_tokens <= high:
+        sp.last_known_good_tokens = min(high, max(low, sp.last_known_good_tokens))
+    trial = run.status.canary
+    if trial is not None and not low <= trial.candidate_tokens <= high:
+        _end_trial(run, promote=False, reason="OutsideRange", message="candidate outside the range")
+    if sp.rejected_until is not None and run.now >= sp.rejected_until:
+        sp.rejected_tokens = []
+        sp.rejected_until = None
+
+
+def _record_acceptance(run: _Run, judged: Judged) -> None:
+    window = judged.window
+    positions = [round(e.value, 4) for e in per_position(window)] if window else []
+    rate = judged.rate or (
+        draft_acceptance_rate(window) if window and window.draft_tokens else None
+    )
+    mean_length = 1 + window.accepted_tokens / window.drafts if window and window.drafts else None
+    run.status.acceptance = AcceptanceWindow(
+        rate=round(rate.value, 4) if rate else None,
+        lower_bound=round(judged.metric.low, 4) if judged.metric else None,
+        mean_length=round(mean_length, 4) if mean_length is not None else None,
+        per_position=positions,
+        draft_tokens=int(window.draft_tokens) if window else 0,
+        goodput=round(judged.goodput, 2) if judged.goodput is not None else None,
+        window_seconds=window.seconds if window else None,
+        conclusive=judged.conclusive,
+        reason=None
+        if judged.conclusive
+        else ("SpeculationDisabled" if run.sp.disabled else judged.reason),
+        measured_at=run.now,
+    )
+
+
+def _speculation_condition(run: _Run, observation: Observation) -> None:
+    sp = run.sp
+    if sp.disabled:
+        run.condition(
+            ConditionType.SPECULATION_ACTIVE,
+            "False",
+            "Disabled",
+            sp.disabled_reason or "speculation disabled by rollback",
+        )
+    elif observation.speculation_missing:
+        was = condition_status(run.status.conditions, ConditionType.SPECULATION_ACTIVE)
+        message = (
+            "pods serve requests but export no vllm:spec_decode_* counters: "
+            "the draft is not running"
+        )
+        run.condition(ConditionType.SPECULATION_ACTIVE, "False", "NotExported", message)
+        if was != "False":
+            run.act("SpeculationMissing", "NotExported", message, warning=True, record=False)
+    elif observation.stable is not None and observation.stable.drafts > 0:
+        run.condition(
+            ConditionType.SPECULATION_ACTIVE, "True", "Drafting", f"drafting K={sp.tokens}"
+        )
+
+
+def _metrics_condition(run: _Run, judged: Judged) -> None:
+    sp, limit = run.sp, run.spec.tuning.max_inconclusive_windows
+    if judged.conclusive:
+        sp.inconclusive_windows = 0
+        run.condition(
+            ConditionType.METRICS_AVAILABLE, "True", "Conclusive", "the last window was conclusive"
+        )
+        return
+    sp.inconclusive_windows += 1
+    message = f"window inconclusive ({judged.reason}); {sp.inconclusive_windows} in a row"
+    run.act("Inconclusive", judged.reason, message, record=False)
+    was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
+    if sp.inconclusive_windows >= limit:
+        run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
+        if was != "False":
+            run.act("MetricsUnavailable", judged.reason, message, warning=True, record=False)
+    elif not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
+        run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
+
+
+def _stable_failing(run: _Run, judged: Judged) -> bool:
+    return judged.metric is not None and judged.metric.low < run.floor
+
+
+def _floor_message(run: _Run, judged: Judged) -> str:
+    low = judged.metric.low if judged.metric else float("nan")
+    return (
+        f"{run.spec.rollback.metric.value} lower bound {low:.3f} < "
+        f"floor {run.floor:.3f} at K={run.sp.tokens}"
+    )
+
+
+def _count_stable_window(run: _Run, judged: Judged) -> None:
+    sp = run.sp
+    sp.windows += 1
+    if (
+        run.spec.rollback.metric is RollbackMetric.RELATIVE_TO_BASELINE
+        and sp.baseline_acceptance is None
+    ):
+        # The first conclusive window at a K is its baseline: measured, not judged.
+        sp.baseline_acceptance = round(judged.rate.value, 6) if judged.rate else None
+        sp.failing_windows = 0
+        return
+    sp.failing_windows = sp.failing_windows + 1 if _stable_failing(run, judged) else 0
+
+
+def _rollback(run: _Run, judged: Judged) -> None:
+    """failureLimit failing windows: last known good K, else step down, else disable."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    current = sp.tokens
+    predicted = predictions(spec, judged.window, run.cost)
+    why = _floor_message(run, judged) + f" for {sp.failing_windows} windows"
+    metric = judged.metric.value if judged.metric else None
+    lkg = sp.last_known_good_tokens
+    if (
+        lkg is not None
+        and lkg != current
+        and lkg in predicted
+        and predicted[lkg].metric >= run.floor
+    ):
+        run.act(
+            "Rollback",
+            "BelowFloor",
+            f"{why}; back to last known good K={lkg}",
+            warning=True,
+            from_tokens=current,
+            to_tokens=lkg,
+            acceptance=metric,
+            goodput=judged.goodput,
+        )
+        run.changed(lkg)
+        return
+    lower = [k for k, p in predicted.items() if k < current and p.metric >= run.floor + run.margin]
+    if lower:
+        k = max(lower)
+        run.act(
+            "StepDown",
+            "BelowFloor",
+            f"{why}; K={k} is the largest predicted to clear it ({predicted[k].metric:.3f})",
+            warning=True,
+            from_tokens=current,
+            to_tokens=k,
+            acceptance=metric,
+            goodput=judged.goodput,
+        )
+        sp.last_known_good_tokens = k
+        run.changed(k)
+        return
+    smallest = spec.speculation.min_tokens
+    reason = (
+        f"{why}; no K >= {smallest} is predicted to clear {run.floor:.3f} + margin "
+        f"{run.margin:.3f} (K={smallest}: {predicted[smallest].metric:.3f}); "
+        "serving without speculation"
+    )
+    run.act(
+        "Disable",
+        "NoKClearsFloor",
+        reason,
+        warning=True,
+        from_tokens=current,
+        to_tokens=None,
+        acceptance=metric,
+        goodput=judged.goodput,
+    )
+    sp.disabled = True
+    sp.disabled_reason = reason
+    sp.reprobe_at = run.now + run.seconds(spec.rollback.reprobe_after)
+    sp.changed_at = run.now
+    sp.failing_windows = 0
+    sp.windows = 0
+    sp.baseline_acceptance = None
+    run.condition(ConditionType.SPECULATION_ACTIVE, "False", "Disabled", reason)
+
+
+def _maybe_reprobe(run: _Run) -> None:
+    sp = run.sp
+    if sp.reprobe_at is not None and run.now < sp.reprobe_at:
+        return
+    k = run.spec.speculation.min_tokens
+    run.act(
+        "Reprobe",
+        "BackoffElapsed",
+        f"speculation re-enabled at K={k} after {run.spec.rollback.reprobe_after}",
+        to_tokens=k,
+    )
+    sp.disabled = False
+    sp.disabled_reason = None
+    sp.reprobe_at = None
+    sp.last_known_good_tokens = k
+    sp.inconclusive_windows = 0
+    run.changed(k)
+    run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
+
+
+def _propose(run: _Run, judged: Judged) -> None:
+    """Pick the best candidate K and start a canary (or an in-place trial)."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    predicted = predictions(spec, judged.window, run.cost)
+    current = predicted[sp.tokens]
+    eligible = [
+        p
+        for k, p in predicted.items()
+        if k != sp.tokens and k not in sp.rejected_tokens and p.metric >= run.floor + run.margin
+    ]
+    if not eligible:
+        return
+    best = max(eligible, key=lambda p: p.goodput)
+    gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
+    if gain < spec.tuning.min_improvement:
+        return
+    message = (
+        f"K={best.tokens} predicted {gain:+.1%} goodput over K={sp.tokens} at batch "
+        f"{judged.window.batch_per_pod:.1f}, {spec.rollback.metric.value} {best.metric:.3f}"
+    )
+    strategy = sp.strategy or spec.tuning.strategy
+    if strategy is TuningStrategy.IN_PLACE:
+        before = _totals_add(TrackTotals(), judged.window)
+        run.status.canary = CanaryComparison(
+            candidate_tokens=best.tokens, in_place=True, previous_tokens=sp.tokens, stable=before
+        )
+        run.act(
+            "StartInPlace",
+            "PredictedGain",
+            message,
+            from_tokens=sp.tokens,
+            to_tokens=best.tokens,
+            acceptance=judged.metric.value if judged.metric else None,
+            goodput=judged.goodput,
+        )
+        sp.canary_started_at = run.now
+        run.changed(best.tokens)
+        return
+    run.status.canary = CanaryComparison(candidate_tokens=best.tokens)
+    sp.candidate_tokens = best.tokens
+    sp.canary_started_at = run.now
+    run.act(
+        "StartCanary",
+        "PredictedGain",
+        message,
+        from_tokens=sp.tokens,
+        to_tokens=best.tokens,
+        acceptance=judged.metric.value if judged.metric else None,
+        goodput=judged.goodput,
+    )
+
+
+def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Observation) -> None:
+    """Feed a window to the running trial; promote or abort when it has enough."""
+    sp, spec, trial = run.sp, run.spec, run.status.canary
+    assert trial is not None
+    if not spec.tuning.enabled:
+        _end_trial(
+            run, promote=False, reason="TuningDisabled", message="spec.tuning.enabled is false"
+        )
+        return
+    if trial.in_place:
+        after = stable
+        if after.conclusive and after.window is not None:
+            trial.canary = _totals_add(trial.canary, after.window)
+    else:
+        pending = observation.canary_pending_since
+        limit = run.seconds(spec.tuning.canary_pending_timeout).total_seconds()
+        if pending is not None and run.now.timestamp() - pending >= limit:
+            message = (
+                f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s "
+                f"(> {spec.tuning.canary_pending_timeout}); trying K={trial.candidate_tokens} "
+                "in place instead"
+            )
+            sp.strategy = TuningStrategy.IN_PLACE
+            _end_trial(run, promote=False, reason="CanaryPending", message=message, reject=False)
+            run.act(
+                "InPlaceFallback",
+                "CanaryPending",
+                message,
+                warning=True,
+                from_tokens=sp.tokens,
+                to_tokens=sp.tokens,
+            )
+            return
+        after = canary
+        if canary.conclusive and canary.window is not None:
+            if spec.rollback.metric is not RollbackMetric.RELATIVE_TO_BASELINE and _stable_failing(
+                run, canary
+            ):
+                low = canary.metric.low if canary.metric else float("nan")
+                _end_trial(
+                    run,
+                    promote=False,
+                    reason="BelowFloor",
+                    message=f"canary {spec.rollback.metric.value} lower bound {low:.3f} "
+                    f"< floor {run.floor:.3f}",
+                )
+                return
+            trial.canary = _totals_add(trial.canary, canary.window)
+            if stable.conclusive and stable.window is not None:
+                trial.stable = _totals_add(trial.stable, stable.window)
+    if (
+        after.conclusive
+        and trial.canary.windows >= spec.tuning.canary_windows
+        and trial.stable.windows >= 1
+    ):
+        _compare(run, stable)
+        return
+    started = sp.canary_started_at or run.now
+    interval = run.seconds(spec.tuning.interval)
+    deadline = interval * (
+        spec.tuning.canary_windows + spec.tuning.max_inconclusive_windows
+    ) + run.seconds(spec.tuning.canary_pending_timeout)
+    if run.now - started > deadline:
+        _end_trial(
+            run,
+            promote=False,
+            reason="CanaryInconclusive",
+            message=f"{trial.canary.windows} of {spec.tuning.canary_windows} conclusive "
+            f"windows after {run.now - started}",
+        )
+
+
+def _compare(run: _Run, stable: Judged) -> None:
+    sp, spec, trial = run.sp, run.spec, run.status.canary
+    assert trial is not None
+    before_k = trial.previous_tokens if trial.in_place else sp.tokens
+    assert before_k is not None
+    window = stable.window
+    batch = window.batch_per_pod if window is not None else 1.0
+    gain = goodput_gain(
+        trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.parallel, run.cost
+    )
+    rate = _totals_rate(trial.canary)
+    acceptance_ok = (
+        spec.rollback.metric is not RollbackMetric.DRAFT_ACCEPTANCE_RATE or rate.low >= run.floor
+    )
+    summary = (
+        f"K={trial.candidate_tokens} vs K={before_k}: goodput {gain.value:+.1%} "
+        f"(lower bound {gain.low:+.1%}, needs {spec.tuning.min_improvement:+.1%}), "
+        f"acceptance {rate.value:.3f} (lower bound {rate.low:.3f}, floor {run.floor:.3f})"
+    )
+    if gain.low >= spec.tuning.min_improvement and acceptance_ok:
+        _end_trial(run, promote=True, reason="GoodputGain", message=summary)
+    else:
+        reason = "NoGain" if acceptance_ok else "BelowFloor"
+        _end_trial(run, promote=False, reason=reason, message=summary)
+
+
+def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: bool = True) -> None:
+    sp, trial = run.sp, run.status.canary
+    assert trial is not None and sp.tokens is not None
+    candidate = trial.candidate_tokens
+    previous = trial.previous_tokens if trial.in_place else sp.tokens
+    run.status.canary = None
+    sp.candidate_tokens = None
+    sp.canary_started_at = None
+    rate = _totals_rate(trial.canary).value if trial.canary.windows else None
+    if promote:
+        run.act(
+            "Promote", reason, message, from_tokens=previous, to_tokens=candidate, acceptance=rate
+        )
+        sp.last_known_good_tokens = previous
+        run.changed(candidate)
+        return
+    if reject:
+        sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
+        sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
+    run.act(
+        "Abort",
+        reason,
+        message,
+        warning=reason == "BelowFloor",
+        from_tokens=candidate,
+        to_tokens=previous,
+        acceptance=rate,
+    )
+    if trial.in_place and previous is not None:
+        run.changed(previous)
+    else:
+        sp.changed_at = run.now
