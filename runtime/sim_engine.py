@@ -45,6 +45,7 @@ class SimRequest:
 class Counters:
     """Cumulative totals, exported under vLLM's metric names. They never decrease."""
 
+    num_steps: int = 0
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
@@ -158,6 +159,7 @@ class SimEngine:
 
     def _step(self, batch: int, k: int, step: float) -> None:
         counters = self.counters
+        counters.num_steps += 1
         accepted = 0
         if k > 0:
             conditional = jitter(self.rng, self.acceptance_now(), self._profile.noise)

@@ -1,0 +1,255 @@
+"""Preflight checks on config.json files written here, and how `serve` reports failures.
+
+The CLI tests run the installed `specfleet-runtime` as a real process; the exec test
+puts a stand-in `vllm` executable first on PATH and checks what it was started with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specfleet.runtime import preflight
+from specfleet.runtime.config import parse_serve_args
+
+RUNTIME = str(Path(sys.executable).with_name("specfleet-runtime"))
+
+LLAMA_TARGET = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "vocab_size": 128256,
+}
+EAGLE3_DRAFT = {
+    "architectures": ["LlamaForCausalLMEagle3"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "vocab_size": 128256,
+    "draft_vocab_size": 32000,
+}
+# The speculators library's format: the layer config is nested, the mask token is
+# top-level (vLLM maps it to pard_token).
+PEAGLE_DRAFT = {
+    "architectures": ["Eagle3Speculator"],
+    "speculators_model_type": "peagle",
+    "mask_token_id": 128002,
+    "draft_vocab_size": 32000,
+    "transformer_layer_config": {"model_type": "llama", "hidden_size": 4096, "vocab_size": 128256},
+    "speculators_config": {
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 5}],
+        "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct"},
+    },
+}
+QWEN_TARGET = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 4096,
+    "vocab_size": 151936,
+}
+MULTIMODAL_TARGET = {
+    "architectures": ["Llama4ForConditionalGeneration"],
+    "text_config": LLAMA_TARGET,
+}
+
+
+def model_dir(root: Path, name: str, config: dict[str, Any]) -> str:
+    directory = root / name
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+def check(args: list[str], env: dict[str, str] | None = None) -> list[str]:
+    config, _ = parse_serve_args(args, env={})
+    lines: list[str] = []
+    preflight.run(config, env or {}, use_torch=False, log=lines.append)
+    return lines
+
+
+def test_good_eagle3_draft(tmp_path: Path) -> None:
+    target = model_dir(tmp_path, "target", LLAMA_TARGET)
+    draft = model_dir(tmp_path, "draft", EAGLE3_DRAFT)
+    lines = check(["--model", target, "--method", "eagle3", "--draft-model", draft,
+                   "--num-speculative-tokens", "3"])  # fmt: skip
+    assert any("fits method eagle3" in line for line in lines)
+
+
+def test_good_peagle_draft_in_speculators_format(tmp_path: Path) -> None:
+    target = model_dir(tmp_path, "target", LLAMA_TARGET)
+    draft = model_dir(tmp_path, "draft", PEAGLE_DRAFT)
+    lines = check(["--model", target, "--method", "peagle", "--draft-model", draft,
+                   "--num-speculative-tokens", "5"])  # fmt: skip
+    assert any("fits method peagle" in line for line in lines)
+
+
+def test_peagle_draft_with_pard_token_and_multimodal_target(tmp_path: Path) -> None:
+    target = model_dir(tmp_path, "target", MULTIMODAL_TARGET)
+    draft = model_dir(tmp_path, "draft", {**EAGLE3_DRAFT, "pard_token": 5})
+    check(["--model", target, "--method", "peagle", "--draft-model", draft,
+           "--num-speculative-tokens", "5"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("target_config", "draft_config", "method", "reason"),
+    [
+        (QWEN_TARGET, EAGLE3_DRAFT, "eagle3",
+         "draft vocabulary size 128256 != target vocabulary size 151936"),
+        (LLAMA_TARGET, EAGLE3_DRAFT, "peagle", "has no mask token"),
+        (LLAMA_TARGET, {**EAGLE3_DRAFT, "mask_token_id": 200000}, "peagle",
+         "mask token 200000 is outside its vocabulary"),
+        (LLAMA_TARGET, LLAMA_TARGET, "eagle3", "is not an EAGLE-3/P-EAGLE draft"),
+        (LLAMA_TARGET, {**EAGLE3_DRAFT, "hidden_size": 2048}, "eagle3",
+         "draft expects target hidden size 2048, target has 4096"),
+        (LLAMA_TARGET, {**EAGLE3_DRAFT, "draft_vocab_size": 0}, "eagle3", "draft_vocab_size 0"),
+    ],
+)  # fmt: skip
+def test_incompatible_drafts_fail(
+    tmp_path: Path,
+    target_config: dict[str, Any],
+    draft_config: dict[str, Any],
+    method: str,
+    reason: str,
+) -> None:
+    target = model_dir(tmp_path, "target", target_config)
+    draft = model_dir(tmp_path, "draft", draft_config)
+    with pytest.raises(preflight.PreflightError) as error:
+        check(["--model", target, "--method", method, "--draft-model", draft,
+               "--num-speculative-tokens", "3"])  # fmt: skip
+    assert reason in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_missing_directory_and_config(tmp_path: Path) -> None:
+    with pytest.raises(preflight.PreflightError, match="does not exist"):
+        check(["--model", str(tmp_path / "absent")])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(preflight.PreflightError, match=r"has no config\.json"):
+        check(["--model", str(tmp_path / "empty")])
+
+
+def test_hub_names_skip_the_file_checks_and_say_so() -> None:
+    lines = check(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--method", "peagle",
+                   "--draft-model", "org/draft", "--num-speculative-tokens", "3"])  # fmt: skip
+    assert sum("hub name: file checks skipped" in line for line in lines) == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "gpus"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "0,1"}, 2),
+        ({"CUDA_VISIBLE_DEVICES": ""}, 0),
+        ({"NVIDIA_VISIBLE_DEVICES": "GPU-a,GPU-b,GPU-c"}, 3),
+        ({"NVIDIA_VISIBLE_DEVICES": "void"}, 0),
+        ({"NVIDIA_VISIBLE_DEVICES": "all"}, None),
+        ({"CUDA_VISIBLE_DEVICES": "3", "NVIDIA_VISIBLE_DEVICES": "all"}, 1),
+        ({}, None),
+    ],
+)
+def test_visible_gpus_from_the_environment(env: dict[str, str], gpus: int | None) -> None:
+    assert preflight.visible_gpus(env, use_torch=False) == gpus
+
+
+def test_too_large_tensor_parallel_size_fails() -> None:
+    args = ["--model", "org/m", "--tensor-parallel-size", "4"]
+    with pytest.raises(preflight.PreflightError, match="needs 4 GPUs, 2 visible"):
+        check(args, env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "skipped" in check(args)[-1]
+
+
+def run_runtime(
+    args: list[str], tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    log = tmp_path / "termination-log"
+    result = subprocess.run(
+        [RUNTIME, "serve", *args],
+        env={"PATH": os.environ["PATH"], "SPECFLEET_TERMINATION_LOG": str(log), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return result, log.read_text() if log.exists() else ""
+
+
+def test_failed_preflight_writes_one_line_to_the_termination_log(tmp_path: Path) -> None:
+    target = model_dir(tmp_path, "target", LLAMA_TARGET)
+    draft = model_dir(tmp_path, "draft", EAGLE3_DRAFT)
+    result, reason = run_runtime(
+        ["--model", target, "--method", "peagle", "--draft-model", draft,
+         "--num-speculative-tokens", "5", "--engine", "sim"], tmp_path
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert reason.count("\n") == 1 and "has no mask token" in reason
+    assert reason.strip() in result.stderr
+
+
+def test_too_large_tensor_parallel_size_fails_the_pod(tmp_path: Path) -> None:
+    result, reason = run_runtime(
+        ["--model", "org/m", "--tensor-parallel-size", "8", "--engine", "sim"],
+        tmp_path,
+        env={"NVIDIA_VISIBLE_DEVICES": "0,1"},
+    )
+    assert result.returncode == 1
+    assert reason == "tensor parallel size 8 needs 8 GPUs, 2 visible\n"
+
+
+def test_invalid_args_and_collisions_use_the_termination_log_flag(tmp_path: Path) -> None:
+    log = tmp_path / "elsewhere"
+    result, _ = run_runtime(
+        ["--model", "org/m", "--termination-log", str(log), "--", "--port", "1"], tmp_path
+    )
+    assert result.returncode == 1
+    assert "collides with --port" in log.read_text()
+    result, reason = run_runtime(["--model", "org/m", "--method", "eagle3"], tmp_path)
+    assert result.returncode == 1 and "needs --draft-model" in reason
+
+
+def test_dry_run_prints_the_argv_as_json(tmp_path: Path) -> None:
+    args = ["--model", "org/m", "--method", "ngram", "--num-speculative-tokens", "3",
+            "--dry-run", "--", "--max-model-len", "2048"]  # fmt: skip
+    result, reason = run_runtime(args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [
+        "vllm", "serve", "org/m", "--tensor-parallel-size", "1", "--speculative-config",
+        '{"method":"ngram","num_speculative_tokens":3}', "--max-model-len", "2048",
+    ]  # fmt: skip
+    assert reason == ""
+
+
+def test_serve_execs_vllm_with_the_rendered_argv(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "vllm-argv.json"
+    fake_vllm = bin_dir / "vllm"
+    # A stand-in vLLM: records its argv and pid; exec keeps the pid of the runtime.
+    fake_vllm.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\n"
+        f"json.dump({{'argv': sys.argv[1:], 'pid': os.getpid()}}, open({str(record)!r}, 'w'))\n"
+    )
+    fake_vllm.chmod(0o755)
+    args = ["--model", "org/m", "--method", "eagle3", "--draft-model", "org/d",
+            "--num-speculative-tokens", "4", "--port", "8000"]  # fmt: skip
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    process = subprocess.Popen(
+        [RUNTIME, "serve", *args], env=env, stderr=subprocess.PIPE, text=True
+    )
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    recorded = json.loads(record.read_text())
+    dry, _ = run_runtime([*args, "--dry-run"], tmp_path)
+    assert ["vllm", *recorded["argv"]] == json.loads(dry.stdout)
+    assert recorded["pid"] == process.pid
+    assert "preflight: 1 GPU(s) visible" in stderr
+
+
+def test_missing_vllm_binary_is_a_clear_failure(tmp_path: Path) -> None:
+    result, reason = run_runtime(
+        ["--model", "org/m"], tmp_path, env={"PATH": str(Path(sys.executable).parent)}
+    )
+    assert result.returncode == 1
+    assert reason.startswith("cannot start vLLM (vllm)")

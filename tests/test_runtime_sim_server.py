@@ -1,0 +1,305 @@
+"""The sim's HTTP surface over real HTTP on 127.0.0.1, and once as a real process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from specfleet.runtime.config import parse_serve_args
+from specfleet.runtime.sim_model import SimProfile, load_profile
+from specfleet.runtime.sim_server import SimServer, build_app
+
+RUNTIME = str(Path(sys.executable).with_name("specfleet-runtime"))
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_accepted_tokens_per_pos",
+}
+FAST = "tick: 50ms\nnoise: 0\nload: {requests_per_second: 40, output_tokens: 200}\n"
+
+
+@asynccontextmanager
+async def sim(args: list[str], profile: str = FAST) -> AsyncIterator[tuple[str, SimServer]]:
+    """A sim server on an ephemeral 127.0.0.1 port; yields its base URL."""
+    config, _ = parse_serve_args(["--model", "org/target", *args], env={})
+    server = SimServer(config, load_profile(profile))
+    runner = web.AppRunner(build_app(server))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        await runner.cleanup()
+
+
+def run_async(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), timeout=60))
+
+
+PEAGLE = ["--served-model-name", "served", "--method", "peagle", "--draft-model", "org/d",
+          "--num-speculative-tokens", "3", "--seed", "1"]  # fmt: skip
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[tuple[str, str], float]:
+    """Samples by (name, sorted labels), parsed by prometheus-client's own parser."""
+    async with session.get(url + "/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    samples: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, json.dumps(sample.labels, sort_keys=True))] = sample.value
+    return samples
+
+
+def families(text: str) -> dict[str, Any]:
+    return {family.name: family for family in text_string_to_metric_families(text)}
+
+
+def test_metrics_have_vllms_names_and_labels() -> None:
+    async def test() -> None:
+        async with sim(PEAGLE) as (url, _), aiohttp.ClientSession() as session:
+            await asyncio.sleep(0.3)
+            async with session.get(url + "/metrics") as response:
+                assert response.headers["Content-Type"].startswith("text/plain")
+                parsed = families(await response.text())
+        assert set(parsed) >= SPEC_COUNTERS
+        for name in ("vllm:generation_tokens", "vllm:num_requests_running",
+                     "vllm:num_requests_waiting", "vllm:inter_token_latency_seconds"):  # fmt: skip
+            assert name in parsed
+        assert parsed["vllm:spec_decode_num_drafts"].type == "counter"
+        assert parsed["vllm:inter_token_latency_seconds"].type == "histogram"
+        for sample in parsed["vllm:spec_decode_num_drafts"].samples:
+            assert sample.labels == {"model_name": "served", "engine": "0"}
+        positions = [
+            s.labels["position"]
+            for s in parsed["vllm:spec_decode_num_accepted_tokens_per_pos"].samples
+            if s.name.endswith("_total")
+        ]
+        assert positions == ["0", "1", "2"]
+
+    run_async(test)
+
+
+def test_method_none_exports_no_spec_decode_series() -> None:
+    async def test() -> None:
+        async with sim(["--method", "none"]) as (url, _), aiohttp.ClientSession() as session:
+            await asyncio.sleep(0.3)
+            async with session.get(url + "/metrics") as response:
+                text = await response.text()
+        assert "spec_decode" not in text
+        assert families(text)["vllm:generation_tokens"].samples[0].value > 0
+
+    run_async(test)
+
+
+def test_counters_only_grow() -> None:
+    async def test() -> None:
+        async with sim(PEAGLE) as (url, _), aiohttp.ClientSession() as session:
+            previous = await scrape(session, url)
+            for _ in range(8):
+                await asyncio.sleep(0.15)
+                current = await scrape(session, url)
+                for key, value in current.items():
+                    if key[0].endswith(("_total", "_bucket", "_count", "_sum")):
+                        assert value >= previous[key], key
+                previous = current
+            assert previous[("vllm:spec_decode_num_drafts_total",
+                             '{"engine": "0", "model_name": "served"}')] > 0  # fmt: skip
+
+    run_async(test)
+
+
+def test_openai_endpoints_honour_max_tokens() -> None:
+    async def test() -> None:
+        async with sim(PEAGLE) as (url, _), aiohttp.ClientSession() as session:
+            async with session.get(url + "/health") as response:
+                assert response.status == 200
+            async with session.get(url + "/v1/models") as response:
+                assert [m["id"] for m in (await response.json())["data"]] == ["served"]
+            body = {"model": "served", "prompt": "one two three", "max_tokens": 40}
+            async with session.post(url + "/v1/completions", json=body) as response:
+                completion = await response.json()
+            assert completion["usage"] == {
+                "prompt_tokens": 3, "completion_tokens": 40, "total_tokens": 43
+            }  # fmt: skip
+            assert len(completion["choices"][0]["text"].split()) == 40
+            chat = {"messages": [{"role": "user", "content": "hi there"}], "max_tokens": 7}
+            async with session.post(url + "/v1/chat/completions", json=chat) as response:
+                answer = await response.json()
+            assert len(answer["choices"][0]["message"]["content"].split()) == 7
+            wrong = {"model": "nope", "prompt": "x"}
+            async with session.post(url + "/v1/completions", json=wrong) as response:
+                assert response.status == 404
+                assert "does not exist" in (await response.json())["error"]["message"]
+
+    run_async(test)
+
+
+def test_a_posted_profile_shows_in_the_next_window() -> None:
+    async def rate0(session: aiohttp.ClientSession, url: str, seconds: float) -> float:
+        key = '{"engine": "0", "model_name": "served"}'
+        pos0 = '{"engine": "0", "model_name": "served", "position": "0"}'
+        before = await scrape(session, url)
+        await asyncio.sleep(seconds)
+        after = await scrape(session, url)
+        drafts = (
+            after[("vllm:spec_decode_num_drafts_total", key)]
+            - before[("vllm:spec_decode_num_drafts_total", key)]
+        )
+        accepted = (
+            after[("vllm:spec_decode_num_accepted_tokens_per_pos_total", pos0)]
+            - before[("vllm:spec_decode_num_accepted_tokens_per_pos_total", pos0)]
+        )
+        assert drafts > 500
+        return accepted / drafts
+
+    async def test() -> None:
+        async with sim(PEAGLE) as (url, _), aiohttp.ClientSession() as session:
+            await asyncio.sleep(0.5)
+            assert await rate0(session, url, 1.0) == pytest.approx(0.92, abs=0.05)
+            yaml_body = "acceptance: [0.3, 0.2]\n"
+            async with session.post(url + "/admin/profile", data=yaml_body) as response:
+                assert response.status == 200
+            assert await rate0(session, url, 1.0) == pytest.approx(0.3, abs=0.05)
+            async with session.post(url + "/admin/profile", json=[0.7]) as response:
+                assert (await response.json())["acceptance"] == [0.7]
+            assert await rate0(session, url, 1.0) == pytest.approx(0.7, abs=0.05)
+            async with session.post(url + "/admin/profile", data="acceptance: [2]") as response:
+                assert response.status == 400
+
+    run_async(test)
+
+
+def test_load_switch_garbage_and_slow_metrics() -> None:
+    async def test() -> None:
+        quiet = "tick: 50ms\nload: {requests_per_second: 0}\n"
+        async with sim(PEAGLE, quiet) as (url, server), aiohttp.ClientSession() as session:
+            await asyncio.sleep(0.2)
+            assert server.engine.counters.num_drafts == 0
+            async with session.post(url + "/admin/load", json={"requests_per_second": 30}):
+                pass
+            await asyncio.sleep(0.5)
+            assert server.engine.counters.num_drafts > 0
+
+            async with session.post(url + "/admin/garbage"):
+                pass
+            async with session.get(url + "/metrics") as response:
+                text = await response.text()
+            with pytest.raises(ValueError):
+                list(text_string_to_metric_families(text))
+            async with session.post(url + "/admin/garbage", json={"enabled": False}):
+                pass
+            await scrape(session, url)
+
+            async with session.post(url + "/admin/slow", data="seconds: 5"):
+                pass
+            started = time.monotonic()
+            with pytest.raises(asyncio.TimeoutError):
+                timeout = aiohttp.ClientTimeout(total=0.5)
+                async with session.get(url + "/metrics", timeout=timeout) as response:
+                    await response.text()
+            assert time.monotonic() - started < 2
+            async with session.post(url + "/admin/slow", json={"seconds": 0}):
+                pass
+            async with session.get(url + "/metrics?delay=0.3") as response:
+                assert response.status == 200
+
+    run_async(test)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return bytes(response.read())
+
+
+def test_sim_runs_as_a_real_process_selected_by_the_environment(tmp_path: Path) -> None:
+    port = free_port()
+    args = [RUNTIME, "serve", "--model", "org/target", *PEAGLE, "--host", "0.0.0.0",
+            "--port", "1", "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+    env = {
+        "PATH": os.environ["PATH"],
+        "SPECFLEET_ENGINE": "sim",  # a rendered pod runs unchanged; only the env differs
+        "SPECFLEET_SIM_PROFILE": FAST,
+        "SPECFLEET_TERMINATION_LOG": str(tmp_path / "termination-log"),
+    }
+    process = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                get(f"http://127.0.0.1:{port}/health")
+                break
+            except OSError:
+                assert process.poll() is None, process.communicate()[1]
+                assert time.monotonic() < deadline, "the sim did not become healthy"
+                time.sleep(0.1)
+        time.sleep(0.3)
+        parsed = families(get(f"http://127.0.0.1:{port}/metrics").decode())
+        assert parsed["vllm:spec_decode_num_drafts"].samples[0].value > 0
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions",
+            data=json.dumps({"prompt": "hello", "max_tokens": 12}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.load(response)["usage"]["completion_tokens"] == 12
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=10)
+    assert process.returncode == 0, stderr
+    assert f"serving served on 127.0.0.1:{port}" in stderr
+    assert not (tmp_path / "termination-log").exists()
+
+
+def test_a_bad_profile_fails_the_pod(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    result = subprocess.run(
+        [RUNTIME, "serve", "--model", "org/m", "--engine", "sim", "--termination-log", str(log),
+         "--sim-profile", "acceptance: [1.5]"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert log.read_text().startswith("sim profile: acceptance.0: Input should be less than")
+    missing = str(tmp_path / "absent.yaml")
+    result = subprocess.run(
+        [RUNTIME, "serve", "--model", "org/m", "--engine", "sim", "--termination-log", str(log),
+         "--sim-profile", missing],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert log.read_text() == f"sim profile file {missing} does not exist\n"
+
+
+def test_profile_file_is_read(tmp_path: Path) -> None:
+    from specfleet.runtime.cli import read_sim_profile
+
+    path = tmp_path / "profile.yaml"
+    path.write_text("acceptance: [0.5]\n")
+    assert read_sim_profile(str(path)) == SimProfile(acceptance=[0.5])
+    assert read_sim_profile("acceptance: [0.6]") == SimProfile(acceptance=[0.6])

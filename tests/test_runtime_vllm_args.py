@@ -1,0 +1,218 @@
+"""Golden argv for every method and option, and the flags the runtime refuses to share.
+
+`CASES` is also what the vLLM contract test feeds to vLLM's own parser.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specfleet.runtime.config import (
+    BatchScheduleEntry,
+    ConfigError,
+    Engine,
+    Method,
+    RuntimeConfig,
+    parse_serve_args,
+)
+from specfleet.runtime.vllm_args import speculative_config, vllm_argv
+
+TARGET = "meta-llama/Llama-3.1-8B-Instruct"
+DRAFT = "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
+
+
+def _spec(**keys: Any) -> str:
+    return json.dumps(keys, separators=(",", ":"))
+
+
+# (runtime serve args, the exact vllm argv they render)
+CASES: dict[str, tuple[list[str], list[str]]] = {
+    "peagle": (
+        ["--model", TARGET, "--method", "peagle", "--draft-model", DRAFT,
+         "--num-speculative-tokens", "5"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--speculative-config",
+         _spec(method="eagle3", model=DRAFT, num_speculative_tokens=5, parallel_drafting=True)],
+    ),
+    "eagle3": (
+        ["--model", TARGET, "--method", "eagle3", "--draft-model", DRAFT,
+         "--num-speculative-tokens", "3"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--speculative-config",
+         _spec(method="eagle3", model=DRAFT, num_speculative_tokens=3)],
+    ),
+    "eagle": (
+        ["--model", TARGET, "--method", "eagle", "--draft-model", "yuhuili/EAGLE-LLaMA3-8B",
+         "--num-speculative-tokens", "2"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--speculative-config",
+         _spec(method="eagle", model="yuhuili/EAGLE-LLaMA3-8B", num_speculative_tokens=2)],
+    ),
+    "ngram": (
+        ["--model", TARGET, "--method", "ngram", "--num-speculative-tokens", "4",
+         "--prompt-lookup-min", "2", "--prompt-lookup-max", "5"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--speculative-config",
+         _spec(method="ngram", num_speculative_tokens=4, prompt_lookup_min=2,
+               prompt_lookup_max=5)],
+    ),
+    "none": (
+        ["--model", TARGET, "--method", "none"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1"],
+    ),
+    "none ignores leftover speculation flags": (
+        ["--model", TARGET, "--method", "none", "--draft-model", DRAFT,
+         "--num-speculative-tokens", "5", "--batch-schedule", "1:4:5"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1"],
+    ),
+    "every option": (
+        ["--model", TARGET, "--served-model-name", "llama-8b", "--method", "peagle",
+         "--draft-model", DRAFT, "--num-speculative-tokens", "7",
+         "--draft-tensor-parallel-size", "1", "--batch-schedule", "1:8:7",
+         "--batch-schedule", "9:32:4", "--batch-schedule", "33:256:2",
+         "--tensor-parallel-size", "2", "--host", "10.1.2.3", "--port", "8000",
+         "--", "--max-model-len", "8192", "--gpu-memory-utilization", "0.9"],
+        ["vllm", "serve", TARGET, "--served-model-name", "llama-8b",
+         "--tensor-parallel-size", "2", "--host", "10.1.2.3", "--port", "8000",
+         "--speculative-config",
+         _spec(method="eagle3", model=DRAFT, num_speculative_tokens=7, parallel_drafting=True,
+               draft_tensor_parallel_size=1,
+               num_speculative_tokens_per_batch_size=[[1, 8, 7], [9, 32, 4], [33, 256, 2]]),
+         "--max-model-len", "8192", "--gpu-memory-utilization", "0.9"],
+    ),
+    "draft tensor parallel equal to the target's": (
+        ["--model", TARGET, "--method", "eagle3", "--draft-model", DRAFT,
+         "--num-speculative-tokens", "3", "--tensor-parallel-size", "4",
+         "--draft-tensor-parallel-size", "4"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "4", "--speculative-config",
+         _spec(method="eagle3", model=DRAFT, num_speculative_tokens=3,
+               draft_tensor_parallel_size=4)],
+    ),
+    "host and port given last win (a pod re-binds with --host $(POD_IP))": (
+        ["--model", TARGET, "--host", "0.0.0.0", "--port", "8000", "--method", "eagle3",
+         "--draft-model", DRAFT, "--num-speculative-tokens", "32",
+         "--host", "127.0.0.7", "--port", "18001"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--host", "127.0.0.7",
+         "--port", "18001", "--speculative-config",
+         _spec(method="eagle3", model=DRAFT, num_speculative_tokens=32)],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_golden_argv(name: str) -> None:
+    args, expected = CASES[name]
+    config, dry_run = parse_serve_args(args, env={})
+    assert not dry_run
+    assert vllm_argv(config) == expected
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_to_args_parses_back_to_the_same_config(name: str) -> None:
+    config, _ = parse_serve_args(CASES[name][0], env={})
+    assert parse_serve_args(config.to_args(), env={})[0] == config
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--speculative-config", "{}"],
+        ["--speculative_config={}"],
+        ["-sc", "{}"],
+        ["--speculative-config.num_speculative_tokens", "9"],
+        ["--model", "other"],
+        ["--served-model-name", "x"],
+        ["--tensor-parallel-size", "8"],
+        ["-tp", "8"],
+        ["-tp=8"],
+        ["--tensor_parallel_size", "8"],
+        ["--host", "0.0.0.0"],
+        ["--port=9000"],
+        ["--max-model-len", "4096", "--port", "9000"],
+        ["other/model"],
+    ],
+)
+def test_extra_args_that_collide_are_refused(extra: list[str]) -> None:
+    config, _ = parse_serve_args(["--model", TARGET, "--", *extra], env={})
+    with pytest.raises(ConfigError) as error:
+        vllm_argv(config)
+    message = str(error.value)
+    assert "\n" not in message
+    assert any(part in message for part in ("collides with", "positional model"))
+
+
+def test_extra_args_that_only_look_similar_pass() -> None:
+    extra = ["--hosted-thing", "1", "--max-model-len", "4096", "--portability"]
+    config, _ = parse_serve_args(["--model", TARGET, "--", *extra], env={})
+    assert vllm_argv(config)[-5:] == extra
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        (["--method", "peagle", "--num-speculative-tokens", "3"], "needs --draft-model"),
+        (["--method", "eagle3", "--draft-model", DRAFT], "needs --num-speculative-tokens"),
+        (["--method", "ngram", "--num-speculative-tokens", "0"], "greater than or equal to 1"),
+        (["--method", "ngram", "--num-speculative-tokens", "33"], "less than or equal to 32"),
+        (["--method", "ngram", "--num-speculative-tokens", "3", "--prompt-lookup-min", "5",
+          "--prompt-lookup-max", "2"], "--prompt-lookup-min must be <="),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--prompt-lookup-max", "2"], "apply to method ngram only"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--batch-schedule", "1:8:4"], "K must be <= --num-speculative-tokens (3)"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--batch-schedule", "2:8:3"], "must start at batch size 1"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--batch-schedule", "1:8:3", "--batch-schedule", "8:16:2"], "overlap"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--batch-schedule", "1-8-3"], "is not START:END:K"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--tensor-parallel-size", "4", "--draft-tensor-parallel-size", "2"],
+         "must be 1 or the --tensor-parallel-size (4)"),
+        (["--method", "medusa"], "invalid choice"),
+        (["--port", "0"], "greater than or equal to 1"),
+        (["--bogus"], "unrecognized arguments"),
+    ],
+)  # fmt: skip
+def test_invalid_configs_are_refused_in_one_line(args: list[str], reason: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_serve_args(["--model", TARGET, *args], env={})
+    assert reason in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_environment_supplies_engine_profile_seed_and_termination_log() -> None:
+    env = {
+        "SPECFLEET_ENGINE": "sim",
+        "SPECFLEET_SIM_PROFILE": "acceptance: [0.9]",
+        "SPECFLEET_SIM_SEED": "7",
+        "SPECFLEET_TERMINATION_LOG": "/tmp/why",
+    }
+    config, _ = parse_serve_args(["--model", TARGET], env=env)
+    assert (config.engine, config.sim_profile, config.seed) == (Engine.SIM, "acceptance: [0.9]", 7)
+    assert config.termination_log == "/tmp/why"
+    flags = ["--engine", "vllm", "--seed", "8", "--termination-log", "/tmp/other"]
+    config, _ = parse_serve_args(["--model", TARGET, *flags], env=env)
+    assert (config.engine, config.seed, config.termination_log) == (Engine.VLLM, 8, "/tmp/other")
+
+
+def test_speculative_config_is_none_without_speculation() -> None:
+    assert speculative_config(RuntimeConfig(model=TARGET, method=Method.NONE)) is None
+
+
+@pytest.mark.parametrize(
+    ("batch", "k"), [(1, 7), (8, 7), (9, 4), (32, 4), (33, 4), (99, 4), (100, 2), (512, 2)]
+)
+def test_k_for_batch_follows_the_schedule_like_vllm(batch: int, k: int) -> None:
+    # 33..99 is a gap: vLLM carries the previous range's K over it.
+    config = RuntimeConfig(
+        model=TARGET,
+        method=Method.PEAGLE,
+        draft_model=DRAFT,
+        num_speculative_tokens=7,
+        batch_schedule=(
+            BatchScheduleEntry(start=1, end=8, k=7),
+            BatchScheduleEntry(start=9, end=32, k=4),
+            BatchScheduleEntry(start=100, end=512, k=2),
+        ),
+    )
+    assert config.k_for_batch(batch) == k
