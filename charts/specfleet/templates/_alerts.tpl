@@ -128,8 +128,11 @@ groups:
       {{- with $a.operatorDown }}
       {{- if .enabled }}
       - alert: SpecfleetOperatorDown
+        # Down (every target of the job failing its scrape) or gone (no target at all).
         expr: |-
-          absent(up{job={{ $a.operatorJob | quote }}} == 1)
+          max by (job) (up{job={{ $a.operatorJob | quote }}}) == 0
+          or
+          absent(up{job={{ $a.operatorJob | quote }}})
         for: {{ .for }}
         labels:
           severity: {{ .severity }}
