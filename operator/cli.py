@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -125,6 +126,27 @@ def operator_command(
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
         )
     )
+
+
+@app.command("simulate")
+def simulate_command(
+    scenario: Annotated[Path, typer.Option("--scenario", help="Scenario file (YAML).")],
+    seed: Annotated[int, typer.Option(help="Random seed of the simulated engines.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of the run.")] = None,
+) -> None:
+    """Run the tuner against simulated engines over a scenario; compare with oracles."""
+    from specfleet.operator import simulate
+
+    try:
+        loaded = simulate.load_scenario(scenario)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        typer.echo(f"{scenario}: {error}", err=True)
+        raise typer.Exit(2) from error
+    result = simulate.simulate(loaded, seed)
+    typer.echo(json.dumps(result.to_json(), indent=2) if as_json else simulate.report(result))
+    if plot is not None:
+        simulate.plot(result, plot)
 
 
 def main() -> None:
