@@ -1,0 +1,436 @@
+"""The Helm chart against the real API server: admission of every rendered object, and
+the operator's RBAC checked both ways with `kubectl auth can-i`.
+
+prometheus-operator's CRDs are not part of the local control plane. So that the server
+can still judge the ServiceMonitor, PodMonitor and PrometheusRule, the `monitoring_crds`
+fixture registers stand-ins for them (same group, version, kinds and scope) whose schemas
+declare the fields of prometheus-operator's API this chart uses, with their types and the
+Duration pattern. They are labelled `specfleet.io/test-stand-in` and never replace real
+CRDs that are already installed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e import cluster
+from tests.test_chart import CUSTOM_VALUES, manifests, render
+
+STAND_IN_LABEL = "specfleet.io/test-stand-in"
+DURATION = {
+    "type": "string",
+    "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
+    "(([0-9]+)ms)?)$",
+}
+STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+LABEL_SELECTOR = {
+    "type": "object",
+    "properties": {
+        "matchLabels": STRINGS,
+        "matchExpressions": {
+            "type": "array",
+            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        },
+    },
+}
+NAMESPACE_SELECTOR = {
+    "type": "object",
+    "properties": {
+        "any": {"type": "boolean"},
+        "matchNames": {"type": "array", "items": {"type": "string"}},
+    },
+}
+RELABELINGS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {
+            "sourceLabels": {"type": "array", "items": {"type": "string"}},
+            "separator": {"type": "string"},
+            "targetLabel": {"type": "string"},
+            "regex": {"type": "string"},
+            "modulus": {"type": "integer"},
+            "replacement": {"type": "string"},
+            "action": {"type": "string"},
+        },
+    },
+}
+ENDPOINT = {
+    "port": {"type": "string"},
+    "path": {"type": "string"},
+    "interval": DURATION,
+    "scrapeTimeout": DURATION,
+    "honorLabels": {"type": "boolean"},
+    "relabelings": RELABELINGS,
+}
+MONITORING_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ServiceMonitor": (
+        "servicemonitors",
+        {
+            "selector": LABEL_SELECTOR,
+            "namespaceSelector": NAMESPACE_SELECTOR,
+            "jobLabel": {"type": "string"},
+            "endpoints": {"type": "array", "items": {"type": "object", "properties": ENDPOINT}},
+        },
+    ),
+    "PodMonitor": (
+        "podmonitors",
+        {
+            "selector": LABEL_SELECTOR,
+            "namespaceSelector": NAMESPACE_SELECTOR,
+            "jobLabel": {"type": "string"},
+            "podMetricsEndpoints": {
+                "type": "array",
+                "items": {"type": "object", "properties": ENDPOINT},
+            },
+        },
+    ),
+    "PrometheusRule": (
+        "prometheusrules",
+        {
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "interval": DURATION,
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["expr"],
+                                "properties": {
+                                    "alert": {"type": "string"},
+                                    "record": {"type": "string"},
+                                    "expr": {"x-kubernetes-int-or-string": True},
+                                    "for": DURATION,
+                                    "labels": STRINGS,
+                                    "annotations": STRINGS,
+                                },
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    ),
+}
+
+
+def stand_in_crd(kind: str) -> dict[str, Any]:
+    plural, spec = MONITORING_SPECS[kind]
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.monitoring.coreos.com",
+            "labels": {STAND_IN_LABEL: "true"},
+        },
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {"spec": {"type": "object", "properties": spec}},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def monitoring_crds(control_plane: None) -> None:
+    for kind, (plural, _) in MONITORING_SPECS.items():
+        name = f"crd/{plural}.monitoring.coreos.com"
+        existing = cluster.kubectl("get", name, "-o", "name", check=False)
+        if existing.returncode == 0:
+            continue  # real prometheus-operator CRDs (or our stand-ins) are there
+        cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(stand_in_crd(kind)))
+        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", name)
+
+
+def extra_namespace() -> Iterator[str]:
+    name = f"t-chart-other-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture
+def other_namespace(control_plane: None) -> Iterator[str]:
+    """A second namespace (watched in the namespaced renderings)."""
+    yield from extra_namespace()
+
+
+@pytest.fixture
+def unwatched_namespace(control_plane: None) -> Iterator[str]:
+    """A namespace the operator must have no permission in."""
+    yield from extra_namespace()
+
+
+def release_name() -> str:
+    return f"sf-{uuid.uuid4().hex[:6]}"
+
+
+# ---------------------------------------------------------------------------- admission
+
+
+@pytest.mark.parametrize("variant", ["default", "custom", "everything-cluster-wide"])
+def test_every_rendered_object_is_admitted(
+    variant: str, crds: None, monitoring_crds: None, namespace: str, other_namespace: str
+) -> None:
+    if variant == "default":
+        text = render(namespace=namespace, release=release_name()).stdout
+    elif variant == "custom":
+        text = render(
+            namespace=namespace,
+            release=release_name(),
+            values=[CUSTOM_VALUES],
+            set_json=[f'watch.namespaces=["{namespace}","{other_namespace}"]'],
+        ).stdout
+    else:
+        text = render(
+            namespace=namespace,
+            release=release_name(),
+            set_json=[
+                "serviceMonitor.enabled=true",
+                "podMonitor.enabled=true",
+                "prometheusRule.enabled=true",
+            ],
+        ).stdout
+    documents = manifests(text)
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "--validate=strict", "-f", "-", input=text, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(server dry run)") == len(documents), result.stdout
+    assert "Warning" not in result.stderr, result.stderr
+    kinds = {d["kind"] for d in documents}
+    if variant != "default":
+        assert {"ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds
+
+
+def test_stand_in_schemas_catch_a_misspelled_field(monitoring_crds: None, namespace: str) -> None:
+    """The monitoring kinds are really judged: a typo is refused, not pruned silently."""
+    text = render(namespace=namespace, set_json=["podMonitor.enabled=true"]).stdout
+    monitor = next(d for d in manifests(text) if d["kind"] == "PodMonitor")
+    monitor["spec"]["podMetricsEndpoints"][0]["intervall"] = "5s"
+    result = cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
+        "-f",
+        "-",
+        input=yaml.safe_dump(monitor),
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "intervall" in result.stderr
+
+
+def test_the_chart_crd_is_accepted_as_an_upgrade(crds: None) -> None:
+    """The documented upgrade path: server-side apply of the chart's crds/ over the
+    installed CRD changes nothing that the server refuses."""
+    result = cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--dry-run=server",
+        "-f",
+        str(cluster.REPO / "charts" / "specfleet" / "crds"),
+    )
+    assert "serverside-applied (server dry run)" in result.stdout
+
+
+# ---------------------------------------------------------------------------- RBAC
+
+
+class Identity:
+    """The chart's ServiceAccount, installed for real (SA + RBAC only, no Deployment)."""
+
+    def __init__(self, namespace: str, name: str) -> None:
+        self.namespace = namespace
+        self.user = f"system:serviceaccount:{namespace}:{name}"
+
+    def can(self, verb: str, resource: str, *, namespace: str | None = None) -> bool:
+        resource, _, subresource = resource.partition("/")
+        args = ["auth", "can-i", verb, resource, f"--as={self.user}"]
+        if subresource:
+            args.append(f"--subresource={subresource}")
+        args += ["--all-namespaces"] if namespace is None else ["-n", namespace]
+        result = cluster.kubectl(*args, check=False)
+        answer = result.stdout.strip()
+        assert answer in ("yes", "no"), result.stdout + result.stderr
+        return answer == "yes"
+
+
+def install_rbac(namespace: str, set_json: list[str]) -> Iterator[Identity]:
+    release = release_name()
+    text = "".join(
+        render(namespace=namespace, release=release, set_json=set_json, show_only=template).stdout
+        for template in ("templates/serviceaccount.yaml", "templates/rbac.yaml")
+    )
+    documents = manifests(text)
+    cluster.kubectl("apply", "-f", "-", input=text)
+    account = next(d for d in documents if d["kind"] == "ServiceAccount")
+    yield Identity(namespace, account["metadata"]["name"])
+    for document in documents:
+        if document["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            cluster.kubectl(
+                "delete", document["kind"], document["metadata"]["name"], "--ignore-not-found"
+            )
+    cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=false", input=text)
+
+
+@pytest.fixture
+def cluster_wide(crds: None, namespace: str) -> Iterator[Identity]:
+    yield from install_rbac(namespace, [])
+
+
+@pytest.fixture
+def namespaced(crds: None, namespace: str, other_namespace: str) -> Iterator[Identity]:
+    yield from install_rbac(namespace, [f'watch.namespaces=["{other_namespace}"]'])
+
+
+# What the operator does, one (verb, resource) a line: docs/install.md has the reasons.
+NEEDED = [
+    ("get", "speculativemodels.specfleet.io"),
+    ("list", "speculativemodels.specfleet.io"),
+    ("watch", "speculativemodels.specfleet.io"),
+    ("patch", "speculativemodels.specfleet.io"),
+    ("get", "speculativemodels.specfleet.io/status"),
+    ("patch", "speculativemodels.specfleet.io/status"),
+    ("get", "deployments.apps"),
+    ("list", "deployments.apps"),
+    ("watch", "deployments.apps"),
+    ("create", "deployments.apps"),
+    ("patch", "deployments.apps"),
+    ("get", "services"),
+    ("list", "services"),
+    ("watch", "services"),
+    ("create", "services"),
+    ("patch", "services"),
+    ("get", "pods"),
+    ("list", "pods"),
+    ("watch", "pods"),
+    ("create", "events"),
+    ("patch", "events"),
+    ("create", "events.events.k8s.io"),
+    ("patch", "events.events.k8s.io"),
+]
+# What it must not do.
+FORBIDDEN = [
+    # Secrets: the kubelet resolves the HF token's secretKeyRef, never the operator.
+    ("get", "secrets"),
+    ("list", "secrets"),
+    ("watch", "secrets"),
+    # SpeculativeModels belong to the user / Git.
+    ("delete", "speculativemodels.specfleet.io"),
+    ("deletecollection", "speculativemodels.specfleet.io"),
+    ("create", "speculativemodels.specfleet.io"),
+    ("update", "speculativemodels.specfleet.io"),
+    ("update", "speculativemodels.specfleet.io/status"),
+    # Children are deleted by the garbage collector, never by the operator.
+    ("delete", "deployments.apps"),
+    ("update", "deployments.apps"),
+    ("delete", "services"),
+    ("delete", "pods"),
+    ("create", "pods"),
+    ("create", "pods/exec"),
+    ("get", "pods/log"),
+    # Kinds it does not manage.
+    ("get", "configmaps"),
+    ("create", "configmaps"),
+    ("get", "statefulsets.apps"),
+    ("get", "replicasets.apps"),
+    ("get", "daemonsets.apps"),
+    ("create", "jobs.batch"),
+    ("get", "ingresses.networking.k8s.io"),
+    ("get", "networkpolicies.networking.k8s.io"),
+    ("get", "persistentvolumeclaims"),
+    ("get", "serviceaccounts"),
+    ("create", "serviceaccounts/token"),
+    ("get", "roles.rbac.authorization.k8s.io"),
+    ("create", "rolebindings.rbac.authorization.k8s.io"),
+    ("get", "leases.coordination.k8s.io"),
+    ("get", "endpointslices.discovery.k8s.io"),
+]
+CLUSTER_SCOPED_FORBIDDEN = [
+    ("get", "nodes"),
+    ("list", "namespaces"),
+    ("create", "namespaces"),
+    ("get", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("patch", "customresourcedefinitions.apiextensions.k8s.io"),
+    ("get", "clusterroles.rbac.authorization.k8s.io"),
+    ("create", "clusterrolebindings.rbac.authorization.k8s.io"),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io"),
+    ("bind", "clusterroles.rbac.authorization.k8s.io"),
+    ("impersonate", "users"),
+    ("impersonate", "serviceaccounts"),
+    ("create", "certificatesigningrequests.certificates.k8s.io"),
+]
+
+
+def answers(
+    identity: Identity, checks: list[tuple[str, str]], namespace: str | None
+) -> dict[str, bool]:
+    return {
+        f"{verb} {resource}": identity.can(verb, resource, namespace=namespace)
+        for verb, resource in checks
+    }
+
+
+def test_cluster_wide_operator_can_do_its_job_everywhere(
+    cluster_wide: Identity, other_namespace: str
+) -> None:
+    for namespace in (None, cluster_wide.namespace, other_namespace):
+        denied = [k for k, v in answers(cluster_wide, NEEDED, namespace).items() if not v]
+        assert not denied, f"the operator cannot {denied} in {namespace or 'all namespaces'}"
+
+
+def test_cluster_wide_operator_cannot_do_anything_else(
+    cluster_wide: Identity, other_namespace: str
+) -> None:
+    for namespace in (None, cluster_wide.namespace, other_namespace):
+        allowed = [k for k, v in answers(cluster_wide, FORBIDDEN, namespace).items() if v]
+        assert not allowed, f"the operator can {allowed} in {namespace or 'all namespaces'}"
+    allowed = [k for k, v in answers(cluster_wide, CLUSTER_SCOPED_FORBIDDEN, None).items() if v]
+    assert not allowed, f"the operator can {allowed} at cluster scope"
+
+
+def test_cluster_wide_operator_cannot_read_secrets_cluster_wide(cluster_wide: Identity) -> None:
+    assert not cluster_wide.can("get", "secrets")
+    assert not cluster_wide.can("list", "secrets")
+    assert not cluster_wide.can("get", "secrets", namespace="kube-system")
+    assert not cluster_wide.can("get", "secrets", namespace=cluster_wide.namespace)
+
+
+def test_namespaced_operator_works_only_in_watched_namespaces(
+    namespaced: Identity, other_namespace: str, unwatched_namespace: str
+) -> None:
+    watched = answers(namespaced, NEEDED, other_namespace)
+    assert all(watched.values()), f"cannot {[k for k, v in watched.items() if not v]}"
+    for namespace in (None, unwatched_namespace, namespaced.namespace):
+        allowed = [k for k, v in answers(namespaced, NEEDED, namespace).items() if v]
+        assert not allowed, f"can {allowed} in {namespace or 'all namespaces'}"
+    forbidden = FORBIDDEN + CLUSTER_SCOPED_FORBIDDEN
+    allowed = [k for k, v in answers(namespaced, forbidden, other_namespace).items() if v]
+    assert not allowed, f"the operator can {allowed} in its watched namespace"
+    allowed = [k for k, v in answers(namespaced, CLUSTER_SCOPED_FORBIDDEN, None).items() if v]
+    assert not allowed, f"the operator can {allowed} at cluster scope"
