@@ -1,0 +1,318 @@
+"""The decision core: unit cases and its invariants, property-based."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specfleet.operator.api import (
+    ConditionType,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+    TuningStrategy,
+    parse_duration,
+)
+from specfleet.operator.conditions import condition_status
+from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.stats import rollback_metric
+from specfleet.operator.tuner import decide, extrapolate, predict
+from specfleet.runtime.sim_model import cumulative_acceptance
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+CODE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
+CHAT = [0.85, 0.55, 0.45, 0.40, 0.38, 0.35]
+BROKEN = [0.4, 0.3, 0.2]
+
+
+def make_spec(**policy: Any) -> SpeculativeModelSpec:
+    manifest: dict[str, Any] = {
+        "model": {"name": "t"},
+        "draft": {"method": "peagle", "model": "d"},
+        "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 8},
+        "tuning": {"minDraftTokens": 1000, "cooldown": "3m", "interval": "60s"},
+    }
+    for key, value in policy.items():
+        manifest[key] = {**manifest.get(key, {}), **value}
+    return SpeculativeModelSpec.model_validate(manifest)
+
+
+def window(conditional: list[float], k: int, drafts: float = 20_000, batch: int = 4) -> TrackWindow:
+    per_pos = tuple(drafts * r for r in cumulative_acceptance(conditional, k))
+    return TrackWindow(
+        drafts=drafts,
+        draft_tokens=drafts * k,
+        accepted_tokens=sum(per_pos),
+        accepted_per_position=per_pos,
+        generation_tokens=drafts + sum(per_pos),
+        seconds=60,
+        pod_seconds=120,
+        pods=2,
+        running_requests=2 * batch,
+    )
+
+
+class Fleet:
+    """Runs decide window after window with engines following `profile` exactly."""
+
+    def __init__(self, spec: SpeculativeModelSpec) -> None:
+        self.spec = spec
+        self.status = SpeculativeModelStatus()
+        self.now = T0
+        self.kinds: list[list[str]] = []
+
+    def step(self, profile: list[float] | None, **observation: Any) -> list[str]:
+        sp = self.status.speculation
+        stable = canary = None
+        if profile is not None:
+            if sp.disabled:
+                stable = replace(
+                    window(profile, 1),
+                    drafts=0,
+                    draft_tokens=0,
+                    accepted_tokens=0,
+                    accepted_per_position=(),
+                )
+            else:
+                stable = window(profile, sp.tokens or self.spec.speculation.tokens)
+            if sp.candidate_tokens is not None:
+                canary = replace(window(profile, sp.candidate_tokens, 10_000), pods=1)
+        self.now += timedelta(minutes=1)
+        decided = decide(
+            self.spec,
+            self.status,
+            Observation(stable=stable, canary=canary, **observation),
+            self.now,
+        )
+        self.status = decided.status
+        kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
+        self.kinds.append(kinds)
+        return kinds
+
+
+def test_extrapolation_is_conservative() -> None:
+    assert extrapolate([0.9, 0.8], 4) == pytest.approx([0.9, 0.8, 0.72, 0.648])
+    assert extrapolate([0.9, 0.8, 0.7], 2) == [0.9, 0.8]
+
+
+def test_parallel_drafting_makes_deep_k_cheaper() -> None:
+    from specfleet.operator.api import RollbackMetric
+
+    parallel = predict(CODE, 6, 1, True, RollbackMetric.DRAFT_ACCEPTANCE_RATE)
+    sequential = predict(CODE, 6, 1, False, RollbackMetric.DRAFT_ACCEPTANCE_RATE)
+    assert parallel.goodput > sequential.goodput
+    assert parallel.acceptance_rate == sequential.acceptance_rate
+
+
+def test_high_acceptance_climbs_through_a_canary() -> None:
+    fleet = Fleet(make_spec())
+    for _ in range(40):
+        fleet.step(CODE)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert "StartCanary" in flat and "Promote" in flat
+    assert (fleet.status.speculation.tokens or 0) > 3
+    assert fleet.status.speculation.last_known_good_tokens is not None
+    assert [d.action for d in fleet.status.history][:2] == ["StartCanary", "Promote"]
+
+
+def test_drift_below_the_floor_rolls_back_after_failure_limit_windows() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2}))
+    for _ in range(30):
+        fleet.step(CODE)
+    k_before = fleet.status.speculation.tokens
+    assert fleet.step(CHAT) == [] or "Abort" in fleet.kinds[-1]
+    second = fleet.step(CHAT)
+    assert any(k in ("Rollback", "StepDown") for k in second), fleet.kinds[-3:]
+    assert fleet.status.speculation.tokens == 1 and k_before != 1
+    assert fleet.status.history[-1].reason.startswith("BelowFloor")
+
+
+def test_broken_draft_disables_speculation_then_reprobes() -> None:
+    spec = make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"})
+    fleet = Fleet(spec)
+    kinds = fleet.step(BROKEN)
+    assert "Disable" in kinds
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.disabled_reason and "no K" in sp.disabled_reason
+    active = condition_status(fleet.status.conditions, ConditionType.SPECULATION_ACTIVE)
+    assert active == "False"
+    for _ in range(9):
+        assert "Reprobe" not in fleet.step(BROKEN)
+    assert "Reprobe" in fleet.step(BROKEN)
+    assert fleet.status.speculation.tokens == 1 and not fleet.status.speculation.disabled
+
+
+def test_inconclusive_windows_set_metrics_unavailable() -> None:
+    spec = make_spec(tuning={"maxInconclusiveWindows": 3})
+    fleet = Fleet(spec)
+    for _ in range(2):
+        fleet.step(None)
+    assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "Unknown"
+    assert "MetricsUnavailable" in fleet.step(None)
+    assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "False"
+    fleet.step(CODE)
+    assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "True"
+
+
+def test_missing_spec_decode_series_sets_speculation_inactive() -> None:
+    fleet = Fleet(make_spec())
+    assert "SpeculationMissing" in fleet.step(None, speculation_missing=True)
+    assert condition_status(fleet.status.conditions, ConditionType.SPECULATION_ACTIVE) == "False"
+
+
+def test_pending_canary_falls_back_to_in_place() -> None:
+    fleet = Fleet(make_spec())
+    while fleet.status.speculation.candidate_tokens is None:
+        fleet.step(CODE)
+    pending_since = fleet.now.timestamp()
+    fleet.now += timedelta(minutes=10)
+    kinds = fleet.step(CODE, canary_pending_since=pending_since)
+    assert "InPlaceFallback" in kinds
+    assert fleet.status.speculation.strategy is TuningStrategy.IN_PLACE
+    assert fleet.status.speculation.candidate_tokens is None
+    for _ in range(20):
+        fleet.step(CODE)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert "StartInPlace" in flat
+    assert fleet.status.speculation.candidate_tokens is None  # never a canary again
+
+
+def test_rollback_works_with_tuning_disabled() -> None:
+    fleet = Fleet(make_spec(tuning={"enabled": False}, speculation={"tokens": 5}))
+    for _ in range(5):
+        fleet.step(CODE)
+    assert fleet.status.speculation.tokens == 5
+    fleet.step(CHAT)
+    assert any(k in ("Rollback", "StepDown") for k in fleet.step(CHAT))
+
+
+def test_new_k_in_spec_resets_the_tuned_k() -> None:
+    fleet = Fleet(make_spec())
+    fleet.step(CODE)
+    fleet.spec = make_spec(speculation={"tokens": 2})
+    assert "SpecChanged" in fleet.step(CODE)
+    assert fleet.status.speculation.tokens == 2
+
+
+def test_decide_does_not_mutate_its_input() -> None:
+    status = SpeculativeModelStatus()
+    before = status.model_dump()
+    decide(make_spec(), status, Observation(window(CODE, 3), None), T0)
+    assert status.model_dump() == before
+
+
+# ----------------------------------------------------------------------------- properties
+
+levels = st.sampled_from([None, "small", CODE, CHAT, BROKEN, [0.9, 0.8, 0.7, 0.6]])
+
+
+@st.composite
+def runs(draw: st.DrawFn) -> tuple[SpeculativeModelSpec, list[Any], list[float | None]]:
+    spec = make_spec(
+        speculation={
+            "tokens": draw(st.integers(2, 4)),
+            "minTokens": draw(st.integers(1, 2)),
+            "maxTokens": draw(st.integers(4, 8)),
+        },
+        tuning={
+            "cooldown": draw(st.sampled_from(["1m", "3m", "10m"])),
+            "canaryWindows": draw(st.integers(1, 3)),
+            "strategy": draw(st.sampled_from(["Canary", "InPlace"])),
+        },
+        rollback={"failureLimit": draw(st.integers(1, 3))},
+    )
+    profiles = draw(st.lists(levels, min_size=5, max_size=60))
+    pending = draw(
+        st.lists(st.none() | st.just(0.0), min_size=len(profiles), max_size=len(profiles))
+    )
+    return spec, profiles, pending
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | None]]) -> None:
+    spec, profiles, pending = run
+    low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
+    cooldown = parse_duration(spec.tuning.cooldown)
+    status = SpeculativeModelStatus()
+    now = T0
+    failing_in_a_row = 0
+    for profile, pending_since in zip(profiles, pending, strict=True):
+        sp = status.speculation
+        k = sp.tokens or spec.speculation.tokens
+        stable = canary = None
+        if profile == "small":
+            stable = window(CODE, k, drafts=10)  # too few draft tokens: inconclusive
+        elif profile is not None and not sp.disabled:
+            stable = window(profile, k)
+            if sp.candidate_tokens is not None:
+                canary = replace(window(profile, sp.candidate_tokens, 5_000), pods=1)
+        now += timedelta(minutes=1)
+        decided = decide(
+            spec,
+            status,
+            Observation(stable, canary, canary_pending_since=pending_since),
+            now,
+        )
+        kinds = [a.kind for a in decided.actions]
+        new = decided.status.speculation
+
+        # K and the candidate stay in range; at most one candidate, never equal to K.
+        assert new.tokens is not None and low <= new.tokens <= high
+        if new.candidate_tokens is not None:
+            assert low <= new.candidate_tokens <= high
+            assert new.candidate_tokens != new.tokens
+            assert decided.status.canary is not None and not decided.status.canary.in_place
+        assert kinds.count("StartCanary") + kinds.count("StartInPlace") <= 1
+        assert len(decided.status.history) <= 20
+
+        conclusive = stable is not None and stable.draft_tokens >= spec.tuning.min_draft_tokens
+        canary_conclusive = (
+            canary is not None and canary.draft_tokens >= spec.tuning.min_draft_tokens
+        )
+        # Inconclusive windows are never a pass or a fail.
+        if not conclusive:
+            assert not {"Rollback", "StepDown", "Disable"} & set(kinds)
+        if not conclusive and not canary_conclusive:
+            assert "Promote" not in kinds
+        # No tuning decision before the cooldown since the last change.
+        if {"StartCanary", "StartInPlace"} & set(kinds):
+            assert sp.changed_at is None or now - sp.changed_at >= cooldown
+        # Rollback after exactly failureLimit conclusive failing windows (outside trials).
+        rolled = bool({"Rollback", "StepDown", "Disable"} & set(kinds))
+        in_place = status.canary is not None and status.canary.in_place
+        if stable is not None and conclusive and not sp.disabled and not in_place:
+            metric = rollback_metric(stable, spec.rollback.metric, sp.baseline_acceptance)
+            failing = metric is not None and metric.low < spec.rollback.min_acceptance
+            failing_in_a_row = failing_in_a_row + 1 if failing else 0
+            assert rolled == (failing_in_a_row >= spec.rollback.failure_limit)
+        else:
+            assert not rolled
+        if rolled or new.tokens != k or new.disabled != sp.disabled:
+            failing_in_a_row = 0
+        status = decided.status
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_flapping_in_a_noisy_stable_run_of_1000_windows(seed: int) -> None:
+    from pathlib import Path
+
+    from specfleet.operator.simulate import load_scenario, simulate
+
+    scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "noisy-stable.yaml")
+    result = simulate(scenario, seed)
+    assert len(result.records) == 1000
+    changes = [
+        r.tokens
+        for a, r in zip(result.records, result.records[1:], strict=False)
+        if a.tokens != r.tokens
+    ]
+    assert result.rollbacks == 0
+    assert len(changes) <= 3, changes  # climbs once or twice, then stays
+    # never back to a K it left: no A -> B -> A
+    ks = [result.records[0].tokens, *changes]
+    assert len(ks) == len(set(ks)), ks
