@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean
+.PHONY: test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean bench-tuner
 
 test: lint typecheck tools pytest
 
@@ -36,6 +36,10 @@ pytest: $(INSTALLED)
 
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds
+
+# The tuner against simulated engines: every scenario in scenarios/, 20 seeds each.
+bench-tuner: $(INSTALLED)
+	$(BIN)/python benchmarks/tuner.py --seeds 20
 
 # Tools the tests run for real: promtool (Debian's prometheus package) and the
 # control plane's binaries (built from Go modules into a cache outside the repo).
