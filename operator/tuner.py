@@ -547,6 +547,11 @@ def _rollback(run: _Run, judged: Judged) -> None:
     why = _floor_message(run, judged) + f" for {sp.failing_windows} windows"
     metric = judged.metric.value if judged.metric else None
     lkg = sp.last_known_good_tokens
+    # A K that failed the floor is not proposed again, nor any larger one, for a while.
+    sp.rejected_tokens = sorted(
+        {*sp.rejected_tokens, *range(current, spec.speculation.max_tokens + 1)}
+    )
+    sp.rejected_until = run.now + run.seconds(spec.rollback.reprobe_after)
     if (
         lkg is not None
         and lkg != current
@@ -763,8 +768,10 @@ def _compare(run: _Run, stable: Judged) -> None:
         trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.parallel, run.cost
     )
     rate = _totals_rate(trial.canary)
-    acceptance_ok = (
-        spec.rollback.metric is not RollbackMetric.DRAFT_ACCEPTANCE_RATE or rate.low >= run.floor
+    # The candidate was proposed on a prediction clearing floor + margin; the measurement
+    # must confirm it, or noise would promote Ks that sit on the floor.
+    acceptance_ok = spec.rollback.metric is not RollbackMetric.DRAFT_ACCEPTANCE_RATE or (
+        rate.low >= run.floor and rate.value >= run.floor + run.margin
     )
     summary = (
         f"K={trial.candidate_tokens} vs K={before_k}: goodput {gain.value:+.1%} "
