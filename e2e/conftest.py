@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 
 from e2e import cluster
+from e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -52,11 +53,37 @@ def crds(control_plane: None) -> None:
     )
 
 
-@pytest.fixture
-def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = f"t-{request.node.name[:40].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
-    name = "".join(c for c in name if c.isalnum() or c == "-")
+def _fresh_namespace(
+    api_client: client.ApiClient, request: pytest.FixtureRequest, prefix: str
+) -> Iterator[str]:
+    test = request.node.name[:36].lower().replace("_", "-")
+    name = "".join(c for c in f"{prefix}{test}" if c.isalnum() or c == "-").strip("-")
+    name = f"{name}-{uuid.uuid4().hex[:5]}"
     core = client.CoreV1Api(api_client)
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from _fresh_namespace(api_client, request, "t-")
+
+
+# The session's operator process watches only namespaces with this prefix, so an
+# operator installed by the chart tests in other namespaces never competes with it.
+OPERATOR_NAMESPACES = "t-op-*"
+
+
+@pytest.fixture
+def model_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from _fresh_namespace(api_client, request, "t-op-")
+
+
+@pytest.fixture(scope="session")
+def operator(crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    process = OperatorProcess([OPERATOR_NAMESPACES], log)
+    process.start()
+    yield process
+    process.stop()

@@ -112,12 +112,15 @@ def operator_command(
     from prometheus_client import start_http_server
 
     from specfleet.operator import handlers, kube
+    from specfleet.operator.evaluation import Evaluator
     from specfleet.operator.fleet import Fleet
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     start_http_server(metrics_port)
-    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), period=period)
+    evaluator = Evaluator(emit=handlers.post_event)
+    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), evaluator, period=period)
     namespaces = namespace or []
+    handlers.Runtime.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
     asyncio.run(
         kopf.operator(
             clusterwide=all_namespaces or not namespaces,

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -31,12 +30,12 @@ from specfleet.operator.api import (
     validation_errors,
 )
 from specfleet.operator.conditions import set_condition
+from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.kube import Cluster
 from specfleet.operator.status import Children, summarize, with_requested_speculation
 
 log = logging.getLogger("specfleet.fleet")
 Key = tuple[str, str]  # (namespace, name)
-Evaluator = Callable[[SpeculativeModel, Children, datetime], Awaitable[SpeculativeModelStatus]]
 
 
 def key_of(body: dict[str, Any]) -> Key:
@@ -70,15 +69,13 @@ class Fleet:
     def __init__(
         self,
         cluster: Cluster,
-        evaluate: Evaluator | None = None,
+        evaluator: Evaluator | None = None,
         period: float = 5.0,
-        emit: Callable[[dict[str, Any], str, str, bool], None] | None = None,
     ) -> None:
         self.cluster = cluster
         self.cache = FleetCache()
-        self.evaluate = evaluate
+        self.evaluator = evaluator
         self.period = period
-        self.emit = emit or (lambda body, reason, message, warning: None)
         self.locks: dict[Key, asyncio.Lock] = {}
         self.next_evaluation: dict[Key, float] = {}
         self.applied: dict[Key, list[dict[str, Any]]] = {}
@@ -99,6 +96,8 @@ class Fleet:
         self.next_evaluation.pop(key, None)
         self.applied.pop(key, None)
         self.locks.pop(key, None)
+        if self.evaluator is not None:
+            self.evaluator.forget(key)
         metrics.forget_model(*key)
 
     def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
@@ -149,8 +148,8 @@ class Fleet:
             await self._refuse(body, now)
             return
         model = model.model_copy(update={"status": with_requested_speculation(model)})
-        if evaluate and self.evaluate is not None:
-            status = await self.evaluate(model, self.cache.children(key), now)
+        if evaluate and self.evaluator is not None:
+            status = await self.evaluator.evaluate(model, self.cache.children(key), now)
             model = model.model_copy(update={"status": status})
         await self._apply_children(key, model)
         status = summarize(model, self.cache.children(key), now)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
 from specfleet.operator import render
-from specfleet.operator.api import GROUP, PLURAL, VERSION
+from specfleet.operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, SpeculativeModel
 from specfleet.operator.fleet import Fleet, key_of
+from specfleet.operator.tuner import Action
 
 log = logging.getLogger("specfleet.handlers")
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
@@ -27,6 +28,8 @@ class Runtime:
     """The fleet the handlers talk to; set by `specfleet operator` before kopf starts."""
 
     fleet: Fleet | None = None
+    # Namespace globs (e.g. "team-*") need kopf to list and watch Namespaces.
+    scan_namespaces: bool = False
     loop_task: asyncio.Task[None] | None = None
     stop: asyncio.Event | None = None
 
@@ -35,6 +38,25 @@ def fleet() -> Fleet:
     if Runtime.fleet is None:
         raise RuntimeError("specfleet operator was started without a fleet")
     return Runtime.fleet
+
+
+def post_event(model: SpeculativeModel, action: Action) -> None:
+    """A Kubernetes Event on the model for a tuning decision (kopf posts it)."""
+    reference: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": model.metadata.name,
+            "namespace": model.metadata.namespace,
+            "uid": model.metadata.uid,
+        },
+    }
+    kopf.event(
+        kopf.Body(cast(kopf.RawBody, reference)),
+        type="Warning" if action.warning else "Normal",
+        reason=action.kind,
+        message=action.message[:1000],
+    )
 
 
 @kopf.on.startup()
@@ -50,6 +72,9 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.client_timeout = 150
     settings.watching.connect_timeout = 10
     settings.posting.level = logging.WARNING
+    # The chart grants no access to Namespaces (least privilege); with plain namespace
+    # names or cluster-wide watching kopf takes them as given instead of scanning.
+    settings.scanning.disabled = not Runtime.scan_namespaces
     Runtime.stop = asyncio.Event()
     Runtime.loop_task = asyncio.create_task(fleet().run(Runtime.stop))
 

@@ -18,6 +18,7 @@ from specfleet.operator.api import (
     DraftMethod,
     SpeculativeModel,
 )
+from specfleet.runtime.config import Method, RuntimeConfig
 
 Manifest = dict[str, Any]
 Track = Literal["stable", "canary"]
@@ -69,26 +70,27 @@ def stable_tokens(model: SpeculativeModel) -> int:
     return model.status.speculation.tokens or model.spec.speculation.tokens
 
 
-def runtime_args(model: SpeculativeModel, method: DraftMethod, tokens: int) -> list[str]:
-    """Arguments of `specfleet-runtime serve`: the runtime's config contract."""
+def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) -> RuntimeConfig:
+    """The runtime's config contract for one track; pods bind their own IP."""
     spec = model.spec
-    args = ["--model", spec.model.name]
-    args += ["--served-model-name", spec.model.served_name or spec.model.name]
-    args += ["--method", method.value]
-    if method.needs_draft_model and spec.draft.model:
-        args += ["--draft-model", spec.draft.model]
-    if method is not DraftMethod.NONE:
-        args += ["--num-speculative-tokens", str(tokens)]
-    if method.needs_draft_model and spec.draft.tensor_parallel_size:
-        args += ["--draft-tensor-parallel-size", str(spec.draft.tensor_parallel_size)]
-    if method is DraftMethod.NGRAM:
-        args += ["--prompt-lookup-min", str(spec.draft.prompt_lookup_min)]
-        args += ["--prompt-lookup-max", str(spec.draft.prompt_lookup_max)]
-    args += ["--tensor-parallel-size", str(spec.runtime.tensor_parallel_size)]
-    args += ["--host", "$(POD_IP)", "--port", str(spec.runtime.port)]
-    if spec.runtime.args:
-        args += ["--", *spec.runtime.args]
-    return args
+    speculates = method is not DraftMethod.NONE
+    ngram = method is DraftMethod.NGRAM
+    return RuntimeConfig(
+        model=spec.model.name,
+        served_model_name=spec.model.served_name or spec.model.name,
+        method=Method(method.value),
+        draft_model=spec.draft.model if method.needs_draft_model else None,
+        num_speculative_tokens=tokens if speculates else None,
+        draft_tensor_parallel_size=(
+            spec.draft.tensor_parallel_size if method.needs_draft_model else None
+        ),
+        prompt_lookup_min=spec.draft.prompt_lookup_min if ngram else None,
+        prompt_lookup_max=spec.draft.prompt_lookup_max if ngram else None,
+        tensor_parallel_size=spec.runtime.tensor_parallel_size,
+        host="$(POD_IP)",
+        port=spec.runtime.port,
+        extra_args=tuple(spec.runtime.args),
+    )
 
 
 def _environment(model: SpeculativeModel) -> list[dict[str, Any]]:
@@ -138,7 +140,7 @@ def _container(model: SpeculativeModel, method: DraftMethod, tokens: int) -> dic
         "name": CONTAINER_NAME,
         "image": runtime.image,
         "command": ["specfleet-runtime", "serve"],
-        "args": runtime_args(model, method, tokens),
+        "args": runtime_config(model, method, tokens).to_args(),
         "env": _environment(model),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
         "resources": _resources(model),

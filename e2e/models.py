@@ -1,0 +1,52 @@
+"""SpeculativeModel manifests for tests on the cluster: the examples, run on the sim."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from e2e import cluster
+from specfleet.operator.api import GROUP, PLURAL, VERSION
+
+EXAMPLE = cluster.REPO / "examples" / "llama-peagle.yaml"
+
+
+def sim_model(name: str = "llama", replicas: int = 1, **spec: Any) -> dict[str, Any]:
+    """The P-EAGLE example on the simulated engine (`SPECFLEET_ENGINE=sim`), no hub token,
+    with `spec` keys merged over it (one level deep)."""
+    manifest: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    manifest["metadata"] = {"name": name}
+    body = manifest["spec"]
+    body["replicas"] = replicas
+    body["runtime"] = {
+        "gpus": 1,
+        "env": [{"name": "SPECFLEET_ENGINE", "value": "sim"}],
+    }
+    for field, value in spec.items():
+        if isinstance(value, dict) and isinstance(body.get(field), dict):
+            body[field] = {**body[field], **copy.deepcopy(value)}
+        else:
+            body[field] = copy.deepcopy(value)
+    return manifest
+
+
+def apply(manifest: dict[str, Any], namespace: str, *extra: str) -> str:
+    result = cluster.kubectl(
+        "apply", "-n", namespace, *extra, "-f", "-", input=yaml.safe_dump(manifest)
+    )
+    return result.stdout
+
+
+def get_model(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    custom = client.CustomObjectsApi(api_client)
+    return dict(custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+
+
+def condition(body: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (body.get("status") or {}).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return None

@@ -1,0 +1,77 @@
+"""Run `specfleet operator` as a local process against the test control plane."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from e2e import cluster
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """One operator process; `kill` and `start` again to test resuming from status."""
+
+    def __init__(self, namespaces: list[str], log_file: Path, period: float = 1.0) -> None:
+        self.namespaces = namespaces
+        self.log_file = log_file
+        self.period = period
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            str(Path(sys.executable).parent / "specfleet"),
+            "operator",
+            f"--metrics-port={self.metrics_port}",
+            f"--health-port={self.health_port}",
+            f"--period={self.period}",
+        ]
+        for namespace in self.namespaces:
+            argv.append(f"--namespace={namespace}")
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path())}
+        with self.log_file.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"operator exited: {self.log_file.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{self.health_port}/healthz", timeout=1
+                ):
+                    return
+            except OSError:
+                time.sleep(0.3)
+        raise TimeoutError(f"operator not healthy; see {self.log_file}")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a node failure or OOM kill would leave things."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return str(reply.read().decode())

@@ -1,0 +1,191 @@
+"""The operator on the real control plane: children, status, updates, failures, restarts."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from e2e import cluster
+from e2e.models import apply, condition, get_model, sim_model
+from e2e.operator_process import OperatorProcess
+from e2e.waiting import wait_for
+
+
+def _ready(api_client: client.ApiClient, namespace: str, name: str, generation: int) -> Any:
+    def probe() -> dict[str, Any] | None:
+        body = get_model(api_client, namespace, name)
+        ready = condition(body, "Ready")
+        status = body.get("status") or {}
+        if ready and ready["status"] == "True" and status.get("observedGeneration") == generation:
+            return body
+        return None
+
+    return wait_for(f"{name} Ready at generation {generation}", probe, timeout=120)
+
+
+def _args(deployment: Any) -> list[str]:
+    return list(deployment.spec.template.spec.containers[0].args)
+
+
+def test_create_renders_children_and_reports_ready(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(sim_model("llama"), model_namespace)
+    body = _ready(api_client, model_namespace, "llama", generation=1)
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+
+    stable = apps.read_namespaced_deployment("llama", model_namespace)
+    canary = apps.read_namespaced_deployment("llama-canary", model_namespace)
+    service = core.read_namespaced_service("llama", model_namespace)
+    args = _args(stable)
+    assert args[args.index("--method") + 1] == "peagle"
+    assert args[args.index("--num-speculative-tokens") + 1] == "3"
+    container = stable.spec.template.spec.containers[0]
+    assert container.resources.limits["nvidia.com/gpu"] == "1"
+    assert container.readiness_probe.http_get.path == "/health"
+    assert canary.spec.replicas == 0
+    for child in (stable, canary, service):
+        owner = child.metadata.owner_references[0]
+        assert (owner.kind, owner.uid) == ("SpeculativeModel", body["metadata"]["uid"])
+
+    table = cluster.kubectl("get", "specmodel", "llama", "-n", model_namespace).stdout
+    header, row = table.strip().splitlines()
+    assert header.split() == ["NAME", "K", "ACCEPT", "ALEN", "PHASE", "READY", "AGE"]
+    assert row.split()[1] == "3" and "Ready" in row.split()
+
+
+def test_updates_roll_out_and_observed_generation_follows(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(sim_model("llama"), model_namespace)
+    _ready(api_client, model_namespace, "llama", generation=1)
+    apps = client.AppsV1Api(api_client)
+
+    apply(sim_model("llama", replicas=2), model_namespace)
+    _ready(api_client, model_namespace, "llama", generation=2)
+    assert apps.read_namespaced_deployment("llama", model_namespace).spec.replicas == 2
+
+    before = apps.read_namespaced_deployment("llama", model_namespace)
+    apply(
+        sim_model("llama", replicas=2, speculation={"tokens": 2, "maxTokens": 2}), model_namespace
+    )
+    body = _ready(api_client, model_namespace, "llama", generation=3)
+    after = apps.read_namespaced_deployment("llama", model_namespace)
+    assert _args(after)[_args(after).index("--num-speculative-tokens") + 1] == "2"
+    hash_key = "specfleet.io/runtime-config-hash"
+    assert (
+        before.spec.template.metadata.annotations[hash_key]
+        != after.spec.template.metadata.annotations[hash_key]
+    )
+    assert body["status"]["speculation"]["tokens"] == 2
+
+
+def test_preflight_failure_surfaces_as_degraded(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    tmp_path: Path,
+) -> None:
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    target.mkdir()
+    draft.mkdir()
+    (target / "config.json").write_text(
+        json.dumps(
+            {"architectures": ["LlamaForCausalLM"], "vocab_size": 128256, "hidden_size": 4096}
+        )
+    )
+    (draft / "config.json").write_text(
+        json.dumps(
+            {"architectures": ["LlamaForCausalLMEagle3"], "vocab_size": 32000, "hidden_size": 4096}
+        )
+    )
+    manifest = sim_model(
+        "broken",
+        model={"name": str(target)},
+        draft={"method": "eagle3", "model": str(draft)},
+    )
+    apply(manifest, model_namespace)
+
+    def degraded() -> dict[str, Any] | None:
+        found = condition(get_model(api_client, model_namespace, "broken"), "Degraded")
+        return found if found and found["status"] == "True" else None
+
+    found = wait_for("Degraded=True", degraded, timeout=90)
+    assert found["reason"] == "RuntimeFailed"
+    assert "vocab" in found["message"], found["message"]
+
+
+def test_deleting_a_model_garbage_collects_its_children(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(sim_model("llama"), model_namespace)
+    _ready(api_client, model_namespace, "llama", generation=1)
+    cluster.kubectl("delete", "specmodel", "llama", "-n", model_namespace)
+    apps = client.AppsV1Api(api_client)
+    wait_for(
+        "children deleted",
+        lambda: (
+            not apps.list_namespaced_deployment(model_namespace).items
+            and not client.CoreV1Api(api_client).list_namespaced_service(model_namespace).items
+        ),
+    )
+
+
+def test_operator_restart_keeps_children_and_status(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(sim_model("llama"), model_namespace)
+    before = _ready(api_client, model_namespace, "llama", generation=1)
+    apps = client.AppsV1Api(api_client)
+    deployments = {
+        d.metadata.name: d.metadata.uid
+        for d in apps.list_namespaced_deployment(model_namespace).items
+    }
+
+    operator.kill()
+    operator.start()
+    # A tick after the restart: status is rewritten only if something changed.
+    after = _ready(api_client, model_namespace, "llama", generation=1)
+    assert {
+        d.metadata.name: d.metadata.uid
+        for d in apps.list_namespaced_deployment(model_namespace).items
+    } == deployments
+    assert after["status"]["speculation"] == before["status"]["speculation"]
+    assert after["status"]["history"] == before["status"]["history"]
+
+
+def test_reapplying_the_same_manifest_changes_nothing(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    manifest = sim_model("llama", tuning={"enabled": False})
+    apply(manifest, model_namespace, "--server-side")
+    _ready(api_client, model_namespace, "llama", generation=1)
+    apps = client.AppsV1Api(api_client)
+    core = client.CoreV1Api(api_client)
+
+    def versions() -> dict[str, str]:
+        found = {
+            d.metadata.name: d.metadata.resource_version
+            for d in apps.list_namespaced_deployment(model_namespace).items
+        }
+        found["service"] = core.read_namespaced_service(
+            "llama", model_namespace
+        ).metadata.resource_version
+        return found
+
+    children_before = versions()
+    status_before = get_model(api_client, model_namespace, "llama")["status"]
+    output = apply(manifest, model_namespace, "--server-side")
+    assert "serverside-applied" in output
+    time.sleep(4)  # several operator ticks, to (not) react
+    assert versions() == children_before
+    status_after = get_model(api_client, model_namespace, "llama")["status"]
+    for volatile in ("acceptance",):  # window timestamps move as windows close
+        status_before.pop(volatile, None)
+        status_after.pop(volatile, None)
+    assert yaml.safe_dump(status_after) == yaml.safe_dump(status_before)

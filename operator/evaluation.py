@@ -1,0 +1,137 @@
+"""One tuning evaluation: read the pods' metrics, decide, report the decision.
+
+The decision itself is `tuner.decide`, a pure function; this module does the I/O
+around it (scrapes or a Prometheus query, Events, operator metrics).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from specfleet.operator import observability as metrics
+from specfleet.operator import render, tuner
+from specfleet.operator.api import (
+    ConditionType,
+    MetricsSource,
+    SpeculativeModel,
+    SpeculativeModelStatus,
+    parse_duration,
+)
+from specfleet.operator.conditions import condition_status
+from specfleet.operator.metrics import (
+    PodSample,
+    ScrapeTarget,
+    WindowTracker,
+    query_prometheus,
+    scrape,
+)
+from specfleet.operator.status import Children
+
+log = logging.getLogger("specfleet.evaluation")
+Key = tuple[str, str]
+EmitEvent = Callable[[SpeculativeModel, tuner.Action], None]
+ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
+SCRAPE_CONCURRENCY = 64
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTarget]:
+    """Every ready pod of the model, by the pod IP the pod reports."""
+    targets = []
+    for pod in children.pods:
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip or not _ready(pod) or pod["metadata"].get("deletionTimestamp"):
+            continue
+        track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
+        url = f"http://{ip}:{model.spec.runtime.port}/metrics"
+        targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
+    return targets
+
+
+def canary_pending_since(children: Children) -> float | None:
+    """Since when a canary pod has waited for a node (the scheduler found no GPU)."""
+    for pod in children.pods:
+        labels = pod["metadata"].get("labels", {})
+        status = pod.get("status") or {}
+        if labels.get(render.TRACK_LABEL) != "canary" or status.get("phase") != "Pending":
+            continue
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                created = pod["metadata"]["creationTimestamp"]
+                return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+    return None
+
+
+class Evaluator:
+    def __init__(self, emit: EmitEvent) -> None:
+        self.emit = emit
+        self.trackers: dict[Key, WindowTracker] = {}
+
+    def forget(self, key: Key) -> None:
+        self.trackers.pop(key, None)
+
+    async def _samples(self, model: SpeculativeModel, children: Children) -> list[PodSample]:
+        timeout = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
+        if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
+            return await query_prometheus(
+                model.spec.metrics.prometheus.url,
+                model.metadata.namespace or "",
+                model.metadata.name,
+                timeout,
+            )
+        return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
+
+    async def evaluate(
+        self, model: SpeculativeModel, children: Children, now: datetime
+    ) -> SpeculativeModelStatus:
+        key = (model.metadata.namespace or "", model.metadata.name)
+        tracker = self.trackers.setdefault(key, WindowTracker())
+        observation = tracker.observe(await self._samples(model, children))
+        observation = replace(observation, canary_pending_since=canary_pending_since(children))
+        decided = tuner.decide(
+            model.spec, model.status, observation, now, generation=model.metadata.generation
+        )
+        for action in decided.actions:
+            self._report(model, action)
+        self._export(model, decided.status)
+        return decided.status
+
+    def _report(self, model: SpeculativeModel, action: tuner.Action) -> None:
+        labels = (model.metadata.namespace or "", model.metadata.name)
+        if action.kind == "Inconclusive":
+            metrics.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
+            return  # counted, not worth an Event every interval
+        metrics.DECISIONS.labels(*labels, action.kind).inc()
+        if action.kind in ROLLBACK_ACTIONS:
+            metrics.ROLLBACKS.labels(*labels, action.reason).inc()
+        log.info("%s/%s: %s: %s", *labels, action.kind, action.message)
+        self.emit(model, action)
+
+    def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
+        labels = (model.metadata.namespace or "", model.metadata.name)
+        window = status.acceptance
+        for gauge, value in (
+            (metrics.ACCEPTANCE_RATE, window.rate),
+            (metrics.ACCEPTANCE_LOWER_BOUND, window.lower_bound),
+            (metrics.MEAN_ACCEPTANCE_LENGTH, window.mean_length),
+            (metrics.GOODPUT, window.goodput),
+        ):
+            if value is not None:
+                gauge.labels(*labels).set(value)
+        for gauge, kind in (
+            (metrics.METRICS_AVAILABLE, ConditionType.METRICS_AVAILABLE),
+            (metrics.SPECULATION_ACTIVE, ConditionType.SPECULATION_ACTIVE),
+        ):
+            state = condition_status(status.conditions, kind)
+            if state != "Unknown":
+                gauge.labels(*labels).set(1 if state == "True" else 0)
