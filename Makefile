@@ -31,8 +31,9 @@ typecheck: $(INSTALLED)
 	MYPYPATH=$(TYPECHECK_ROOT) $(BIN)/mypy -p specfleet.operator -p specfleet.runtime
 	MYPYPATH=$(TYPECHECK_ROOT):. $(BIN)/mypy --explicit-package-bases tests e2e
 
+# The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 pytest: $(INSTALLED)
-	$(BIN)/pytest
+	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" $(BIN)/pytest
 
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds

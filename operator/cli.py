@@ -117,8 +117,7 @@ def operator_command(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     start_http_server(metrics_port)
-    evaluator = Evaluator(emit=handlers.post_event)
-    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), evaluator, period=period)
+    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), Evaluator(), period=period)
     namespaces = namespace or []
     handlers.Runtime.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
     asyncio.run(

@@ -7,7 +7,6 @@ around it (scrapes or a Prometheus query, Events, operator metrics).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -33,7 +32,6 @@ from specfleet.operator.status import Children
 
 log = logging.getLogger("specfleet.evaluation")
 Key = tuple[str, str]
-EmitEvent = Callable[[SpeculativeModel, tuner.Action], None]
 ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
 SCRAPE_CONCURRENCY = 64
 
@@ -73,8 +71,7 @@ def canary_pending_since(children: Children) -> float | None:
 
 
 class Evaluator:
-    def __init__(self, emit: EmitEvent) -> None:
-        self.emit = emit
+    def __init__(self) -> None:
         self.trackers: dict[Key, WindowTracker] = {}
 
     def forget(self, key: Key) -> None:
@@ -93,7 +90,7 @@ class Evaluator:
 
     async def evaluate(
         self, model: SpeculativeModel, children: Children, now: datetime
-    ) -> SpeculativeModelStatus:
+    ) -> tuner.Decided:
         key = (model.metadata.namespace or "", model.metadata.name)
         tracker = self.trackers.setdefault(key, WindowTracker())
         observation = tracker.observe(await self._samples(model, children))
@@ -101,21 +98,23 @@ class Evaluator:
         decided = tuner.decide(
             model.spec, model.status, observation, now, generation=model.metadata.generation
         )
-        for action in decided.actions:
-            self._report(model, action)
         self._export(model, decided.status)
-        return decided.status
+        return decided
 
-    def _report(self, model: SpeculativeModel, action: tuner.Action) -> None:
+    def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
+        """Count the decisions in the operator's metrics; return those worth an Event."""
         labels = (model.metadata.namespace or "", model.metadata.name)
-        if action.kind == "Inconclusive":
-            metrics.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
-            return  # counted, not worth an Event every interval
-        metrics.DECISIONS.labels(*labels, action.kind).inc()
-        if action.kind in ROLLBACK_ACTIONS:
-            metrics.ROLLBACKS.labels(*labels, action.reason).inc()
-        log.info("%s/%s: %s: %s", *labels, action.kind, action.message)
-        self.emit(model, action)
+        eventful = []
+        for action in actions:
+            if action.kind == "Inconclusive":
+                metrics.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
+                continue  # counted, not worth an Event every interval
+            metrics.DECISIONS.labels(*labels, action.kind).inc()
+            if action.kind in ROLLBACK_ACTIONS:
+                metrics.ROLLBACKS.labels(*labels, action.reason).inc()
+            log.info("%s/%s: %s: %s", *labels, action.kind, action.message)
+            eventful.append(action)
+        return eventful
 
     def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
         labels = (model.metadata.namespace or "", model.metadata.name)

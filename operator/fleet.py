@@ -22,6 +22,8 @@ from pydantic import ValidationError
 from specfleet.operator import observability as metrics
 from specfleet.operator import render
 from specfleet.operator.api import (
+    API_VERSION,
+    KIND,
     ConditionType,
     Phase,
     SpeculativeModel,
@@ -33,6 +35,7 @@ from specfleet.operator.conditions import set_condition
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.kube import Cluster
 from specfleet.operator.status import Children, summarize, with_requested_speculation
+from specfleet.operator.tuner import Action
 
 log = logging.getLogger("specfleet.fleet")
 Key = tuple[str, str]  # (namespace, name)
@@ -148,13 +151,32 @@ class Fleet:
             await self._refuse(body, now)
             return
         model = model.model_copy(update={"status": with_requested_speculation(model)})
+        actions: list[Action] = []
         if evaluate and self.evaluator is not None:
-            status = await self.evaluator.evaluate(model, self.cache.children(key), now)
-            model = model.model_copy(update={"status": status})
+            decided = await self.evaluator.evaluate(model, self.cache.children(key), now)
+            model = model.model_copy(update={"status": decided.status})
+            actions = self.evaluator.count(model, decided.actions)
         await self._apply_children(key, model)
         status = summarize(model, self.cache.children(key), now)
         self._export(model, status)
         await self._write_status(body, status)
+        # Events come after the decision is safe in status; losing one loses no state.
+        for action in actions:
+            await self._post_event(model, action)
+
+    async def _post_event(self, model: SpeculativeModel, action: Action) -> None:
+        involved = {
+            "apiVersion": API_VERSION,
+            "name": model.metadata.name,
+            "namespace": model.metadata.namespace,
+            "uid": model.metadata.uid,
+        }
+        try:
+            await asyncio.to_thread(
+                self.cluster.post_event, involved, KIND, action.kind, action.message, action.warning
+            )
+        except Exception:
+            log.exception("posting the %s event of %s failed", action.kind, model.metadata.name)
 
     async def _apply_children(self, key: Key, model: SpeculativeModel) -> None:
         manifests = render.children(model)

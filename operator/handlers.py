@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
 from specfleet.operator import render
-from specfleet.operator.api import API_VERSION, GROUP, KIND, PLURAL, VERSION, SpeculativeModel
+from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.fleet import Fleet, key_of
-from specfleet.operator.tuner import Action
 
 log = logging.getLogger("specfleet.handlers")
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
@@ -38,25 +37,6 @@ def fleet() -> Fleet:
     if Runtime.fleet is None:
         raise RuntimeError("specfleet operator was started without a fleet")
     return Runtime.fleet
-
-
-def post_event(model: SpeculativeModel, action: Action) -> None:
-    """A Kubernetes Event on the model for a tuning decision (kopf posts it)."""
-    reference: dict[str, Any] = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {
-            "name": model.metadata.name,
-            "namespace": model.metadata.namespace,
-            "uid": model.metadata.uid,
-        },
-    }
-    kopf.event(
-        kopf.Body(cast(kopf.RawBody, reference)),
-        type="Warning" if action.warning else "Normal",
-        reason=action.kind,
-        message=action.message[:1000],
-    )
 
 
 @kopf.on.startup()

@@ -5,6 +5,8 @@ Blocking calls of the generated client; the fleet runs them in worker threads.
 
 from __future__ import annotations
 
+import socket
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -52,6 +54,31 @@ class Cluster:
             self.core.patch_namespaced_service(**arguments)
         else:
             raise ValueError(f"the operator does not manage {manifest['kind']}")
+
+    def post_event(
+        self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
+    ) -> None:
+        """A core/v1 Event on `involved` (an object reference)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.core.create_namespaced_event(
+            involved["namespace"],
+            {
+                "metadata": {
+                    "generateName": f"{involved['name']}.",
+                    "namespace": involved["namespace"],
+                },
+                "involvedObject": {**involved, "kind": kind},
+                "type": "Warning" if warning else "Normal",
+                "reason": reason,
+                "message": message[:1000],
+                "source": {"component": FIELD_MANAGER},
+                "reportingComponent": FIELD_MANAGER,
+                "reportingInstance": socket.gethostname(),
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+            },
+        )
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None

@@ -1,0 +1,287 @@
+"""The product's story on the local control plane, as a user meets it.
+
+`helm install` the chart (the operator runs as the chart's pod, under its own
+ServiceAccount) -> `kubectl apply` a P-EAGLE SpeculativeModel on the simulated engine
+-> the tuner raises K through a canary -> acceptance drifts below the floor -> the
+operator rolls back -> uninstall leaves nothing behind. The end-to-end test asserts
+on it; `make demo` narrates it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from e2e import cluster
+from e2e.models import apply, get_model, sim_model
+
+MODEL = "llama"
+RELEASE = "specfleet"
+INTERVAL_SECONDS = 5
+FAILURE_LIMIT = 2
+ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
+# Code-like traffic: the draft is accepted often even at long K.
+HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
+# Chat-like traffic after the drift: only K=1 stays above the 0.75 floor.
+LOW_ACCEPTANCE = [0.84, 0.60, 0.50, 0.45]
+
+
+def story_model() -> dict[str, Any]:
+    # A light load (a batch of about 8) where longer drafts pay; at a batch of 32 the
+    # verification cost eats the gain and the tuner rightly keeps K.
+    profile = {"acceptance": HIGH_ACCEPTANCE, "noise": 0.01, "load": {"requests_per_second": 3}}
+    manifest = sim_model(
+        MODEL,
+        replicas=1,
+        speculation={"tokens": 2, "minTokens": 1, "maxTokens": 6},
+        tuning={
+            "interval": f"{INTERVAL_SECONDS}s",
+            "minDraftTokens": 1000,
+            "cooldown": "10s",
+            "canaryWindows": 2,
+            "minImprovement": 0.03,
+        },
+        rollback={"minAcceptance": 0.75, "failureLimit": FAILURE_LIMIT, "reprobeAfter": "10m"},
+    )
+    manifest["spec"]["runtime"]["env"] += [
+        {"name": "SPECFLEET_SIM_PROFILE", "value": json.dumps(profile)},
+        {"name": "SPECFLEET_SIM_SEED", "value": "7"},
+    ]
+    return manifest
+
+
+@dataclass
+class Frame:
+    """One look at the model, for the live view and the plot."""
+
+    seconds: float
+    tokens: int | None
+    candidate: int | None
+    acceptance: float | None
+    mean_length: float | None
+    phase: str
+    last_decision: str
+
+
+@dataclass
+class Story:
+    api_client: client.ApiClient
+    namespace: str
+    show: Callable[[Frame], None] = lambda frame: None
+    on_tick: Callable[[], None] = lambda: None
+    frames: list[Frame] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    drift_at: float | None = None
+    rollback_at: float | None = None
+
+    # ----------------------------------------------------------------- steps
+
+    def install_chart(self) -> None:
+        helm = str(cluster.build_binaries() / "helm")
+        cluster.kubectl(
+            "apply", "--server-side", "--force-conflicts", "-f", str(cluster.REPO / "crds")
+        )
+        result = _run(
+            helm,
+            "install",
+            RELEASE,
+            str(cluster.REPO / "charts" / "specfleet"),
+            "--namespace",
+            self.namespace,
+            "--kubeconfig",
+            str(cluster.kubeconfig_path()),
+            "--set",
+            f"watch.namespaces[0]={self.namespace}",
+            "--set-json",
+            'extraArgs=["--period", "1"]',
+            "--wait",
+            "--timeout",
+            "3m",
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"helm install failed: {result.stderr}")
+
+    def uninstall(self) -> list[str]:
+        """Delete the model and the release; return whatever is left behind."""
+        cluster.kubectl(
+            "delete", "specmodel", MODEL, "-n", self.namespace, "--wait=true", check=False
+        )
+        helm = str(cluster.build_binaries() / "helm")
+        _run(
+            helm,
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            self.namespace,
+            "--wait",
+            "--kubeconfig",
+            str(cluster.kubeconfig_path()),
+        )
+        deadline = time.monotonic() + 120
+        left: list[str] = []
+        while time.monotonic() < deadline:
+            left = cluster.kubectl(
+                "get",
+                "specmodel,deploy,rs,svc,pods,sa,role,rolebinding,configmap",
+                "-n",
+                self.namespace,
+                "-o",
+                "name",
+            ).stdout.split()
+            left = [
+                n for n in left if n not in ("serviceaccount/default", "configmap/kube-root-ca.crt")
+            ]
+            if not left:
+                break
+            time.sleep(1)
+        return left
+
+    def apply_model(self) -> None:
+        apply(story_model(), self.namespace)
+
+    def model(self) -> dict[str, Any]:
+        return get_model(self.api_client, self.namespace, MODEL)
+
+    def pods(self, **labels: str) -> list[dict[str, Any]]:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        items = client.CoreV1Api(self.api_client).list_namespaced_pod(
+            self.namespace, label_selector=selector
+        )
+        pods = [self.api_client.sanitize_for_serialization(p) for p in items.items]
+        return [{**p, "port": 8000} for p in pods]
+
+    def model_pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.pods(**{"specfleet.io/model": MODEL}) if p["status"].get("podIP")]
+
+    def operator_address(self) -> str | None:
+        pods = self.pods(
+            **{"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "operator"}
+        )
+        ips = [p["status"].get("podIP") for p in pods if p["status"].get("podIP")]
+        return f"{ips[0]}:8080" if ips else None
+
+    def operator_metrics(self) -> str:
+        address = self.operator_address()
+        if address is None:
+            raise RuntimeError("no operator pod")
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as reply:
+            return str(reply.read().decode())
+
+    def watch(
+        self, until: Callable[[dict[str, Any]], bool], what: str, timeout: float
+    ) -> dict[str, Any]:
+        """Record frames every second until `until(model)` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = self.model()
+            self.record(body)
+            self.on_tick()
+            if until(body):
+                return body
+            time.sleep(1)
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    def record(self, body: dict[str, Any]) -> None:
+        status = body.get("status") or {}
+        speculation = status.get("speculation") or {}
+        acceptance = status.get("acceptance") or {}
+        history = status.get("history") or []
+        last = history[-1] if history else None
+        frame = Frame(
+            seconds=time.monotonic() - self.started,
+            tokens=0 if speculation.get("disabled") else speculation.get("tokens"),
+            candidate=speculation.get("candidateTokens"),
+            acceptance=acceptance.get("rate"),
+            mean_length=acceptance.get("meanLength"),
+            phase=str(status.get("phase", "")),
+            last_decision=f"{last['action']} {last.get('fromTokens')}->{last.get('toTokens')}"
+            if last
+            else "",
+        )
+        self.frames.append(frame)
+        self.show(frame)
+
+    def wait_until_serving(self, timeout: float = 180) -> dict[str, Any]:
+        return self.watch(
+            lambda b: (b.get("status") or {}).get("phase") == "Ready", "Ready", timeout
+        )
+
+    def wait_for_promotion(self, timeout: float = 300) -> dict[str, Any]:
+        def promoted(body: dict[str, Any]) -> bool:
+            history = (body.get("status") or {}).get("history") or []
+            return any(h["action"] == "Promote" and h["toTokens"] > 2 for h in history)
+
+        return self.watch(promoted, "a canary to be promoted above K=2", timeout)
+
+    def serving_pods(self) -> list[dict[str, Any]]:
+        """Ready pods that are not on their way out."""
+        return [
+            p
+            for p in self.model_pods()
+            if not p["metadata"].get("deletionTimestamp")
+            and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in p["status"].get("conditions") or []
+            )
+        ]
+
+    def drift(self) -> None:
+        """Switch every serving sim pod of the model to chat-like acceptance, now."""
+        for pod in self.serving_pods():
+            request = urllib.request.Request(
+                f"http://{pod['status']['podIP']}:8000/admin/profile",
+                data=yaml.safe_dump({"acceptance": LOW_ACCEPTANCE}).encode(),
+                method="POST",
+                headers={"Content-Type": "application/yaml"},
+            )
+            with urllib.request.urlopen(request, timeout=5):
+                pass
+        self.drift_at = time.time()
+
+    def wait_for_rollback(self, timeout: float = 120) -> dict[str, Any]:
+        def rolled_back(body: dict[str, Any]) -> bool:
+            return self.rollback_decision(body) is not None
+
+        body = self.watch(rolled_back, "a rollback after the drift", timeout)
+        decision = self.rollback_decision(body)
+        assert decision is not None
+        self.rollback_at = _epoch(decision["time"])
+        return body
+
+    def rollback_decision(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        assert self.drift_at is not None
+        for entry in (body.get("status") or {}).get("history") or []:
+            if entry["action"] in ROLLBACK_ACTIONS and _epoch(entry["time"]) >= self.drift_at:
+                return dict(entry)
+        return None
+
+    def windows_to_rollback(self) -> int:
+        """Evaluation windows from the drift to the rollback decision (rounded up)."""
+        assert self.drift_at is not None and self.rollback_at is not None
+        return math.ceil((self.rollback_at - self.drift_at) / INTERVAL_SECONDS)
+
+    def events(self) -> list[str]:
+        items = (
+            client.CoreV1Api(self.api_client)
+            .list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={MODEL}")
+            .items
+        )
+        return [e.reason for e in items]
+
+
+def _epoch(timestamp: str) -> float:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, check=False)

@@ -1,0 +1,68 @@
+"""The whole product in one run: chart, tuning up through a canary, drift, rollback,
+alerts in a real Prometheus, and an uninstall that leaves nothing behind."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e import cluster
+from e2e.prometheus import Prometheus
+from e2e.story import FAILURE_LIMIT, MODEL, ROLLBACK_ACTIONS, Story
+
+
+def test_tuning_drift_rollback_and_alerts(
+    api_client: client.ApiClient, crds: None, namespace: str, tmp_path: Path
+) -> None:
+    prometheus = Prometheus(
+        tmp_path, str(cluster.build_binaries() / "helm"), cluster.REPO / "charts" / "specfleet"
+    )
+    prometheus.start()
+    story = Story(api_client, namespace)
+    seen_firing: set[str] = set()
+
+    def tick() -> None:
+        prometheus.set_targets(story.model_pods(), story.operator_address())
+        seen_firing.update(prometheus.firing())
+
+    story.on_tick = tick
+    try:
+        story.install_chart()
+        story.apply_model()
+        story.wait_until_serving()
+
+        promoted = story.wait_for_promotion()
+        tokens = promoted["status"]["speculation"]["tokens"]
+        assert tokens > 2
+        table = cluster.kubectl("get", "specmodel", MODEL, "-n", namespace).stdout.splitlines()
+        assert table[1].split()[1] == str(tokens)  # the K column
+        stable = client.AppsV1Api(api_client).read_namespaced_deployment(MODEL, namespace)
+        args = stable.spec.template.spec.containers[0].args
+        assert args[args.index("--num-speculative-tokens") + 1] == str(tokens)
+
+        story.wait_until_serving()  # the stable pods run the promoted K
+        story.drift()
+        rolled_back = story.wait_for_rollback()
+        assert story.windows_to_rollback() <= FAILURE_LIMIT + 1
+        decision = story.rollback_decision(rolled_back)
+        assert decision is not None and decision["toTokens"] < tokens
+        assert ROLLBACK_ACTIONS & set(story.events())
+
+        families = {f.name: f for f in text_string_to_metric_families(story.operator_metrics())}
+        rollbacks = sum(
+            s.value for s in families["specfleet_rollbacks"].samples if s.name.endswith("_total")
+        )
+        assert rollbacks >= 1
+
+        deadline = time.monotonic() + 90
+        wanted = {"SpecfleetAcceptanceBelowFloor", "SpecfleetRollback"}
+        while not wanted <= seen_firing and time.monotonic() < deadline:
+            tick()
+            time.sleep(1)
+        assert wanted <= seen_firing, f"alerts seen firing: {seen_firing}"
+    finally:
+        prometheus.stop()
+    assert story.uninstall() == []
