@@ -83,12 +83,13 @@ class Component:
         return STATE / f"{self.name}.log"
 
     def pid(self) -> int | None:
+        """The component's pid while it runs (a zombie left by a killed child does not)."""
         try:
             pid = int(self.pid_file.read_text())
-            os.kill(pid, 0)
-        except (OSError, ValueError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
             return None
-        return pid
+        return None if state in ("Z", "X") else pid
 
 
 def _write_kubeconfig(user: str) -> None:

@@ -1,0 +1,190 @@
+"""Faults: the operator killed mid-canary, the API server restarted, a pod serving
+garbage or timing out, and the spec edited while a canary runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from typing import Any
+
+from kubernetes import client
+
+from e2e import cluster
+from e2e.models import apply, condition, get_model
+from e2e.operator_process import OperatorProcess
+from e2e.story import MODEL, ROLLBACK_ACTIONS, story_model
+from e2e.waiting import wait_for
+
+
+def _history(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((body.get("status") or {}).get("history") or [])
+
+
+def _candidate(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | None:
+    body = get_model(api_client, namespace, MODEL)
+    speculation = (body.get("status") or {}).get("speculation") or {}
+    return body if speculation.get("candidateTokens") else None
+
+
+def _post(pod_ip: str, path: str, payload: dict[str, Any]) -> None:
+    request = urllib.request.Request(
+        f"http://{pod_ip}:8000{path}",
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+def test_operator_killed_during_a_canary_resumes_it(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(story_model(), model_namespace)
+    during = wait_for("a canary", lambda: _candidate(api_client, model_namespace), timeout=180)
+    candidate = during["status"]["speculation"]["candidateTokens"]
+
+    operator.kill()
+    operator.start()
+
+    def decided() -> dict[str, Any] | None:
+        body = get_model(api_client, model_namespace, MODEL)
+        actions = [h["action"] for h in _history(body)]
+        return body if {"Promote", "Abort"} & set(actions) else None
+
+    after = wait_for("the canary's decision", decided, timeout=180)
+    history = _history(after)
+    assert history[: len(_history(during))] == _history(during)  # nothing lost
+    decision = next(i for i, h in enumerate(history) if h["action"] in ("Promote", "Abort"))
+    # The restarted operator carried on with the same canary rather than starting another.
+    starts = [h["toTokens"] for h in history[:decision] if h["action"] == "StartCanary"]
+    assert starts == [candidate]
+
+
+def test_spec_edit_during_a_canary_drops_it_cleanly(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(story_model(), model_namespace)
+    during = wait_for("a canary", lambda: _candidate(api_client, model_namespace), timeout=180)
+    candidate = during["status"]["speculation"]["candidateTokens"]
+    ceiling = candidate - 1
+    cluster.kubectl(
+        "patch",
+        "specmodel",
+        MODEL,
+        "-n",
+        model_namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"speculation": {"maxTokens": ceiling}}}),
+    )
+
+    def settled() -> dict[str, Any] | None:
+        body = get_model(api_client, model_namespace, MODEL)
+        status = body.get("status") or {}
+        pending = (status.get("speculation") or {}).get("candidateTokens")
+        if status.get("observedGeneration") == 2 and (pending is None or pending <= ceiling):
+            return body
+        return None
+
+    body = wait_for("the canary to be dropped", settled, timeout=60)
+    assert body["status"]["speculation"]["tokens"] <= ceiling
+    canary = client.AppsV1Api(api_client).read_namespaced_deployment(
+        f"{MODEL}-canary", model_namespace
+    )
+    args = canary.spec.template.spec.containers[0].args
+    assert (
+        canary.spec.replicas == 0
+        or int(args[args.index("--num-speculative-tokens") + 1]) <= ceiling
+    )
+    assert _history(body)[: len(_history(during))] == _history(during)
+
+
+def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    manifest = story_model()
+    manifest["spec"]["replicas"] = 2
+    manifest["spec"]["tuning"]["enabled"] = False
+    manifest["spec"]["metrics"] = {"scrapeTimeout": "1s"}
+    apply(manifest, model_namespace)
+
+    def ready_pods() -> list[str] | None:
+        pods = (
+            client.CoreV1Api(api_client)
+            .list_namespaced_pod(model_namespace, label_selector="specfleet.io/track=stable")
+            .items
+        )
+        ips = [
+            p.status.pod_ip
+            for p in pods
+            if p.status.pod_ip
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ]
+        return ips if len(ips) == 2 else None
+
+    garbage_ip, slow_ip = wait_for("two ready pods", ready_pods, timeout=120)
+    _post(garbage_ip, "/admin/garbage", {"enabled": True})
+    _post(slow_ip, "/admin/slow", {"seconds": 30})
+
+    def measured_at() -> str | None:
+        acceptance = (get_model(api_client, model_namespace, MODEL).get("status") or {}).get(
+            "acceptance"
+        )
+        return (acceptance or {}).get("measuredAt")
+
+    start = measured_at()
+    time.sleep(8 * 5)  # eight intervals with no good data at all
+    body = get_model(api_client, model_namespace, MODEL)
+    assert measured_at() != start, "evaluations stopped"
+    assert not ROLLBACK_ACTIONS & {h["action"] for h in _history(body)}
+    assert body["status"]["acceptance"]["conclusive"] is False
+    assert body["status"]["speculation"]["failingWindows"] == 0
+    available = condition(body, "MetricsAvailable")
+    assert available is not None and available["status"] == "False"
+
+    _post(garbage_ip, "/admin/garbage", {"enabled": False})  # one pod recovers
+    wait_for(
+        "a conclusive window from the healthy pod",
+        lambda: (get_model(api_client, model_namespace, MODEL)["status"]["acceptance"] or {}).get(
+            "conclusive"
+        ),
+        timeout=60,
+    )
+
+
+def test_operator_recovers_its_watches_after_an_api_server_restart(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    manifest = story_model()
+    manifest["spec"]["tuning"]["enabled"] = False
+    apply(manifest, model_namespace)
+    wait_for(
+        "Ready",
+        lambda: (
+            (condition(get_model(api_client, model_namespace, MODEL), "Ready") or {}).get("status")
+            == "True"
+        ),
+        timeout=120,
+    )
+
+    apiserver = next(
+        c for c in cluster.components(cluster.build_binaries()) if c.name == "kube-apiserver"
+    )
+    pid = apiserver.pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(3)
+    cluster.up()  # starts only what is missing: the API server
+
+    manifest["spec"]["replicas"] = 2
+    apply(manifest, model_namespace)
+    apps = client.AppsV1Api(api_client)
+    wait_for(
+        "the operator to roll out the edit made after the restart",
+        lambda: apps.read_namespaced_deployment(MODEL, model_namespace).spec.replicas == 2,
+        timeout=180,
+    )
