@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,11 +96,28 @@ def counters_from_series(
     )
 
 
+# The metric name a line is about: a sample's name, or the name in `# TYPE` / `# HELP`.
+_LINE_NAME = re.compile(r"[ \t]*(?:#[ \t]+(?:TYPE|HELP)[ \t]+)?([a-zA-Z_:][a-zA-Z0-9_:]*)")
+
+
+def _relevant_lines(text: str) -> str:
+    """The page's lines about the series we read. A vLLM page is mostly histograms we
+    never use; parsing all of it cost about 8 ms of CPU per pod, most of a scrape cycle."""
+    kept = []
+    for line in text.splitlines():
+        match = _LINE_NAME.match(line)
+        if match is not None and _base_name(match.group(1)) is not None:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
 def parse_vllm_metrics(text: str) -> SpecDecodeCounters:
-    """Counters from a vLLM /metrics page; ValueError on garbage, NaN, or no vLLM series."""
+    """Counters from a vLLM /metrics page; ValueError on garbage, NaN, or no vLLM series.
+
+    Lines of other series are skipped unparsed: a malformed one cannot hide the rest."""
     series = [
         (sample.name, sample.labels, float(sample.value))
-        for family in text_string_to_metric_families(text)
+        for family in text_string_to_metric_families(_relevant_lines(text))
         for sample in family.samples
     ]
     if not any(_base_name(name) for name, _, _ in series):

@@ -225,3 +225,19 @@ def test_samples_from_prometheus_groups_by_pod() -> None:
 def test_samples_from_prometheus_refuses_errors() -> None:
     with pytest.raises(ValueError):
         samples_from_prometheus({"status": "error", "error": "bad query"}, at=0)
+
+
+def test_parse_skips_series_it_does_not_read() -> None:
+    """Histograms and other series are skipped unparsed: same counters, and a malformed
+    line of some other series does not hide the spec-decode ones."""
+    extra = [
+        "# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency.",
+        "# TYPE vllm:e2e_request_latency_seconds histogram",
+        'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="0.3"} 4.0',
+        'vllm:e2e_request_latency_seconds_bucket{model_name="m",le="+Inf"} 9.0',
+        'vllm:e2e_request_latency_seconds_count{model_name="m"} 9.0',
+        "# a free-form comment",
+        "python_gc_objects_collected_total{generation=0} not-a-number",
+    ]
+    plain = page(100, [80, 60, 30], generation=500)
+    assert parse_vllm_metrics("\n".join(extra) + "\n" + plain) == parse_vllm_metrics(plain)
