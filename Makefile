@@ -8,9 +8,14 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean bench-tuner
+.PHONY: demo test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean bench-tuner
 
 test: lint typecheck tools pytest
+
+# The local story: control plane, chart, tuning through a canary, drift, rollback,
+# a live table, a summary and a plot (build/demo/specfleet-demo.png); then teardown.
+demo: $(INSTALLED) tools
+	$(BIN)/python -m e2e.demo
 
 $(INSTALLED): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -36,10 +37,17 @@ HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
 LOW_ACCEPTANCE = [0.84, 0.60, 0.50, 0.45]
 
 
-def story_model() -> dict[str, Any]:
+def sim_profile(acceptance: list[float]) -> dict[str, Any]:
     # A light load (a batch of about 8) where longer drafts pay; at a batch of 32 the
     # verification cost eats the gain and the tuner rightly keeps K.
-    profile = {"acceptance": HIGH_ACCEPTANCE, "noise": 0.01, "load": {"requests_per_second": 3}}
+    return {"acceptance": acceptance, "noise": 0.01, "load": {"requests_per_second": 3}}
+
+
+def story_model(profile_file: Path | None = None) -> dict[str, Any]:
+    """The story's model. With `profile_file` the sims read their profile from that file
+    (the node agent's pods see this machine's files), so a drift written there also
+    reaches pods started after it; otherwise the profile is inline."""
+    profile = str(profile_file) if profile_file else json.dumps(sim_profile(HIGH_ACCEPTANCE))
     manifest = sim_model(
         MODEL,
         replicas=1,
@@ -54,7 +62,7 @@ def story_model() -> dict[str, Any]:
         rollback={"minAcceptance": 0.75, "failureLimit": FAILURE_LIMIT, "reprobeAfter": "10m"},
     )
     manifest["spec"]["runtime"]["env"] += [
-        {"name": "SPECFLEET_SIM_PROFILE", "value": json.dumps(profile)},
+        {"name": "SPECFLEET_SIM_PROFILE", "value": profile},
         {"name": "SPECFLEET_SIM_SEED", "value": "7"},
     ]
     return manifest
@@ -77,11 +85,13 @@ class Frame:
 class Story:
     api_client: client.ApiClient
     namespace: str
+    profile_file: Path
     show: Callable[[Frame], None] = lambda frame: None
     on_tick: Callable[[], None] = lambda: None
     frames: list[Frame] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
-    drift_at: float | None = None
+    drift_at: float | None = None  # wall-clock time, to compare with status.history
+    drift_seconds: float | None = None  # since the story started, for the plot
     rollback_at: float | None = None
 
     # ----------------------------------------------------------------- steps
@@ -147,7 +157,8 @@ class Story:
         return left
 
     def apply_model(self) -> None:
-        apply(story_model(), self.namespace)
+        self.profile_file.write_text(yaml.safe_dump(sim_profile(HIGH_ACCEPTANCE)))
+        apply(story_model(self.profile_file), self.namespace)
 
     def model(self) -> dict[str, Any]:
         return get_model(self.api_client, self.namespace, MODEL)
@@ -190,6 +201,14 @@ class Story:
                 return body
             time.sleep(1)
         raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    def linger(self, seconds: float) -> None:
+        """Keep recording frames for a while, expecting nothing in particular."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.record(self.model())
+            self.on_tick()
+            time.sleep(1)
 
     def record(self, body: dict[str, Any]) -> None:
         status = body.get("status") or {}
@@ -236,7 +255,8 @@ class Story:
         ]
 
     def drift(self) -> None:
-        """Switch every serving sim pod of the model to chat-like acceptance, now."""
+        """Traffic turns chat-like: running sims switch now, new ones start that way."""
+        self.profile_file.write_text(yaml.safe_dump(sim_profile(LOW_ACCEPTANCE)))
         for pod in self.serving_pods():
             request = urllib.request.Request(
                 f"http://{pod['status']['podIP']}:8000/admin/profile",
@@ -247,6 +267,7 @@ class Story:
             with urllib.request.urlopen(request, timeout=5):
                 pass
         self.drift_at = time.time()
+        self.drift_seconds = time.monotonic() - self.started
 
     def wait_for_rollback(self, timeout: float = 120) -> dict[str, Any]:
         def rolled_back(body: dict[str, Any]) -> bool:
@@ -273,7 +294,10 @@ class Story:
     def events(self) -> list[str]:
         items = (
             client.CoreV1Api(self.api_client)
-            .list_namespaced_event(self.namespace, field_selector=f"involvedObject.name={MODEL}")
+            .list_namespaced_event(
+                self.namespace,
+                field_selector=f"involvedObject.name={MODEL},involvedObject.kind=SpeculativeModel",
+            )
             .items
         )
         return [e.reason for e in items]

@@ -21,7 +21,7 @@ def test_tuning_drift_rollback_and_alerts(
         tmp_path, str(cluster.build_binaries() / "helm"), cluster.REPO / "charts" / "specfleet"
     )
     prometheus.start()
-    story = Story(api_client, namespace)
+    story = Story(api_client, namespace, tmp_path / "profile.yaml")
     seen_firing: set[str] = set()
 
     def tick() -> None:

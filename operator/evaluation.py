@@ -43,14 +43,25 @@ def _ready(pod: dict[str, Any]) -> bool:
     )
 
 
+def _expected_config(model: SpeculativeModel, track: render.Track) -> str:
+    template = render.deployment(model, track)["spec"]["template"]
+    return str(template["metadata"]["annotations"][render.CONFIG_HASH_ANNOTATION])
+
+
 def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTarget]:
-    """Every ready pod of the model, by the pod IP the pod reports."""
+    """Every ready pod that runs the configuration the model's status asks for. During
+    a rollout the old pods still serve with the old K; their acceptance says nothing
+    about the new K, so they are left out rather than blamed on it."""
+    expected = {track: _expected_config(model, track) for track in ("stable", "canary")}
     targets = []
     for pod in children.pods:
         ip = (pod.get("status") or {}).get("podIP")
         if not ip or not _ready(pod) or pod["metadata"].get("deletionTimestamp"):
             continue
         track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
+        annotations = pod["metadata"].get("annotations") or {}
+        if annotations.get(render.CONFIG_HASH_ANNOTATION) != expected.get(track):
+            continue
         url = f"http://{ip}:{model.spec.runtime.port}/metrics"
         targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
     return targets
