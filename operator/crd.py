@@ -177,6 +177,27 @@ def _field_rows(schema: Schema, prefix: str) -> Iterator[str]:
             yield from _field_rows(prop["items"], f"{path}[]")
 
 
+README_BEGIN = "<!-- BEGIN GENERATED: spec fields -->"
+README_END = "<!-- END GENERATED: spec fields -->"
+TABLE_HEADER = [
+    "| field | type | required | default | description |",
+    "| --- | --- | --- | --- | --- |",
+]
+
+
+def spec_table() -> list[str]:
+    return [*TABLE_HEADER, *_field_rows(open_api_schema()["properties"]["spec"], "spec")]
+
+
+def readme_with_spec_table(readme: str) -> str:
+    """The README with the spec field table between its markers replaced."""
+    before, found, rest = readme.partition(README_BEGIN)
+    if not found or README_END not in rest:
+        raise ValueError(f"README.md lacks the markers {README_BEGIN} ... {README_END}")
+    after = rest.split(README_END, 1)[1]
+    return "\n".join([before + README_BEGIN, *spec_table(), README_END]) + after
+
+
 def api_reference() -> str:
     schema = open_api_schema()
     lines = [
@@ -187,9 +208,7 @@ def api_reference() -> str:
         "",
         "## spec",
         "",
-        "| field | type | required | default | description |",
-        "| --- | --- | --- | --- | --- |",
-        *_field_rows(schema["properties"]["spec"], "spec"),
+        *spec_table(),
         "",
         "## Validation rules (CEL, enforced at admission)",
         "",
@@ -200,8 +219,7 @@ def api_reference() -> str:
         "",
         "## status",
         "",
-        "| field | type | required | default | description |",
-        "| --- | --- | --- | --- | --- |",
+        *TABLE_HEADER,
         *_field_rows(schema["properties"]["status"], "status"),
         "",
     ]
@@ -232,6 +250,7 @@ def generated_files(root: Path) -> list[GeneratedFile]:
         GeneratedFile(root / "crds" / CRD_FILE, crd_yaml),
         GeneratedFile(root / "charts" / "specfleet" / "crds" / CRD_FILE, crd_yaml),
         GeneratedFile(root / "docs" / "api-reference.md", api_reference()),
+        GeneratedFile(root / "README.md", readme_with_spec_table((root / "README.md").read_text())),
     ]
 
 
