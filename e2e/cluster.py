@@ -310,6 +310,11 @@ def _wait_for_workloads(timeout: float = 120) -> None:
 def up() -> None:
     started = time.monotonic()
     binaries = build_binaries()
+    if STATE.exists() and all(c.pid() is None for c in components(binaries)):
+        # Nothing runs: whatever is left (a previous session's etcd data and pods)
+        # belongs to no one, and its pods must not be started again. Start clean.
+        log(f"removing stale state in {STATE}")
+        shutil.rmtree(STATE)
     STATE.mkdir(parents=True, exist_ok=True)
     if not (STATE / "pki" / "ca.crt").exists():
         log(f"creating certificates in {STATE / 'pki'}")
