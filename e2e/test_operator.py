@@ -119,6 +119,14 @@ def test_preflight_failure_surfaces_as_degraded(
     assert found["reason"] == "RuntimeFailed"
     assert "vocab" in found["message"], found["message"]
 
+    def warning() -> list[Any]:
+        events = client.CoreV1Api(api_client).list_namespaced_event(
+            model_namespace, field_selector="involvedObject.name=broken,reason=RuntimeFailed"
+        )
+        return [e for e in events.items if e.type == "Warning" and "vocab" in e.message]
+
+    wait_for("a RuntimeFailed Warning event", warning, timeout=30)
+
 
 def test_deleting_a_model_garbage_collects_its_children(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str

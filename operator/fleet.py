@@ -160,6 +160,7 @@ class Fleet:
         status = summarize(model, self.cache.children(key), now)
         self._export(model, status)
         await self._write_status(body, status)
+        actions += _new_failures(model.status, status)
         # Events come after the decision is safe in status; losing one loses no state.
         for action in actions:
             await self._post_event(model, action)
@@ -276,6 +277,18 @@ class Fleet:
             self.next_evaluation[key] = now + interval
             return True
         return False
+
+
+def _new_failures(before: SpeculativeModelStatus, after: SpeculativeModelStatus) -> list[Action]:
+    """A Warning Event when Degraded turns True (a preflight failure, a crash loop).
+    Speculation disabled by rollback has its own Event, from the decision."""
+    was = next((c for c in before.conditions if c.type is ConditionType.DEGRADED), None)
+    now = next((c for c in after.conditions if c.type is ConditionType.DEGRADED), None)
+    if now is None or now.status != "True" or (was is not None and was.status == "True"):
+        return []
+    if now.reason == "SpeculationDisabled":
+        return []
+    return [Action(kind=now.reason, reason=now.reason, message=now.message, warning=True)]
 
 
 def _without_nulls(value: Any) -> Any:
