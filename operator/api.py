@@ -24,6 +24,10 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+# The runtime's config is the contract the operator renders; the API shares its
+# vocabulary rather than keeping a second copy.
+from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, Method
+
 GROUP = "specfleet.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -32,7 +36,6 @@ PLURAL = "speculativemodels"
 SINGULAR = "speculativemodel"
 SHORT_NAMES = ["specmodel", "specmodels"]
 
-MAX_SPECULATIVE_TOKENS = 32  # P-EAGLE's limit; the strictest bound any method allows
 HISTORY_LIMIT = 20
 OWNED_RUNTIME_FLAGS = ("--speculative-config", "--speculative_config")
 
@@ -86,20 +89,7 @@ class ApiModel(BaseModel):
     )
 
 
-class DraftMethod(StrEnum):
-    PEAGLE = "peagle"
-    EAGLE3 = "eagle3"
-    EAGLE = "eagle"
-    NGRAM = "ngram"
-    NONE = "none"
-
-    @property
-    def needs_draft_model(self) -> bool:
-        return self not in (DraftMethod.NGRAM, DraftMethod.NONE)
-
-    @property
-    def parallel_drafting(self) -> bool:
-        return self is DraftMethod.PEAGLE
+DraftMethod = Method  # peagle, eagle3, eagle, ngram, none
 
 
 class TuningStrategy(StrEnum):
@@ -172,7 +162,7 @@ class DraftModel(ApiModel):
 
     @model_validator(mode="after")
     def _check(self) -> DraftModel:
-        if self.method.needs_draft_model and self.model is None:
+        if self.method.uses_draft_model and self.model is None:
             raise ValueError(
                 f"draft.model is required when draft.method is {self.method.value}"
                 " (only ngram and none run without a draft model)"

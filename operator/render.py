@@ -18,7 +18,7 @@ from specfleet.operator.api import (
     DraftMethod,
     SpeculativeModel,
 )
-from specfleet.runtime.config import Method, RuntimeConfig
+from specfleet.runtime.config import RuntimeConfig
 
 Manifest = dict[str, Any]
 Track = Literal["stable", "canary"]
@@ -78,11 +78,11 @@ def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) ->
     return RuntimeConfig(
         model=spec.model.name,
         served_model_name=spec.model.served_name or spec.model.name,
-        method=Method(method.value),
-        draft_model=spec.draft.model if method.needs_draft_model else None,
+        method=method,
+        draft_model=spec.draft.model if method.uses_draft_model else None,
         num_speculative_tokens=tokens if speculates else None,
         draft_tensor_parallel_size=(
-            spec.draft.tensor_parallel_size if method.needs_draft_model else None
+            spec.draft.tensor_parallel_size if method.uses_draft_model else None
         ),
         prompt_lookup_min=spec.draft.prompt_lookup_min if ngram else None,
         prompt_lookup_max=spec.draft.prompt_lookup_max if ngram else None,

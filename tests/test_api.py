@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specfleet.operator import api
+from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, InvalidCase, apply_changes
 
@@ -71,7 +72,7 @@ def test_round_trip_uses_camel_case(peagle_manifest: dict[str, Any]) -> None:
 def test_token_bounds_accept_exactly_the_ordered_triples(
     minimum: int, tokens: int, maximum: int
 ) -> None:
-    ok = minimum <= tokens <= maximum <= api.MAX_SPECULATIVE_TOKENS
+    ok = minimum <= tokens <= maximum <= MAX_SPECULATIVE_TOKENS
     data = {"tokens": tokens, "minTokens": minimum, "maxTokens": maximum}
     try:
         api.Speculation.model_validate(data)
