@@ -163,6 +163,7 @@ def cpu_of(pid: int) -> float:
 def models_and_pods(count: int) -> list[tuple[Any, Any]]:
     """N SpeculativeModels (the P-EAGLE example, tuning on) with one ready pod each."""
     from e2e.models import sim_model
+    from specfleet.operator import render
     from specfleet.operator.api import SpeculativeModel
     from specfleet.operator.status import Children, with_requested_speculation
 
@@ -172,8 +173,13 @@ def models_and_pods(count: int) -> list[tuple[Any, Any]]:
         manifest["metadata"].update(namespace="bench", uid=f"uid-{i}", generation=1)
         model = SpeculativeModel.model_validate(manifest)
         model = model.model_copy(update={"status": with_requested_speculation(model)})
+        stable = render.children(model)[0]  # the pods carry its template's annotations
         pod = {
-            "metadata": {"name": f"m{i}-pod", "labels": {"specfleet.io/track": "stable"}},
+            "metadata": {
+                "name": f"m{i}-pod",
+                "labels": stable["spec"]["template"]["metadata"]["labels"],
+                "annotations": stable["spec"]["template"]["metadata"]["annotations"],
+            },
             "status": {
                 "phase": "Running",
                 "podIP": address(i),
@@ -209,6 +215,8 @@ async def measure(count: int, cycles: int, server_pid: int) -> dict[str, Any]:
         decided = await asyncio.gather(
             *(evaluator.evaluate(model, children, now) for model, children in fleet)
         )
+        for i, ((model, children), d) in enumerate(zip(fleet, decided, strict=True)):
+            fleet[i] = (model.model_copy(update={"status": d.status}), children)
         inconclusive = sum(any(a.kind == "Inconclusive" for a in d.actions) for d in decided)
         return {"inconclusive": inconclusive}
 
