@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean bench-tuner
+.PHONY: demo test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale
 
 test: lint typecheck tools pytest
 
@@ -46,6 +46,15 @@ crds: $(INSTALLED)
 # The tuner against simulated engines: every scenario in scenarios/, 20 seeds each.
 bench-tuner: $(INSTALLED)
 	$(BIN)/python benchmarks/tuner.py --seeds 20
+
+# Every benchmark; the scale ones run on the local control plane (docs/benchmarks.md).
+bench: bench-tuner bench-scale
+
+bench-scale: $(INSTALLED) cluster-up
+	$(BIN)/python benchmarks/scrape_fanout.py --json build/bench/scrape_fanout.json
+	timeout 3600 $(BIN)/python benchmarks/operator_scale.py --json build/bench/operator_scale.json
+	timeout 1200 $(BIN)/python benchmarks/reaction.py --json build/bench/reaction.json
+	$(BIN)/python benchmarks/scale_report.py --dir build/bench --plot docs/benchmarks-scale.png
 
 # Tools the tests run for real: promtool (Debian's prometheus package) and the
 # control plane's binaries (built from Go modules into a cache outside the repo).

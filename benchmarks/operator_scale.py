@@ -1,0 +1,512 @@
+"""Operator scale on the local control plane: N SpeculativeModels applied at once.
+
+    .venv/bin/python benchmarks/operator_scale.py [--counts 100,500,1000] [--repeats 3]
+        [--json build/bench/operator_scale.json]
+
+Needs the local control plane (`make cluster-up`). For each N and repeat, in fresh
+namespaces (`bench-scale-*`, deleted afterwards):
+
+- baseline: the N models are applied with no operator watching, their children are
+  rendered with `specfleet.operator.render.children` (with the models' real UIDs in the
+  owner references) and `kubectl apply --server-side -f children.yaml` applies the 3N
+  objects; the figure is kubectl's wall time.
+- operator: `specfleet operator --namespace NS` (its default 5 s period) is running;
+  `kubectl apply --server-side -f models.yaml` applies the N models; the figure is the
+  time from the start of that apply until every model has its three children and a
+  status with `observedGeneration` equal to its generation, as seen by a watch. Also the
+  operator's CPU seconds over that time and its peak RSS (VmHWM) once every pod is
+  Running and the fleet has settled. Per model, the watch gives apply -> children
+  created and apply -> status written (p50, p99).
+
+Pods run nowhere: a second node agent (`e2e.node_agent --no-process`) registers 4
+nodes `bench-node-*` (1,000 GPUs, 1,100 pods each) that are tainted
+`specfleet.io/bench=true:NoSchedule` before they turn Ready, and marks the pods bound to
+them Running and Ready. The models (1 replica, 1 GPU) carry the toleration and a
+nodeSelector for those nodes, so the real agent's nodes never get them. The agent and
+its Node objects are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from e2e import cluster  # noqa: E402
+from e2e.models import sim_model  # noqa: E402
+from e2e.operator_process import OperatorProcess  # noqa: E402
+from specfleet.operator import render  # noqa: E402
+from specfleet.operator.api import GROUP, PLURAL, VERSION, SpeculativeModel  # noqa: E402
+from specfleet.operator.status import with_requested_speculation  # noqa: E402
+
+BENCH_NODES = 4
+NODE_PREFIX = "bench-node"
+TAINT_KEY = "specfleet.io/bench"
+NODE_LABEL = "specfleet.io/bench-node"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def log(message: str) -> None:
+    print(f"[scale {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
+    return cluster.kubectl(*args, input=input, check=check).stdout
+
+
+# --------------------------------------------------------------------------- bench nodes
+
+
+@contextlib.contextmanager
+def bench_nodes(state_dir: Path) -> Iterator[None]:
+    """A no-process node agent with tainted nodes of its own; removed on exit."""
+    nodes = [f"{NODE_PREFIX}-{i}" for i in range(BENCH_NODES)]
+    for name in nodes:  # created tainted, so nothing else is ever scheduled there
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux",
+                    NODE_LABEL: "true",
+                },
+            },
+            "spec": {"taints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]},
+        }
+        kubectl("apply", "--server-side", "-f", "-", input=json.dumps(node))
+    state_dir.mkdir(parents=True, exist_ok=True)
+    agent = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "e2e.node_agent",
+            f"--kubeconfig={cluster.kubeconfig_path()}",
+            f"--state-dir={state_dir}",
+            f"--nodes={BENCH_NODES}",
+            f"--node-prefix={NODE_PREFIX}",
+            "--gpus=1000",
+            "--max-pods=1100",
+            "--no-process",
+        ],
+        cwd=ROOT,
+        stdout=(state_dir / "agent.log").open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            ready = kubectl(
+                "get",
+                "nodes",
+                "-l",
+                NODE_LABEL,
+                "-o",
+                "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status} {end}",
+            ).split()
+            if ready.count("True") == BENCH_NODES:
+                break
+            if time.monotonic() > deadline or agent.poll() is not None:
+                raise RuntimeError(f"bench nodes not Ready; see {state_dir / 'agent.log'}")
+            time.sleep(1)
+        yield
+    finally:
+        # Namespaces first, while the agent is there to finish their pods' deletion.
+        for namespace in kubectl("get", "ns", "-o", "name", check=False).split():
+            if namespace.startswith("namespace/bench-scale-"):
+                delete_namespace(namespace.split("/", 1)[1])
+        agent.terminate()
+        try:
+            agent.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+        kubectl("delete", "node", *nodes, "--ignore-not-found", "--wait=false", check=False)
+
+
+def bench_model(name: str) -> dict[str, Any]:
+    """The P-EAGLE example on the sim, one replica, pinned to the bench nodes."""
+    return sim_model(
+        name,
+        replicas=1,
+        runtime={
+            "nodeSelector": {NODE_LABEL: "true"},
+            "tolerations": [
+                {"key": TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+            ],
+        },
+    )
+
+
+def models_yaml(namespace: str, count: int) -> str:
+    documents = []
+    for i in range(count):
+        manifest = bench_model(f"m{i:04d}")
+        manifest["metadata"]["namespace"] = namespace
+        documents.append(manifest)
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+# -------------------------------------------------------------------------------- watch
+
+
+@dataclass
+class Seen:
+    """When the watch first saw each thing, by model name (time.time())."""
+
+    applied: dict[str, float] = field(default_factory=dict)
+    status: dict[str, float] = field(default_factory=dict)
+    children: dict[str, dict[str, float]] = field(default_factory=dict)
+    running_pods: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def child(self, model: str, kind: str) -> None:
+        with self.lock:
+            self.children.setdefault(model, {}).setdefault(kind, time.time())
+
+    def done(self, model: str) -> float | None:
+        """When the model had all three children and its status, if it has."""
+        children = self.children.get(model, {})
+        if len(children) < 3 or model not in self.status:
+            return None
+        return max(*children.values(), self.status[model])
+
+
+class Watcher:
+    """Raw watches (JSON lines, no model classes: cheap) on one namespace."""
+
+    def __init__(self, namespace: str) -> None:
+        from kubernetes import client, config
+
+        self.api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path()))
+        self.client = client
+        self.namespace = namespace
+        self.seen = Seen()
+        self.stop = threading.Event()
+        core, apps = client.CoreV1Api(self.api), client.AppsV1Api(self.api)
+        custom = client.CustomObjectsApi(self.api)
+        watches = [
+            (
+                partial(custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL),
+                self._model,
+            ),
+            (partial(apps.list_namespaced_deployment, namespace), self._deployment),
+            (partial(core.list_namespaced_service, namespace), self._service),
+            (partial(core.list_namespaced_pod, namespace), self._pod),
+        ]
+        self.threads = [
+            threading.Thread(target=self._watch, args=watch, daemon=True) for watch in watches
+        ]
+        for thread in self.threads:
+            thread.start()
+        time.sleep(1.0)  # the watches are open before anything is applied
+
+    def _watch(self, list_call: Any, handler: Any) -> None:
+        from kubernetes.watch.watch import iter_resp_lines
+
+        version = ""
+        while not self.stop.is_set():
+            try:
+                response = list_call(
+                    watch=True,
+                    timeout_seconds=30,
+                    resource_version=version or None,
+                    _preload_content=False,
+                    _request_timeout=40,
+                )
+                for line in iter_resp_lines(response):
+                    event = json.loads(line)
+                    if event["type"] == "ERROR":
+                        version = ""
+                        break
+                    obj = event["object"]
+                    version = obj["metadata"].get("resourceVersion", version)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        handler(obj)
+            except Exception as error:  # a dropped watch: reopen where we were
+                if not self.stop.is_set():
+                    log(f"watch {handler.__name__}: {error}; reopening")
+                    time.sleep(1)
+
+    def _model(self, obj: dict[str, Any]) -> None:
+        meta, now = obj["metadata"], time.time()
+        with self.seen.lock:
+            self.seen.applied.setdefault(meta["name"], now)
+            observed = (obj.get("status") or {}).get("observedGeneration")
+            if observed is not None and observed == meta.get("generation"):
+                self.seen.status.setdefault(meta["name"], now)
+
+    def _deployment(self, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        model = obj["metadata"].get("labels", {}).get(render.MODEL_LABEL, name)
+        self.seen.child(model, "canary" if name.endswith("-canary") else "stable")
+
+    def _service(self, obj: dict[str, Any]) -> None:
+        labels = obj["metadata"].get("labels", {})
+        if render.MODEL_LABEL in labels:
+            self.seen.child(labels[render.MODEL_LABEL], "service")
+
+    def _pod(self, obj: dict[str, Any]) -> None:
+        if (obj.get("status") or {}).get("phase") == "Running":
+            with self.seen.lock:
+                self.seen.running_pods.add(obj["metadata"]["name"])
+
+    def close(self) -> None:
+        self.stop.set()
+
+
+# --------------------------------------------------------------------------------- runs
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def reconcile_errors(metrics: str) -> float:
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("specfleet_reconcile_total{") and 'result="error"' in line
+    )
+
+
+def create_namespace(name: str) -> None:
+    kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=300s")
+    kubectl("create", "namespace", name)
+
+
+def delete_namespace(name: str) -> float:
+    started = time.monotonic()
+    kubectl("delete", "namespace", name, "--wait=true", "--timeout=600s", check=False)
+    return time.monotonic() - started
+
+
+def wait_until(what: str, probe: Any, timeout: float, interval: float = 0.25) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return time.time()
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
+    namespace = f"bench-scale-base-{count}-{tag}"
+    create_namespace(namespace)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            models = Path(tmp) / "models.yaml"
+            models.write_text(models_yaml(namespace, count))
+            started = time.monotonic()
+            kubectl("apply", "--server-side", "-f", str(models), "--request-timeout=60s")
+            models_seconds = time.monotonic() - started
+            listed = json.loads(kubectl("get", "specmodel", "-n", namespace, "-o", "json"))
+            children = []
+            for body in listed["items"]:
+                model = SpeculativeModel.model_validate(body)
+                model = model.model_copy(update={"status": with_requested_speculation(model)})
+                children += render.children(model)
+            path = Path(tmp) / "children.yaml"
+            path.write_text(yaml.safe_dump_all(children, sort_keys=False))
+            watcher = Watcher(namespace)
+            try:
+                started = time.monotonic()
+                kubectl(
+                    "apply",
+                    "--server-side",
+                    "--field-manager=specfleet-operator",
+                    "-f",
+                    str(path),
+                    "--request-timeout=60s",
+                )
+                seconds = time.monotonic() - started
+                # Let the cascade (ReplicaSets, pods, scheduling) finish before the next run.
+                wait_until(
+                    "every baseline pod Running",
+                    lambda: len(watcher.seen.running_pods) >= count,
+                    timeout,
+                    interval=1,
+                )
+            finally:
+                watcher.close()
+        return {
+            "count": count,
+            "objects": len(children),
+            "seconds": seconds,
+            "models_seconds": models_seconds,  # the same models, applied with no operator
+        }
+    finally:
+        delete_namespace(namespace)
+
+
+def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, Any]:
+    namespace = f"bench-scale-op-{count}-{tag}"
+    create_namespace(namespace)
+    operator = OperatorProcess([namespace], logs / f"operator-{count}-{tag}.log", period=5.0)
+    try:
+        operator.start()
+        assert operator.process is not None
+        pid = operator.process.pid
+        time.sleep(2)  # kopf's initial listing is done
+        watcher = Watcher(namespace)
+        try:
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml") as models:
+                models.write(models_yaml(namespace, count))
+                models.flush()
+                cpu_before = cpu_seconds(pid)
+                t0 = time.time()
+                kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
+                applied = time.time() - t0
+            seen = watcher.seen
+            names = [f"m{i:04d}" for i in range(count)]
+
+            def all_done() -> bool:
+                with seen.lock:
+                    return all(seen.done(n) is not None for n in names)
+
+            wait_until("every model reconciled", all_done, timeout)
+            done = max(seen.done(n) or 0.0 for n in names)
+            cpu = cpu_seconds(pid) - cpu_before
+            # Peak memory is taken once the fleet has settled: pods Running, statuses
+            # updated from their events.
+            wait_until(
+                "every pod Running",
+                lambda: len(seen.running_pods) >= count,
+                timeout,
+                interval=1,
+            )
+            time.sleep(10)
+            rss = peak_rss_mb(pid)
+            cpu_settled = cpu_seconds(pid) - cpu_before
+            children = [max(seen.children[n].values()) - seen.applied[n] for n in names]
+            status = [seen.status[n] - seen.applied[n] for n in names]
+        finally:
+            watcher.close()
+        return {
+            "count": count,
+            "seconds": done - t0,
+            "apply_models_seconds": applied,
+            "cpu_seconds": cpu,
+            "cpu_seconds_settled": cpu_settled,
+            "peak_rss_mb": rss,
+            "children_latency": {
+                "p50": percentile(children, 0.5),
+                "p99": percentile(children, 0.99),
+                "max": max(children),
+            },
+            "status_latency": {
+                "p50": percentile(status, 0.5),
+                "p99": percentile(status, 0.99),
+                "max": max(status),
+            },
+            "reconcile_errors": reconcile_errors(operator.metrics()),
+        }
+    finally:
+        operator.stop()
+        delete_namespace(namespace)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--counts", default="100,500,1000")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=600.0, help="per run and phase")
+    parser.add_argument("--json", type=Path, default=ROOT / "build/bench/operator_scale.json")
+    args = parser.parse_args()
+    # `timeout` and Ctrl-C still clean up: namespaces, the operator, the agent, its nodes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    logs = args.json.parent / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"runs": []}
+    with bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent"):
+        for count in (int(c) for c in args.counts.split(",")):
+            for repeat in range(args.repeats):
+                tag = f"{repeat}-{int(time.time()) % 100000}"
+                base = run_baseline(count, tag, args.timeout)
+                log(
+                    f"N={count} #{repeat}: baseline {base['seconds']:.1f} s "
+                    f"(models alone {base['models_seconds']:.1f} s)"
+                )
+                op = run_operator(count, tag, args.timeout, logs)
+                log(
+                    f"N={count} #{repeat}: operator {op['seconds']:.1f} s "
+                    f"(models applied in {op['apply_models_seconds']:.1f} s), "
+                    f"cpu {op['cpu_seconds']:.1f} s, peak RSS {op['peak_rss_mb']:.0f} MB, "
+                    f"children p50/p99 {op['children_latency']['p50']:.2f}/"
+                    f"{op['children_latency']['p99']:.2f} s"
+                )
+                results["runs"].append({"count": count, "baseline": base, "operator": op})
+                args.json.write_text(json.dumps(results, indent=2))
+    summary = []
+    for count in sorted({r["count"] for r in results["runs"]}):
+        runs = [r for r in results["runs"] if r["count"] == count]
+        base = statistics.median(r["baseline"]["seconds"] for r in runs)
+        op = statistics.median(r["operator"]["seconds"] for r in runs)
+        summary.append(
+            {
+                "count": count,
+                "repeats": len(runs),
+                "baseline_seconds": base,
+                "operator_seconds": op,
+                "ratio": statistics.median(
+                    r["operator"]["seconds"] / r["baseline"]["seconds"] for r in runs
+                ),
+                **{
+                    key: statistics.median(r["operator"][key] for r in runs)
+                    for key in ("cpu_seconds", "peak_rss_mb", "apply_models_seconds")
+                },
+                "models_alone_seconds": statistics.median(
+                    r["baseline"]["models_seconds"] for r in runs
+                ),
+                "children_p50": statistics.median(
+                    r["operator"]["children_latency"]["p50"] for r in runs
+                ),
+                "children_p99": statistics.median(
+                    r["operator"]["children_latency"]["p99"] for r in runs
+                ),
+                "status_p50": statistics.median(
+                    r["operator"]["status_latency"]["p50"] for r in runs
+                ),
+                "status_p99": statistics.median(
+                    r["operator"]["status_latency"]["p99"] for r in runs
+                ),
+            }
+        )
+    results["summary"] = summary
+    args.json.write_text(json.dumps(results, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Tables and the plot of the scale, fan-out and reaction benchmarks, from their JSON.
+
+    .venv/bin/python benchmarks/scale_report.py [--dir DIR] [--plot PNG]
+
+Reads operator_scale.json, scrape_fanout.json and reaction.json (written by
+operator_scale.py, scrape_fanout.py and reaction.py), prints the Markdown tables of
+docs/benchmarks.md and draws every figure against the number of models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def scale_table(data: dict[str, Any]) -> str:
+    rows = [
+        "| models | runs | baseline: kubectl apply of 3N children (s) | operator: apply N models"
+        " -> all reconciled (s) | ratio | models alone, no operator (s) | operator CPU (s) |"
+        " operator peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in data["summary"]:
+        runs = [r for r in data["runs"] if r["count"] == s["count"]]
+        each = ", ".join(f"{r['operator']['seconds'] / r['baseline']['seconds']:.2f}" for r in runs)
+        rows.append(
+            f"| {s['count']} | {s['repeats']} | {s['baseline_seconds']:.1f} | "
+            f"{s['operator_seconds']:.1f} | {s['ratio']:.2f} ({each}) | "
+            f"{s['models_alone_seconds']:.1f} | {s['cpu_seconds']:.1f} | {s['peak_rss_mb']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def latency_table(data: dict[str, Any]) -> str:
+    rows = [
+        "| models | apply -> children created p50 (s) | p99 (s) | apply -> status written p50 (s)"
+        " | p99 (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in data["summary"]:
+        rows.append(
+            f"| {s['count']} | {s['children_p50']:.2f} | {s['children_p99']:.2f} | "
+            f"{s['status_p50']:.2f} | {s['status_p99']:.2f} |"
+        )
+    return "\n".join(rows)
+
+
+def fanout_table(data: dict[str, Any]) -> str:
+    rows = [
+        "| endpoints | scrape() wall (s) | scrape() CPU (s) | evaluation cycle wall (s) |"
+        " evaluation CPU (s) | servers' CPU (s) | with the slow endpoint: others done (s) |"
+        " slow one given up (s) | client peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["results"]:
+        s, e, w = r["scrape"], r["evaluate"], r["scrape_slow"]
+        rows.append(
+            f"| {r['count']} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {e['wall_s']:.2f} | "
+            f"{e['cpu_s']:.2f} | {s['server_cpu_s']:.2f} | {w['rest_done_s']:.2f} | "
+            f"{w['slow_done_s']:.2f} | {r['rss_mb']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+def reaction_table(data: dict[str, Any]) -> str:
+    rows = [
+        "| model | decision | windows after the drift | drift -> decision (s) "
+        "| seen in status (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in data["results"]:
+        rows.append(
+            f"| {r['model']} | {r['action']} {r['from']}->{r['to']} | {r['windows']} | "
+            f"{r['decision_seconds']:.1f} | {r['seen_seconds']:.1f} |"
+        )
+    s = data["summary"]
+    rows.append(
+        f"| **median** | | {s['windows_median']:.0f} | {s['decision_seconds_median']:.1f} | "
+        f"{s['seen_seconds_median']:.1f} |"
+    )
+    return "\n".join(rows)
+
+
+def plot(
+    scale: dict[str, Any], fanout: dict[str, Any], reaction: dict[str, Any], out: Path
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = scale["summary"]
+    n = [s["count"] for s in summary]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    ax = axes[0][0]
+    ax.plot(
+        n, [s["operator_seconds"] for s in summary], "o-", label="operator (apply models -> done)"
+    )
+    ax.plot(
+        n, [s["baseline_seconds"] for s in summary], "s-", label="baseline (kubectl apply children)"
+    )
+    ax.plot(
+        n, [1.5 * s["baseline_seconds"] for s in summary], ":", color="grey", label="1.5 x baseline"
+    )
+    ax.plot(
+        n, [s["models_alone_seconds"] for s in summary], "^--", label="models alone (no operator)"
+    )
+    ax.set(title="Time to reconcile N models", xlabel="models", ylabel="seconds")
+    ax.legend(fontsize=8)
+    ax = axes[0][1]
+    ax.plot(n, [s["peak_rss_mb"] for s in summary], "o-", label="peak RSS (MB)")
+    ax.axhline(300, ls=":", color="grey", label="300 MB target")
+    ax.set(title="Operator memory and CPU", xlabel="models", ylabel="MB")
+    twin = ax.twinx()
+    twin.plot(n, [s["cpu_seconds"] for s in summary], "s--", color="C1", label="CPU (s)")
+    twin.set_ylabel("CPU seconds until reconciled")
+    ax.legend(loc="upper left", fontsize=8)
+    twin.legend(loc="lower right", fontsize=8)
+    ax = axes[1][0]
+    results = fanout["results"]
+    m = [r["count"] for r in results]
+    ax.plot(m, [r["scrape"]["wall_s"] for r in results], "o-", label="scrape() wall")
+    ax.plot(m, [r["evaluate"]["wall_s"] for r in results], "s-", label="evaluation cycle wall")
+    ax.plot(m, [r["evaluate"]["cpu_s"] for r in results], "^--", label="evaluation cycle CPU")
+    ax.plot(
+        m,
+        [r["scrape_slow"]["rest_done_s"] for r in results],
+        "x:",
+        label="others, next to a slow one",
+    )
+    ax.axhline(5, ls=":", color="grey", label="5 s target")
+    ax.set(title="Scrape fan-out (one pod per model)", xlabel="endpoints", ylabel="seconds")
+    ax.legend(fontsize=8)
+    ax = axes[1][1]
+    ax.plot(n, [s["children_p50"] for s in summary], "o-", label="apply -> children p50")
+    ax.plot(n, [s["children_p99"] for s in summary], "o--", label="apply -> children p99")
+    ax.plot(n, [s["status_p50"] for s in summary], "s-", label="apply -> status p50")
+    ax.plot(n, [s["status_p99"] for s in summary], "s--", label="apply -> status p99")
+    rs = reaction["summary"]
+    ax.set(
+        title=f"Reaction latency (drift -> rollback: {rs['windows_median']:.0f} windows, "
+        f"{rs['decision_seconds_median']:.0f} s)",
+        xlabel="models applied at once",
+        ylabel="seconds",
+    )
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=ROOT / "build/bench")
+    parser.add_argument("--plot", type=Path, default=ROOT / "docs/benchmarks-scale.png")
+    args = parser.parse_args()
+    scale = json.loads((args.dir / "operator_scale.json").read_text())
+    fanout = json.loads((args.dir / "scrape_fanout.json").read_text())
+    reaction = json.loads((args.dir / "reaction.json").read_text())
+    for title, table in (
+        ("Reconcile scale", scale_table(scale)),
+        ("Apply -> children / status", latency_table(scale)),
+        ("Scrape fan-out", fanout_table(fanout)),
+        ("Drift -> rollback", reaction_table(reaction)),
+    ):
+        print(f"### {title}\n\n{table}\n")
+    plot(scale, fanout, reaction, args.plot)
+    print(f"wrote {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
