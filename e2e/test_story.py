@@ -3,6 +3,7 @@ alerts in a real Prometheus, and an uninstall that leaves nothing behind."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e import cluster
 from e2e.prometheus import Prometheus
 from e2e.story import FAILURE_LIMIT, MODEL, ROLLBACK_ACTIONS, Story
+from specfleet.operator.metrics import query_prometheus
 
 
 def test_tuning_drift_rollback_and_alerts(
@@ -63,6 +65,14 @@ def test_tuning_drift_rollback_and_alerts(
             tick()
             time.sleep(1)
         assert wanted <= seen_firing, f"alerts seen firing: {seen_firing}"
+
+        # metrics.source Prometheus: the tuner's query reads the same pods' counters.
+        url = f"http://127.0.0.1:{prometheus.port}"
+        samples = asyncio.run(query_prometheus(url, namespace, MODEL, timeout=5))
+        serving = {p["metadata"]["name"] for p in story.serving_pods()}
+        read = {s.pod for s in samples if s.counters is not None and s.track == "stable"}
+        assert serving & read, (serving, samples)
+        assert all(s.counters.draft_tokens > 0 for s in samples if s.pod in serving and s.counters)
     finally:
         prometheus.stop()
     assert story.uninstall() == []
