@@ -126,7 +126,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
         ]
         return ips if len(ips) == 2 else None
 
-    garbage_ip, slow_ip = wait_for("two ready pods", ready_pods, timeout=120)
+    garbage_ip, slow_ip = wait_for("two ready pods", ready_pods, timeout=240)
     _post(garbage_ip, "/admin/garbage", {"enabled": True})
     _post(slow_ip, "/admin/slow", {"seconds": 30})
 
@@ -168,7 +168,7 @@ def test_operator_recovers_its_watches_after_an_api_server_restart(
             (condition(get_model(api_client, model_namespace, MODEL), "Ready") or {}).get("status")
             == "True"
         ),
-        timeout=120,
+        timeout=240,
     )
 
     apiserver = next(
@@ -186,5 +186,5 @@ def test_operator_recovers_its_watches_after_an_api_server_restart(
     wait_for(
         "the operator to roll out the edit made after the restart",
         lambda: apps.read_namespaced_deployment(MODEL, model_namespace).spec.replicas == 2,
-        timeout=180,
+        timeout=240,
     )

@@ -25,7 +25,7 @@ def _ready(api_client: client.ApiClient, namespace: str, name: str, generation: 
             return body
         return None
 
-    return wait_for(f"{name} Ready at generation {generation}", probe, timeout=120)
+    return wait_for(f"{name} Ready at generation {generation}", probe, timeout=240)
 
 
 def _args(deployment: Any) -> list[str]:
