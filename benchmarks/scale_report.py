@@ -114,7 +114,7 @@ def plot(
     ax = axes[0][1]
     ax.plot(n, [s["peak_rss_mb"] for s in summary], "o-", label="peak RSS (MB)")
     ax.axhline(300, ls=":", color="grey", label="300 MB target")
-    ax.set(title="Operator memory and CPU", xlabel="models", ylabel="MB")
+    ax.set(title="Operator memory and CPU", xlabel="models", ylabel="MB", ylim=(0, 350))
     twin = ax.twinx()
     twin.plot(n, [s["cpu_seconds"] for s in summary], "s--", color="C1", label="CPU (s)")
     twin.set_ylabel("CPU seconds until reconciled")
