@@ -52,7 +52,7 @@ bench: bench-tuner bench-scale
 
 bench-scale: $(INSTALLED) cluster-up
 	$(BIN)/python benchmarks/scrape_fanout.py --json build/bench/scrape_fanout.json
-	timeout 3600 $(BIN)/python benchmarks/operator_scale.py --json build/bench/operator_scale.json
+	timeout 7200 $(BIN)/python benchmarks/operator_scale.py --json build/bench/operator_scale.json
 	timeout 1200 $(BIN)/python benchmarks/reaction.py --json build/bench/reaction.json
 	$(BIN)/python benchmarks/scale_report.py --dir build/bench --plot docs/benchmarks-scale.png
 
