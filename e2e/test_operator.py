@@ -163,7 +163,11 @@ def test_operator_restart_keeps_children_and_status(
         d.metadata.name: d.metadata.uid
         for d in apps.list_namespaced_deployment(model_namespace).items
     } == deployments
-    assert after["status"]["speculation"] == before["status"]["speculation"]
+    # The tuned state survives; window counters move on (the restart's first scrape is
+    # only a baseline, counted as one inconclusive window).
+    tuned = ("tokens", "requestedTokens", "lastKnownGoodTokens", "candidateTokens", "disabled")
+    for key in tuned:
+        assert after["status"]["speculation"].get(key) == before["status"]["speculation"].get(key)
     assert after["status"]["history"] == before["status"]["history"]
 
 

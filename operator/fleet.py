@@ -10,7 +10,6 @@ changed it changes nothing. Tuning evaluations run on the same path when a model
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -52,12 +51,14 @@ class FleetCache:
     models: dict[Key, dict[str, Any]] = field(default_factory=dict)
     deployments: dict[Key, dict[str, Any]] = field(default_factory=dict)
     pods: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)  # model -> pods
-    wakeups: dict[Key, asyncio.Event] = field(default_factory=dict)
+    # Models whose children changed since the last tick: the loop re-runs only these
+    # between its periodic sweeps, so a burst of N child events costs O(N), not O(N^2).
+    dirty: set[Key] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def wake(self, key: Key) -> None:
-        event = self.wakeups.get(key)
-        if event is not None:
-            event.set()
+        self.dirty.add(key)
+        self.changed.set()
 
     def children(self, key: Key) -> Children:
         namespace, name = key
@@ -91,11 +92,10 @@ class Fleet:
             self.forget(key)
             return
         self.cache.models[key] = body
-        self.cache.wakeups.setdefault(key, asyncio.Event())
 
     def forget(self, key: Key) -> None:
         self.cache.models.pop(key, None)
-        self.cache.wakeups.pop(key, None)
+        self.cache.dirty.discard(key)
         self.next_evaluation.pop(key, None)
         self.applied.pop(key, None)
         self.locks.pop(key, None)
@@ -236,23 +236,32 @@ class Fleet:
     # ------------------------------------------------------------------- loop
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick every model every `period` seconds, or sooner when a child changes."""
+        """Sweep every model every `period` seconds; between sweeps, re-run only the
+        models whose children changed."""
+        next_sweep = 0.0
         while not stop.is_set():
-            keys = list(self.cache.models)
+            now = time.monotonic()
+            if now >= next_sweep:
+                keys = list(self.cache.models)
+                next_sweep = now + self.period
+            else:
+                keys = [k for k in self.cache.dirty if k in self.cache.models]
+            self.cache.dirty.clear()
+            self.cache.changed.clear()
             await asyncio.gather(*(self._tick(key) for key in keys))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._any_wakeup(stop), timeout=self.period)
-
-    async def _any_wakeup(self, stop: asyncio.Event) -> None:
-        waiters = [asyncio.ensure_future(e.wait()) for e in self.cache.wakeups.values()]
-        waiters.append(asyncio.ensure_future(stop.wait()))
-        try:
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
-            for event in self.cache.wakeups.values():
-                event.clear()
+            waiters = [
+                asyncio.ensure_future(self.cache.changed.wait()),
+                asyncio.ensure_future(stop.wait()),
+            ]
+            try:
+                await asyncio.wait(
+                    waiters,
+                    timeout=max(0.0, next_sweep - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
 
     async def _tick(self, key: Key) -> None:
         body = self.cache.models.get(key)
