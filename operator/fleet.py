@@ -109,6 +109,7 @@ class Fleet:
         if model is None:
             return
         owner = (namespace, model)
+        body = _observed_part(body)
         if body["kind"] == "Pod":
             pods = self.cache.pods.setdefault(owner, {})
             if deleted:
@@ -286,6 +287,14 @@ class Fleet:
             self.next_evaluation[key] = now + interval
             return True
         return False
+
+
+def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
+    """What the fleet reads of a child: kind, metadata without managedFields, status.
+    Whole Deployments and pods (pod templates, managedFields) would cost memory per
+    model for nothing: the rendered spec is recomputed from the model, never read back."""
+    metadata = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    return {"kind": body["kind"], "metadata": metadata, "status": body.get("status") or {}}
 
 
 def _new_failures(before: SpeculativeModelStatus, after: SpeculativeModelStatus) -> list[Action]:
