@@ -41,6 +41,7 @@ from e2e import cluster  # noqa: E402
 from e2e.models import apply, get_model, sim_model  # noqa: E402
 from e2e.operator_process import OperatorProcess  # noqa: E402
 from e2e.story import HIGH_ACCEPTANCE, LOW_ACCEPTANCE  # noqa: E402
+from e2e.waiting import wait_for  # noqa: E402
 
 INTERVAL_SECONDS = 5
 FAILURE_LIMIT = 2
@@ -74,16 +75,6 @@ def model(name: str, seed: int) -> dict[str, Any]:
         {"name": "SPECFLEET_SIM_SEED", "value": str(seed)},
     ]
     return manifest
-
-
-def wait(what: str, probe: Any, timeout: float, interval: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def serving_pod_ips(core: Any, namespace: str, name: str) -> list[str]:
@@ -124,7 +115,7 @@ def run_round(
         return status.get("phase") == "Ready" and rate is not None and rate > 0.8 and windows >= 2
 
     for name in names:
-        wait(f"{name} serving with two conclusive windows", lambda n=name: healthy(n), timeout)
+        wait_for(f"{name} serving with two conclusive windows", lambda n=name: healthy(n), timeout)
     drifted: dict[str, float] = {}
     for name in names:
         drift(serving_pod_ips(core, namespace, name))
