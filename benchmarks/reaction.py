@@ -25,12 +25,9 @@ import signal
 import statistics
 import sys
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -38,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from kubernetes import client, config  # noqa: E402
 
 from e2e import cluster  # noqa: E402
-from e2e.models import apply, get_model, sim_model  # noqa: E402
+from e2e.models import apply, get_model, sim_admin, sim_model  # noqa: E402
 from e2e.operator_process import OperatorProcess  # noqa: E402
 from e2e.story import HIGH_ACCEPTANCE, LOW_ACCEPTANCE  # noqa: E402
 from e2e.waiting import wait_for  # noqa: E402
@@ -90,14 +87,7 @@ def serving_pod_ips(core: Any, namespace: str, name: str) -> list[str]:
 
 def drift(ips: list[str]) -> None:
     for ip in ips:
-        request = urllib.request.Request(
-            f"http://{ip}:8000/admin/profile",
-            data=yaml.safe_dump({"acceptance": LOW_ACCEPTANCE}).encode(),
-            method="POST",
-            headers={"Content-Type": "application/yaml"},
-        )
-        with urllib.request.urlopen(request, timeout=5):
-            pass
+        sim_admin(ip, "/admin/profile", {"acceptance": LOW_ACCEPTANCE})
 
 
 def run_round(

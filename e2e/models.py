@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import urllib.request
 from typing import Any
 
 import yaml
@@ -31,6 +33,18 @@ def sim_model(name: str = "llama", replicas: int = 1, **spec: Any) -> dict[str, 
         else:
             body[field] = copy.deepcopy(value)
     return manifest
+
+
+def sim_admin(pod_ip: str, path: str, payload: Any) -> None:
+    """POST to a sim pod's admin endpoint (/admin/profile, /admin/garbage, /admin/slow)."""
+    request = urllib.request.Request(
+        f"http://{pod_ip}:8000{path}",
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5):
+        pass
 
 
 def apply(manifest: dict[str, Any], namespace: str, *extra: str) -> str:

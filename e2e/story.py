@@ -24,7 +24,8 @@ import yaml
 from kubernetes import client
 
 from e2e import cluster
-from e2e.models import apply, get_model, sim_model
+from e2e.models import apply, get_model, sim_admin, sim_model
+from specfleet.operator.status import pod_ready
 
 MODEL = "llama"
 RELEASE = "specfleet"
@@ -247,25 +248,14 @@ class Story:
         return [
             p
             for p in self.model_pods()
-            if not p["metadata"].get("deletionTimestamp")
-            and any(
-                c["type"] == "Ready" and c["status"] == "True"
-                for c in p["status"].get("conditions") or []
-            )
+            if not p["metadata"].get("deletionTimestamp") and pod_ready(p)
         ]
 
     def drift(self) -> None:
         """Traffic turns chat-like: running sims switch now, new ones start that way."""
         self.profile_file.write_text(yaml.safe_dump(sim_profile(LOW_ACCEPTANCE)))
         for pod in self.serving_pods():
-            request = urllib.request.Request(
-                f"http://{pod['status']['podIP']}:8000/admin/profile",
-                data=yaml.safe_dump({"acceptance": LOW_ACCEPTANCE}).encode(),
-                method="POST",
-                headers={"Content-Type": "application/yaml"},
-            )
-            with urllib.request.urlopen(request, timeout=5):
-                pass
+            sim_admin(pod["status"]["podIP"], "/admin/profile", {"acceptance": LOW_ACCEPTANCE})
         self.drift_at = time.time()
         self.drift_seconds = time.monotonic() - self.started
 

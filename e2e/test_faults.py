@@ -7,13 +7,12 @@ import json
 import os
 import signal
 import time
-import urllib.request
 from typing import Any
 
 from kubernetes import client
 
 from e2e import cluster
-from e2e.models import apply, condition, get_model
+from e2e.models import apply, condition, get_model, sim_admin
 from e2e.operator_process import OperatorProcess
 from e2e.story import MODEL, ROLLBACK_ACTIONS, story_model
 from e2e.waiting import wait_for
@@ -27,17 +26,6 @@ def _candidate(api_client: client.ApiClient, namespace: str) -> dict[str, Any] |
     body = get_model(api_client, namespace, MODEL)
     speculation = (body.get("status") or {}).get("speculation") or {}
     return body if speculation.get("candidateTokens") else None
-
-
-def _post(pod_ip: str, path: str, payload: dict[str, Any]) -> None:
-    request = urllib.request.Request(
-        f"http://{pod_ip}:8000{path}",
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5):
-        pass
 
 
 def test_operator_killed_during_a_canary_resumes_it(
@@ -127,8 +115,8 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
         return ips if len(ips) == 2 else None
 
     garbage_ip, slow_ip = wait_for("two ready pods", ready_pods, timeout=240)
-    _post(garbage_ip, "/admin/garbage", {"enabled": True})
-    _post(slow_ip, "/admin/slow", {"seconds": 30})
+    sim_admin(garbage_ip, "/admin/garbage", {"enabled": True})
+    sim_admin(slow_ip, "/admin/slow", {"seconds": 30})
 
     def measured_at() -> str | None:
         acceptance = (get_model(api_client, model_namespace, MODEL).get("status") or {}).get(
@@ -146,7 +134,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
     available = condition(body, "MetricsAvailable")
     assert available is not None and available["status"] == "False"
 
-    _post(garbage_ip, "/admin/garbage", {"enabled": False})  # one pod recovers
+    sim_admin(garbage_ip, "/admin/garbage", {"enabled": False})  # one pod recovers
     wait_for(
         "a conclusive window from the healthy pod",
         lambda: (get_model(api_client, model_namespace, MODEL)["status"]["acceptance"] or {}).get(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from specfleet.operator import observability as metrics
 from specfleet.operator import render, tuner
@@ -28,19 +27,12 @@ from specfleet.operator.metrics import (
     query_prometheus,
     scrape,
 )
-from specfleet.operator.status import Children
+from specfleet.operator.status import Children, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
 Key = tuple[str, str]
 ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
 SCRAPE_CONCURRENCY = 64
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in (pod.get("status") or {}).get("conditions") or []
-    )
 
 
 def _expected_config(model: SpeculativeModel, track: render.Track) -> str:
@@ -56,7 +48,7 @@ def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTa
     targets = []
     for pod in children.pods:
         ip = (pod.get("status") or {}).get("podIP")
-        if not ip or not _ready(pod) or pod["metadata"].get("deletionTimestamp"):
+        if not ip or not pod_ready(pod) or pod["metadata"].get("deletionTimestamp"):
             continue
         track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
         annotations = pod["metadata"].get("annotations") or {}

@@ -126,16 +126,24 @@ class Fleet:
 
     # --------------------------------------------------------------- reconcile
 
-    async def reconcile(self, key: Key, *, evaluate: bool = False) -> None:
+    async def reconcile(self, key: Key, *, evaluate_when_due: bool = False) -> None:
         body = self.cache.models.get(key)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
         lock = self.locks.setdefault(key, asyncio.Lock())
         async with lock:
             started = time.perf_counter()
+            try:
+                model: SpeculativeModel | None = SpeculativeModel.model_validate(body)
+            except ValidationError:
+                model = None
+            evaluate = evaluate_when_due and model is not None and self._evaluation_due(key, model)
             handler = "evaluate" if evaluate else "reconcile"
             try:
-                await self._reconcile(body, evaluate)
+                if model is None:
+                    await self._refuse(body, datetime.now(UTC))
+                else:
+                    await self._reconcile(body, model, evaluate)
                 metrics.RECONCILES.labels(handler, "success").inc()
             except Exception:
                 metrics.RECONCILES.labels(handler, "error").inc()
@@ -143,14 +151,11 @@ class Fleet:
             finally:
                 metrics.RECONCILE_SECONDS.labels(handler).observe(time.perf_counter() - started)
 
-    async def _reconcile(self, body: dict[str, Any], evaluate: bool) -> None:
+    async def _reconcile(
+        self, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
+    ) -> None:
         key = key_of(body)
         now = datetime.now(UTC)
-        try:
-            model = SpeculativeModel.model_validate(body)
-        except ValidationError:
-            await self._refuse(body, now)
-            return
         model = model.model_copy(update={"status": with_requested_speculation(model)})
         actions: list[Action] = []
         if evaluate and self.evaluator is not None:
@@ -265,20 +270,12 @@ class Fleet:
                     waiter.cancel()
 
     async def _tick(self, key: Key) -> None:
-        body = self.cache.models.get(key)
-        if body is None:
-            return
-        evaluate = self._evaluation_due(key, body)
         try:
-            await self.reconcile(key, evaluate=evaluate)
+            await self.reconcile(key, evaluate_when_due=True)
         except Exception:
             log.exception("reconciling %s/%s failed", *key)
 
-    def _evaluation_due(self, key: Key, body: dict[str, Any]) -> bool:
-        try:
-            model = SpeculativeModel.model_validate(body)
-        except ValidationError:
-            return False
+    def _evaluation_due(self, key: Key, model: SpeculativeModel) -> bool:
         interval = parse_duration(model.spec.tuning.interval).total_seconds()
         due = self.next_evaluation.get(key)
         now = time.monotonic()

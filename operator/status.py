@@ -64,6 +64,14 @@ def with_requested_speculation(model: SpeculativeModel) -> SpeculativeModelStatu
     return model.status.model_copy(update=update)
 
 
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """The pod's Ready condition is True (the kubelet's readiness verdict)."""
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
 def _ready(deployment: dict[str, Any] | None) -> int:
     return int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
 
@@ -179,14 +187,7 @@ def summarize(model: SpeculativeModel, children: Children, now: datetime) -> Spe
     else:
         phase = Phase.PROGRESSING if children.stable else Phase.PENDING
 
-    ready_pods = sum(
-        1
-        for pod in children.pods
-        if any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (pod.get("status") or {}).get("conditions") or []
-        )
-    )
+    ready_pods = sum(1 for pod in children.pods if pod_ready(pod))
     return status.model_copy(
         update={
             "observed_generation": generation,
