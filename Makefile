@@ -34,7 +34,7 @@ typecheck: $(INSTALLED)
 	@ln -sfn ../../../operator $(TYPECHECK_ROOT)/specfleet/operator
 	@ln -sfn ../../../runtime $(TYPECHECK_ROOT)/specfleet/runtime
 	MYPYPATH=$(TYPECHECK_ROOT) $(BIN)/mypy -p specfleet.operator -p specfleet.runtime
-	MYPYPATH=$(TYPECHECK_ROOT):. $(BIN)/mypy --explicit-package-bases tests e2e
+	MYPYPATH=$(TYPECHECK_ROOT):. $(BIN)/mypy --explicit-package-bases tests e2e benchmarks
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 pytest: $(INSTALLED)

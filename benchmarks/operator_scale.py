@@ -64,7 +64,7 @@ NODE_PREFIX = "bench-node"
 TAINT_KEY = "specfleet.io/bench"
 NODE_LABEL = "specfleet.io/bench-node"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-SERVICE_CIDR = {
+SERVICE_CIDR: dict[str, Any] = {
     "apiVersion": "networking.k8s.io/v1",
     "kind": "ServiceCIDR",
     "metadata": {"name": "specfleet-bench"},
@@ -318,6 +318,40 @@ def reconcile_errors(metrics: str) -> float:
     )
 
 
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY")
+
+
+def api_writes() -> dict[str, float]:
+    """The API server's write requests so far, by "resource[/subresource] VERB"."""
+    counts: dict[str, float] = {}
+    for line in kubectl("get", "--raw", "/metrics").splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(
+            pair.split("=", 1) for pair in line[line.index("{") + 1 : line.index("}")].split(",")
+        )
+        verb = labels["verb"].strip('"')
+        if verb not in WRITE_VERBS:
+            continue
+        resource = labels["resource"].strip('"')
+        if labels.get("subresource", '""') != '""':
+            resource += "/" + labels["subresource"].strip('"')
+        key = f"{resource} {verb}"
+        counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def writes_per_model(
+    before: dict[str, float], after: dict[str, float], count: int
+) -> dict[str, float]:
+    """Writes per model over a run (the API server's counters: every client's writes)."""
+    return {
+        key: round((after[key] - before.get(key, 0.0)) / count, 2)
+        for key in sorted(after)
+        if after[key] - before.get(key, 0.0) >= count / 10
+    }
+
+
 def create_namespace(name: str) -> None:
     kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=300s")
     kubectl("create", "namespace", name)
@@ -402,6 +436,7 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, 
                 models.write(models_yaml(namespace, count))
                 models.flush()
                 cpu_before = cpu_seconds(pid)
+                writes_before = api_writes()
                 t0 = time.time()
                 kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
                 applied = time.time() - t0
@@ -415,6 +450,7 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, 
             wait_until("every model reconciled", all_done, timeout)
             done = max(seen.done(n) or 0.0 for n in names)
             cpu = cpu_seconds(pid) - cpu_before
+            writes_done = api_writes()
             # Peak memory is taken once the fleet has settled: pods Running, statuses
             # updated from their events.
             wait_until(
@@ -426,6 +462,7 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, 
             time.sleep(10)
             rss = peak_rss_mb(pid)
             cpu_settled = cpu_seconds(pid) - cpu_before
+            writes_settled = api_writes()
             children = [max(seen.children[n].values()) - seen.applied[n] for n in names]
             status = [seen.status[n] - seen.applied[n] for n in names]
         finally:
@@ -448,6 +485,9 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, 
                 "max": max(status),
             },
             "reconcile_errors": reconcile_errors(operator.metrics()),
+            # Until every model was done, and until the fleet settled (pods Running).
+            "writes_per_model": writes_per_model(writes_before, writes_done, count),
+            "writes_per_model_settled": writes_per_model(writes_before, writes_settled, count),
         }
     finally:
         operator.stop()
@@ -470,6 +510,7 @@ def main() -> None:
     results: dict[str, Any] = {"runs": []}
     if args.append and args.json.exists():
         results["runs"] = json.loads(args.json.read_text())["runs"]
+    cluster.install_crds()
     with bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent"):
         for count in (int(c) for c in args.counts.split(",")):
             for repeat in range(args.repeats):

@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def run_round(
         return status.get("phase") == "Ready" and rate is not None and rate > 0.8 and windows >= 2
 
     for name in names:
-        wait_for(f"{name} serving with two conclusive windows", lambda n=name: healthy(n), timeout)
+        wait_for(f"{name} serving with two conclusive windows", partial(healthy, name), timeout)
     drifted: dict[str, float] = {}
     for name in names:
         drift(serving_pod_ips(core, namespace, name))
@@ -154,6 +155,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     namespace = f"bench-reaction-{int(time.time()) % 100000}"
+    cluster.install_crds()
     cluster.kubectl("create", "namespace", namespace)
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig_path()))
     operator = OperatorProcess([namespace], args.json.parent / "reaction-operator.log", period=1.0)

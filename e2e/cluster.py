@@ -289,6 +289,17 @@ def kubectl(
     )
 
 
+def install_crds() -> None:
+    """The repo's CRDs, applied and Established (a fresh cluster has none)."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/speculativemodels.specfleet.io",
+    )
+
+
 def _wait_for_workloads(timeout: float = 120) -> None:
     """Schedulable GPU nodes and the default ServiceAccount: pods can be created."""
     deadline = time.monotonic() + timeout

@@ -44,13 +44,7 @@ def api_client(control_plane: None) -> client.ApiClient:
 
 @pytest.fixture(scope="session")
 def crds(control_plane: None) -> None:
-    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/speculativemodels.specfleet.io",
-    )
+    cluster.install_crds()
 
 
 def _fresh_namespace(

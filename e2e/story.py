@@ -99,9 +99,7 @@ class Story:
 
     def install_chart(self) -> None:
         helm = str(cluster.build_binaries() / "helm")
-        cluster.kubectl(
-            "apply", "--server-side", "--force-conflicts", "-f", str(cluster.REPO / "crds")
-        )
+        cluster.install_crds()
         result = _run(
             helm,
             "install",

@@ -310,11 +310,8 @@ def namespaced(crds: None, namespace: str, other_namespace: str) -> Iterator[Ide
 
 # What the operator does, one (verb, resource) a line: docs/install.md has the reasons.
 NEEDED = [
-    ("get", "speculativemodels.specfleet.io"),
     ("list", "speculativemodels.specfleet.io"),
     ("watch", "speculativemodels.specfleet.io"),
-    ("patch", "speculativemodels.specfleet.io"),
-    ("get", "speculativemodels.specfleet.io/status"),
     ("patch", "speculativemodels.specfleet.io/status"),
     ("get", "deployments.apps"),
     ("list", "deployments.apps"),
@@ -340,7 +337,9 @@ FORBIDDEN = [
     ("get", "secrets"),
     ("list", "secrets"),
     ("watch", "secrets"),
-    # SpeculativeModels belong to the user / Git.
+    # SpeculativeModels belong to the user / Git: the operator writes only their status.
+    ("patch", "speculativemodels.specfleet.io"),
+    ("get", "speculativemodels.specfleet.io"),
     ("delete", "speculativemodels.specfleet.io"),
     ("deletecollection", "speculativemodels.specfleet.io"),
     ("create", "speculativemodels.specfleet.io"),

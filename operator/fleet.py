@@ -1,10 +1,10 @@
-"""The operator's state of the world and its two loops over each SpeculativeModel.
+"""The operator's state of the world and the loop that reconciles each SpeculativeModel.
 
 kopf's watches feed `FleetCache` (models, their Deployments and pods). `Fleet.reconcile`
-renders and applies children and writes status; it runs from the create/update/resume
-handlers and again on every tick of the background loop, level-triggered: with nothing
-changed it changes nothing. Tuning evaluations run on the same path when a model's
-`tuning.interval` has elapsed.
+renders and applies children and writes status; the background loop runs it for every
+model each period and, in between, for each model that was created, edited or whose
+children changed. It is level-triggered: with nothing changed it changes nothing. Tuning
+evaluations run on the same path when a model's `tuning.interval` has elapsed.
 """
 
 from __future__ import annotations
@@ -51,14 +51,40 @@ class FleetCache:
     models: dict[Key, dict[str, Any]] = field(default_factory=dict)
     deployments: dict[Key, dict[str, Any]] = field(default_factory=dict)
     pods: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)  # model -> pods
-    # Models whose children changed since the last tick: the loop re-runs only these
-    # between its periodic sweeps, so a burst of N child events costs O(N), not O(N^2).
+    # Models to re-run before the next sweep: new or edited models and models whose
+    # children changed. A burst of N events costs O(N) reconciles, not O(N^2).
     dirty: set[Key] = field(default_factory=set)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def wake(self, key: Key) -> None:
         self.dirty.add(key)
         self.changed.set()
+
+    def remember_model(self, body: dict[str, Any]) -> None:
+        """Keep the newest body; wake the model unless only its status moved (the echo
+        of the operator's own status write would re-run it to no effect)."""
+        key = key_of(body)
+        before = self.models.get(key)
+        self.models[key] = body
+        if before is None or _outside_status(before) != _outside_status(body):
+            self.wake(key)
+
+    def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
+        """Keep what the fleet reads of a Deployment or pod and wake its model, unless
+        this very version is cached already (a watch event echoing an apply's response)."""
+        model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
+        if model is None:
+            return
+        owner = (body["metadata"]["namespace"], model)
+        observed = _observed_part(body)
+        if observed["kind"] == "Pod":
+            changed = _replace(
+                self.pods.setdefault(owner, {}), observed["metadata"]["name"], observed, deleted
+            )
+        else:
+            changed = _replace(self.deployments, key_of(observed), observed, deleted)
+        if changed:
+            self.wake(owner)
 
     def children(self, key: Key) -> Children:
         namespace, name = key
@@ -87,11 +113,10 @@ class Fleet:
     # ---------------------------------------------------------------- watches
 
     def remember_model(self, body: dict[str, Any], deleted: bool = False) -> None:
-        key = key_of(body)
         if deleted:
-            self.forget(key)
-            return
-        self.cache.models[key] = body
+            self.forget(key_of(body))
+        else:
+            self.cache.remember_model(body)
 
     def forget(self, key: Key) -> None:
         self.cache.models.pop(key, None)
@@ -103,30 +128,10 @@ class Fleet:
             self.evaluator.forget(key)
         metrics.forget_model(*key)
 
-    def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
-        namespace = body["metadata"]["namespace"]
-        model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
-        if model is None:
-            return
-        owner = (namespace, model)
-        body = _observed_part(body)
-        if body["kind"] == "Pod":
-            pods = self.cache.pods.setdefault(owner, {})
-            if deleted:
-                pods.pop(body["metadata"]["name"], None)
-            else:
-                pods[body["metadata"]["name"]] = body
-        else:
-            child = key_of(body)
-            if deleted:
-                self.cache.deployments.pop(child, None)
-            else:
-                self.cache.deployments[child] = body
-        self.cache.wake(owner)
-
     # --------------------------------------------------------------- reconcile
 
-    async def reconcile(self, key: Key, *, evaluate_when_due: bool = False) -> None:
+    async def reconcile(self, key: Key) -> None:
+        """Children and status of one model, after a tuning evaluation when one is due."""
         body = self.cache.models.get(key)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
@@ -137,7 +142,7 @@ class Fleet:
                 model: SpeculativeModel | None = SpeculativeModel.model_validate(body)
             except ValidationError:
                 model = None
-            evaluate = evaluate_when_due and model is not None and self._evaluation_due(key, model)
+            evaluate = model is not None and self._evaluation_due(key, model)
             handler = "evaluate" if evaluate else "reconcile"
             try:
                 if model is None:
@@ -190,7 +195,12 @@ class Fleet:
         if self.applied.get(key) == manifests:
             return  # applied already; server-side apply would be a no-op anyway
         for manifest in manifests:
-            await asyncio.to_thread(self.cluster.apply, manifest)
+            applied = await asyncio.to_thread(self.cluster.apply, manifest)
+            if applied["kind"] == "Deployment" and key_of(applied) not in self.cache.deployments:
+                # A new child: its apply response lets the first status say "Progressing"
+                # rather than "Pending" and a second write. Known children are left to
+                # the watch, which delivers their versions in order.
+                self.cache.remember_child(applied)
         self.applied[key] = manifests
 
     async def _refuse(self, body: dict[str, Any], now: datetime) -> None:
@@ -271,7 +281,7 @@ class Fleet:
 
     async def _tick(self, key: Key) -> None:
         try:
-            await self.reconcile(key, evaluate_when_due=True)
+            await self.reconcile(key)
         except Exception:
             log.exception("reconciling %s/%s failed", *key)
 
@@ -292,6 +302,26 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
     model for nothing: the rendered spec is recomputed from the model, never read back."""
     metadata = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
     return {"kind": body["kind"], "metadata": metadata, "status": body.get("status") or {}}
+
+
+def _replace(
+    cached: dict[Any, dict[str, Any]], name: Any, body: dict[str, Any], deleted: bool
+) -> bool:
+    """Put `body` in (or take it out of) `cached`; False if this very version was there."""
+    if deleted:
+        return cached.pop(name, None) is not None
+    before = cached.get(name)
+    cached[name] = body
+    version = body["metadata"].get("resourceVersion")
+    return before is None or version is None or before["metadata"].get("resourceVersion") != version
+
+
+def _outside_status(body: dict[str, Any]) -> dict[str, Any]:
+    """A model as its reconcile reads it, less status and the write's own bookkeeping."""
+    metadata = {
+        k: v for k, v in body["metadata"].items() if k not in ("resourceVersion", "managedFields")
+    }
+    return {"metadata": metadata, "spec": body.get("spec")}
 
 
 def _new_failures(before: SpeculativeModelStatus, after: SpeculativeModelStatus) -> list[Action]:

@@ -1,9 +1,11 @@
-"""kopf handlers: each parses what it is given and hands it to the fleet.
+"""kopf handlers: each hands what it is given to the fleet.
 
+Only event handlers: the fleet is level-triggered (it compares the rendered children
+and status with what is there), so kopf's change detection, with its bookkeeping
+annotations written on every SpeculativeModel, would add a write per change and
+nothing else. The operator never writes a model outside its status.
 No finalizers: children are deleted by the garbage collector through owner
 references, so an uninstalled operator never leaves objects stuck in deletion.
-kopf keeps its bookkeeping in annotations (declared storage), never in status,
-where the CRD's structural schema would prune it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ import kopf
 
 from specfleet.operator import render
 from specfleet.operator.api import GROUP, PLURAL, VERSION
-from specfleet.operator.fleet import Fleet, key_of
+from specfleet.operator.fleet import Fleet
 
 log = logging.getLogger("specfleet.handlers")
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
-KOPF_ANNOTATION_PREFIX = "kopf.specfleet.io"
 
 
 class Runtime:
@@ -41,12 +42,6 @@ def fleet() -> Fleet:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=KOPF_ANNOTATION_PREFIX
-    )
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
     # Without timeouts a watch can go quiet forever behind a dropped connection.
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
@@ -72,15 +67,7 @@ async def model_event(type: str, body: kopf.Body, **_: Any) -> None:
     fleet().remember_model(dict(body), deleted=type == "DELETED")
 
 
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-async def reconcile(body: kopf.Body, **_: Any) -> None:
-    fleet().remember_model(dict(body))
-    await fleet().reconcile(key_of(dict(body)))
-
-
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 @kopf.on.event("", "v1", "pods", labels={render.MODEL_LABEL: kopf.PRESENT, **MANAGED})
 async def child_event(type: str, body: kopf.Body, **_: Any) -> None:
-    fleet().remember_child(dict(body), deleted=type == "DELETED")
+    fleet().cache.remember_child(dict(body), deleted=type == "DELETED")

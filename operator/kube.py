@@ -5,6 +5,7 @@ Blocking calls of the generated client; the fleet runs them in worker threads.
 
 from __future__ import annotations
 
+import json
 import socket
 from datetime import UTC, datetime
 from typing import Any
@@ -36,9 +37,10 @@ class Cluster:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
 
-    def apply(self, manifest: dict[str, Any]) -> None:
-        """Server-side apply: re-applying the same manifest changes nothing, not even
-        the resourceVersion, which keeps GitOps diffs and watches quiet."""
+    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply; returns the object as the server now has it. Re-applying
+        the same manifest changes nothing, not even the resourceVersion, which keeps
+        GitOps diffs and watches quiet."""
         meta = manifest["metadata"]
         arguments = {
             "name": meta["name"],
@@ -47,13 +49,17 @@ class Cluster:
             "field_manager": FIELD_MANAGER,
             "force": True,
             "_content_type": APPLY,
+            # Raw JSON: the fleet keeps dicts, and the client's model classes cost CPU.
+            "_preload_content": False,
         }
         if manifest["kind"] == "Deployment":
-            self.apps.patch_namespaced_deployment(**arguments)
+            response = self.apps.patch_namespaced_deployment(**arguments)
         elif manifest["kind"] == "Service":
-            self.core.patch_namespaced_service(**arguments)
+            response = self.core.patch_namespaced_service(**arguments)
         else:
             raise ValueError(f"the operator does not manage {manifest['kind']}")
+        applied: dict[str, Any] = json.loads(response.data)
+        return applied
 
     def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool

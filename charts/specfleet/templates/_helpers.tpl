@@ -53,28 +53,19 @@ them), create/update/delete of SpeculativeModels (they belong to the user or to 
 and every kind not listed here.
 */}}
 {{- define "specfleet.rbacRules" -}}
-# SpeculativeModels: the operator's input.
+# SpeculativeModels: the operator's input, read-only. Spec belongs to Git; the tuned K
+# lives in status and in the child Deployments. No get, create, update, patch or delete.
 - apiGroups: [specfleet.io]
   resources: [speculativemodels]
   verbs:
-    # get: kopf re-reads an object before handling it; without it, handlers fail.
-    - get
     # list, watch: kopf's initial listing and event stream; without them the operator
     # sees no SpeculativeModel at all.
     - list
     - watch
-    # patch: ONLY kopf's own annotations on the object (handler progress and the
-    # last-handled configuration it diffs the next change against). Without it kopf
-    # cannot record that a change was handled and re-runs handlers forever. The
-    # operator never writes spec: spec belongs to Git; the tuned K lives in status
-    # and in the child Deployments. No create, update or delete.
-    - patch
 # Status: conditions, K in effect, acceptance windows, decision history.
 - apiGroups: [specfleet.io]
   resources: [speculativemodels/status]
   verbs:
-    # get: read the status subresource back (resume after a restart).
-    - get
     # patch: every status write (merge patch through the status subresource); without
     # it no condition, no tuned K and no rollback is ever recorded.
     - patch
@@ -115,12 +106,12 @@ and every kind not listed here.
     - get
     - list
     - watch
-# Events (core v1, which kopf posts to, and events.k8s.io/v1): kopf reports handler
-# results and the operator each decision (promote, rollback, ...) as Events.
+# Events (core v1 and events.k8s.io/v1): the operator reports each decision (promote,
+# rollback, ...) and each runtime failure as an Event.
 - apiGroups: [""]
   resources: [events]
   verbs:
-    # create: without it those Events are lost (kopf logs a warning per event).
+    # create: without it those Events are lost (the operator logs each failed post).
     - create
     # patch: a repeated event updates the existing Event's count instead of piling up
     # new objects; without it repeats fail like a missing create.

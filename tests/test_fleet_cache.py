@@ -1,0 +1,126 @@
+"""Which watch events wake a model: the rules that keep a burst of events O(N)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from specfleet.operator.fleet import FleetCache
+from specfleet.operator.render import MODEL_LABEL
+
+KEY = ("team", "m")
+
+
+def model(
+    version: str = "1", generation: int = 1, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "specfleet.io/v1alpha1",
+        "kind": "SpeculativeModel",
+        "metadata": {
+            "namespace": "team",
+            "name": "m",
+            "generation": generation,
+            "resourceVersion": version,
+            "managedFields": [{"manager": "kubectl", "time": version}],
+        },
+        "spec": {"replicas": generation},
+        "status": status or {},
+    }
+
+
+def child(kind: str, name: str, version: str, ready: int = 0) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "metadata": {
+            "namespace": "team",
+            "name": name,
+            "resourceVersion": version,
+            "labels": {MODEL_LABEL: "m"},
+            "managedFields": [{"manager": "kube-controller-manager"}],
+        },
+        "spec": {"template": {"spec": {"containers": [{"name": "vllm"}]}}},
+        "status": {"readyReplicas": ready},
+    }
+
+
+def woken(cache: FleetCache) -> set[tuple[str, str]]:
+    dirty = set(cache.dirty)
+    cache.dirty.clear()
+    cache.changed.clear()
+    return dirty
+
+
+def test_a_new_model_and_a_spec_edit_wake_it() -> None:
+    cache = FleetCache()
+    cache.remember_model(model("1"))
+    assert woken(cache) == {KEY} and cache.models[KEY]["metadata"]["resourceVersion"] == "1"
+    cache.remember_model(model("2", generation=2))
+    assert woken(cache) == {KEY}
+
+
+def test_a_status_only_change_is_kept_but_does_not_wake() -> None:
+    """The echo of the operator's own status write: stored (its resourceVersion is the
+    next write's precondition), not re-run."""
+    cache = FleetCache()
+    cache.remember_model(model("1"))
+    woken(cache)
+    cache.remember_model(model("2", status={"phase": "Ready"}))
+    assert woken(cache) == set()
+    assert cache.models[KEY]["status"] == {"phase": "Ready"}
+    assert not cache.changed.is_set()
+
+
+def test_a_label_change_wakes_the_model() -> None:
+    cache = FleetCache()
+    cache.remember_model(model("1"))
+    woken(cache)
+    edited = model("2")
+    edited["metadata"]["labels"] = {"team": "search"}
+    cache.remember_model(edited)
+    assert woken(cache) == {KEY}
+
+
+def test_children_wake_their_model_once_per_version() -> None:
+    cache = FleetCache()
+    deployment = child("Deployment", "m", "10")
+    cache.remember_child(deployment)
+    assert woken(cache) == {KEY}
+    cache.remember_child(copy.deepcopy(deployment))  # the watch echoing the apply response
+    assert woken(cache) == set()
+    cache.remember_child(child("Deployment", "m", "11", ready=1))
+    assert woken(cache) == {KEY}
+    stable = cache.children(KEY).stable
+    assert stable is not None and stable["status"] == {"readyReplicas": 1}
+
+
+def test_children_are_cached_without_spec_or_managed_fields() -> None:
+    cache = FleetCache()
+    cache.remember_child(child("Pod", "m-abc", "5"))
+    (pod,) = cache.children(KEY).pods
+    assert set(pod) == {"kind", "metadata", "status"}
+    assert "managedFields" not in pod["metadata"]
+
+
+def test_deleting_a_child_wakes_its_model_and_forgets_it() -> None:
+    cache = FleetCache()
+    cache.remember_child(child("Pod", "m-abc", "5"))
+    cache.remember_child(child("Deployment", "m-canary", "6"))
+    woken(cache)
+    cache.remember_child(child("Pod", "m-abc", "7"), deleted=True)
+    assert woken(cache) == {KEY}
+    assert cache.children(KEY).pods == []
+    cache.remember_child(child("Deployment", "m-canary", "8"), deleted=True)
+    assert woken(cache) == {KEY}
+    assert cache.children(KEY).canary is None
+    # A deletion of something never cached changes nothing.
+    cache.remember_child(child("Pod", "m-zzz", "9"), deleted=True)
+    assert woken(cache) == set()
+
+
+def test_objects_without_the_model_label_are_ignored() -> None:
+    cache = FleetCache()
+    stray = child("Pod", "other", "1")
+    del stray["metadata"]["labels"][MODEL_LABEL]
+    cache.remember_child(stray)
+    assert woken(cache) == set() and cache.pods == {}
