@@ -85,6 +85,41 @@ def test_updates_roll_out_and_observed_generation_follows(
     assert body["status"]["speculation"]["tokens"] == 2
 
 
+def test_children_changed_by_someone_else_are_restored(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    """A Deployment scaled by hand, or deleted, is put back as the model says."""
+    apply(sim_model("llama"), model_namespace)
+    _ready(api_client, model_namespace, "llama", generation=1)
+    apps = client.AppsV1Api(api_client)
+    original = apps.read_namespaced_deployment("llama", model_namespace)
+
+    cluster.kubectl("scale", "deployment", "llama", "--replicas=3", "-n", model_namespace)
+    wait_for(
+        "the stable Deployment scaled back to 1",
+        lambda: apps.read_namespaced_deployment("llama", model_namespace).spec.replicas == 1,
+        timeout=60,
+    )
+
+    cluster.kubectl("delete", "deployment", "llama-canary", "-n", model_namespace)
+    cluster.kubectl("delete", "deployment", "llama", "-n", model_namespace, "--wait=true")
+
+    def recreated() -> bool:
+        names = {d.metadata.name for d in apps.list_namespaced_deployment(model_namespace).items}
+        stable = (
+            apps.read_namespaced_deployment("llama", model_namespace) if "llama" in names else None
+        )
+        return (
+            {"llama", "llama-canary"} <= names
+            and stable is not None
+            and stable.metadata.uid != original.metadata.uid
+            and _args(stable) == _args(original)
+        )
+
+    wait_for("both Deployments re-created with the same pod args", recreated, timeout=60)
+    _ready(api_client, model_namespace, "llama", generation=1)
+
+
 def test_preflight_failure_surfaces_as_degraded(
     operator: OperatorProcess,
     api_client: client.ApiClient,

@@ -38,6 +38,11 @@ from specfleet.operator.tuner import Action
 
 log = logging.getLogger("specfleet.fleet")
 Key = tuple[str, str]  # (namespace, name)
+# resourceVersions of a model, its stable and canary Deployments, and its pods by name.
+Inputs = tuple[str | None, str | None, str | None, frozenset[tuple[str, str | None]]]
+# Reconciles in flight at once: enough to keep the API server busy, few enough that
+# models finish in the order they arrived rather than all at the end of a burst.
+CONCURRENT_RECONCILES = 16
 
 
 def key_of(body: dict[str, Any]) -> Key:
@@ -86,6 +91,16 @@ class FleetCache:
         if changed:
             self.wake(owner)
 
+    def inputs(self, key: Key) -> Inputs:
+        """The versions a reconcile of `key` reads: equal inputs, equal outputs."""
+        namespace, name = key
+        return (
+            _version_of(self.models.get(key)),
+            _version_of(self.deployments.get((namespace, name))),
+            _version_of(self.deployments.get((namespace, f"{name}-canary"))),
+            frozenset((pod, _version_of(body)) for pod, body in self.pods.get(key, {}).items()),
+        )
+
     def children(self, key: Key) -> Children:
         namespace, name = key
         return Children(
@@ -93,6 +108,15 @@ class FleetCache:
             canary=self.deployments.get((namespace, f"{name}-canary")),
             pods=list(self.pods.get(key, {}).values()),
         )
+
+
+@dataclass(frozen=True)
+class AppliedChildren:
+    """What the operator last applied for a model, and the generation each Deployment
+    had right after: a later generation means someone else changed it."""
+
+    manifests: list[dict[str, Any]]
+    generations: dict[Key, int]
 
 
 class Fleet:
@@ -108,7 +132,12 @@ class Fleet:
         self.period = period
         self.locks: dict[Key, asyncio.Lock] = {}
         self.next_evaluation: dict[Key, float] = {}
-        self.applied: dict[Key, list[dict[str, Any]]] = {}
+        self.applied: dict[Key, AppliedChildren] = {}
+        # The inputs of each model's last complete reconcile: a tick with the same inputs
+        # and no evaluation due would change nothing, so it is skipped.
+        self.settled: dict[Key, Inputs] = {}
+        self.queued: set[Key] = set()  # waiting for a reconcile slot
+        self.slots = asyncio.Semaphore(CONCURRENT_RECONCILES)
 
     # ---------------------------------------------------------------- watches
 
@@ -123,6 +152,7 @@ class Fleet:
         self.cache.dirty.discard(key)
         self.next_evaluation.pop(key, None)
         self.applied.pop(key, None)
+        self.settled.pop(key, None)
         self.locks.pop(key, None)
         if self.evaluator is not None:
             self.evaluator.forget(key)
@@ -132,11 +162,15 @@ class Fleet:
 
     async def reconcile(self, key: Key) -> None:
         """Children and status of one model, after a tuning evaluation when one is due."""
-        body = self.cache.models.get(key)
-        if body is None or body["metadata"].get("deletionTimestamp"):
-            return
         lock = self.locks.setdefault(key, asyncio.Lock())
         async with lock:
+            body = self.cache.models.get(key)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return
+            inputs = self.cache.inputs(key)
+            due = self.next_evaluation.get(key)
+            if self.settled.get(key) == inputs and due is not None and time.monotonic() < due:
+                return
             started = time.perf_counter()
             try:
                 model: SpeculativeModel | None = SpeculativeModel.model_validate(body)
@@ -155,6 +189,7 @@ class Fleet:
                 raise
             finally:
                 metrics.RECONCILE_SECONDS.labels(handler).observe(time.perf_counter() - started)
+            self.settled[key] = inputs
 
     async def _reconcile(
         self, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
@@ -192,16 +227,32 @@ class Fleet:
 
     async def _apply_children(self, key: Key, model: SpeculativeModel) -> None:
         manifests = render.children(model)
-        if self.applied.get(key) == manifests:
-            return  # applied already; server-side apply would be a no-op anyway
+        if self._still_applied(key, manifests):
+            return  # server-side apply would be a no-op anyway
+        generations: dict[Key, int] = {}
         for manifest in manifests:
             applied = await asyncio.to_thread(self.cluster.apply, manifest)
-            if applied["kind"] == "Deployment" and key_of(applied) not in self.cache.deployments:
+            if applied["kind"] != "Deployment":
+                continue
+            generations[key_of(applied)] = applied["metadata"].get("generation", 0)
+            if key_of(applied) not in self.cache.deployments:
                 # A new child: its apply response lets the first status say "Progressing"
                 # rather than "Pending" and a second write. Known children are left to
                 # the watch, which delivers their versions in order.
                 self.cache.remember_child(applied)
-        self.applied[key] = manifests
+        self.applied[key] = AppliedChildren(manifests, generations)
+
+    def _still_applied(self, key: Key, manifests: list[dict[str, Any]]) -> bool:
+        """The same manifests were applied, and each Deployment is still there at the
+        generation the apply left it: not deleted, scaled or edited by someone else."""
+        applied = self.applied.get(key)
+        if applied is None or applied.manifests != manifests:
+            return False
+        for child, generation in applied.generations.items():
+            cached = self.cache.deployments.get(child)
+            if cached is None or cached["metadata"].get("generation", 0) != generation:
+                return False
+        return True
 
     async def _refuse(self, body: dict[str, Any], now: datetime) -> None:
         """A spec the API server admitted but the models refuse (e.g. an older CRD):
@@ -252,9 +303,10 @@ class Fleet:
     # ------------------------------------------------------------------- loop
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Sweep every model every `period` seconds; between sweeps, re-run only the
-        models whose children changed."""
+        """Tick every model every `period` seconds and, in between, each model that was
+        woken, as soon as a slot is free; on stop, finish the ticks in flight."""
         next_sweep = 0.0
+        ticks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
             now = time.monotonic()
             if now >= next_sweep:
@@ -264,7 +316,12 @@ class Fleet:
                 keys = [k for k in self.cache.dirty if k in self.cache.models]
             self.cache.dirty.clear()
             self.cache.changed.clear()
-            await asyncio.gather(*(self._tick(key) for key in keys))
+            for key in keys:
+                if key not in self.queued:  # a queued tick will read the newest state
+                    self.queued.add(key)
+                    tick = asyncio.create_task(self._tick(key))
+                    ticks.add(tick)
+                    tick.add_done_callback(ticks.discard)
             waiters = [
                 asyncio.ensure_future(self.cache.changed.wait()),
                 asyncio.ensure_future(stop.wait()),
@@ -278,12 +335,15 @@ class Fleet:
             finally:
                 for waiter in waiters:
                     waiter.cancel()
+        await asyncio.gather(*ticks)
 
     async def _tick(self, key: Key) -> None:
-        try:
-            await self.reconcile(key)
-        except Exception:
-            log.exception("reconciling %s/%s failed", *key)
+        async with self.slots:
+            self.queued.discard(key)
+            try:
+                await self.reconcile(key)
+            except Exception:
+                log.exception("reconciling %s/%s failed", *key)
 
     def _evaluation_due(self, key: Key, model: SpeculativeModel) -> bool:
         interval = parse_duration(model.spec.tuning.interval).total_seconds()
@@ -304,6 +364,10 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
     return {"kind": body["kind"], "metadata": metadata, "status": body.get("status") or {}}
 
 
+def _version_of(body: dict[str, Any] | None) -> str | None:
+    return None if body is None else body["metadata"].get("resourceVersion")
+
+
 def _replace(
     cached: dict[Any, dict[str, Any]], name: Any, body: dict[str, Any], deleted: bool
 ) -> bool:
@@ -312,8 +376,8 @@ def _replace(
         return cached.pop(name, None) is not None
     before = cached.get(name)
     cached[name] = body
-    version = body["metadata"].get("resourceVersion")
-    return before is None or version is None or before["metadata"].get("resourceVersion") != version
+    version = _version_of(body)
+    return before is None or version is None or _version_of(before) != version
 
 
 def _outside_status(body: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
@@ -22,6 +23,23 @@ from specfleet.operator.fleet import Fleet
 
 log = logging.getLogger("specfleet.handlers")
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """kopf builds a diff base (a deep copy of the body) for every event it sees, for
+    change-detecting handlers to diff against. With event handlers only, nothing reads
+    it (building it was 6.5% of the operator's CPU samples at 1,000 models)."""
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
+    ) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
 
 
 class Runtime:
@@ -42,6 +60,7 @@ def fleet() -> Fleet:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.diffbase_storage = NoDiffBase()
     # Without timeouts a watch can go quiet forever behind a dropped connection.
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150

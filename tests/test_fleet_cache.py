@@ -124,3 +124,35 @@ def test_objects_without_the_model_label_are_ignored() -> None:
     del stray["metadata"]["labels"][MODEL_LABEL]
     cache.remember_child(stray)
     assert woken(cache) == set() and cache.pods == {}
+
+
+def test_inputs_change_with_any_version_the_reconcile_reads() -> None:
+    """Equal inputs let the loop skip a tick: each new version must change them."""
+    cache = FleetCache()
+    cache.remember_model(model("1"))
+    cache.remember_child(child("Deployment", "m", "10"))
+    cache.remember_child(child("Pod", "m-abc", "20"))
+    last = cache.inputs(KEY)
+    assert cache.inputs(KEY) == last
+
+    def changed() -> bool:
+        nonlocal last
+        before, last = last, cache.inputs(KEY)
+        return last != before
+
+    cache.remember_model(model("2", status={"phase": "Ready"}))  # status echoes count too
+    assert changed()
+    cache.remember_child(child("Deployment", "m", "11"))
+    assert changed()
+    cache.remember_child(child("Deployment", "m-canary", "12"))
+    assert changed()
+    cache.remember_child(child("Pod", "m-abc", "21"))
+    assert changed()
+    cache.remember_child(child("Pod", "m-def", "22"))
+    assert changed()
+    cache.remember_child(child("Pod", "m-def", "22"), deleted=True)
+    assert changed()
+    other = child("Pod", "n-abc", "30")  # another model's pod
+    other["metadata"]["labels"][MODEL_LABEL] = "n"
+    cache.remember_child(other)
+    assert not changed()
