@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,34 @@ def latency_table(data: dict[str, Any]) -> str:
             f"| {s['count']} | {s['children_p50']:.2f} | {s['children_p99']:.2f} | "
             f"{s['status_p50']:.2f} | {s['status_p99']:.2f} |"
         )
+    return "\n".join(rows)
+
+
+# The operator's own writes (the models' APPLY is kubectl's; events include the
+# controllers'), as counted by the API server over each run.
+OPERATOR_WRITES = (
+    "deployments APPLY",
+    "services APPLY",
+    "speculativemodels/status PATCH",
+    "speculativemodels PATCH",
+)
+
+
+def writes_table(data: dict[str, Any]) -> str:
+    rows = [
+        "| models | " + " | ".join(f"{w}: until done / settled" for w in OPERATOR_WRITES) + " |",
+        "|---|" + "---|" * len(OPERATOR_WRITES),
+    ]
+    for count in sorted({r["count"] for r in data["runs"]}):
+        runs = [r["operator"] for r in data["runs"] if r["count"] == count]
+        if not all("writes_per_model" in r for r in runs):
+            continue  # runs from before the benchmark counted writes
+        cells = [
+            f"{statistics.median(r['writes_per_model'].get(w, 0.0) for r in runs):.2f} / "
+            f"{statistics.median(r['writes_per_model_settled'].get(w, 0.0) for r in runs):.2f}"
+            for w in OPERATOR_WRITES
+        ]
+        rows.append(f"| {count} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
@@ -164,6 +193,7 @@ def main() -> None:
     for title, table in (
         ("Reconcile scale", scale_table(scale)),
         ("Apply -> children / status", latency_table(scale)),
+        ("Writes per model", writes_table(scale)),
         ("Scrape fan-out", fanout_table(fanout)),
         ("Drift -> rollback", reaction_table(reaction)),
     ):
