@@ -90,21 +90,6 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
 def bench_nodes(state_dir: Path) -> Iterator[None]:
     """A no-process node agent with tainted nodes of its own; removed on exit."""
     nodes = [f"{NODE_PREFIX}-{i}" for i in range(BENCH_NODES)]
-    for name in nodes:  # created tainted, so nothing else is ever scheduled there
-        node = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux",
-                    NODE_LABEL: "true",
-                },
-            },
-            "spec": {"taints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]},
-        }
-        kubectl("apply", "--server-side", "-f", "-", input=json.dumps(node))
     # The test cluster's service range is a /24; 1,000 models need 1,000 ClusterIPs.
     # An extra ServiceCIDR (networking.k8s.io/v1) widens it without a restart.
     kubectl("apply", "--server-side", "-f", "-", input=json.dumps(SERVICE_CIDR))
@@ -121,6 +106,8 @@ def bench_nodes(state_dir: Path) -> Iterator[None]:
             "--gpus=1000",
             "--max-pods=1100",
             "--no-process",
+            f"--label={NODE_LABEL}=true",
+            f"--taint={TAINT_KEY}=true:NoSchedule",
         ],
         cwd=ROOT,
         stdout=(state_dir / "agent.log").open("ab"),

@@ -18,36 +18,53 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def scale_table(data: dict[str, Any]) -> str:
-    rows = [
-        "| models | runs | baseline: kubectl apply of 3N children (s) | operator: apply N models"
-        " -> all reconciled (s) | ratio | models alone, no operator (s) | operator CPU (s) |"
-        " operator peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    rows = []
     for s in data["summary"]:
         runs = [r for r in data["runs"] if r["count"] == s["count"]]
         each = ", ".join(f"{r['operator']['seconds'] / r['baseline']['seconds']:.2f}" for r in runs)
         rows.append(
-            f"| {s['count']} | {s['repeats']} | {s['baseline_seconds']:.1f} | "
-            f"{s['operator_seconds']:.1f} | {s['ratio']:.2f} ({each}) | "
-            f"{s['models_alone_seconds']:.1f} | {s['cpu_seconds']:.1f} | {s['peak_rss_mb']:.0f} |"
+            [
+                str(s["count"]),
+                str(s["repeats"]),
+                f"{s['baseline_seconds']:.1f}",
+                f"{s['operator_seconds']:.1f}",
+                f"{s['ratio']:.2f} ({each})",
+                f"{s['models_alone_seconds']:.1f}",
+                f"{s['cpu_seconds']:.1f}",
+                f"{s['peak_rss_mb']:.0f}",
+            ]
         )
-    return "\n".join(rows)
+    header = [
+        "models",
+        "runs",
+        "baseline: kubectl apply of 3N children (s)",
+        "operator: apply N models -> all reconciled (s)",
+        "ratio",
+        "models alone, no operator (s)",
+        "operator CPU (s)",
+        "operator peak RSS (MB)",
+    ]
+    return markdown_table(header, rows)
 
 
 def latency_table(data: dict[str, Any]) -> str:
-    rows = [
-        "| models | apply -> children created p50 (s) | p99 (s) | apply -> status written p50 (s)"
-        " | p99 (s) |",
-        "|---|---|---|---|---|",
+    header = [
+        "models",
+        "apply -> children created p50 (s)",
+        "p99 (s)",
+        "apply -> status written p50 (s)",
+        "p99 (s)",
     ]
-    for s in data["summary"]:
-        rows.append(
-            f"| {s['count']} | {s['children_p50']:.2f} | {s['children_p99']:.2f} | "
-            f"{s['status_p50']:.2f} | {s['status_p99']:.2f} |"
-        )
-    return "\n".join(rows)
+    keys = ("children_p50", "children_p99", "status_p50", "status_p99")
+    rows = [[str(s["count"]), *(f"{s[k]:.2f}" for k in keys)] for s in data["summary"]]
+    return markdown_table(header, rows)
 
 
 # The operator's own writes (the models' APPLY is kubectl's; events include the
@@ -61,10 +78,7 @@ OPERATOR_WRITES = (
 
 
 def writes_table(data: dict[str, Any]) -> str:
-    rows = [
-        "| models | " + " | ".join(f"{w}: until done / settled" for w in OPERATOR_WRITES) + " |",
-        "|---|" + "---|" * len(OPERATOR_WRITES),
-    ]
+    rows = []
     for count in sorted({r["count"] for r in data["runs"]}):
         runs = [r["operator"] for r in data["runs"] if r["count"] == count]
         if not all("writes_per_model" in r for r in runs):
@@ -74,44 +88,67 @@ def writes_table(data: dict[str, Any]) -> str:
             f"{statistics.median(r['writes_per_model_settled'].get(w, 0.0) for r in runs):.2f}"
             for w in OPERATOR_WRITES
         ]
-        rows.append(f"| {count} | " + " | ".join(cells) + " |")
-    return "\n".join(rows)
+        rows.append([str(count), *cells])
+    return markdown_table(
+        ["models", *(f"{w}: until done / settled" for w in OPERATOR_WRITES)], rows
+    )
 
 
 def fanout_table(data: dict[str, Any]) -> str:
-    rows = [
-        "| endpoints | scrape() wall (s) | scrape() CPU (s) | evaluation cycle wall (s) |"
-        " evaluation CPU (s) | servers' CPU (s) | with the slow endpoint: others done (s) |"
-        " slow one given up (s) | client peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|---|---|",
+    header = [
+        "endpoints",
+        "scrape() wall (s)",
+        "scrape() CPU (s)",
+        "evaluation cycle wall (s)",
+        "evaluation CPU (s)",
+        "servers' CPU (s)",
+        "with the slow endpoint: others done (s)",
+        "slow one given up (s)",
+        "client peak RSS (MB)",
     ]
+    rows = []
     for r in data["results"]:
         s, e, w = r["scrape"], r["evaluate"], r["scrape_slow"]
         rows.append(
-            f"| {r['count']} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {e['wall_s']:.2f} | "
-            f"{e['cpu_s']:.2f} | {s['server_cpu_s']:.2f} | {w['rest_done_s']:.2f} | "
-            f"{w['slow_done_s']:.2f} | {r['rss_mb']:.0f} |"
+            [
+                str(r["count"]),
+                *(f"{v:.2f}" for v in (s["wall_s"], s["cpu_s"], e["wall_s"], e["cpu_s"])),
+                *(f"{v:.2f}" for v in (s["server_cpu_s"], w["rest_done_s"], w["slow_done_s"])),
+                f"{r['rss_mb']:.0f}",
+            ]
         )
-    return "\n".join(rows)
+    return markdown_table(header, rows)
 
 
 def reaction_table(data: dict[str, Any]) -> str:
-    rows = [
-        "| model | decision | windows after the drift | drift -> decision (s) "
-        "| seen in status (s) |",
-        "|---|---|---|---|---|",
+    header = [
+        "model",
+        "decision",
+        "windows after the drift",
+        "drift -> decision (s)",
+        "seen in status (s)",
     ]
-    for r in data["results"]:
-        rows.append(
-            f"| {r['model']} | {r['action']} {r['from']}->{r['to']} | {r['windows']} | "
-            f"{r['decision_seconds']:.1f} | {r['seen_seconds']:.1f} |"
-        )
+    rows = [
+        [
+            r["model"],
+            f"{r['action']} {r['from']}->{r['to']}",
+            str(r["windows"]),
+            f"{r['decision_seconds']:.1f}",
+            f"{r['seen_seconds']:.1f}",
+        ]
+        for r in data["results"]
+    ]
     s = data["summary"]
     rows.append(
-        f"| **median** | | {s['windows_median']:.0f} | {s['decision_seconds_median']:.1f} | "
-        f"{s['seen_seconds_median']:.1f} |"
+        [
+            "**median**",
+            "",
+            f"{s['windows_median']:.0f}",
+            f"{s['decision_seconds_median']:.1f}",
+            f"{s['seen_seconds_median']:.1f}",
+        ]
     )
-    return "\n".join(rows)
+    return markdown_table(header, rows)
 
 
 def plot(

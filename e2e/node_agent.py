@@ -189,8 +189,12 @@ class Agent:
                         "kubernetes.io/arch": "amd64",
                         "nvidia.com/gpu.present": "true",
                         "specfleet.io/node-agent": "true",
+                        **dict(self.args.label),
                     },
                 },
+                # Tainted at creation, before the node turns Ready: nothing without the
+                # toleration is ever scheduled there.
+                "spec": {"taints": self.args.taint},
             }
             try:
                 self.core.create_node(body)
@@ -831,6 +835,23 @@ def serve_health(port: int, agent: Agent) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
+def node_label(text: str) -> tuple[str, str]:
+    key, equals, value = text.partition("=")
+    if not key or not equals:
+        raise argparse.ArgumentTypeError(f"--label wants KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def node_taint(text: str) -> dict[str, str]:
+    label, colon, effect = text.rpartition(":")
+    if not colon or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+        raise argparse.ArgumentTypeError(
+            f"--taint wants KEY=VALUE:NoSchedule|PreferNoSchedule|NoExecute, got {text!r}"
+        )
+    key, value = node_label(label)
+    return {"key": key, "value": value, "effect": effect}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kubeconfig", required=True)
@@ -842,6 +863,12 @@ def main() -> None:
     parser.add_argument("--max-pods", type=int, default=1100)
     parser.add_argument("--health-port", type=int, default=0)
     parser.add_argument("--no-process", action="store_true", help="mark pods Running, run nothing")
+    parser.add_argument(
+        "--label", type=node_label, action="append", default=[], help="KEY=VALUE on each node"
+    )
+    parser.add_argument(
+        "--taint", type=node_taint, action="append", default=[], help="KEY=VALUE:EFFECT"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args.state_dir.mkdir(parents=True, exist_ok=True)

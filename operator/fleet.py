@@ -168,8 +168,7 @@ class Fleet:
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return
             inputs = self.cache.inputs(key)
-            due = self.next_evaluation.get(key)
-            if self.settled.get(key) == inputs and due is not None and time.monotonic() < due:
+            if self.settled.get(key) == inputs and not self._evaluation_pending(key):
                 return
             started = time.perf_counter()
             try:
@@ -345,15 +344,18 @@ class Fleet:
             except Exception:
                 log.exception("reconciling %s/%s failed", *key)
 
-    def _evaluation_due(self, key: Key, model: SpeculativeModel) -> bool:
-        interval = parse_duration(model.spec.tuning.interval).total_seconds()
+    def _evaluation_pending(self, key: Key) -> bool:
         due = self.next_evaluation.get(key)
-        now = time.monotonic()
-        if due is None or now >= due:
-            # The first evaluation only takes the baseline scrape of each pod.
-            self.next_evaluation[key] = now + interval
-            return True
-        return False
+        return due is None or time.monotonic() >= due
+
+    def _evaluation_due(self, key: Key, model: SpeculativeModel) -> bool:
+        """Whether to evaluate now; if so, when the next evaluation is due."""
+        if not self._evaluation_pending(key):
+            return False
+        # The first evaluation only takes the baseline scrape of each pod.
+        interval = parse_duration(model.spec.tuning.interval).total_seconds()
+        self.next_evaluation[key] = time.monotonic() + interval
+        return True
 
 
 def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
