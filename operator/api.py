@@ -89,7 +89,26 @@ class ApiModel(BaseModel):
     )
 
 
-DraftMethod = Method  # peagle, eagle3, eagle, ngram, none
+# The methods the operator offers: the runtime's (Method) less draft_model. (A comment,
+# not a docstring: an enum's docstring would become a description in the CRD schema.)
+class DraftMethod(StrEnum):
+    PEAGLE = Method.PEAGLE.value
+    EAGLE3 = Method.EAGLE3.value
+    EAGLE = Method.EAGLE.value
+    NGRAM = Method.NGRAM.value
+    NONE = Method.NONE.value
+
+    @property
+    def runtime(self) -> Method:
+        return Method(self.value)
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.runtime.uses_draft_model
+
+    @property
+    def parallel_drafting(self) -> bool:
+        return self.runtime.parallel_drafting
 
 
 class TuningStrategy(StrEnum):

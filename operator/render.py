@@ -78,7 +78,7 @@ def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) ->
     return RuntimeConfig(
         model=spec.model.name,
         served_model_name=spec.model.served_name or spec.model.name,
-        method=method,
+        method=method.runtime,
         draft_model=spec.draft.model if method.uses_draft_model else None,
         num_speculative_tokens=tokens if speculates else None,
         draft_tensor_parallel_size=(

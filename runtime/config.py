@@ -35,10 +35,14 @@ class Method(StrEnum):
     EAGLE = "eagle"
     NGRAM = "ngram"
     NONE = "none"
+    # A separate small LM of the target's vocabulary drafting sequentially (vLLM's
+    # method of that name). The runtime runs it (the real-engine tests use the target as
+    # its own draft); the operator does not offer it (operator/api.py DraftMethod).
+    DRAFT_MODEL = "draft_model"
 
     @property
     def uses_draft_model(self) -> bool:
-        return self in (Method.PEAGLE, Method.EAGLE3, Method.EAGLE)
+        return self in (Method.PEAGLE, Method.EAGLE3, Method.EAGLE, Method.DRAFT_MODEL)
 
     @property
     def speculates(self) -> bool:
@@ -47,6 +51,13 @@ class Method(StrEnum):
     @property
     def parallel_drafting(self) -> bool:
         return self is Method.PEAGLE
+
+
+class DraftSampleMethod(StrEnum):
+    """How the draft picks its tokens (vLLM's `draft_sample_method`)."""
+
+    GREEDY = "greedy"  # argmax; verification treats the draft as one-hot (vLLM's default)
+    PROBABILISTIC = "probabilistic"  # samples; verification uses the draft's probabilities
 
 
 class Engine(StrEnum):
@@ -95,6 +106,7 @@ class RuntimeConfig(BaseModel):
     draft_model: str | None = None
     num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_SPECULATIVE_TOKENS)] | None = None
     draft_tensor_parallel_size: PositiveInt | None = None
+    draft_sample_method: DraftSampleMethod | None = None
     prompt_lookup_min: PositiveInt | None = None
     prompt_lookup_max: PositiveInt | None = None
     batch_schedule: tuple[BatchScheduleEntry, ...] = ()
@@ -114,6 +126,12 @@ class RuntimeConfig(BaseModel):
             raise ValueError(f"method {method} needs --draft-model")
         if method.speculates and self.num_speculative_tokens is None:
             raise ValueError(f"method {method} needs --num-speculative-tokens")
+        if (
+            self.draft_sample_method is not None
+            and method.speculates
+            and not (method.uses_draft_model)
+        ):
+            raise ValueError(f"--draft-sample-method needs a draft model (method {method})")
         if method is not Method.NGRAM and method.speculates and self.prompt_lookup_given:
             raise ValueError("--prompt-lookup-min/--prompt-lookup-max apply to method ngram only")
         if (
@@ -180,6 +198,7 @@ class RuntimeConfig(BaseModel):
             ("--draft-model", self.draft_model),
             ("--num-speculative-tokens", self.num_speculative_tokens),
             ("--draft-tensor-parallel-size", self.draft_tensor_parallel_size),
+            ("--draft-sample-method", self.draft_sample_method),
             ("--prompt-lookup-min", self.prompt_lookup_min),
             ("--prompt-lookup-max", self.prompt_lookup_max),
             *(("--batch-schedule", entry) for entry in self.batch_schedule),
@@ -217,6 +236,7 @@ def _parser() -> _Parser:
     add("--draft-model")
     add("--num-speculative-tokens", type=int)
     add("--draft-tensor-parallel-size", type=int)
+    add("--draft-sample-method", choices=[m.value for m in DraftSampleMethod])
     add("--prompt-lookup-min", type=int)
     add("--prompt-lookup-max", type=int)
     add("--batch-schedule", action="append", default=[])
@@ -283,6 +303,7 @@ def parse_serve_args(
             draft_model=namespace.draft_model,
             num_speculative_tokens=namespace.num_speculative_tokens,
             draft_tensor_parallel_size=namespace.draft_tensor_parallel_size,
+            draft_sample_method=namespace.draft_sample_method,
             prompt_lookup_min=namespace.prompt_lookup_min,
             prompt_lookup_max=namespace.prompt_lookup_max,
             batch_schedule=schedule,

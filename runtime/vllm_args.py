@@ -41,6 +41,8 @@ def speculative_config(config: RuntimeConfig) -> dict[str, Any] | None:
             spec["prompt_lookup_max"] = config.prompt_lookup_max
     if config.draft_tensor_parallel_size is not None and method.uses_draft_model:
         spec["draft_tensor_parallel_size"] = config.draft_tensor_parallel_size
+    if config.draft_sample_method is not None:
+        spec["draft_sample_method"] = config.draft_sample_method.value
     if config.batch_schedule:
         spec["num_speculative_tokens_per_batch_size"] = [
             [entry.start, entry.end, entry.k] for entry in config.batch_schedule
