@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,12 @@ EAGLE3_SPECULATOR_TYPES = ("eagle3", "peagle")
 # Where vLLM 0.33 looks for the parallel-drafting mask token (speculators' peagle
 # configs carry `mask_token_id`, which vLLM maps to `pard_token`).
 MASK_TOKEN_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# Files any of which lets transformers load a tokenizer from the directory.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+# A safetensors file starts with its header's length (8 bytes, little-endian), then the
+# header: JSON naming each tensor. Larger headers than this are not real checkpoints.
+MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,77 @@ def read_config(name: str, role: str) -> ModelConfigFile:
     return ModelConfigFile(path, data)
 
 
+def safetensors_names(path: Path) -> set[str]:
+    """The tensor names in a safetensors file, from its header alone (no torch)."""
+    try:
+        with path.open("rb") as file:
+            prefix = file.read(8)
+            size = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else -1
+            if not 0 < size <= min(MAX_SAFETENSORS_HEADER, path.stat().st_size - 8):
+                raise ValueError("no safetensors header")
+            header = json.loads(file.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+    except (OSError, ValueError) as error:  # JSON and UTF-8 errors are ValueErrors
+        raise PreflightError(
+            f"weights {path} are not a readable safetensors file: {error}"
+        ) from None
+    return {name for name in header if name != "__metadata__"}
+
+
+def weight_names(directory: Path, role: str) -> set[str] | None:
+    """Tensor names of a model directory's safetensors weights; None when it has only
+    other formats (.bin, .pt: not readable without torch). No weights at all fails."""
+    files = sorted(p for p in directory.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    if not files:
+        raise PreflightError(
+            f"{role} model {directory} has no weights ({', '.join(WEIGHT_SUFFIXES)} files)"
+        )
+    safetensors = [p for p in files if p.suffix == ".safetensors"]
+    if not safetensors:
+        return None
+    names: set[str] = set()
+    for path in safetensors:
+        names |= safetensors_names(path)
+    return names
+
+
+def check_target_files(config: RuntimeConfig, target: ModelConfigFile) -> None:
+    directory = target.path.parent
+    weight_names(directory, "target")
+    own_tokenizer = any(
+        a == "--tokenizer" or a.startswith("--tokenizer=") for a in config.extra_args
+    )
+    if not own_tokenizer and not any((directory / f).is_file() for f in TOKENIZER_FILES):
+        raise PreflightError(
+            f"target model {directory} has no tokenizer ({', '.join(TOKENIZER_FILES)}) "
+            "and no --tokenizer is given"
+        )
+
+
+def check_draft_files(method: Method, draft: ModelConfigFile) -> None:
+    names = weight_names(draft.path.parent, "draft")
+    if (
+        method is Method.PEAGLE
+        and names is not None
+        and not any("mask_hidden" in name for name in names)
+    ):
+        raise PreflightError(
+            f"P-EAGLE draft {draft.path.parent} has no mask_hidden tensor in its weights "
+            "(vLLM's parallel drafting needs it): it was not trained for parallel "
+            "drafting; use method eagle3"
+        )
+
+
+def aux_layer_ids(draft: ModelConfigFile) -> list[int] | None:
+    """The target layers an EAGLE-3 draft reads (0: embeddings, i: layer i's output)."""
+    eagle_config = draft.get("eagle_config")
+    ids = draft.get("eagle_aux_hidden_state_layer_ids")
+    if ids is None and isinstance(eagle_config, Mapping):
+        ids = eagle_config.get("eagle_aux_hidden_state_layer_ids")
+    return [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else None
+
+
 def _is_eagle3(draft: ModelConfigFile) -> bool:
     if draft.speculators_type in EAGLE3_SPECULATOR_TYPES:
         return True
@@ -112,6 +190,11 @@ def check_draft_kind(method: Method, draft: ModelConfigFile) -> None:
         )
     if method is Method.EAGLE and not (_is_eagle(draft) or _is_eagle3(draft)):
         raise PreflightError(f"draft {draft.path.parent} is not an EAGLE draft ({described})")
+    if method is Method.DRAFT_MODEL and (_is_eagle(draft) or _is_eagle3(draft)):
+        raise PreflightError(
+            f"draft {draft.path.parent} is an EAGLE head, not a model that drafts on its own "
+            f"({described}); use method eagle3 or peagle"
+        )
     if method is Method.PEAGLE:
         token = mask_token(draft)
         if token is None:
@@ -127,8 +210,8 @@ def check_draft_kind(method: Method, draft: ModelConfigFile) -> None:
             )
 
 
-def check_compatible(target: ModelConfigFile, draft: ModelConfigFile) -> None:
-    """The draft reads the target's hidden states and emits the target's tokens."""
+def check_compatible(method: Method, target: ModelConfigFile, draft: ModelConfigFile) -> None:
+    """The draft emits the target's tokens; an EAGLE draft reads its hidden states."""
     target_vocab, draft_vocab = target.get("vocab_size"), draft.get("vocab_size")
     if isinstance(target_vocab, int) and isinstance(draft_vocab, int):
         if draft_vocab != target_vocab:
@@ -139,6 +222,17 @@ def check_compatible(target: ModelConfigFile, draft: ModelConfigFile) -> None:
         if isinstance(reduced, int) and not 0 < reduced <= target_vocab:
             raise PreflightError(
                 f"draft_vocab_size {reduced} must be in 1..target vocabulary size {target_vocab}"
+            )
+    if method is Method.DRAFT_MODEL:
+        return  # a separate model: its own width, no hidden states from the target
+    layers = target.get("num_hidden_layers")
+    ids = aux_layer_ids(draft)
+    if isinstance(layers, int) and ids is not None:
+        outside = [i for i in ids if not 0 <= i <= layers]
+        if outside:
+            raise PreflightError(
+                f"draft reads target layers {outside} (eagle_aux_hidden_state_layer_ids), "
+                f"the target has {layers} (ids 0..{layers})"
             )
     target_hidden = target.get("hidden_size")
     # EAGLE-3 drafts may name the target's width explicitly when their own differs.
@@ -190,15 +284,17 @@ def run(
     target = None
     if is_local(config.model):
         target = read_config(config.model, "target")
-        log(f"preflight: target {config.model}: config.json read")
+        check_target_files(config, target)
+        log(f"preflight: target {config.model}: config.json, weights and tokenizer found")
     else:
         log(f"preflight: target {config.model} is a hub name: file checks skipped")
     if config.method.uses_draft_model and config.draft_model:
         if is_local(config.draft_model):
             draft = read_config(config.draft_model, "draft")
             check_draft_kind(config.method, draft)
+            check_draft_files(config.method, draft)
             if target is not None:
-                check_compatible(target, draft)
+                check_compatible(config.method, target, draft)
             log(f"preflight: draft {config.draft_model}: fits method {config.method}")
         else:
             log(f"preflight: draft {config.draft_model} is a hub name: file checks skipped")

