@@ -129,6 +129,12 @@ def test_preflight_accepts_the_tiny_models_and_refuses_broken_copies(
         )
 
 
+def test_the_runtime_execs_the_cpu_build_with_the_plugin(self_draft_server: Server) -> None:
+    log = self_draft_server.log.read_text(errors="replace")
+    assert "vllm.entrypoints.openai.api_server" in log.split("specfleet-runtime: exec ", 1)[1]
+    assert "specfleet: replaced vllm.utils.cpu_triton_utils._expand_kernel_impl" in log
+
+
 @pytest.mark.parametrize("temperature", TEMPERATURES)
 def test_target_as_its_own_draft_is_always_accepted(
     self_draft_server: Server, temperature: float
