@@ -15,6 +15,14 @@ mkdir -p "$bin"
 
 log() { printf '[build-controlplane] %s\n' "$*" >&2; }
 
+# One build per cache at a time: two checkouts building at once would both write
+# "$bin/NAME.tmp" and one would fail to move the other's file into place.
+exec 9>"$cache/.lock"
+if ! flock -n 9; then
+    log "another build holds $cache/.lock; waiting for it"
+    flock 9
+fi
+
 version_ldflags() {
     local pkg="$1" minor
     minor="${kube_version#v1.}"; minor="${minor%%.*}"
@@ -32,9 +40,12 @@ build() {  # build NAME PACKAGE LDFLAGS
     started=$SECONDS
     (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg") &
     pid=$!
+    # Poll each second (a build that ends is seen at once), say so every 30 s.
     while kill -0 "$pid" 2>/dev/null; do
-        sleep 30
-        kill -0 "$pid" 2>/dev/null && log "$name: still building, $((SECONDS - started))s"
+        sleep 1
+        if (((SECONDS - started) % 30 == 0)) && kill -0 "$pid" 2>/dev/null; then
+            log "$name: still building, $((SECONDS - started))s"
+        fi
     done
     wait "$pid"
     mv "$bin/$name.tmp" "$bin/$name"
