@@ -82,7 +82,7 @@ def render_command(
             continue
         model = api.SpeculativeModel.model_validate(document)
         model.metadata.namespace = model.metadata.namespace or namespace
-        typer.echo(yaml.safe_dump_all(render.children(model), sort_keys=False), nl=False)
+        typer.echo(yaml.safe_dump_all(render.manifests(model), sort_keys=False), nl=False)
     raise typer.Exit(1 if failed or not models else 0)
 
 
@@ -117,9 +117,11 @@ def operator_command(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     start_http_server(metrics_port)
-    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), Evaluator(), period=period)
+    handlers.HandlerContext.fleet = Fleet(
+        kube.Cluster(kube.api_client()), Evaluator(), period=period
+    )
     namespaces = namespace or []
-    handlers.Runtime.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
+    handlers.HandlerContext.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
     asyncio.run(
         kopf.operator(
             clusterwide=all_namespaces or not namespaces,

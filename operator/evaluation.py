@@ -27,7 +27,7 @@ from specfleet.operator.metrics import (
     query_prometheus,
     scrape,
 )
-from specfleet.operator.status import Children, pod_ready
+from specfleet.operator.status import ObservedChildren, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
 Key = tuple[str, str]
@@ -40,7 +40,7 @@ def _expected_config(model: SpeculativeModel, track: render.Track) -> str:
     return str(template["metadata"]["annotations"][render.CONFIG_HASH_ANNOTATION])
 
 
-def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTarget]:
+def scrape_targets(model: SpeculativeModel, children: ObservedChildren) -> list[ScrapeTarget]:
     """Every ready pod that runs the configuration the model's status asks for. During
     a rollout the old pods still serve with the old K; their acceptance says nothing
     about the new K, so they are left out rather than blamed on it."""
@@ -59,7 +59,7 @@ def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTa
     return targets
 
 
-def canary_pending_since(children: Children) -> float | None:
+def canary_pending_since(children: ObservedChildren) -> float | None:
     """Since when a canary pod has waited for a node (the scheduler found no GPU)."""
     for pod in children.pods:
         labels = pod["metadata"].get("labels", {})
@@ -80,7 +80,9 @@ class Evaluator:
     def forget(self, key: Key) -> None:
         self.trackers.pop(key, None)
 
-    async def _samples(self, model: SpeculativeModel, children: Children) -> list[PodSample]:
+    async def _samples(
+        self, model: SpeculativeModel, children: ObservedChildren
+    ) -> list[PodSample]:
         timeout = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
             return await query_prometheus(
@@ -92,7 +94,7 @@ class Evaluator:
         return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(
-        self, model: SpeculativeModel, children: Children, now: datetime
+        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
     ) -> tuner.Decided:
         key = (model.metadata.namespace or "", model.metadata.name)
         tracker = self.trackers.setdefault(key, WindowTracker())

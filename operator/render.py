@@ -18,6 +18,7 @@ from specfleet.operator.api import (
     DraftMethod,
     SpeculativeModel,
 )
+from specfleet.operator.children import DEPLOYMENT, SERVICE
 from specfleet.runtime.config import RuntimeConfig
 
 Manifest = dict[str, Any]
@@ -33,8 +34,8 @@ STARTUP_PERIOD_SECONDS = 5
 STARTUP_FAILURE_THRESHOLD = 360
 
 
-def canary_name(model: SpeculativeModel) -> str:
-    return f"{model.metadata.name}-canary"
+def canary_name(model_name: str) -> str:
+    return f"{model_name}-canary"
 
 
 def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
@@ -180,10 +181,10 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
             t.model_dump(by_alias=True, exclude_none=True) for t in runtime.tolerations
         ]
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": DEPLOYMENT.api_version,
+        "kind": DEPLOYMENT.kind,
         "metadata": {
-            "name": model.metadata.name if track == "stable" else canary_name(model),
+            "name": model.metadata.name if track == "stable" else canary_name(model.metadata.name),
             "namespace": model.metadata.namespace,
             "labels": pod_labels,
             "ownerReferences": [owner_reference(model)],
@@ -213,8 +214,8 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
 
 def service(model: SpeculativeModel) -> Manifest:
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": SERVICE.api_version,
+        "kind": SERVICE.kind,
         "metadata": {
             "name": model.metadata.name,
             "namespace": model.metadata.namespace,
@@ -230,7 +231,7 @@ def service(model: SpeculativeModel) -> Manifest:
     }
 
 
-def children(model: SpeculativeModel) -> list[Manifest]:
-    """Every child of the model, in the order they are applied. The canary Deployment
+def manifests(model: SpeculativeModel) -> list[Manifest]:
+    """Every child the model should have, in the order they are applied. The canary Deployment
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
     return [deployment(model, "stable"), deployment(model, "canary"), service(model)]

@@ -397,6 +397,21 @@ def decide(
     return Decided(run.status, run.actions)
 
 
+def sync_with_spec(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    now: datetime,
+    *,
+    generation: int | None = None,
+) -> Decided:
+    """Status after a spec edit, on every reconcile (not only when a window is judged):
+    a new `speculation.tokens` resets K, clears a trial and re-enables speculation, and
+    K or a trial outside new bounds is clamped or ended; each change is in history."""
+    run = _Run(spec, status.model_copy(deep=True), now, generation, DEFAULT_COST)
+    _sync_with_spec(run)
+    return Decided(run.status, run.actions)
+
+
 def _sync_with_spec(run: _Run) -> None:
     """Fill unset status, take a new K from the spec, keep K within [min, max]."""
     spec, sp = run.spec, run.sp

@@ -7,7 +7,7 @@ from typing import Any
 from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import canary_pending_since, scrape_targets
-from specfleet.operator.status import Children
+from specfleet.operator.status import ObservedChildren
 
 
 def _model(manifest: dict[str, Any], **speculation: Any) -> SpeculativeModel:
@@ -36,7 +36,7 @@ def test_pods_of_an_older_k_are_not_read(peagle_manifest: dict[str, Any]) -> Non
     before = _model(peagle_manifest, tokens=3)
     after = _model(peagle_manifest, tokens=1)
     pods = [_pod("old", before, "stable"), _pod("new-pod", after, "stable")]
-    targets = scrape_targets(after, Children(pods=pods))
+    targets = scrape_targets(after, ObservedChildren(pods=pods))
     assert [t.pod for t in targets] == ["new-pod"]
     assert targets[0].url == "http://127.0.0.7:8000/metrics"
     assert targets[0].track == "stable"
@@ -47,12 +47,12 @@ def test_unready_and_terminating_pods_are_not_read(peagle_manifest: dict[str, An
     unready = _pod("a", model, "stable", conditions=[{"type": "Ready", "status": "False"}])
     leaving = _pod("b", model, "stable")
     leaving["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"
-    assert scrape_targets(model, Children(pods=[unready, leaving])) == []
+    assert scrape_targets(model, ObservedChildren(pods=[unready, leaving])) == []
 
 
 def test_canary_pods_are_read_as_canary(peagle_manifest: dict[str, Any]) -> None:
     model = _model(peagle_manifest, tokens=3, candidateTokens=5)
-    targets = scrape_targets(model, Children(pods=[_pod("c", model, "canary")]))
+    targets = scrape_targets(model, ObservedChildren(pods=[_pod("c", model, "canary")]))
     assert [(t.pod, t.track) for t in targets] == [("c", "canary")]
 
 
@@ -66,5 +66,5 @@ def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, A
         conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     )
     pending["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
-    assert canary_pending_since(Children(pods=[pending])) == 1795953600.0
-    assert canary_pending_since(Children(pods=[_pod("s", model, "stable")])) is None
+    assert canary_pending_since(ObservedChildren(pods=[pending])) == 1795953600.0
+    assert canary_pending_since(ObservedChildren(pods=[_pod("s", model, "stable")])) is None
