@@ -70,9 +70,12 @@ def test_every_cross_field_rule_has_a_cel_rule() -> None:
     messages = [rule["message"] for _, rule in crd._validations(crd.open_api_schema(), "")]
     for fragment in [
         "speculation.tokens must be between",
+        "speculation.minTokens must not exceed speculation.maxTokens",
+        "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
+        "runtime.nodeSelector keys must be label keys",
         "draft.model is required",
         "may not set --speculative-config",
-        "tensorParallelSize must not exceed",
+        "tensorParallelSize must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
         "metrics.prometheus.url is required",
         "metadata.name must be a DNS-1035 label",
     ]:
@@ -97,3 +100,24 @@ def test_api_reference_lists_every_spec_field() -> None:
     reference = crd.api_reference()
     for name in ("spec.speculation.tokens", "spec.rollback.minAcceptance", "status.history"):
         assert f"`{name}`" in reference
+
+
+def test_every_duration_has_a_rule_with_its_maximum_in_words() -> None:
+    rules = {path: rule for path, rule in crd._validations(crd.open_api_schema(), "")}
+    for path, maximum in [
+        ("spec.tuning.interval", "1h"),
+        ("spec.tuning.cooldown", "720h"),
+        ("spec.tuning.canaryPendingTimeout", "24h"),
+        ("spec.rollback.reprobeAfter", "720h"),
+        ("spec.metrics.scrapeTimeout", "5m"),
+    ]:
+        assert f"duration('{maximum}')" in rules[path]["rule"], path
+        assert rules[path]["message"].endswith(f"at most {maximum}"), path
+        assert "^" not in rules[path]["message"], path
+
+
+def test_no_cel_rule_has_a_backslash() -> None:
+    # In a CEL string literal a backslash starts an escape, so a regex's `\.` does not
+    # compile: patterns shared with CEL spell a literal dot as `[.]`.
+    for path, rule in crd._validations(crd.open_api_schema(), ""):
+        assert "\\" not in rule["rule"], path
