@@ -34,6 +34,7 @@ from pydantic_core import CoreSchema, core_schema
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, Method
+from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN, OWNED_FLAGS, refuse_collisions
 
 GROUP = "specfleet.io"
 VERSION = "v1alpha1"
@@ -44,7 +45,11 @@ SINGULAR = "speculativemodel"
 SHORT_NAMES = ["specmodel", "specmodels"]
 
 HISTORY_LIMIT = 20
-OWNED_RUNTIME_FLAGS = ("--speculative-config", "--speculative_config")
+# The CEL rule over runtime.args runs a regex on every arg, so its cost grows with the
+# list's and each arg's maximum length: these keep its worst case under the API
+# server's per-call limit, so no admissible object can fail on cost instead of the rule.
+MAX_ARGS = 64
+MAX_ARG_LENGTH = 1024
 
 # A Go-style duration, e.g. "30s", "5m", "1h30m": each unit at most once, in the order
 # h, m, s, ms, each part positive and at most six digits. The bounds keep every value
@@ -483,9 +488,16 @@ class Runtime(SpecModel):
                         ".tensorParallelSize",
                     ),
                     _cel(
-                        "self.args.all(a, !a.startsWith('--speculative-config') && "
-                        "!a.startsWith('--speculative_config'))",
-                        "runtime.args may not set --speculative-config: the operator owns it",
+                        "size(self.args) == 0 || self.args[0].startsWith('-')",
+                        "runtime.args may not start with a positional argument: vLLM would "
+                        "read a second model (the model is spec.model.name)",
+                        ".args",
+                    ),
+                    _cel(
+                        f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))",
+                        "runtime.args may not set a flag specfleet renders, in any spelling "
+                        "vLLM reads (a prefix, '_' for '-', =value, .key): "
+                        + ", ".join(" or ".join(s) for s in OWNED_FLAGS.values()),
                         ".args",
                     ),
                 ]
@@ -500,8 +512,14 @@ class Runtime(SpecModel):
     gpus: int = Field(default=1, ge=0, le=64, description="nvidia.com/gpu per pod.")
     tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="Target TP size.")
     args: Annotated[
-        list[Annotated[str, StringConstraints(max_length=4096)]], Field(max_length=64)
-    ] = Field(default_factory=list, description="Extra `vllm serve` arguments.")
+        list[Annotated[str, StringConstraints(max_length=MAX_ARG_LENGTH)]],
+        Field(max_length=MAX_ARGS),
+    ] = Field(
+        default_factory=list,
+        description=f"Extra `vllm serve` arguments: at most {MAX_ARGS}, each at most "
+        f"{MAX_ARG_LENGTH} characters (a longer value, such as a chat template, belongs in a "
+        "file in the image).",
+    )
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the server.")
     node_selector: Annotated[
@@ -531,12 +549,7 @@ class Runtime(SpecModel):
     @field_validator("args")
     @classmethod
     def _no_owned_flags(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            if arg.startswith(OWNED_RUNTIME_FLAGS):
-                raise ValueError(
-                    f"runtime.args may not set {arg.split('=')[0]}: "
-                    "the operator renders the speculative config"
-                )
+        refuse_collisions(args)  # the runtime's own check, so the two cannot drift
         return args
 
     @model_validator(mode="after")

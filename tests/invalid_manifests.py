@@ -68,17 +68,42 @@ INVALID_CASES = [
         True,
     ),
     InvalidCase("unknown-method", {"spec.draft.method": "medusa2"}, "method"),
+    # runtime.args setting a flag specfleet renders, one case per spelling class that
+    # vLLM 0.33's parser reads as that flag (the runtime's contract test checks them).
+    *[
+        InvalidCase(f"args-{name}", {"spec.runtime.args": args}, "runtime.args", True)
+        for name, args in [
+            ("speculative-config", ["--speculative-config", "{}"]),
+            ("speculative-config-equals", ['--speculative-config={"method":"ngram"}']),
+            ("speculative-abbreviated", ["--speculative", '{"method":"ngram"}']),
+            ("speculative-underscore", ["--speculative_config", "{}"]),
+            ("speculative-key", ["--speculative-config.num_speculative_tokens", "9"]),
+            ("speculative-short", ["-sc", "{}"]),
+            ("speculative-short-equals", ["-sc={}"]),
+            ("speculative-short-key", ["-sc.method", "ngram"]),
+            ("speculative-short-abbreviated", ["-s", "{}"]),
+            ("spec-method", ["--spec-method", "ngram"]),
+            ("spec-model", ["--spec-model", "other/draft"]),
+            ("spec-tokens-abbreviated", ["--spec-t", "9"]),
+            ("spec-ambiguous", ["--spec", "9"]),
+            ("config-file", ["--config", "/etc/serve.yaml"]),
+            ("model", ["--model", "other/model"]),
+            ("model-equals", ["--model=other/model"]),
+            ("served-abbreviated", ["--served", "x"]),
+            ("served-underscore-abbreviated", ["--served_model", "x"]),
+            ("tensor-parallel-abbreviated", ["--tensor-parallel", "8"]),
+            ("tp-short", ["-tp", "8"]),
+            ("tp-glued", ["-tp8"]),
+            ("tp-short-abbreviated", ["-t", "8"]),
+            ("host-abbreviated", ["--hos", "0.0.0.0"]),
+            ("host-key", ["--host.x", "1"]),
+            ("port-after-others", ["--max-model-len", "8192", "--port=9000"]),
+            ("end-of-options", ["--max-model-len", "8192", "--", "other/model"]),
+            ("positional-model", ["other/model"]),
+        ]
+    ],
     InvalidCase(
-        "speculative-config-in-args",
-        {"spec.runtime.args": ["--speculative-config", "{}"]},
-        "runtime.args",
-        True,
-    ),
-    InvalidCase(
-        "speculative-config-equals-in-args",
-        {"spec.runtime.args": ['--speculative-config={"method":"ngram"}']},
-        "runtime.args",
-        True,
+        "args-item-too-long", {"spec.runtime.args": ["--chat-template", "x" * 1025]}, "runtime.args"
     ),
     InvalidCase("replicas-zero", {"spec.replicas": 0}, "replicas"),
     InvalidCase("replicas-negative", {"spec.replicas": -2}, "replicas"),

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from specfleet.operator import api
-from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
+from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, ConfigError
+from specfleet.runtime.vllm_args import refuse_collisions
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, InvalidCase, apply_changes
+from tests.test_runtime_vllm_args import COLLIDING
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
@@ -247,3 +249,13 @@ def test_validate_cli_says_when_a_file_has_no_model(tmp_path: Path) -> None:
     assert f"{tmp_path / 'cm.yaml'}: no SpeculativeModel in the file (1 other document)" in (
         result.output
     )
+
+
+@pytest.mark.parametrize(("extra", "owner"), COLLIDING, ids=lambda v: repr(v))
+def test_runtime_args_are_refused_by_the_runtimes_own_check(
+    peagle_manifest: dict[str, Any], extra: list[str], owner: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        refuse_collisions(extra)
+    errors = api.validation_errors(apply_changes(peagle_manifest, {"spec.runtime.args": extra}))
+    assert errors == [f"spec.runtime.args: {refused.value}"]

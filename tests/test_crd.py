@@ -12,6 +12,7 @@ import pytest
 from pydantic import Field
 
 from specfleet.operator import api, crd
+from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN
 from tests.conftest import REPO
 
 
@@ -74,7 +75,8 @@ def test_every_cross_field_rule_has_a_cel_rule() -> None:
         "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
         "runtime.nodeSelector keys must be label keys",
         "draft.model is required",
-        "may not set --speculative-config",
+        "runtime.args may not set a flag specfleet renders",
+        "runtime.args may not start with a positional argument",
         "tensorParallelSize must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
         "metrics.prometheus.url is required",
         "metadata.name must be a DNS-1035 label",
@@ -121,3 +123,8 @@ def test_no_cel_rule_has_a_backslash() -> None:
     # compile: patterns shared with CEL spell a literal dot as `[.]`.
     for path, rule in crd._validations(crd.open_api_schema(), ""):
         assert "\\" not in rule["rule"], path
+
+
+def test_the_args_rule_is_the_runtimes_pattern() -> None:
+    rules = [rule["rule"] for path, rule in crd._validations(crd.open_api_schema(), "")]
+    assert f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))" in rules
