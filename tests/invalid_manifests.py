@@ -10,6 +10,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from specfleet.operator.api import MAX_ARG_LENGTH
+
 DELETE = object()
 
 
@@ -103,7 +105,9 @@ INVALID_CASES = [
         ]
     ],
     InvalidCase(
-        "args-item-too-long", {"spec.runtime.args": ["--chat-template", "x" * 1025]}, "runtime.args"
+        "args-item-too-long",
+        {"spec.runtime.args": ["--chat-template", "x" * (MAX_ARG_LENGTH + 1)]},
+        "runtime.args",
     ),
     InvalidCase("replicas-zero", {"spec.replicas": 0}, "replicas"),
     InvalidCase("replicas-negative", {"spec.replicas": -2}, "replicas"),
