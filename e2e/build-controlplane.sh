@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, helm) from Go modules into a cache
+# kube-controller-manager, kube-scheduler, helm, and the CRD checker) from Go modules into a cache
 # outside the repo, keyed by the pinned versions. A second run builds nothing.
 # Prints the bin directory on stdout's last line; progress goes to stderr.
 set -euo pipefail
@@ -59,4 +59,8 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "$kube_ldflags"
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "$kube_ldflags"
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ldflags"
 build helm helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/version.version=v4.3.2"
+# The CRD checker is this repo's own code: its name carries its source's hash, so an
+# edit builds a new one instead of reusing a stale binary under the same key.
+build "crdcheck-$(sha256sum "$module/crdcheck/main.go" | cut -c1-12)" \
+    specfleet.io/e2e/controlplane/crdcheck "-s -w"
 echo "$bin"

@@ -39,14 +39,34 @@ def validate_command(
     invalid = 0
     for path in files:
         try:
-            documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+            documents = [d for d in yaml.safe_load_all(path.read_bytes().decode()) if d is not None]
+        except UnicodeDecodeError as error:
+            typer.echo(
+                f"{path}: cannot read: not UTF-8 text ({error.reason} at byte {error.start})",
+                err=True,
+            )
+            invalid += 1
+            continue
         except (OSError, yaml.YAMLError) as error:
             typer.echo(f"{path}: cannot read: {error}", err=True)
             invalid += 1
             continue
-        for index, document in enumerate(documents):
-            if isinstance(document, dict) and document.get("kind") not in (None, api.KIND):
-                continue  # other kinds in the same file are not ours to judge
+        if not documents:
+            typer.echo(f"{path}: no documents in the file", err=True)
+            invalid += 1
+            continue
+        # Other kinds in the same file are not ours to judge.
+        ours = [
+            (index, document)
+            for index, document in enumerate(documents)
+            if not isinstance(document, dict) or document.get("kind") in (None, api.KIND)
+        ]
+        if not ours:
+            plural = "" if len(documents) == 1 else "s"
+            typer.echo(
+                f"{path}: no SpeculativeModel in the file ({len(documents)} other document{plural})"
+            )
+        for index, document in ours:
             name = (
                 (document.get("metadata") or {}).get("name", f"document {index}")
                 if isinstance(document, dict)
