@@ -164,16 +164,27 @@ def test_a_deleted_service_is_put_back(
 def test_a_refused_child_degrades_the_model_once_and_backs_off(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:
-    def refuse_bad_env(manifest: dict[str, Any]) -> str | None:
-        env = manifest["spec"].get("template", {}).get("spec", {}).get("containers", [{}])[0]
-        for var in env.get("env", []):
-            if "=" in var["name"]:
-                name = var["name"]
-                return f'Deployment.apps "llama" is invalid: env[1].name: Invalid value: "{name}"'
+    def refuse_requests_above_limits(manifest: dict[str, Any]) -> str | None:
+        """The API server's check that admission cannot make: requests <= limits."""
+        containers = manifest["spec"].get("template", {}).get("spec", {}).get("containers", [])
+        for container in containers:
+            resources = container.get("resources", {})
+            if (
+                resources.get("requests", {}).get("cpu") == "2"
+                and resources.get("limits", {}).get("cpu") == "1"
+            ):
+                return (
+                    'Deployment.apps "llama" is invalid: spec.template.spec.containers[0]'
+                    '.resources.requests: Invalid value: "2": must be less than or equal '
+                    "to cpu limit of 1"
+                )
         return None
 
-    cluster.refuse = refuse_bad_env
-    peagle_manifest["spec"]["runtime"]["env"] = [{"name": "A=B", "value": "1"}]
+    cluster.refuse = refuse_requests_above_limits
+    peagle_manifest["spec"]["runtime"]["resources"] = {
+        "requests": {"cpu": "2"},
+        "limits": {"cpu": "1"},
+    }
     peagle_manifest["metadata"]["name"] = "llama"
     cluster.create_model(peagle_manifest)
     cluster.deliver(fleet)
@@ -182,7 +193,7 @@ def test_a_refused_child_degrades_the_model_once_and_backs_off(
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded"
     assert (degraded["status"], degraded["reason"]) == ("True", "ChildrenRefused")
-    assert 'Invalid value: "A=B"' in degraded["message"]
+    assert "must be less than or equal to cpu limit" in degraded["message"]
     assert [(e["reason"], e["warning"]) for e in cluster.events] == [("ChildrenRefused", True)]
     # Ticks during the back-off (the status echo included) try nothing.
     applies = len(cluster.applied)
@@ -191,7 +202,7 @@ def test_a_refused_child_degrades_the_model_once_and_backs_off(
         asyncio.run(fleet.reconcile(KEY))
     assert len(cluster.applied) == applies and len(cluster.events) == 1
     # A fixed spec is tried at once and clears the condition.
-    cluster.edit_spec("llama", lambda spec: spec["runtime"].update(env=[]))
+    cluster.edit_spec("llama", lambda spec: spec["runtime"].update(resources={}))
     settle(cluster, fleet)
     status = cluster.model("llama")["status"]
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
