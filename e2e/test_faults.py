@@ -28,6 +28,26 @@ def _candidate(api_client: client.ApiClient, namespace: str) -> dict[str, Any] |
     return body if speculation.get("candidateTokens") else None
 
 
+def _two_ready_stable_pods(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
+    """(name, IP) of the model's two stable pods, once both are Ready."""
+
+    def ready() -> list[tuple[str, str]] | None:
+        pods = (
+            client.CoreV1Api(api_client)
+            .list_namespaced_pod(namespace, label_selector="specfleet.io/track=stable")
+            .items
+        )
+        found = [
+            (p.metadata.name, p.status.pod_ip)
+            for p in pods
+            if p.status.pod_ip
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ]
+        return found if len(found) == 2 else None
+
+    return wait_for("two ready pods", ready, timeout=240)
+
+
 def test_operator_killed_during_a_canary_resumes_it(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
@@ -100,21 +120,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
     manifest["spec"]["metrics"] = {"scrapeTimeout": "1s"}
     apply(manifest, model_namespace)
 
-    def ready_pods() -> list[str] | None:
-        pods = (
-            client.CoreV1Api(api_client)
-            .list_namespaced_pod(model_namespace, label_selector="specfleet.io/track=stable")
-            .items
-        )
-        ips = [
-            p.status.pod_ip
-            for p in pods
-            if p.status.pod_ip
-            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-        ]
-        return ips if len(ips) == 2 else None
-
-    garbage_ip, slow_ip = wait_for("two ready pods", ready_pods, timeout=240)
+    (_, garbage_ip), (_, slow_ip) = _two_ready_stable_pods(api_client, model_namespace)
     sim_admin(garbage_ip, "/admin/garbage", {"enabled": True})
     sim_admin(slow_ip, "/admin/slow", {"seconds": 30})
 
@@ -176,3 +182,55 @@ def test_operator_recovers_its_watches_after_an_api_server_restart(
         lambda: apps.read_namespaced_deployment(MODEL, model_namespace).spec.replicas == 2,
         timeout=240,
     )
+
+
+# One line of issue 13: a position no engine drafts. Read naively it made a million-entry
+# per-position list, a status write the API server refused, and a frozen model.
+HOSTILE_PAGE = (
+    'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine="0",'
+    'position="1000000"} 1\n'
+)
+
+
+def test_a_hostile_page_leaves_out_its_pod_while_the_healthy_pod_keeps_deciding(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    manifest = story_model()
+    manifest["spec"]["replicas"] = 2
+    manifest["spec"]["tuning"]["enabled"] = False
+    apply(manifest, model_namespace)
+    (bad, bad_ip), (healthy, _) = _two_ready_stable_pods(api_client, model_namespace)
+    sim_admin(bad_ip, "/admin/metrics", {"text": HOSTILE_PAGE})
+
+    def acceptance() -> dict[str, Any]:
+        status = get_model(api_client, model_namespace, MODEL).get("status") or {}
+        return dict(status.get("acceptance") or {})
+
+    def left_out(window: dict[str, Any]) -> dict[str, Any] | None:
+        return next((p for p in window.get("podsLeftOut") or [] if p["pod"] == bad), None)
+
+    def conclusive_without_the_bad_pod() -> dict[str, Any] | None:
+        window = acceptance()
+        return window if window.get("conclusive") and left_out(window) else None
+
+    first = wait_for(
+        "a conclusive window naming the bad pod", conclusive_without_the_bad_pod, timeout=90
+    )
+    windows = get_model(api_client, model_namespace, MODEL)["status"]["speculation"]["windows"]
+    time.sleep(4 * 5)  # four more intervals: status keeps being written
+    body = get_model(api_client, model_namespace, MODEL)
+    status = body["status"]
+    window = status["acceptance"]
+    assert window["measuredAt"] != first["measuredAt"], "status writes stopped"
+    assert window["conclusive"], window
+    assert status["speculation"]["windows"] >= windows + 2  # from the healthy pod alone
+    assert len(window["perPosition"]) <= 6  # K at most maxTokens, never the page's position
+    assert len(json.dumps(status)) < 20_000
+    named = left_out(window)
+    assert named is not None and named["reason"] == "ImpossibleCounters", window
+    assert "1000000" in named["message"]
+    assert healthy not in {p["pod"] for p in window["podsLeftOut"]}
+    assert not ROLLBACK_ACTIONS & {h["action"] for h in _history(body)}
+
+    sim_admin(bad_ip, "/admin/metrics", {"text": None})  # the pod serves its counters again
+    wait_for("the pod to be read again", lambda: left_out(acceptance()) is None, timeout=60)
