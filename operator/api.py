@@ -37,6 +37,10 @@ SINGULAR = "speculativemodel"
 SHORT_NAMES = ["specmodel", "specmodels"]
 
 HISTORY_LIMIT = 20
+# Pods left out of a window that status names, and the length of each message: status
+# stays small whatever the pods serve and however many of them fail.
+LEFT_OUT_LIMIT = 5
+LEFT_OUT_MESSAGE_LIMIT = 200
 OWNED_RUNTIME_FLAGS = ("--speculative-config", "--speculative_config")
 
 # A Go-style duration with positive components, e.g. "30s", "5m", "1h30m".
@@ -511,6 +515,28 @@ class CanaryComparison(ApiModel):
     canary: TrackTotals = Field(default_factory=TrackTotals)
 
 
+class LeftOutReason(StrEnum):
+    """Why an evaluation left a pod's metrics out (a specfleet_scrape_errors_total label)."""
+
+    UNREACHABLE = "Unreachable"
+    TIMEOUT = "Timeout"
+    HTTP_STATUS = "HttpStatus"
+    TOO_LARGE = "TooLarge"
+    UNPARSEABLE = "Unparseable"
+    NO_VLLM_METRICS = "NoVllmMetrics"
+    IMPOSSIBLE_COUNTERS = "ImpossibleCounters"
+
+
+class PodLeftOut(ApiModel):
+    """A pod whose metrics the last evaluation could not use."""
+
+    pod: str = Field(description="Pod name.")
+    reason: LeftOutReason
+    message: Annotated[str, StringConstraints(max_length=LEFT_OUT_MESSAGE_LIMIT)] = Field(
+        description="What was wrong, in words."
+    )
+
+
 class AcceptanceWindow(ApiModel):
     """The last metrics window of the stable track."""
 
@@ -526,6 +552,12 @@ class AcceptanceWindow(ApiModel):
     conclusive: bool = False
     reason: str | None = Field(default=None, description="Why the window is inconclusive.")
     measured_at: datetime | None = None
+    pods_left_out: Annotated[list[PodLeftOut], Field(max_length=LEFT_OUT_LIMIT)] = Field(
+        default_factory=list,
+        description=f"Pods whose metrics the last evaluation left out, and why (the first "
+        f"{LEFT_OUT_LIMIT} by name).",
+    )
+    more_pods_left_out: int = Field(default=0, description="Pods left out beyond those listed.")
 
 
 class Decision(ApiModel):

@@ -21,6 +21,8 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import (
+    TRACKS,
+    Observation,
     PodSample,
     ScrapeTarget,
     WindowTracker,
@@ -96,13 +98,20 @@ class Evaluator:
     ) -> tuner.Decided:
         key = (model.metadata.namespace or "", model.metadata.name)
         tracker = self.trackers.setdefault(key, WindowTracker())
-        observation = tracker.observe(await self._samples(model, children))
+        tokens = {track: render.track_tokens(model, track) for track in TRACKS}
+        observation = tracker.observe(await self._samples(model, children), tokens)
         observation = replace(observation, canary_pending_since=canary_pending_since(children))
+        self._count_errors(model, observation)
         decided = tuner.decide(
             model.spec, model.status, observation, now, generation=model.metadata.generation
         )
         self._export(model, decided.status)
         return decided
+
+    def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
+        labels = (model.metadata.namespace or "", model.metadata.name)
+        for error in observation.errors.values():
+            metrics.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
 
     def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""

@@ -266,7 +266,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         return result
 
     tracker.observe(
-        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()]
+        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()],
+        {track: k for _, track, k in pods()},
     )
     status = decide(spec, status, Observation(stable=None, canary=None), START).status
     windows = int(scenario.duration // interval)
@@ -299,7 +300,7 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
                 parallel,
             )
             samples.append(PodSample(name, track, start + interval, counters[name]))
-        observation = tracker.observe(samples)
+        observation = tracker.observe(samples, {track: k for _, track, k in running})
         now = START + timedelta(seconds=start + interval)
         stable_k = running[0][2]
         canary_k = running[-1][2] if running[-1][1] == "canary" else None

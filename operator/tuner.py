@@ -30,11 +30,13 @@ from datetime import datetime, timedelta
 
 from specfleet.operator.api import (
     HISTORY_LIMIT,
+    LEFT_OUT_LIMIT,
     AcceptanceWindow,
     CanaryComparison,
     ConditionType,
     Decision,
     DraftMethod,
+    PodLeftOut,
     RollbackMetric,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -356,7 +358,7 @@ def decide(
     _sync_with_spec(run)
 
     stable = judge(spec, observation.stable, sp.baseline_acceptance)
-    _record_acceptance(run, stable)
+    _record_acceptance(run, stable, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
         _maybe_reprobe(run)
@@ -445,7 +447,7 @@ def _sync_with_spec(run: _Run) -> None:
         sp.rejected_until = None
 
 
-def _record_acceptance(run: _Run, judged: Judged) -> None:
+def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> None:
     window = judged.window
     positions = [round(e.value, 4) for e in per_position(window)] if window else []
     rate = judged.rate or (
@@ -465,6 +467,11 @@ def _record_acceptance(run: _Run, judged: Judged) -> None:
         if judged.conclusive
         else ("SpeculationDisabled" if run.sp.disabled else judged.reason),
         measured_at=run.now,
+        pods_left_out=[
+            PodLeftOut(pod=pod, reason=error.reason, message=error.message)
+            for pod, error in sorted(observation.errors.items())[:LEFT_OUT_LIMIT]
+        ],
+        more_pods_left_out=max(0, len(observation.errors) - LEFT_OUT_LIMIT),
     )
 
 

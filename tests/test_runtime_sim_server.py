@@ -36,17 +36,19 @@ FAST = "tick: 50ms\nnoise: 0\nload: {requests_per_second: 40, output_tokens: 200
 
 
 @asynccontextmanager
-async def sim(args: list[str], profile: str = FAST) -> AsyncIterator[tuple[str, SimServer]]:
-    """A sim server on an ephemeral 127.0.0.1 port; yields its base URL."""
+async def sim(
+    args: list[str], profile: str = FAST, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[tuple[str, SimServer]]:
+    """A sim server on `host` (an ephemeral port unless given); yields its base URL."""
     config, _ = parse_serve_args(["--model", "org/target", *args], env={})
     server = SimServer(config, load_profile(profile))
     runner = web.AppRunner(build_app(server))
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, host, port)
     await site.start()
     port = runner.addresses[0][1]
     try:
-        yield f"http://127.0.0.1:{port}", server
+        yield f"http://{host}:{port}", server
     finally:
         await runner.cleanup()
 

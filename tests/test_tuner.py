@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from specfleet.operator.api import (
     ConditionType,
+    LeftOutReason,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     TuningStrategy,
     parse_duration,
 )
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.metrics import Observation, PodError, TrackWindow
 from specfleet.operator.stats import rollback_metric
 from specfleet.operator.tuner import decide, extrapolate, predict
 from specfleet.runtime.sim_model import cumulative_acceptance
@@ -156,6 +157,22 @@ def test_inconclusive_windows_set_metrics_unavailable() -> None:
     assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "False"
     fleet.step(CODE)
     assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "True"
+
+
+def test_pods_left_out_are_named_in_status_bounded() -> None:
+    fleet = Fleet(make_spec())
+    errors = {
+        f"pod-{i}": PodError(LeftOutReason.UNPARSEABLE, f"line {i}: " + "x" * 500) for i in range(9)
+    }
+    fleet.step(CODE, errors=dict(reversed(errors.items())))
+    window = fleet.status.acceptance
+    assert [p.pod for p in window.pods_left_out] == [f"pod-{i}" for i in range(5)]
+    assert all(p.reason == "Unparseable" and len(p.message) <= 200 for p in window.pods_left_out)
+    assert window.more_pods_left_out == 4
+    assert window.conclusive  # the pods that answered still make the window
+    fleet.step(CODE)
+    assert fleet.status.acceptance.pods_left_out == []
+    assert fleet.status.acceptance.more_pods_left_out == 0
 
 
 def test_missing_spec_decode_series_sets_speculation_inactive() -> None:
