@@ -525,6 +525,7 @@ class LeftOutReason(StrEnum):
     UNPARSEABLE = "Unparseable"
     NO_VLLM_METRICS = "NoVllmMetrics"
     IMPOSSIBLE_COUNTERS = "ImpossibleCounters"
+    INCONSISTENT_COUNTERS = "InconsistentCounters"
 
 
 class PodLeftOut(ApiModel):

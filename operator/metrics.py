@@ -31,9 +31,12 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 GENERATION_TOKENS = "vllm:generation_tokens"
 REQUESTS_RUNNING = "vllm:num_requests_running"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
+# prometheus_client's process collector, which vLLM serves: the evidence of a restart.
+PROCESS_START = "process_start_time_seconds"
 _SPEC_DECODE_PREFIX = "vllm:spec_decode_"
 _COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS, GENERATION_TOKENS)
-_READ = (*_COUNTERS, REQUESTS_RUNNING, REQUESTS_WAITING)
+_VLLM = (*_COUNTERS, REQUESTS_RUNNING, REQUESTS_WAITING)
+_READ = (*_VLLM, PROCESS_START)
 
 # What one pod's page may cost, whatever it serves. A vLLM page is 100-200 KB per engine,
 # mostly histograms; the series read here are a few KB of it.
@@ -85,7 +88,8 @@ TRACK_LABEL = "specfleet.io/track"
 
 @dataclass(frozen=True)
 class SpecDecodeCounters:
-    """The cumulative counters (and two gauges) of one pod, summed over engines."""
+    """The cumulative counters (and two gauges) of one pod, summed over engines, and the
+    start time of the process that serves them."""
 
     drafts: float = 0.0
     draft_tokens: float = 0.0
@@ -95,6 +99,7 @@ class SpecDecodeCounters:
     requests_running: float = 0.0
     requests_waiting: float = 0.0
     speculation_exported: bool = False
+    process_start_time: float | None = None
 
 
 def _base_name(sample_name: str) -> str | None:
@@ -132,6 +137,7 @@ def counters_from_series(
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
     exported = False
+    started: float | None = None
     read = 0
     for sample_name, labels, value in series:
         name = _base_name(sample_name)
@@ -142,6 +148,9 @@ def counters_from_series(
             raise BadMetrics(LeftOutReason.TOO_LARGE, f"more than {MAX_SERIES} vLLM samples")
         if not math.isfinite(value):
             raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"{sample_name} is {value}")
+        if name == PROCESS_START:
+            started = value if started is None else max(started, value)
+            continue
         exported = exported or name.startswith(_SPEC_DECODE_PREFIX)
         if name == ACCEPTED_PER_POS:
             position = _position(labels)
@@ -158,6 +167,7 @@ def counters_from_series(
         requests_running=totals.get(REQUESTS_RUNNING, 0.0),
         requests_waiting=totals.get(REQUESTS_WAITING, 0.0),
         speculation_exported=exported,
+        process_start_time=started,
     )
 
 
@@ -463,11 +473,45 @@ def _moves(old: SpecDecodeCounters, new: SpecDecodeCounters) -> tuple[list[str],
 
 
 def _restarted(previous: PodSample, current: PodSample) -> bool:
-    """Whether the pod restarted between two readings: a counter went down, so the
-    counters since the restart are the whole window (never negative traffic)."""
+    """Whether the pod restarted between two readings; BadMetrics when neither one process
+    nor a process and its restart explain them.
+
+    A restart needs evidence: a process started since the previous reading (by the
+    process start time vLLM exports) or, without start times, every counter lower than
+    before. Counters flipping between two engines behind one address (or a proxy) are
+    left out instead: read as restarts, each engine's lifetime totals became one window.
+    A restart within clock skew of the previous reading is left out too: one window of
+    one pod, the safe side."""
     assert previous.counters is not None and current.counters is not None
-    down, _ = _moves(previous.counters, current.counters)
-    return bool(down)
+    old, new = previous.counters, current.counters
+    down, up = _moves(old, new)
+    if old.process_start_time is not None and new.process_start_time is not None:
+        if new.process_start_time == old.process_start_time:
+            if down:
+                raise BadMetrics(
+                    LeftOutReason.INCONSISTENT_COUNTERS,
+                    f"{down[0]} went down within one process: two engines behind one address?",
+                )
+            return False
+        if (
+            old.process_start_time < new.process_start_time
+            and new.process_start_time >= previous.at
+        ):
+            return True
+        raise BadMetrics(
+            LeftOutReason.INCONSISTENT_COUNTERS,
+            f"another process answered (started at {new.process_start_time:.0f}, the last "
+            f"reading's at {old.process_start_time:.0f}) that did not start since the last "
+            "reading: two engines behind one address?",
+        )
+    if not down:
+        return False
+    if not up:
+        return True  # every counter reset together
+    raise BadMetrics(
+        LeftOutReason.INCONSISTENT_COUNTERS,
+        f"{down[0]} went down while {up[0]} went up: not a restart",
+    )
 
 
 def _difference(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDecodeCounters:
@@ -530,16 +574,21 @@ class WindowTracker:
 
     def __init__(self) -> None:
         self._previous: dict[str, PodSample] = {}
+        # Pods whose last reading did not follow from the one before. Counters flipping
+        # between two engines of one start time show it only when they go down; waiting
+        # for a reading that follows keeps the flips that go up out of windows too.
+        self._unexplained: set[str] = set()
 
     def observe(self, samples: Sequence[PodSample], tokens: Mapping[Track, int]) -> Observation:
         """Windows from new samples; `tokens` is the K each track's pods run (0: none).
 
         A reading that cannot be used leaves out its pod, named in `errors`. Readings
         that are false (a failed scrape, impossible counters) are skipped: the pod's next
-        good one spans both intervals. A window that cannot be true starts the pod's next
-        window from this reading."""
+        good one spans both intervals. After a reading that is true but does not follow
+        from the previous one, the pod's next window starts from the reading after it."""
         deltas: dict[Track, list[_PodDelta]] = {"stable": [], "canary": []}
         errors: dict[str, PodError] = {}
+        unexplained: set[str] = set()
         missing = False
         seen: dict[str, PodSample] = {}
         for sample in samples:
@@ -566,16 +615,25 @@ class WindowTracker:
             seconds = sample.at - previous.at
             if seconds <= 0:
                 continue
+            if sample.pod in self._unexplained:
+                errors[sample.pod] = PodError(
+                    LeftOutReason.INCONSISTENT_COUNTERS,
+                    "the last reading did not follow from the one before; the next window "
+                    "starts from this one",
+                )
+                continue
             try:
                 delta = _window_delta(previous, sample, k)
             except BadMetrics as error:
                 errors[sample.pod] = error.error()
+                unexplained.add(sample.pod)
                 continue
             deltas[sample.track].append(
                 _PodDelta(delta, seconds, current.requests_running, current.requests_waiting)
             )
         # Pods that disappeared are forgotten: a new pod of the same name starts a baseline.
         self._previous = seen
+        self._unexplained = unexplained
         return Observation(
             stable=_aggregate(deltas["stable"]),
             canary=_aggregate(deltas["canary"]),

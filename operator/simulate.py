@@ -216,6 +216,7 @@ def _engine_window(
         generation_tokens=previous.generation_tokens + drafts + sum(counts),
         requests_running=batch,
         speculation_exported=True,
+        process_start_time=previous.process_start_time,
     )
 
 
@@ -287,7 +288,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         running = pods()
         for name, track, k in running:
             if pod_k.get(name) != k:
-                counters[name] = SpecDecodeCounters()  # a rollout restarts the pod
+                # A rollout restarts the pod: a new process, its counters from zero.
+                counters[name] = SpecDecodeCounters(process_start_time=start)
                 pod_k[name] = k
             counters[name] = _engine_window(
                 rng,

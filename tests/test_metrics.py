@@ -4,6 +4,7 @@ import asyncio
 import math
 import tracemalloc
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from aiohttp import web
@@ -95,6 +96,7 @@ def sample(
     drafts: float,
     accepted: list[float],
     track: Track = "stable",
+    started: float | None = None,
 ) -> PodSample:
     counters = SpecDecodeCounters(
         drafts=drafts,
@@ -104,6 +106,7 @@ def sample(
         generation_tokens=drafts + sum(accepted),
         requests_running=4,
         speculation_exported=True,
+        process_start_time=started,
     )
     return PodSample(pod, track, at, counters)
 
@@ -387,6 +390,65 @@ def test_scrape_names_why_each_pod_was_left_out() -> None:
 def test_an_error_message_is_cut_short() -> None:
     error = PodError(LeftOutReason.UNPARSEABLE, "x" * 10_000)
     assert len(error.message) <= 200 and error.message.endswith("…")
+
+
+# ----------------------------------------------------------------------------- restarts
+
+
+def test_a_restart_is_a_later_process_start_and_counts_from_zero() -> None:
+    tracker = WindowTracker()
+    tracker.observe([sample("a", 100, 1000, [500, 200], started=10)], K8)
+    window = tracker.observe([sample("a", 160, 30, [15, 6], started=130)], K8)
+    assert window.errors == {}
+    assert window.stable is not None and window.stable.drafts == 30
+
+
+OLD_ENGINE = (90_000.0, [80_000.0, 70_000.0])
+YOUNG_ENGINE = (1_000.0, [200.0, 50.0])  # a bad draft: acceptance 0.125
+
+
+@pytest.mark.parametrize("starts", [(10.0, 10.0), (10.0, 20.0)])
+def test_counters_flipping_between_two_engines_make_no_window(
+    starts: tuple[float, float],
+) -> None:
+    """Two engines behind one address (or a proxy): each scrape reads one of them. Read
+    as restarts, the lifetime totals of each were one window and disabled speculation.
+    The start time is the same for both (one process), or each has its own."""
+    tracker = WindowTracker()
+    for i in range(6):
+        (drafts, accepted), started = (
+            (OLD_ENGINE, starts[0]) if i % 2 == 0 else (YOUNG_ENGINE, starts[1])
+        )
+        at = 100.0 + 60 * i
+        observation = tracker.observe(
+            [
+                sample("a", at, drafts + i, accepted, started=started),
+                sample("b", at, 100.0 * i, [50.0 * i, 20.0 * i], started=5),
+            ],
+            K8,
+        )
+        if i > 0:
+            assert observation.stable is not None and observation.stable.pods == 1  # b only
+            assert observation.errors["a"].reason == "InconsistentCounters"
+
+
+def test_without_start_times_only_counters_reset_together_are_a_restart() -> None:
+    tracker = WindowTracker()
+    tracker.observe([sample("a", 0, 1000, [500, 200])], K8)
+    mixed = replace_counters(sample("a", 60, 30, [15, 6]), generation_tokens=10**6)
+    window = tracker.observe([mixed], K8)
+    assert window.stable is None
+    assert window.errors["a"].reason == "InconsistentCounters"
+    # The reading after the one that could not be explained starts the next window.
+    for at, drafts in ((120, 130), (180, 230)):
+        later = replace_counters(sample("a", at, drafts, [drafts / 2, drafts / 5]), 10**6 + at)
+        window = tracker.observe([later], K8)
+    assert window.stable is not None and window.stable.drafts == 100
+
+
+def replace_counters(pod: PodSample, generation_tokens: float) -> PodSample:
+    assert pod.counters is not None
+    return replace(pod, counters=replace(pod.counters, generation_tokens=generation_tokens))
 
 
 # ----------------------------------------------------------------------------- impossible
