@@ -8,6 +8,7 @@ Everything here is about getting honest numbers into a `TrackWindow`; judging th
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import time
@@ -45,6 +46,9 @@ MAX_LINE_BYTES = 64 * 2**10  # held while a line arrives over several chunks
 MAX_KEPT_BYTES = 2**20
 MAX_SERIES = 4096  # samples of the series read: about 40 per engine
 READ_CHUNK = 64 * 2**10
+# One model's Prometheus answer: about 15 KB of JSON per pod and engine.
+MAX_PROMETHEUS_BYTES = 32 * 2**20
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
 # Counts are whole tokens and sums of whole floats are exact: half a token tells a
 # rounding error from counters that do not add up.
 _SLACK = 0.5
@@ -78,6 +82,10 @@ class BadMetrics(ValueError):
 
     def error(self) -> PodError:
         return PodError(self.reason, str(self))
+
+
+class SourceUnavailable(Exception):
+    """Prometheus gave no answer to read: no pod has data this window."""
 
 
 # Pod labels the operator puts on every pod; a Prometheus scraping them relabels these
@@ -329,10 +337,14 @@ def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSa
     if data.get("resultType") != "vector":
         raise ValueError(f"expected a vector result, got {data.get('resultType')}")
     by_pod: dict[tuple[str, str], list[tuple[str, Mapping[str, str], float]]] = {}
-    for item in data.get("result", []):
-        labels: dict[str, str] = item["metric"]
-        key = (labels.get("pod", ""), labels.get("track", ""))
-        by_pod.setdefault(key, []).append((labels["__name__"], labels, float(item["value"][1])))
+    try:
+        for item in data.get("result", []):
+            labels: dict[str, str] = item["metric"]
+            key = (labels.get("pod", ""), labels.get("track", ""))
+            value = float(item["value"][1])
+            by_pod.setdefault(key, []).append((labels["__name__"], labels, value))
+    except (KeyError, IndexError, TypeError, AttributeError) as error:
+        raise ValueError(f"a malformed series in the result: {error!r}") from None
     samples = []
     for (pod, track), series in sorted(by_pod.items()):
         if not pod or track not in TRACKS:
@@ -348,20 +360,39 @@ def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSa
 async def query_prometheus(url: str, namespace: str, model: str, timeout: float) -> list[PodSample]:
     """Current counters of a model's pods from Prometheus' HTTP API (instant query).
 
-    Raises ValueError (or aiohttp.ClientError / TimeoutError) when the server cannot answer:
-    then no pod has data, and the window is inconclusive.
+    Raises SourceUnavailable when the server cannot answer (unreachable, timed out, an
+    answer that is not a query result): then no pod has data, and the window is
+    inconclusive.
     """
     endpoint = url.rstrip("/") + "/api/v1/query"
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(
-            endpoint,
-            params={"query": prometheus_query(namespace, model)},
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response,
-    ):
-        payload = await response.json(content_type=None)
-    return samples_from_prometheus(payload, time.time())
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                endpoint,
+                params={"query": prometheus_query(namespace, model)},
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response,
+        ):
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(READ_CHUNK):
+                body += chunk
+                if len(body) > MAX_PROMETHEUS_BYTES:
+                    raise ValueError(f"the answer is over {MAX_PROMETHEUS_BYTES // 2**20} MiB")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise ValueError(f"HTTP {response.status}: the answer is not JSON") from None
+        if not isinstance(payload, dict):
+            raise ValueError(f"HTTP {response.status}: the answer is not a query result")
+        return samples_from_prometheus(payload, time.time())
+    except TimeoutError:
+        raise SourceUnavailable(
+            cut(f"Prometheus at {url}: no answer within {timeout:g}s")
+        ) from None
+    except (aiohttp.ClientError, ValueError) as error:
+        message = str(error) or type(error).__name__
+        raise SourceUnavailable(cut(f"Prometheus at {url}: {message}")) from None
 
 
 # ----------------------------------------------------------------------------- windows
@@ -397,9 +428,10 @@ class TrackWindow:
 class Observation:
     """What one evaluation saw.
 
-    `errors` names the pods whose readings were left out, and why. `canary_pending_since`
-    is filled in by the operator, not by WindowTracker: the Unix time since when the
-    canary pod has been Pending (None when it is not Pending).
+    `errors` names the pods whose readings were left out, and why. `prometheus_error` says
+    why Prometheus gave nothing at all. `canary_pending_since` is filled in by the
+    operator, not by WindowTracker: the Unix time since when the canary pod has been
+    Pending (None when it is not Pending).
     """
 
     stable: TrackWindow | None
@@ -407,6 +439,7 @@ class Observation:
     errors: dict[str, PodError] = field(default_factory=dict)
     speculation_missing: bool = False
     canary_pending_since: float | None = None
+    prometheus_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ INCONCLUSIVE_WINDOWS = Counter(
 )
 SCRAPE_ERRORS = Counter(
     "specfleet_scrape_errors_total",
-    "Pods whose metrics an evaluation left out, by reason (status.acceptance.podsLeftOut "
-    "names the pods).",
+    "Pods whose metrics an evaluation left out, and Prometheus queries that failed, by "
+    "reason (status.acceptance.podsLeftOut names the pods).",
     [*MODEL, "reason"],
 )
 METRICS_AVAILABLE = Gauge("specfleet_metrics_available", "MetricsAvailable condition (0/1).", MODEL)

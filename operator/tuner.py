@@ -45,7 +45,7 @@ from specfleet.operator.api import (
     parse_duration,
 )
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.metrics import PROMETHEUS_UNAVAILABLE, Observation, TrackWindow
 from specfleet.operator.stats import (
     Estimate,
     conditional_acceptance,
@@ -182,6 +182,7 @@ class Judged:
     reason: str
     rate: Estimate | None = None
     metric: Estimate | None = None
+    detail: str | None = None  # words beside the reason, for the condition's message
 
     @property
     def goodput(self) -> float | None:
@@ -357,7 +358,10 @@ def decide(
         return Decided(run.status, run.actions)
     _sync_with_spec(run)
 
-    stable = judge(spec, observation.stable, sp.baseline_acceptance)
+    if observation.prometheus_error is not None:
+        stable = Judged(None, False, PROMETHEUS_UNAVAILABLE, detail=observation.prometheus_error)
+    else:
+        stable = judge(spec, observation.stable, sp.baseline_acceptance)
     _record_acceptance(run, stable, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
@@ -508,7 +512,8 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
         )
         return
     sp.inconclusive_windows += 1
-    message = f"window inconclusive ({judged.reason}); {sp.inconclusive_windows} in a row"
+    why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
+    message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
     run.act("Inconclusive", judged.reason, message, record=False)
     was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
     if sp.inconclusive_windows >= limit:

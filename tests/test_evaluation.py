@@ -8,10 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
+import pytest
+from aiohttp import web
 from prometheus_client import REGISTRY
 
 from specfleet.operator import render
-from specfleet.operator.api import SpeculativeModel
+from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.evaluation import Evaluator, canary_pending_since, scrape_targets
 from specfleet.operator.status import Children
 from tests.test_runtime_sim_server import PEAGLE, sim
@@ -122,3 +124,40 @@ def test_a_pod_left_out_is_named_in_status_and_counted(peagle_manifest: dict[str
     assert "position 1000000" in window.pods_left_out[0].message
     assert window.draft_tokens > 0 and len(window.per_position) == 3  # the good pod's window
     assert _scrape_errors(model, "ImpossibleCounters") == before + 2
+
+
+@pytest.mark.parametrize("answer", ["unreachable", "html"])
+def test_prometheus_that_cannot_answer_makes_an_inconclusive_window(
+    peagle_manifest: dict[str, Any], answer: str
+) -> None:
+    async def main() -> SpeculativeModel:
+        async def bad_gateway(_: web.Request) -> web.Response:
+            return web.Response(status=502, text="<html>502 Bad Gateway</html>")
+
+        app = web.Application()
+        app.router.add_get("/api/v1/query", bad_gateway)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1] if answer == "html" else _free_port("127.0.0.1")
+        peagle_manifest["spec"]["metrics"] = {
+            "source": "Prometheus",
+            "prometheus": {"url": f"http://127.0.0.1:{port}"},
+            "scrapeTimeout": "2s",
+        }
+        model = _model(peagle_manifest, tokens=3)
+        try:
+            decided = await Evaluator().evaluate(model, Children(), T0)
+        finally:
+            await runner.cleanup()
+        return model.model_copy(update={"status": decided.status})
+
+    before = _scrape_errors(_model(peagle_manifest, tokens=3), "PrometheusUnavailable")
+    model = asyncio.run(main())
+    assert model.status.acceptance.reason == "PrometheusUnavailable"
+    available = next(
+        c for c in model.status.conditions if c.type is ConditionType.METRICS_AVAILABLE
+    )
+    assert available.reason == "PrometheusUnavailable"
+    assert "127.0.0.1" in available.message
+    assert _scrape_errors(model, "PrometheusUnavailable") == before + 1

@@ -175,6 +175,21 @@ def test_pods_left_out_are_named_in_status_bounded() -> None:
     assert fleet.status.acceptance.more_pods_left_out == 0
 
 
+def test_prometheus_unavailable_is_an_inconclusive_window_with_its_reason() -> None:
+    fleet = Fleet(make_spec(tuning={"maxInconclusiveWindows": 2}))
+    fleet.step(CODE)
+    error = "Prometheus at http://prometheus:9090: Cannot connect to host prometheus:9090"
+    fleet.step(None, prometheus_error=error)
+    assert fleet.status.acceptance.reason == "PrometheusUnavailable"
+    assert not fleet.status.acceptance.conclusive
+    assert "MetricsUnavailable" in fleet.step(None, prometheus_error=error)
+    available = next(
+        c for c in fleet.status.conditions if c.type is ConditionType.METRICS_AVAILABLE
+    )
+    assert (available.status, available.reason) == ("False", "PrometheusUnavailable")
+    assert "Cannot connect to host prometheus:9090" in available.message
+
+
 def test_missing_spec_decode_series_sets_speculation_inactive() -> None:
     fleet = Fleet(make_spec())
     assert "SpeculationMissing" in fleet.step(None, speculation_missing=True)
