@@ -517,6 +517,10 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
     run.act("Inconclusive", judged.reason, message, record=False)
     was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
     if sp.inconclusive_windows >= limit:
+        # failureLimit counts failing windows in a row. A gap long enough to call the
+        # metrics unavailable ends the row: windows before it (another hour, another
+        # load, another set of pods) do not add up with the ones after it to a rollback.
+        sp.failing_windows = 0
         run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
         if was != "False":
             run.act("MetricsUnavailable", judged.reason, message, warning=True, record=False)

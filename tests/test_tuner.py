@@ -159,6 +159,25 @@ def test_inconclusive_windows_set_metrics_unavailable() -> None:
     assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "True"
 
 
+def test_failing_windows_do_not_carry_across_a_long_run_of_inconclusive_windows() -> None:
+    spec = make_spec(
+        rollback={"failureLimit": 2},
+        tuning={"enabled": False, "maxInconclusiveWindows": 5},
+    )
+    fleet = Fleet(spec)
+    fleet.step(CHAT)
+    for _ in range(4):  # a short gap neither passes nor fails: the next failure rolls back
+        fleet.step(None)
+    assert {"Rollback", "StepDown", "Disable"} & set(fleet.step(CHAT))
+
+    fleet = Fleet(spec)
+    fleet.step(CHAT)
+    for _ in range(17):  # a run long enough to call the metrics unavailable
+        fleet.step(None)
+    assert not {"Rollback", "StepDown", "Disable"} & set(fleet.step(CHAT))
+    assert fleet.status.speculation.failing_windows == 1
+
+
 def test_pods_left_out_are_named_in_status_bounded() -> None:
     fleet = Fleet(make_spec())
     errors = {
@@ -254,6 +273,7 @@ def runs(draw: st.DrawFn) -> tuple[SpeculativeModelSpec, list[Any], list[float |
             "cooldown": draw(st.sampled_from(["1m", "3m", "10m"])),
             "canaryWindows": draw(st.integers(1, 3)),
             "strategy": draw(st.sampled_from(["Canary", "InPlace"])),
+            "maxInconclusiveWindows": draw(st.integers(1, 5)),
         },
         rollback={"failureLimit": draw(st.integers(1, 3))},
     )
@@ -272,7 +292,7 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
     cooldown = parse_duration(spec.tuning.cooldown)
     status = SpeculativeModelStatus()
     now = T0
-    failing_in_a_row = 0
+    failing_in_a_row = inconclusive_in_a_row = 0
     for profile, pending_since in zip(profiles, pending, strict=True):
         sp = status.speculation
         k = sp.tokens or spec.speculation.tokens
@@ -306,6 +326,10 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         canary_conclusive = (
             canary is not None and canary.draft_tokens >= spec.tuning.min_draft_tokens
         )
+        if not sp.disabled:
+            inconclusive_in_a_row = 0 if conclusive else inconclusive_in_a_row + 1
+            if inconclusive_in_a_row >= spec.tuning.max_inconclusive_windows:
+                failing_in_a_row = 0  # a gap that long ends the row of failing windows
         # Inconclusive windows are never a pass or a fail.
         if not conclusive:
             assert not {"Rollback", "StepDown", "Disable"} & set(kinds)
@@ -326,6 +350,8 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
             assert not rolled
         if rolled or new.tokens != k or new.disabled != sp.disabled:
             failing_in_a_row = 0
+        if new.disabled != sp.disabled:
+            inconclusive_in_a_row = 0
         status = decided.status
 
 
