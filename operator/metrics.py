@@ -246,9 +246,8 @@ class PageReader:
 def parse_vllm_metrics(text: str) -> SpecDecodeCounters:
     """Counters from a whole vLLM /metrics page (see PageReader)."""
     reader = PageReader()
-    data = text.encode()
-    for start in range(0, len(data), READ_CHUNK):
-        reader.feed(data[start : start + READ_CHUNK])
+    for start in range(0, len(text), READ_CHUNK):
+        reader.feed(text[start : start + READ_CHUNK].encode())
     return reader.counters()
 
 
