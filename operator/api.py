@@ -553,12 +553,16 @@ class AcceptanceWindow(ApiModel):
     conclusive: bool = False
     reason: str | None = Field(default=None, description="Why the window is inconclusive.")
     measured_at: datetime | None = None
-    pods_left_out: Annotated[list[PodLeftOut], Field(max_length=LEFT_OUT_LIMIT)] = Field(
-        default_factory=list,
+    # Absent rather than empty: a schema default would make an operator older than the
+    # CRD see its status differ on every tick (test_crd says how).
+    pods_left_out: Annotated[list[PodLeftOut], Field(max_length=LEFT_OUT_LIMIT)] | None = Field(
+        default=None,
         description=f"Pods whose metrics the last evaluation left out, and why (the first "
         f"{LEFT_OUT_LIMIT} by name).",
     )
-    more_pods_left_out: int = Field(default=0, description="Pods left out beyond those listed.")
+    more_pods_left_out: int | None = Field(
+        default=None, description="Pods left out beyond those listed."
+    )
 
 
 class Decision(ApiModel):

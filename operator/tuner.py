@@ -474,8 +474,11 @@ def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> N
         pods_left_out=[
             PodLeftOut(pod=pod, reason=error.reason, message=error.message)
             for pod, error in sorted(observation.errors.items())[:LEFT_OUT_LIMIT]
-        ],
-        more_pods_left_out=max(0, len(observation.errors) - LEFT_OUT_LIMIT),
+        ]
+        or None,
+        more_pods_left_out=len(observation.errors) - LEFT_OUT_LIMIT
+        if len(observation.errors) > LEFT_OUT_LIMIT
+        else None,
     )
 
 
