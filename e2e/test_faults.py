@@ -1,5 +1,5 @@
 """Faults: the operator killed mid-canary, the API server restarted, a pod serving
-garbage or timing out, and the spec edited while a canary runs."""
+garbage, timing out or serving a hostile page, and the spec edited while a canary runs."""
 
 from __future__ import annotations
 
