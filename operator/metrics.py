@@ -634,6 +634,8 @@ class WindowTracker:
                 )
                 if previous is not None:
                     seen[sample.pod] = previous
+                if sample.pod in self._unexplained:
+                    unexplained.add(sample.pod)  # still waiting for a reading that follows
                 continue
             seen[sample.pod] = sample
             serving = current.requests_running > 0 or (

@@ -439,11 +439,16 @@ def test_without_start_times_only_counters_reset_together_are_a_restart() -> Non
     window = tracker.observe([mixed], K8)
     assert window.stable is None
     assert window.errors["a"].reason == "InconsistentCounters"
-    # The reading after the one that could not be explained starts the next window.
+    # The reading after the one that could not be explained starts the next window, even
+    # with a failed scrape between them.
+    timeout = PodError(LeftOutReason.TIMEOUT, "no whole answer within 5s")
+    assert tracker.observe([PodSample("a", "stable", 90, None, timeout)], K8).stable is None
+    windows = []
     for at, drafts in ((120, 130), (180, 230)):
         later = replace_counters(sample("a", at, drafts, [drafts / 2, drafts / 5]), 10**6 + at)
-        window = tracker.observe([later], K8)
-    assert window.stable is not None and window.stable.drafts == 100
+        windows.append(tracker.observe([later], K8).stable)
+    assert windows[0] is None
+    assert windows[1] is not None and windows[1].drafts == 100
 
 
 def replace_counters(pod: PodSample, generation_tokens: float) -> PodSample:
