@@ -50,6 +50,10 @@ HISTORY_LIMIT = 20
 # server's per-call limit, so no admissible object can fail on cost instead of the rule.
 MAX_ARGS = 64
 MAX_ARG_LENGTH = 1024
+# Pods left out of a window that status names, and the length of each message: status
+# stays small whatever the pods serve and however many of them fail.
+LEFT_OUT_LIMIT = 5
+LEFT_OUT_MESSAGE_LIMIT = 200
 
 # A Go-style duration, e.g. "30s", "5m", "1h30m": each unit at most once, in the order
 # h, m, s, ms, each part positive and at most six digits. The bounds keep every value
@@ -727,6 +731,29 @@ class CanaryComparison(ApiModel):
     canary: TrackTotals = Field(default_factory=TrackTotals)
 
 
+class LeftOutReason(StrEnum):
+    """Why an evaluation left a pod's metrics out (a specfleet_scrape_errors_total label)."""
+
+    UNREACHABLE = "Unreachable"
+    TIMEOUT = "Timeout"
+    HTTP_STATUS = "HttpStatus"
+    TOO_LARGE = "TooLarge"
+    UNPARSEABLE = "Unparseable"
+    NO_VLLM_METRICS = "NoVllmMetrics"
+    IMPOSSIBLE_COUNTERS = "ImpossibleCounters"
+    INCONSISTENT_COUNTERS = "InconsistentCounters"
+
+
+class PodLeftOut(ApiModel):
+    """A pod whose metrics the last evaluation could not use."""
+
+    pod: str = Field(description="Pod name.")
+    reason: LeftOutReason
+    message: Annotated[str, StringConstraints(max_length=LEFT_OUT_MESSAGE_LIMIT)] = Field(
+        description="What was wrong, in words."
+    )
+
+
 class AcceptanceWindow(ApiModel):
     """The last metrics window of the stable track."""
 
@@ -742,6 +769,16 @@ class AcceptanceWindow(ApiModel):
     conclusive: bool = False
     reason: str | None = Field(default=None, description="Why the window is inconclusive.")
     measured_at: datetime | None = None
+    # Absent rather than empty: a schema default would make an operator older than the
+    # CRD see its status differ on every tick (test_crd says how).
+    pods_left_out: Annotated[list[PodLeftOut], Field(max_length=LEFT_OUT_LIMIT)] | None = Field(
+        default=None,
+        description=f"Pods whose metrics the last evaluation left out, and why (the first "
+        f"{LEFT_OUT_LIMIT} by name).",
+    )
+    more_pods_left_out: int | None = Field(
+        default=None, description="Pods left out beyond those listed."
+    )
 
 
 class Decision(ApiModel):

@@ -21,8 +21,12 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import (
+    PROMETHEUS_UNAVAILABLE,
+    TRACKS,
+    Observation,
     PodSample,
     ScrapeTarget,
+    SourceUnavailable,
     WindowTracker,
     query_prometheus,
     scrape,
@@ -98,13 +102,28 @@ class Evaluator:
     ) -> tuner.Decided:
         key = (model.metadata.namespace or "", model.metadata.name)
         tracker = self.trackers.setdefault(key, WindowTracker())
-        observation = tracker.observe(await self._samples(model, children))
+        try:
+            samples = await self._samples(model, children)
+        except SourceUnavailable as error:
+            # No pod has data. The tracker keeps its readings: the next answer spans the gap.
+            observation = Observation(stable=None, canary=None, prometheus_error=str(error))
+        else:
+            tokens = {track: render.track_tokens(model, track) for track in TRACKS}
+            observation = tracker.observe(samples, tokens)
         observation = replace(observation, canary_pending_since=canary_pending_since(children))
+        self._count_errors(model, observation)
         decided = tuner.decide(
             model.spec, model.status, observation, now, generation=model.metadata.generation
         )
         self._export(model, decided.status)
         return decided
+
+    def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
+        labels = (model.metadata.namespace or "", model.metadata.name)
+        for error in observation.errors.values():
+            metrics.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
+        if observation.prometheus_error is not None:
+            metrics.SCRAPE_ERRORS.labels(*labels, PROMETHEUS_UNAVAILABLE).inc()
 
     def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""

@@ -71,6 +71,18 @@ def stable_tokens(model: SpeculativeModel) -> int:
     return model.status.speculation.tokens or model.spec.speculation.tokens
 
 
+def _track_method(model: SpeculativeModel, track: Track) -> DraftMethod:
+    return effective_method(model) if track == "stable" else model.spec.draft.method
+
+
+def track_tokens(model: SpeculativeModel, track: Track) -> int:
+    """K the pods of a track run (0: plain decoding)."""
+    if _track_method(model, track) is DraftMethod.NONE:
+        return 0
+    candidate = model.status.speculation.candidate_tokens
+    return stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
+
+
 def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) -> RuntimeConfig:
     """The runtime's config contract for one track; pods bind their own IP."""
     spec = model.spec
@@ -162,9 +174,9 @@ def config_hash(container: dict[str, Any]) -> str:
 
 
 def deployment(model: SpeculativeModel, track: Track) -> Manifest:
-    method = effective_method(model) if track == "stable" else model.spec.draft.method
+    method = _track_method(model, track)
+    tokens = track_tokens(model, track)
     candidate = model.status.speculation.candidate_tokens
-    tokens = stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
     replicas = model.spec.replicas if track == "stable" else (1 if candidate else 0)
     container = _container(model, method, tokens)
     pod_labels = labels(model, track)
@@ -203,7 +215,7 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
                     "labels": dict(pod_labels),
                     "annotations": {
                         CONFIG_HASH_ANNOTATION: config_hash(container),
-                        TOKENS_ANNOTATION: str(tokens) if method is not DraftMethod.NONE else "0",
+                        TOKENS_ANNOTATION: str(tokens),
                     },
                 },
                 "spec": pod_spec,

@@ -216,6 +216,7 @@ def _engine_window(
         generation_tokens=previous.generation_tokens + drafts + sum(counts),
         requests_running=batch,
         speculation_exported=True,
+        process_start_time=previous.process_start_time,
     )
 
 
@@ -266,7 +267,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         return result
 
     tracker.observe(
-        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()]
+        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()],
+        {track: k for _, track, k in pods()},
     )
     status = decide(spec, status, Observation(stable=None, canary=None), START).status
     windows = int(scenario.duration // interval)
@@ -286,7 +288,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         running = pods()
         for name, track, k in running:
             if pod_k.get(name) != k:
-                counters[name] = SpecDecodeCounters()  # a rollout restarts the pod
+                # A rollout restarts the pod: a new process, its counters from zero.
+                counters[name] = SpecDecodeCounters(process_start_time=start)
                 pod_k[name] = k
             counters[name] = _engine_window(
                 rng,
@@ -299,7 +302,7 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
                 parallel,
             )
             samples.append(PodSample(name, track, start + interval, counters[name]))
-        observation = tracker.observe(samples)
+        observation = tracker.observe(samples, {track: k for _, track, k in running})
         now = START + timedelta(seconds=start + interval)
         stable_k = running[0][2]
         canary_k = running[-1][2] if running[-1][1] == "canary" else None

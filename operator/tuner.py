@@ -30,11 +30,13 @@ from datetime import datetime, timedelta
 
 from specfleet.operator.api import (
     HISTORY_LIMIT,
+    LEFT_OUT_LIMIT,
     AcceptanceWindow,
     CanaryComparison,
     ConditionType,
     Decision,
     DraftMethod,
+    PodLeftOut,
     RollbackMetric,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -43,7 +45,7 @@ from specfleet.operator.api import (
     parse_duration,
 )
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.metrics import PROMETHEUS_UNAVAILABLE, Observation, TrackWindow
 from specfleet.operator.stats import (
     Estimate,
     conditional_acceptance,
@@ -180,6 +182,7 @@ class Judged:
     reason: str
     rate: Estimate | None = None
     metric: Estimate | None = None
+    detail: str | None = None  # words beside the reason, for the condition's message
 
     @property
     def goodput(self) -> float | None:
@@ -355,8 +358,11 @@ def decide(
         return Decided(run.status, run.actions)
     _sync_with_spec(run)
 
-    stable = judge(spec, observation.stable, sp.baseline_acceptance)
-    _record_acceptance(run, stable)
+    if observation.prometheus_error is not None:
+        stable = Judged(None, False, PROMETHEUS_UNAVAILABLE, detail=observation.prometheus_error)
+    else:
+        stable = judge(spec, observation.stable, sp.baseline_acceptance)
+    _record_acceptance(run, stable, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
         _maybe_reprobe(run)
@@ -460,7 +466,7 @@ def _sync_with_spec(run: _Run) -> None:
         sp.rejected_until = None
 
 
-def _record_acceptance(run: _Run, judged: Judged) -> None:
+def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> None:
     window = judged.window
     positions = [round(e.value, 4) for e in per_position(window)] if window else []
     rate = judged.rate or (
@@ -480,6 +486,14 @@ def _record_acceptance(run: _Run, judged: Judged) -> None:
         if judged.conclusive
         else ("SpeculationDisabled" if run.sp.disabled else judged.reason),
         measured_at=run.now,
+        pods_left_out=[
+            PodLeftOut(pod=pod, reason=error.reason, message=error.message)
+            for pod, error in sorted(observation.errors.items())[:LEFT_OUT_LIMIT]
+        ]
+        or None,
+        more_pods_left_out=len(observation.errors) - LEFT_OUT_LIMIT
+        if len(observation.errors) > LEFT_OUT_LIMIT
+        else None,
     )
 
 
@@ -516,10 +530,15 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
         )
         return
     sp.inconclusive_windows += 1
-    message = f"window inconclusive ({judged.reason}); {sp.inconclusive_windows} in a row"
+    why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
+    message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
     run.act("Inconclusive", judged.reason, message, record=False)
     was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
     if sp.inconclusive_windows >= limit:
+        # failureLimit counts failing windows in a row. A gap long enough to call the
+        # metrics unavailable ends the row: windows before it (another hour, another
+        # load, another set of pods) do not add up with the ones after it to a rollback.
+        sp.failing_windows = 0
         run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
         if was != "False":
             run.act("MetricsUnavailable", judged.reason, message, warning=True, record=False)
