@@ -15,8 +15,9 @@ from kubernetes import client
 from e2e import cluster
 from e2e.models import apply, condition, get_model, sim_admin
 from e2e.operator_process import OperatorProcess
-from e2e.story import INTERVAL_SECONDS, MODEL, ROLLBACK_ACTIONS, story_model
+from e2e.story import INTERVAL_SECONDS, MODEL, story_model
 from e2e.waiting import wait_for
+from specfleet.operator.tuner import ROLLBACK_ACTIONS
 
 
 def _history(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -93,8 +93,21 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+class _CheckedString:
+    """A pydantic annotation that runs `check` on a string after its type's validation,
+    so pydantic says in words what the schema's pattern or rule checks at admission."""
+
+    def check(self, text: str) -> str:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+
 @dataclass(frozen=True)
-class Duration:
+class Duration(_CheckedString):
     """Marks a duration field, with its documented maximum and its description.
 
     Checked by CEL at admission rather than a schema pattern, because the API server's
@@ -116,11 +129,6 @@ class Duration:
             raise ValueError(self.words)
         return text
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
@@ -138,7 +146,7 @@ class Duration:
 
 
 @dataclass(frozen=True)
-class Matching:
+class Matching(_CheckedString):
     """A string the API server checks with a schema pattern (anchored at both ends).
     Pydantic checks the same pattern but says what it means, not the regex."""
 
@@ -149,11 +157,6 @@ class Matching:
         if not re.fullmatch(self.pattern, text):
             raise ValueError(f"must be {self.meaning}")
         return text
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler

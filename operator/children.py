@@ -6,6 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# A model's two Deployments: the stable pods (the K in effect) and the canary (a candidate).
+Track = Literal["stable", "canary"]
+TRACKS: tuple[Track, ...] = ("stable", "canary")
+
 
 @dataclass(frozen=True)
 class ChildKind:

@@ -10,8 +10,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from specfleet.operator import observability as metrics
-from specfleet.operator import render, tuner
+from specfleet.operator import observability, render, tuner
 from specfleet.operator.api import (
     ConditionType,
     MetricsSource,
@@ -19,10 +18,10 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
     parse_duration,
 )
+from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import (
     PROMETHEUS_UNAVAILABLE,
-    TRACKS,
     Observation,
     PodSample,
     ScrapeTarget,
@@ -35,11 +34,10 @@ from specfleet.operator.status import ObservedChildren, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
 Key = tuple[str, str]
-ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
 SCRAPE_CONCURRENCY = 64
 
 
-def _expected_config(model: SpeculativeModel, track: render.Track) -> str:
+def _expected_config(model: SpeculativeModel, track: Track) -> str:
     template = render.deployment(model, track)["spec"]["template"]
     return str(template["metadata"]["annotations"][render.CONFIG_HASH_ANNOTATION])
 
@@ -121,21 +119,21 @@ class Evaluator:
     def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
         labels = (model.metadata.namespace or "", model.metadata.name)
         for error in observation.errors.values():
-            metrics.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
+            observability.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
         if observation.prometheus_error is not None:
-            metrics.SCRAPE_ERRORS.labels(*labels, PROMETHEUS_UNAVAILABLE).inc()
+            observability.SCRAPE_ERRORS.labels(*labels, PROMETHEUS_UNAVAILABLE).inc()
 
     def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""
         labels = (model.metadata.namespace or "", model.metadata.name)
         eventful = []
         for action in actions:
-            if action.kind == "Inconclusive":
-                metrics.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
+            if action.kind == tuner.ActionKind.INCONCLUSIVE:
+                observability.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
                 continue  # counted, not worth an Event every interval
-            metrics.DECISIONS.labels(*labels, action.kind).inc()
-            if action.kind in ROLLBACK_ACTIONS:
-                metrics.ROLLBACKS.labels(*labels, action.reason).inc()
+            observability.DECISIONS.labels(*labels, action.kind).inc()
+            if action.kind in tuner.ROLLBACK_ACTIONS:
+                observability.ROLLBACKS.labels(*labels, action.reason).inc()
             log.info("%s/%s: %s: %s", *labels, action.kind, action.message)
             eventful.append(action)
         return eventful
@@ -144,16 +142,16 @@ class Evaluator:
         labels = (model.metadata.namespace or "", model.metadata.name)
         window = status.acceptance
         for gauge, value in (
-            (metrics.ACCEPTANCE_RATE, window.rate),
-            (metrics.ACCEPTANCE_LOWER_BOUND, window.lower_bound),
-            (metrics.MEAN_ACCEPTANCE_LENGTH, window.mean_length),
-            (metrics.GOODPUT, window.goodput),
+            (observability.ACCEPTANCE_RATE, window.rate),
+            (observability.ACCEPTANCE_LOWER_BOUND, window.lower_bound),
+            (observability.MEAN_ACCEPTANCE_LENGTH, window.mean_length),
+            (observability.GOODPUT, window.goodput),
         ):
             if value is not None:
                 gauge.labels(*labels).set(value)
         for gauge, kind in (
-            (metrics.METRICS_AVAILABLE, ConditionType.METRICS_AVAILABLE),
-            (metrics.SPECULATION_ACTIVE, ConditionType.SPECULATION_ACTIVE),
+            (observability.METRICS_AVAILABLE, ConditionType.METRICS_AVAILABLE),
+            (observability.SPECULATION_ACTIVE, ConditionType.SPECULATION_ACTIVE),
         ):
             state = condition_status(status.conditions, kind)
             if state != "Unknown":

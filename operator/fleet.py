@@ -20,8 +20,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from specfleet.operator import observability as metrics
-from specfleet.operator import render, tuner
+from specfleet.operator import observability, render, tuner
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -179,7 +178,7 @@ class Fleet:
         self.locks.pop(key, None)
         if self.evaluator is not None:
             self.evaluator.forget(key)
-        metrics.forget_model(*key)
+        observability.forget_model(*key)
 
     # --------------------------------------------------------------- reconcile
 
@@ -209,17 +208,19 @@ class Fleet:
                 else:
                     failure = await self._reconcile(body, model, evaluate)
             except Exception:
-                metrics.RECONCILES.labels(handler, "error").inc()
+                observability.RECONCILES.labels(handler, "error").inc()
                 self._back_off(key, body)
                 raise
             finally:
-                metrics.RECONCILE_SECONDS.labels(handler).observe(time.perf_counter() - started)
+                observability.RECONCILE_SECONDS.labels(handler).observe(
+                    time.perf_counter() - started
+                )
             if failure is not None:
-                metrics.RECONCILES.labels(handler, "error").inc()
+                observability.RECONCILES.labels(handler, "error").inc()
                 delay = self._back_off(key, body)
                 log.warning("%s/%s: %s; retrying in %.0fs", *key, failure.message, delay)
                 return
-            metrics.RECONCILES.labels(handler, "success").inc()
+            observability.RECONCILES.labels(handler, "success").inc()
             self.backoff.pop(key, None)
             self.settled[key] = inputs
 
@@ -389,10 +390,12 @@ class Fleet:
         labels = (model.metadata.namespace or "", model.metadata.name)
         speculation = status.speculation
         stable_k = 0 if speculation.disabled else (speculation.tokens or 0)
-        metrics.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
-        metrics.SPECULATIVE_TOKENS.labels(*labels, "canary").set(speculation.candidate_tokens or 0)
-        metrics.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
-        metrics.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
+        observability.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
+        observability.SPECULATIVE_TOKENS.labels(*labels, "canary").set(
+            speculation.candidate_tokens or 0
+        )
+        observability.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
+        observability.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
 
     # ------------------------------------------------------------------- loop
 

@@ -14,16 +14,14 @@ import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.operator.api import LEFT_OUT_MESSAGE_LIMIT, LeftOutReason
+from specfleet.operator.children import TRACKS, Track
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
-
-Track = Literal["stable", "canary"]
-TRACKS: tuple[Track, ...] = ("stable", "canary")
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"

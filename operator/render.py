@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any
 
 from specfleet.operator.api import (
     API_VERSION,
@@ -18,11 +18,10 @@ from specfleet.operator.api import (
     DraftMethod,
     SpeculativeModel,
 )
-from specfleet.operator.children import DEPLOYMENT, SERVICE
+from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
 from specfleet.runtime.config import RuntimeConfig
 
 Manifest = dict[str, Any]
-Track = Literal["stable", "canary"]
 
 MODEL_LABEL = "specfleet.io/model"
 TRACK_LABEL = "specfleet.io/track"

@@ -27,6 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from specfleet.operator.api import (
     HISTORY_LIMIT,
@@ -50,11 +51,17 @@ from specfleet.operator.stats import (
     Estimate,
     conditional_acceptance,
     draft_acceptance_rate,
+    expected_rollback_metric,
     per_position,
     rollback_metric,
     wilson,
 )
-from specfleet.runtime.sim_model import StepCost, step_seconds
+from specfleet.runtime.sim_model import (
+    StepCost,
+    expected_accepted,
+    expected_draft_acceptance_rate,
+    step_seconds,
+)
 
 # Positions never drafted are assumed to be accepted less often than the last measured
 # one, by this factor per extra position: acceptance falls with depth in every published
@@ -67,6 +74,29 @@ EXTRAPOLATION_DECAY = 0.9
 # batch 8): verification turns compute-bound past ~8 tokens per step. Only ratios
 # between Ks matter to the decisions, not the absolute numbers.
 DEFAULT_COST = StepCost(target_forward_ms=20.0, compute_bound_tokens=8, verify_ms_per_token=0.8)
+
+
+class ActionKind(StrEnum):
+    """What a decision did: the Event reason, the history entry's action, a metric label."""
+
+    START_CANARY = "StartCanary"
+    START_IN_PLACE = "StartInPlace"
+    IN_PLACE_FALLBACK = "InPlaceFallback"
+    PROMOTE = "Promote"
+    ABORT = "Abort"
+    ROLLBACK = "Rollback"
+    STEP_DOWN = "StepDown"
+    DISABLE = "Disable"
+    REPROBE = "Reprobe"
+    SPEC_CHANGED = "SpecChanged"
+    CLAMP = "Clamp"
+    INCONCLUSIVE = "Inconclusive"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    SPECULATION_MISSING = "SpeculationMissing"
+
+
+# The decisions that move K down or switch speculation off because of the floor.
+ROLLBACK_ACTIONS = frozenset({ActionKind.ROLLBACK, ActionKind.STEP_DOWN, ActionKind.DISABLE})
 
 
 @dataclass(frozen=True)
@@ -122,26 +152,15 @@ def predict(
     metric: RollbackMetric,
     cost: StepCost = DEFAULT_COST,
 ) -> Prediction:
-    """Expected acceptance, acceptance length, rollback metric and goodput at K=k.
-
-    RelativeToBaseline is predicted at 1.0 for every K: its baseline is re-measured when a
-    K is promoted, so the floor does not constrain which K may be chosen.
-    """
+    """Expected acceptance, acceptance length, rollback metric and goodput at K=k."""
     rates = extrapolate(conditional, k)
-    reach, accepted = 1.0, 0.0
-    for c in rates:
-        reach *= c
-        accepted += reach
-    rate = accepted / k if k else 0.0
-    mean_length = 1.0 + accepted
-    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
-        predicted_metric = rate
-    elif metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
-        predicted_metric = rates[0] if rates else 0.0
-    else:
-        predicted_metric = 1.0
+    mean_length = 1.0 + expected_accepted(rates, k)
     return Prediction(
-        k, rate, mean_length, predicted_metric, goodput_at(mean_length, k, batch, parallel, cost)
+        k,
+        expected_draft_acceptance_rate(rates, k),
+        mean_length,
+        expected_rollback_metric(metric, rates, k),
+        goodput_at(mean_length, k, batch, parallel, cost),
     )
 
 
@@ -287,7 +306,7 @@ class _Run:
 
     def act(
         self,
-        kind: str,
+        kind: ActionKind,
         reason: str,
         message: str,
         *,
@@ -427,7 +446,7 @@ def _sync_with_spec(run: _Run) -> None:
     if sp.tokens is None or sp.requested_tokens is None or sp.requested_tokens != requested:
         if sp.tokens is not None and sp.requested_tokens is not None:
             run.act(
-                "SpecChanged",
+                ActionKind.SPEC_CHANGED,
                 "RequestedTokensChanged",
                 f"spec.speculation.tokens is now {requested}; tuning restarts from it",
                 from_tokens=sp.tokens,
@@ -449,7 +468,7 @@ def _sync_with_spec(run: _Run) -> None:
     if not low <= sp.tokens <= high:
         clamped = min(high, max(low, sp.tokens))
         run.act(
-            "Clamp",
+            ActionKind.CLAMP,
             "OutsideRange",
             f"K={sp.tokens} is outside speculation [{low}, {high}]; using {clamped}",
             from_tokens=sp.tokens,
@@ -514,7 +533,9 @@ def _speculation_condition(run: _Run, observation: Observation) -> None:
         )
         run.condition(ConditionType.SPECULATION_ACTIVE, "False", "NotExported", message)
         if was != "False":
-            run.act("SpeculationMissing", "NotExported", message, warning=True, record=False)
+            run.act(
+                ActionKind.SPECULATION_MISSING, "NotExported", message, warning=True, record=False
+            )
     elif observation.stable is not None and observation.stable.drafts > 0:
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "True", "Drafting", f"drafting K={sp.tokens}"
@@ -532,7 +553,7 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
     sp.inconclusive_windows += 1
     why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
     message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
-    run.act("Inconclusive", judged.reason, message, record=False)
+    run.act(ActionKind.INCONCLUSIVE, judged.reason, message, record=False)
     was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
     if sp.inconclusive_windows >= limit:
         # failureLimit counts failing windows in a row. A gap long enough to call the
@@ -541,7 +562,9 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
         sp.failing_windows = 0
         run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
         if was != "False":
-            run.act("MetricsUnavailable", judged.reason, message, warning=True, record=False)
+            run.act(
+                ActionKind.METRICS_UNAVAILABLE, judged.reason, message, warning=True, record=False
+            )
     elif not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
         run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
 
@@ -593,7 +616,7 @@ def _rollback(run: _Run, judged: Judged) -> None:
         and predicted[lkg].metric >= run.floor
     ):
         run.act(
-            "Rollback",
+            ActionKind.ROLLBACK,
             "BelowFloor",
             f"{why}; back to last known good K={lkg}",
             warning=True,
@@ -608,7 +631,7 @@ def _rollback(run: _Run, judged: Judged) -> None:
     if lower:
         k = max(lower)
         run.act(
-            "StepDown",
+            ActionKind.STEP_DOWN,
             "BelowFloor",
             f"{why}; K={k} is the largest predicted to clear it ({predicted[k].metric:.3f})",
             warning=True,
@@ -627,7 +650,7 @@ def _rollback(run: _Run, judged: Judged) -> None:
         "serving without speculation"
     )
     run.act(
-        "Disable",
+        ActionKind.DISABLE,
         "NoKClearsFloor",
         reason,
         warning=True,
@@ -652,7 +675,7 @@ def _maybe_reprobe(run: _Run) -> None:
         return
     k = run.spec.speculation.min_tokens
     run.act(
-        "Reprobe",
+        ActionKind.REPROBE,
         "BackoffElapsed",
         f"speculation re-enabled at K={k} after {run.spec.rollback.reprobe_after}",
         to_tokens=k,
@@ -694,7 +717,7 @@ def _propose(run: _Run, judged: Judged) -> None:
             candidate_tokens=best.tokens, in_place=True, previous_tokens=sp.tokens, stable=before
         )
         run.act(
-            "StartInPlace",
+            ActionKind.START_IN_PLACE,
             "PredictedGain",
             message,
             from_tokens=sp.tokens,
@@ -709,7 +732,7 @@ def _propose(run: _Run, judged: Judged) -> None:
     sp.candidate_tokens = best.tokens
     sp.canary_started_at = run.now
     run.act(
-        "StartCanary",
+        ActionKind.START_CANARY,
         "PredictedGain",
         message,
         from_tokens=sp.tokens,
@@ -744,7 +767,7 @@ def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Obser
             sp.strategy = TuningStrategy.IN_PLACE
             _end_trial(run, promote=False, reason="CanaryPending", message=message, reject=False)
             run.act(
-                "InPlaceFallback",
+                ActionKind.IN_PLACE_FALLBACK,
                 "CanaryPending",
                 message,
                 warning=True,
@@ -830,7 +853,12 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
     rate = _totals_rate(trial.canary).value if trial.canary.windows else None
     if promote:
         run.act(
-            "Promote", reason, message, from_tokens=previous, to_tokens=candidate, acceptance=rate
+            ActionKind.PROMOTE,
+            reason,
+            message,
+            from_tokens=previous,
+            to_tokens=candidate,
+            acceptance=rate,
         )
         sp.last_known_good_tokens = previous
         run.changed(candidate)
@@ -839,7 +867,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
         sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
         sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
     run.act(
-        "Abort",
+        ActionKind.ABORT,
         reason,
         message,
         warning=reason == "BelowFloor",

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
+from specfleet.operator.children import Track
 from specfleet.operator.evaluation import Evaluator, canary_pending_since, scrape_targets
 from specfleet.operator.status import ObservedChildren
 from tests.test_runtime_sim_server import PEAGLE, sim
@@ -32,7 +33,7 @@ def _scrape_errors(model: SpeculativeModel, reason: str) -> float:
     return REGISTRY.get_sample_value("specfleet_scrape_errors_total", labels) or 0.0
 
 
-def _pod(name: str, model: SpeculativeModel, track: render.Track, **status: Any) -> dict[str, Any]:
+def _pod(name: str, model: SpeculativeModel, track: Track, **status: Any) -> dict[str, Any]:
     template = render.deployment(model, track)["spec"]["template"]
     return {
         "metadata": {

@@ -10,6 +10,7 @@ import pytest
 from aiohttp import web
 
 from specfleet.operator.api import LeftOutReason
+from specfleet.operator.children import Track
 from specfleet.operator.metrics import (
     MAX_BODY_BYTES,
     MAX_SERIES,
@@ -19,7 +20,6 @@ from specfleet.operator.metrics import (
     PodSample,
     ScrapeTarget,
     SpecDecodeCounters,
-    Track,
     WindowTracker,
     implausible,
     parse_vllm_metrics,
