@@ -247,9 +247,9 @@ class Fleet:
             if self._changes_children(key, recorded, model, manifests):
                 # Record the decision before acting on it: children applied from a
                 # status that is not written yet would be undone by the next reconcile.
-                written = await self._write_status(
-                    body, summarize(model, self.cache.observed(key), now)
-                )
+                # Not summarized: Ready and observedGeneration must not claim children
+                # that are not applied yet.
+                written = await self._write_status(body, model.status)
                 if written is None:
                     return None  # someone wrote in between: decide again from theirs
                 body = written

@@ -228,3 +228,23 @@ def test_a_config_that_does_not_render_degrades_the_model(
     )
     assert degraded["reason"] == "RenderFailed" and "draft-tensor-parallel" in degraded["message"]
     assert cluster.applied == []
+
+
+def test_a_decision_written_first_does_not_claim_the_new_generation(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """Until the children of generation 2 are applied, status must not say that
+    generation 2 is observed (and Ready): a client waiting for it would read old pods."""
+    started(cluster, fleet, peagle_manifest)
+    seen: list[int | None] = []
+    apply = cluster.apply
+
+    def recording_apply(manifest: dict[str, Any]) -> dict[str, Any]:
+        seen.append(cluster.model("llama")["status"].get("observedGeneration"))
+        return apply(manifest)
+
+    cluster.apply = recording_apply  # type: ignore[method-assign]
+    cluster.edit_spec("llama", lambda spec: spec["speculation"].update(tokens=2))
+    settle(cluster, fleet)
+    assert seen and set(seen) == {1}
+    assert cluster.model("llama")["status"]["observedGeneration"] == 2
