@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,7 @@ from e2e.models import sim_model  # noqa: E402
 from e2e.operator_process import OperatorProcess  # noqa: E402
 from specfleet.operator import render  # noqa: E402
 from specfleet.operator.api import GROUP, PLURAL, VERSION, SpeculativeModel  # noqa: E402
-from specfleet.operator.status import with_requested_speculation  # noqa: E402
+from specfleet.operator.tuner import sync_with_spec  # noqa: E402
 
 BENCH_NODES = 4
 NODE_PREFIX = "bench-node"
@@ -373,8 +374,9 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
             children = []
             for body in listed["items"]:
                 model = SpeculativeModel.model_validate(body)
-                model = model.model_copy(update={"status": with_requested_speculation(model)})
-                children += render.children(model)
+                synced = sync_with_spec(model.spec, model.status, datetime.now(UTC)).status
+                model = model.model_copy(update={"status": synced})
+                children += render.manifests(model)
             path = Path(tmp) / "children.yaml"
             path.write_text(yaml.safe_dump_all(children, sort_keys=False))
             watcher = Watcher(namespace)

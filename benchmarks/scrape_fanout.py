@@ -165,15 +165,17 @@ def models_and_pods(count: int) -> list[tuple[Any, Any]]:
     from e2e.models import sim_model
     from specfleet.operator import render
     from specfleet.operator.api import SpeculativeModel
-    from specfleet.operator.status import Children, with_requested_speculation
+    from specfleet.operator.status import ObservedChildren
+    from specfleet.operator.tuner import sync_with_spec
 
     result = []
     for i in range(count):
         manifest = sim_model(f"m{i}", tuning={"interval": "1s", "minDraftTokens": 100})
         manifest["metadata"].update(namespace="bench", uid=f"uid-{i}", generation=1)
         model = SpeculativeModel.model_validate(manifest)
-        model = model.model_copy(update={"status": with_requested_speculation(model)})
-        stable = render.children(model)[0]  # the pods carry its template's annotations
+        synced = sync_with_spec(model.spec, model.status, datetime.now(UTC)).status
+        model = model.model_copy(update={"status": synced})
+        stable = render.manifests(model)[0]  # the pods carry its template's annotations
         pod = {
             "metadata": {
                 "name": f"m{i}-pod",
@@ -186,7 +188,7 @@ def models_and_pods(count: int) -> list[tuple[Any, Any]]:
                 "conditions": [{"type": "Ready", "status": "True"}],
             },
         }
-        result.append((model, Children(stable=None, canary=None, pods=[pod])))
+        result.append((model, ObservedChildren(stable=None, canary=None, pods=[pod])))
     return result
 
 

@@ -5,6 +5,14 @@
 set -euo pipefail
 version="0.33.0"
 venv="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}/vllm-$version"
+# One install per cache at a time: a second checkout waits instead of writing the
+# same venv concurrently.
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+if ! flock -n 9; then
+    echo "[install] another install holds $venv.lock; waiting for it" >&2
+    flock 9
+fi
 if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import vllm" 2>/dev/null; then
     echo "[install] vllm==$version into $venv (about 9 GB, a few minutes, once)" >&2
     python3 -m venv "$venv"

@@ -36,7 +36,8 @@ def sim_model(name: str = "llama", replicas: int = 1, **spec: Any) -> dict[str, 
 
 
 def sim_admin(pod_ip: str, path: str, payload: Any) -> None:
-    """POST to a sim pod's admin endpoint (/admin/profile, /admin/garbage, /admin/slow)."""
+    """POST to a sim pod's admin endpoint (/admin/profile, /admin/garbage,
+    /admin/metrics, /admin/slow)."""
     request = urllib.request.Request(
         f"http://{pod_ip}:8000{path}",
         data=json.dumps(payload).encode(),

@@ -26,12 +26,12 @@ from kubernetes import client
 from e2e import cluster
 from e2e.models import apply, get_model, sim_admin, sim_model
 from specfleet.operator.status import pod_ready
+from specfleet.operator.tuner import ROLLBACK_ACTIONS
 
 MODEL = "llama"
 RELEASE = "specfleet"
 INTERVAL_SECONDS = 5
 FAILURE_LIMIT = 2
-ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
 # Code-like traffic: the draft is accepted often even at long K.
 HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
 # Chat-like traffic after the drift: only K=1 stays above the 0.75 floor.

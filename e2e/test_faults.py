@@ -1,5 +1,5 @@
 """Faults: the operator killed mid-canary, the API server restarted, a pod serving
-garbage or timing out, and the spec edited while a canary runs."""
+garbage, timing out or serving a hostile page, and the spec edited while a canary runs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
@@ -14,8 +15,9 @@ from kubernetes import client
 from e2e import cluster
 from e2e.models import apply, condition, get_model, sim_admin
 from e2e.operator_process import OperatorProcess
-from e2e.story import MODEL, ROLLBACK_ACTIONS, story_model
+from e2e.story import INTERVAL_SECONDS, MODEL, story_model
 from e2e.waiting import wait_for
+from specfleet.operator.tuner import ROLLBACK_ACTIONS
 
 
 def _history(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -26,6 +28,26 @@ def _candidate(api_client: client.ApiClient, namespace: str) -> dict[str, Any] |
     body = get_model(api_client, namespace, MODEL)
     speculation = (body.get("status") or {}).get("speculation") or {}
     return body if speculation.get("candidateTokens") else None
+
+
+def _two_ready_stable_pods(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
+    """(name, IP) of the model's two stable pods, once both are Ready."""
+
+    def ready() -> list[tuple[str, str]] | None:
+        pods = (
+            client.CoreV1Api(api_client)
+            .list_namespaced_pod(namespace, label_selector="specfleet.io/track=stable")
+            .items
+        )
+        found = [
+            (p.metadata.name, p.status.pod_ip)
+            for p in pods
+            if p.status.pod_ip
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        ]
+        return found if len(found) == 2 else None
+
+    return wait_for("two ready pods", ready, timeout=240)
 
 
 def test_operator_killed_during_a_canary_resumes_it(
@@ -100,21 +122,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
     manifest["spec"]["metrics"] = {"scrapeTimeout": "1s"}
     apply(manifest, model_namespace)
 
-    def ready_pods() -> list[str] | None:
-        pods = (
-            client.CoreV1Api(api_client)
-            .list_namespaced_pod(model_namespace, label_selector="specfleet.io/track=stable")
-            .items
-        )
-        ips = [
-            p.status.pod_ip
-            for p in pods
-            if p.status.pod_ip
-            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
-        ]
-        return ips if len(ips) == 2 else None
-
-    garbage_ip, slow_ip = wait_for("two ready pods", ready_pods, timeout=240)
+    (_, garbage_ip), (_, slow_ip) = _two_ready_stable_pods(api_client, model_namespace)
     sim_admin(garbage_ip, "/admin/garbage", {"enabled": True})
     sim_admin(slow_ip, "/admin/slow", {"seconds": 30})
 
@@ -175,4 +183,70 @@ def test_operator_recovers_its_watches_after_an_api_server_restart(
         "the operator to roll out the edit made after the restart",
         lambda: apps.read_namespaced_deployment(MODEL, model_namespace).spec.replicas == 2,
         timeout=240,
+    )
+
+
+# One line of issue 13: a position no engine drafts. Read naively it made a million-entry
+# per-position list, a status write the API server refused, and a frozen model.
+HOSTILE_PAGE = (
+    'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",engine="0",'
+    'position="1000000"} 1\n'
+)
+
+
+def test_a_hostile_page_leaves_out_its_pod_while_the_healthy_pod_keeps_deciding(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    manifest = story_model()
+    manifest["spec"]["replicas"] = 2
+    manifest["spec"]["tuning"]["enabled"] = False
+    apply(manifest, model_namespace)
+    (bad, bad_ip), _ = _two_ready_stable_pods(api_client, model_namespace)
+    sim_admin(bad_ip, "/admin/metrics", {"text": HOSTILE_PAGE})
+    served = time.time()
+
+    def status() -> dict[str, Any]:
+        return dict(get_model(api_client, model_namespace, MODEL).get("status") or {})
+
+    def measured_at(current: dict[str, Any]) -> float:
+        stamp = str(current["acceptance"]["measuredAt"])
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    def conclusive_after(moment: float) -> dict[str, Any] | None:
+        """Status once a conclusive window measured after `moment` is written."""
+        current = status()
+        window = current.get("acceptance") or {}
+        if window.get("measuredAt") and window.get("conclusive"):
+            return current if measured_at(current) > moment else None
+        return None
+
+    # The healthy pod keeps the model deciding, and status writes keep succeeding: a
+    # window wholly after the page was served, then more.
+    first = wait_for(
+        "a conclusive window after the hostile page",
+        lambda: conclusive_after(served + INTERVAL_SECONDS),
+        timeout=90,
+    )
+    later = wait_for(
+        "status writes to go on",
+        lambda: conclusive_after(measured_at(first) + 3 * INTERVAL_SECONDS),
+        timeout=60,
+    )
+    assert later["speculation"]["windows"] >= first["speculation"]["windows"] + 2
+    window = later["acceptance"]
+    assert len(window["perPosition"]) <= 6  # K at most maxTokens, never the page's position
+    assert len(json.dumps(later)) < 20_000
+    # The bad pod is named, with its reason, and only it.
+    assert [(p["pod"], p["reason"]) for p in window["podsLeftOut"]] == [
+        (bad, "ImpossibleCounters")
+    ], window
+    assert "1000000" in window["podsLeftOut"][0]["message"]
+    body = get_model(api_client, model_namespace, MODEL)
+    assert not ROLLBACK_ACTIONS & {h["action"] for h in _history(body)}
+
+    sim_admin(bad_ip, "/admin/metrics", {"text": None})  # the pod serves its counters again
+    wait_for(
+        "the pod to be read again",
+        lambda: not (status().get("acceptance") or {}).get("podsLeftOut"),
+        timeout=60,
     )

@@ -119,6 +119,52 @@ def test_children_changed_by_someone_else_are_restored(
     wait_for("both Deployments re-created with the same pod args", recreated, timeout=60)
     _ready(api_client, model_namespace, "llama", generation=1)
 
+    core = client.CoreV1Api(api_client)
+    service_uid = core.read_namespaced_service("llama", model_namespace).metadata.uid
+    cluster.kubectl("delete", "service", "llama", "-n", model_namespace, "--wait=true")
+
+    def service_recreated() -> bool:
+        services = core.list_namespaced_service(model_namespace).items
+        return any(s.metadata.name == "llama" and s.metadata.uid != service_uid for s in services)
+
+    wait_for("the Service re-created", service_recreated, timeout=60)
+
+
+def test_a_child_the_api_server_refuses_degrades_the_model(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    """Admitted, but its Deployment is not: requests above limits. The API server's own
+    message reaches status and a Warning Event, once; fixing the spec recovers it."""
+    runtime = {
+        "gpus": 1,
+        "env": [{"name": "SPECFLEET_ENGINE", "value": "sim"}],
+        "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}},
+    }
+    apply(sim_model("refused", runtime=runtime), model_namespace)
+
+    def degraded() -> dict[str, Any] | None:
+        found = condition(get_model(api_client, model_namespace, "refused"), "Degraded")
+        return found if found and found["status"] == "True" else None
+
+    found = wait_for("Degraded=True", degraded, timeout=60)
+    assert found["reason"] == "ChildrenRefused"
+    assert "must be less than or equal to cpu limit" in found["message"], found["message"]
+    assert get_model(api_client, model_namespace, "refused")["status"]["phase"] == "Degraded"
+
+    def warnings() -> list[Any]:
+        events = client.CoreV1Api(api_client).list_namespaced_event(
+            model_namespace, field_selector="involvedObject.name=refused,reason=ChildrenRefused"
+        )
+        return [e for e in events.items if e.type == "Warning"]
+
+    wait_for("a ChildrenRefused Warning event", warnings, timeout=30)
+    time.sleep(12)  # two more sweeps: backed off, no second Event
+    assert len(warnings()) == 1
+
+    runtime["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    apply(sim_model("refused", runtime=runtime), model_namespace)
+    _ready(api_client, model_namespace, "refused", generation=2)
+
 
 def test_preflight_failure_surfaces_as_degraded(
     operator: OperatorProcess,

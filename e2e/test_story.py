@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import cluster
 from e2e.prometheus import Prometheus
-from e2e.story import FAILURE_LIMIT, MODEL, ROLLBACK_ACTIONS, Story
+from e2e.story import FAILURE_LIMIT, MODEL, Story
 from specfleet.operator.metrics import query_prometheus
+from specfleet.operator.tuner import ROLLBACK_ACTIONS
 
 
 def test_tuning_drift_rollback_and_alerts(

@@ -10,23 +10,31 @@ checks that both refuse the same manifests.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    Strict,
     StringConstraints,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, Method
+from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN, OWNED_FLAGS, refuse_collisions
 
 GROUP = "specfleet.io"
 VERSION = "v1alpha1"
@@ -37,21 +45,152 @@ SINGULAR = "speculativemodel"
 SHORT_NAMES = ["specmodel", "specmodels"]
 
 HISTORY_LIMIT = 20
-OWNED_RUNTIME_FLAGS = ("--speculative-config", "--speculative_config")
+# The CEL rule over runtime.args runs a regex on every arg, so its cost grows with the
+# list's and each arg's maximum length: these keep its worst case under the API
+# server's per-call limit, so no admissible object can fail on cost instead of the rule.
+MAX_ARGS = 64
+MAX_ARG_LENGTH = 1024
+# Pods left out of a window that status names, and the length of each message: status
+# stays small whatever the pods serve and however many of them fail.
+LEFT_OUT_LIMIT = 5
+LEFT_OUT_MESSAGE_LIMIT = 200
 
-# A Go-style duration with positive components, e.g. "30s", "5m", "1h30m".
-DURATION_PATTERN = r"^([1-9][0-9]*(ms|s|m|h))+$"
+# A Go-style duration, e.g. "30s", "5m", "1h30m": each unit at most once, in the order
+# h, m, s, ms, each part positive and at most six digits. The bounds keep every value
+# inside int64 nanoseconds, so CEL's duration() never overflows on a value that
+# matches, and the per-field maximum is then a plain comparison.
+_DURATION_PARTS = [r"(?:[1-9][0-9]{0,5}" + unit + ")?" for unit in ("h", "m", "s", "ms")]
+DURATION_PATTERN = "^" + "".join(_DURATION_PARTS) + "$"
 _DURATION_PART = re.compile(r"([1-9][0-9]*)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_WORDS = "a duration such as '90s', '5m' or '1h30m' (units h, m, s, ms, in that order)"
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_1035_WORDS = (
+    "a DNS-1035 label (lower case, at most 63 characters, starting with a letter): it "
+    "names the model's Service"
+)
+# What Kubernetes checks in the children: env names (printable ASCII but '='), resource
+# quantities (apimachinery's format, without a sign: requests and limits can't be
+# negative), label keys (an optional DNS subdomain prefix and a name) and values.
+ENV_NAME_PATTERN = r"^[ -<>-~]+$"
+QUANTITY_PATTERN = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_LABEL_NAME = r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]"
+_DNS_1123_SUBDOMAIN = "[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+LABEL_KEY_PATTERN = f"^({_DNS_1123_SUBDOMAIN}/)?{_LABEL_NAME}$"
+LABEL_KEY_PREFIX_MAX = 253
+LABEL_VALUE_PATTERN = f"^({_LABEL_NAME})?$"
+NODE_SELECTOR_MAX = 64
 
 
 def parse_duration(text: str) -> timedelta:
-    """Seconds of a duration such as "1h30m"; raises ValueError naming the format."""
-    if not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{text!r} is not a positive duration such as '30s', '5m' or '1h30m'")
+    """The length of a duration such as "1h30m"; raises ValueError saying the format."""
+    if not text or not re.fullmatch(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not {_DURATION_WORDS}")
     seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
     return timedelta(seconds=seconds)
+
+
+class _CheckedString:
+    """A pydantic annotation that runs `check` on a string after its type's validation,
+    so pydantic says in words what the schema's pattern or rule checks at admission."""
+
+    def check(self, text: str) -> str:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+
+@dataclass(frozen=True)
+class Duration(_CheckedString):
+    """Marks a duration field, with its documented maximum and its description.
+
+    Checked by CEL at admission rather than a schema pattern, because the API server's
+    pattern error quotes the regex while a rule's message says it in words."""
+
+    maximum: str
+    description: str
+
+    @property
+    def words(self) -> str:
+        return f"must be {_DURATION_WORDS}, at most {self.maximum}"
+
+    def check(self, text: str) -> str:
+        try:
+            admitted = parse_duration(text) <= parse_duration(self.maximum)
+        except ValueError:
+            admitted = False
+        if not admitted:
+            raise ValueError(self.words)
+        return text
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["description"] = f"{self.description} At most {self.maximum}."
+        json_schema["maxLength"] = 32  # bounds the rule's cost estimate; 29 is the longest match
+        json_schema["x-kubernetes-validations"] = [
+            _cel(
+                f"self != '' && self.matches('{DURATION_PATTERN}') && "
+                f"duration(self) <= duration('{self.maximum}')",
+                self.words,
+            )
+        ]
+        return json_schema
+
+
+@dataclass(frozen=True)
+class Matching(_CheckedString):
+    """A string the API server checks with a schema pattern (anchored at both ends).
+    Pydantic checks the same pattern but says what it means, not the regex."""
+
+    pattern: str
+    meaning: str
+
+    def check(self, text: str) -> str:
+        if not re.fullmatch(self.pattern, text):
+            raise ValueError(f"must be {self.meaning}")
+        return text
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["pattern"] = self.pattern
+        return json_schema
+
+
+def _quantity(value: str | int) -> str | int:
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+    return _QUANTITY.check(value)
+
+
+def _label_key(key: str) -> str:
+    prefix, slash, _ = key.rpartition("/")
+    if not re.fullmatch(LABEL_KEY_PATTERN, key) or (slash and len(prefix) > LABEL_KEY_PREFIX_MAX):
+        raise ValueError(f"key {key!r} is not a label key: {_LABEL_KEY_WORDS}")
+    return key
+
+
+_QUANTITY = Matching(
+    QUANTITY_PATTERN,
+    "a Kubernetes quantity such as '16Gi', '500m' or 4 (a number, not negative, with an "
+    "optional suffix)",
+)
+_LABEL_KEY_WORDS = (
+    "a name of at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+    "letter or digit, with an optional DNS subdomain prefix and '/' (e.g. "
+    "'nvidia.com/gpu.product')"
+)
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -65,15 +204,24 @@ def _schema_extra(**extra: Any) -> dict[str, Any]:
     return extra
 
 
-Duration = Annotated[
-    str,
-    StringConstraints(pattern=DURATION_PATTERN, max_length=32),
-    Field(description="A positive duration: digits and a unit (ms, s, m, h), e.g. '90s', '1h30m'."),
-]
 NonEmptyString = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 Quantity = Annotated[
     str | int,
-    Field(description="A Kubernetes resource quantity, e.g. '16Gi', 4, '500m'."),
+    AfterValidator(_quantity),
+    Field(
+        description="A Kubernetes resource quantity, e.g. '16Gi', 4, '500m'.",
+        json_schema_extra={"pattern": QUANTITY_PATTERN, "minimum": 0},
+    ),
+]
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[
+    str,
+    StringConstraints(max_length=63),
+    Matching(
+        LABEL_VALUE_PATTERN,
+        "a label value: empty, or at most 63 letters, digits, '-', '_' or '.', starting "
+        "and ending with a letter or digit",
+    ),
 ]
 
 
@@ -87,6 +235,17 @@ class ApiModel(BaseModel):
         use_enum_values=False,
         validate_default=True,
     )
+
+
+class SpecModel(ApiModel):
+    """Base of the spec's models: types as strict as the OpenAPI schema, so "2" is not
+    an integer and "0.8" not a number offline either (an integer is still a number).
+    Enum fields opt out with `Lax`: strict pydantic wants enum instances, not values."""
+
+    model_config = ConfigDict(strict=True)
+
+
+Lax = Strict(False)
 
 
 # The methods the operator offers: the runtime's (Method) less draft_model. (A comment,
@@ -127,7 +286,7 @@ class MetricsSource(StrEnum):
     PROMETHEUS = "Prometheus"
 
 
-class TargetModel(ApiModel):
+class TargetModel(SpecModel):
     """The model being served (the verifier)."""
 
     name: NonEmptyString = Field(
@@ -138,7 +297,7 @@ class TargetModel(ApiModel):
     )
 
 
-class DraftModel(ApiModel):
+class DraftModel(SpecModel):
     """The draft (speculator) and how it drafts."""
 
     model_config = ConfigDict(
@@ -160,7 +319,7 @@ class DraftModel(ApiModel):
         )
     )
 
-    method: DraftMethod = Field(
+    method: Annotated[DraftMethod, Lax] = Field(
         default=DraftMethod.PEAGLE,
         description=(
             "peagle: EAGLE-3 draft with parallel drafting (all K tokens in one pass); "
@@ -191,7 +350,7 @@ class DraftModel(ApiModel):
         return self
 
 
-class Speculation(ApiModel):
+class Speculation(SpecModel):
     """K, the number of speculative tokens, and the range the tuner may move it in."""
 
     model_config = ConfigDict(
@@ -199,7 +358,14 @@ class Speculation(ApiModel):
             **{
                 "x-kubernetes-validations": [
                     _cel(
-                        "self.minTokens <= self.tokens && self.tokens <= self.maxTokens",
+                        "self.minTokens <= self.maxTokens",
+                        "speculation.minTokens must not exceed speculation.maxTokens",
+                        ".minTokens",
+                    ),
+                    # Only an ordered range can hold tokens: otherwise the rule above says why.
+                    _cel(
+                        "self.minTokens > self.maxTokens || "
+                        "(self.minTokens <= self.tokens && self.tokens <= self.maxTokens)",
                         "speculation.tokens must be between speculation.minTokens and "
                         "speculation.maxTokens",
                         ".tokens",
@@ -227,6 +393,11 @@ class Speculation(ApiModel):
 
     @model_validator(mode="after")
     def _check(self) -> Speculation:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"speculation.minTokens ({self.min_tokens}) must not exceed "
+                f"speculation.maxTokens ({self.max_tokens})"
+            )
         if not self.min_tokens <= self.tokens <= self.max_tokens:
             raise ValueError(
                 f"speculation.tokens ({self.tokens}) must be between speculation.minTokens "
@@ -235,21 +406,21 @@ class Speculation(ApiModel):
         return self
 
 
-class Tuning(ApiModel):
+class Tuning(SpecModel):
     """How K is tuned from the pods' acceptance metrics."""
 
     enabled: bool = Field(default=True, description="Tune K; when false K stays as given.")
-    strategy: TuningStrategy = Field(
+    strategy: Annotated[TuningStrategy, Lax] = Field(
         default=TuningStrategy.CANARY,
         description="Canary: try a candidate K on one extra pod; InPlace: roll all pods.",
     )
-    interval: Duration = Field(default="60s", description="Length of one metrics window.")
+    interval: Annotated[str, Duration("1h", "Length of one metrics window.")] = "60s"
     min_draft_tokens: int = Field(
         default=20000,
         ge=1,
         description="Draft tokens a window needs to be conclusive.",
     )
-    cooldown: Duration = Field(default="5m", description="Quiet time after any change of K.")
+    cooldown: Annotated[str, Duration("720h", "Quiet time after any change of K.")] = "5m"
     canary_windows: int = Field(
         default=3, ge=1, description="Conclusive windows compared before promoting a canary."
     )
@@ -265,24 +436,25 @@ class Tuning(ApiModel):
         le=1,
         description="Margin above the floor a candidate's predicted acceptance must clear.",
     )
-    canary_pending_timeout: Duration = Field(
-        default="5m", description="A canary pod Pending this long switches to InPlace."
-    )
+    canary_pending_timeout: Annotated[
+        str, Duration("24h", "A canary pod Pending this long switches to InPlace.")
+    ] = "5m"
     max_inconclusive_windows: int = Field(
         default=5, ge=1, description="Inconclusive windows in a row before MetricsAvailable=False."
     )
 
 
-class Rollback(ApiModel):
+class Rollback(SpecModel):
     """When to give up on the K in effect."""
 
     min_acceptance: float = Field(
         default=0.75,
         gt=0,
-        le=1,
-        description="The acceptance floor: the lower confidence bound of `metric` must stay above.",
+        lt=1,  # a floor of 1 would disable speculation even at 100% acceptance
+        description="The acceptance floor: the lower confidence bound of `metric` must stay "
+        "above. Between 0 and 1, both excluded.",
     )
-    metric: RollbackMetric = Field(
+    metric: Annotated[RollbackMetric, Lax] = Field(
         default=RollbackMetric.DRAFT_ACCEPTANCE_RATE,
         description=(
             "DraftAcceptanceRate: accepted / drafted tokens (vLLM's definition); "
@@ -293,27 +465,31 @@ class Rollback(ApiModel):
     failure_limit: int = Field(
         default=2, ge=1, description="Conclusive failing windows in a row before rolling back."
     )
-    reprobe_after: Duration = Field(
-        default="30m", description="Back-off before speculation is tried again once disabled."
-    )
+    reprobe_after: Annotated[
+        str, Duration("720h", "Back-off before speculation is tried again once disabled.")
+    ] = "30m"
 
 
-class SecretKeyRef(ApiModel):
+class SecretKeyRef(SpecModel):
     name: NonEmptyString = Field(description="Secret name in the model's namespace.")
     key: NonEmptyString = Field(default="token", description="Key holding the token.")
 
 
-class EnvVar(ApiModel):
+class EnvVar(SpecModel):
     """An environment variable for the runtime container (value or valueFrom)."""
 
-    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    name: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=256),
+        Matching(ENV_NAME_PATTERN, "printable ASCII characters other than '='"),
+    ]
     value: str | None = None
     value_from: dict[str, Any] | None = Field(
         default=None, description="A core/v1 EnvVarSource, passed through unchanged."
     )
 
 
-class Toleration(ApiModel):
+class Toleration(SpecModel):
     key: str | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
@@ -321,12 +497,12 @@ class Toleration(ApiModel):
     toleration_seconds: int | None = None
 
 
-class Resources(ApiModel):
+class Resources(SpecModel):
     requests: dict[str, Quantity] = Field(default_factory=dict)
     limits: dict[str, Quantity] = Field(default_factory=dict)
 
 
-class Runtime(ApiModel):
+class Runtime(SpecModel):
     """The inference pods: image, GPUs and what the runtime passes on to vLLM."""
 
     model_config = ConfigDict(
@@ -334,14 +510,22 @@ class Runtime(ApiModel):
             **{
                 "x-kubernetes-validations": [
                     _cel(
-                        "self.gpus == 0 || self.tensorParallelSize <= self.gpus",
-                        "runtime.tensorParallelSize must not exceed runtime.gpus",
+                        "self.tensorParallelSize == 1 || self.tensorParallelSize <= self.gpus",
+                        "runtime.tensorParallelSize must not exceed runtime.gpus (and must be 1 "
+                        "when runtime.gpus is 0)",
                         ".tensorParallelSize",
                     ),
                     _cel(
-                        "self.args.all(a, !a.startsWith('--speculative-config') && "
-                        "!a.startsWith('--speculative_config'))",
-                        "runtime.args may not set --speculative-config: the operator owns it",
+                        "size(self.args) == 0 || self.args[0].startsWith('-')",
+                        "runtime.args may not start with a positional argument: vLLM would "
+                        "read a second model (the model is spec.model.name)",
+                        ".args",
+                    ),
+                    _cel(
+                        f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))",
+                        "runtime.args may not set a flag specfleet renders, in any spelling "
+                        "vLLM reads (a prefix, '_' for '-', =value, .key): "
+                        + ", ".join(" or ".join(s) for s in OWNED_FLAGS.values()),
                         ".args",
                     ),
                 ]
@@ -356,11 +540,31 @@ class Runtime(ApiModel):
     gpus: int = Field(default=1, ge=0, le=64, description="nvidia.com/gpu per pod.")
     tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="Target TP size.")
     args: Annotated[
-        list[Annotated[str, StringConstraints(max_length=4096)]], Field(max_length=64)
-    ] = Field(default_factory=list, description="Extra `vllm serve` arguments.")
+        list[Annotated[str, StringConstraints(max_length=MAX_ARG_LENGTH)]],
+        Field(max_length=MAX_ARGS),
+    ] = Field(
+        default_factory=list,
+        description=f"Extra `vllm serve` arguments: at most {MAX_ARGS}, each at most "
+        f"{MAX_ARG_LENGTH} characters (a longer value, such as a chat template, belongs in a "
+        "file in the image).",
+    )
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the server.")
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: Annotated[
+        dict[LabelKey, LabelValue],
+        Field(
+            max_length=NODE_SELECTOR_MAX,
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    _cel(
+                        f"self.all(k, k.matches('{LABEL_KEY_PATTERN}') && "
+                        f"k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
+                        f"runtime.nodeSelector keys must be label keys: {_LABEL_KEY_WORDS}",
+                    )
+                ]
+            },
+        ),
+    ] = Field(default_factory=dict, description="Node labels the pods must run on.")
     tolerations: list[Toleration] = Field(default_factory=list)
     resources: Resources = Field(
         default_factory=Resources,
@@ -373,31 +577,26 @@ class Runtime(ApiModel):
     @field_validator("args")
     @classmethod
     def _no_owned_flags(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            if arg.startswith(OWNED_RUNTIME_FLAGS):
-                raise ValueError(
-                    f"runtime.args may not set {arg.split('=')[0]}: "
-                    "the operator renders the speculative config"
-                )
+        refuse_collisions(args)  # the runtime's own check, so the two cannot drift
         return args
 
     @model_validator(mode="after")
     def _check(self) -> Runtime:
-        if self.gpus and self.tensor_parallel_size > self.gpus:
+        if self.tensor_parallel_size > max(self.gpus, 1):
             raise ValueError(
                 f"runtime.tensorParallelSize ({self.tensor_parallel_size}) must not exceed "
-                f"runtime.gpus ({self.gpus})"
+                f"runtime.gpus ({self.gpus}) (and must be 1 when runtime.gpus is 0)"
             )
         return self
 
 
-class PrometheusEndpoint(ApiModel):
+class PrometheusEndpoint(SpecModel):
     url: Annotated[str, StringConstraints(pattern=r"^https?://", max_length=1024)] = Field(
         description="Base URL of a Prometheus server, e.g. http://prometheus.monitoring:9090."
     )
 
 
-class Metrics(ApiModel):
+class Metrics(SpecModel):
     """Where acceptance metrics come from."""
 
     model_config = ConfigDict(
@@ -414,12 +613,12 @@ class Metrics(ApiModel):
         )
     )
 
-    source: MetricsSource = Field(
+    source: Annotated[MetricsSource, Lax] = Field(
         default=MetricsSource.PODS,
         description="Pods: scrape each ready pod; Prometheus: query a server.",
     )
     prometheus: PrometheusEndpoint | None = None
-    scrape_timeout: Duration = Field(default="5s", description="Timeout of one scrape or query.")
+    scrape_timeout: Annotated[str, Duration("5m", "Timeout of one scrape or query.")] = "5s"
 
     @model_validator(mode="after")
     def _check(self) -> Metrics:
@@ -428,8 +627,24 @@ class Metrics(ApiModel):
         return self
 
 
-class SpeculativeModelSpec(ApiModel):
+class SpeculativeModelSpec(SpecModel):
     """What the user (or Git) wants. The operator never writes it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_schema_extra(
+            **{
+                "x-kubernetes-validations": [
+                    _cel(
+                        "!has(self.draft.tensorParallelSize) || "
+                        "self.draft.tensorParallelSize == 1 || "
+                        "self.draft.tensorParallelSize == self.runtime.tensorParallelSize",
+                        "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
+                        ".draft.tensorParallelSize",
+                    ),
+                ]
+            }
+        )
+    )
 
     model: TargetModel
     draft: DraftModel
@@ -439,6 +654,16 @@ class SpeculativeModelSpec(ApiModel):
     replicas: int = Field(default=1, ge=1, le=1000, description="Stable pods.")
     runtime: Runtime = Field(default_factory=Runtime)
     metrics: Metrics = Field(default_factory=Metrics)
+
+    @model_validator(mode="after")
+    def _check(self) -> SpeculativeModelSpec:
+        draft_tp = self.draft.tensor_parallel_size
+        if draft_tp not in (None, 1, self.runtime.tensor_parallel_size):
+            raise ValueError(
+                f"draft.tensorParallelSize ({draft_tp}) must be 1 or runtime.tensorParallelSize "
+                f"({self.runtime.tensor_parallel_size})"
+            )
+        return self
 
 
 # ---------------------------------------------------------------------------- status
@@ -530,6 +755,29 @@ class CanaryComparison(ApiModel):
     canary: TrackTotals = Field(default_factory=TrackTotals)
 
 
+class LeftOutReason(StrEnum):
+    """Why an evaluation left a pod's metrics out (a specfleet_scrape_errors_total label)."""
+
+    UNREACHABLE = "Unreachable"
+    TIMEOUT = "Timeout"
+    HTTP_STATUS = "HttpStatus"
+    TOO_LARGE = "TooLarge"
+    UNPARSEABLE = "Unparseable"
+    NO_VLLM_METRICS = "NoVllmMetrics"
+    IMPOSSIBLE_COUNTERS = "ImpossibleCounters"
+    INCONSISTENT_COUNTERS = "InconsistentCounters"
+
+
+class PodLeftOut(ApiModel):
+    """A pod whose metrics the last evaluation could not use."""
+
+    pod: str = Field(description="Pod name.")
+    reason: LeftOutReason
+    message: Annotated[str, StringConstraints(max_length=LEFT_OUT_MESSAGE_LIMIT)] = Field(
+        description="What was wrong, in words."
+    )
+
+
 class AcceptanceWindow(ApiModel):
     """The last metrics window of the stable track."""
 
@@ -545,6 +793,16 @@ class AcceptanceWindow(ApiModel):
     conclusive: bool = False
     reason: str | None = Field(default=None, description="Why the window is inconclusive.")
     measured_at: datetime | None = None
+    # Absent rather than empty: a schema default would make an operator older than the
+    # CRD see its status differ on every tick (test_crd says how).
+    pods_left_out: Annotated[list[PodLeftOut], Field(max_length=LEFT_OUT_LIMIT)] | None = Field(
+        default=None,
+        description=f"Pods whose metrics the last evaluation left out, and why (the first "
+        f"{LEFT_OUT_LIMIT} by name).",
+    )
+    more_pods_left_out: int | None = Field(
+        default=None, description="Pods left out beyond those listed."
+    )
 
 
 class Decision(ApiModel):
@@ -578,7 +836,7 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    name: Annotated[str, StringConstraints(pattern=DNS_1035_LABEL)]
+    name: Annotated[str, Matching(DNS_1035_LABEL, _DNS_1035_WORDS)]
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
@@ -610,8 +868,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ROOT_VALIDATIONS = [
     _cel(
         "self.metadata.name.matches('" + DNS_1035_LABEL + "')",
-        "metadata.name must be a DNS-1035 label (lower case, at most 63 characters, "
-        "starting with a letter): it names the model's Service",
+        f"metadata.name must be {_DNS_1035_WORDS}",
     ),
 ]
 
@@ -630,7 +887,11 @@ def validation_errors(manifest: Any) -> list[str]:
 
 
 def _describe(error: Any) -> str:
-    path = ".".join(str(part) for part in error["loc"]) or "(document)"
+    path = ""
+    for part in error["loc"]:
+        # The API server's spelling of a path: list items as [i].
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    path = path or "(document)"
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
         message = "unknown field"

@@ -39,14 +39,34 @@ def validate_command(
     invalid = 0
     for path in files:
         try:
-            documents = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+            documents = [d for d in yaml.safe_load_all(path.read_bytes().decode()) if d is not None]
+        except UnicodeDecodeError as error:
+            typer.echo(
+                f"{path}: cannot read: not UTF-8 text ({error.reason} at byte {error.start})",
+                err=True,
+            )
+            invalid += 1
+            continue
         except (OSError, yaml.YAMLError) as error:
             typer.echo(f"{path}: cannot read: {error}", err=True)
             invalid += 1
             continue
-        for index, document in enumerate(documents):
-            if isinstance(document, dict) and document.get("kind") not in (None, api.KIND):
-                continue  # other kinds in the same file are not ours to judge
+        if not documents:
+            typer.echo(f"{path}: no documents in the file", err=True)
+            invalid += 1
+            continue
+        # Other kinds in the same file are not ours to judge.
+        ours = [
+            (index, document)
+            for index, document in enumerate(documents)
+            if not isinstance(document, dict) or document.get("kind") in (None, api.KIND)
+        ]
+        if not ours:
+            plural = "" if len(documents) == 1 else "s"
+            typer.echo(
+                f"{path}: no SpeculativeModel in the file ({len(documents)} other document{plural})"
+            )
+        for index, document in ours:
             name = (
                 (document.get("metadata") or {}).get("name", f"document {index}")
                 if isinstance(document, dict)
@@ -82,7 +102,7 @@ def render_command(
             continue
         model = api.SpeculativeModel.model_validate(document)
         model.metadata.namespace = model.metadata.namespace or namespace
-        typer.echo(yaml.safe_dump_all(render.children(model), sort_keys=False), nl=False)
+        typer.echo(yaml.safe_dump_all(render.manifests(model), sort_keys=False), nl=False)
     raise typer.Exit(1 if failed or not models else 0)
 
 
@@ -117,9 +137,11 @@ def operator_command(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     start_http_server(metrics_port)
-    handlers.Runtime.fleet = Fleet(kube.Cluster(kube.api_client()), Evaluator(), period=period)
+    handlers.HandlerContext.fleet = Fleet(
+        kube.Cluster(kube.api_client()), Evaluator(), period=period
+    )
     namespaces = namespace or []
-    handlers.Runtime.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
+    handlers.HandlerContext.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
     asyncio.run(
         kopf.operator(
             clusterwide=all_namespaces or not namespaces,

@@ -10,8 +10,7 @@ import logging
 from dataclasses import replace
 from datetime import datetime
 
-from specfleet.operator import observability as metrics
-from specfleet.operator import render, tuner
+from specfleet.operator import observability, render, tuner
 from specfleet.operator.api import (
     ConditionType,
     MetricsSource,
@@ -19,28 +18,31 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
     parse_duration,
 )
+from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import (
+    PROMETHEUS_UNAVAILABLE,
+    Observation,
     PodSample,
     ScrapeTarget,
+    SourceUnavailable,
     WindowTracker,
     query_prometheus,
     scrape,
 )
-from specfleet.operator.status import Children, pod_ready
+from specfleet.operator.status import ObservedChildren, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
 Key = tuple[str, str]
-ROLLBACK_ACTIONS = {"Rollback", "StepDown", "Disable"}
 SCRAPE_CONCURRENCY = 64
 
 
-def _expected_config(model: SpeculativeModel, track: render.Track) -> str:
+def _expected_config(model: SpeculativeModel, track: Track) -> str:
     template = render.deployment(model, track)["spec"]["template"]
     return str(template["metadata"]["annotations"][render.CONFIG_HASH_ANNOTATION])
 
 
-def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTarget]:
+def scrape_targets(model: SpeculativeModel, children: ObservedChildren) -> list[ScrapeTarget]:
     """Every ready pod that runs the configuration the model's status asks for. During
     a rollout the old pods still serve with the old K; their acceptance says nothing
     about the new K, so they are left out rather than blamed on it."""
@@ -59,7 +61,7 @@ def scrape_targets(model: SpeculativeModel, children: Children) -> list[ScrapeTa
     return targets
 
 
-def canary_pending_since(children: Children) -> float | None:
+def canary_pending_since(children: ObservedChildren) -> float | None:
     """Since when a canary pod has waited for a node (the scheduler found no GPU)."""
     for pod in children.pods:
         labels = pod["metadata"].get("labels", {})
@@ -80,7 +82,9 @@ class Evaluator:
     def forget(self, key: Key) -> None:
         self.trackers.pop(key, None)
 
-    async def _samples(self, model: SpeculativeModel, children: Children) -> list[PodSample]:
+    async def _samples(
+        self, model: SpeculativeModel, children: ObservedChildren
+    ) -> list[PodSample]:
         timeout = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
             return await query_prometheus(
@@ -92,29 +96,44 @@ class Evaluator:
         return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(
-        self, model: SpeculativeModel, children: Children, now: datetime
+        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
     ) -> tuner.Decided:
         key = (model.metadata.namespace or "", model.metadata.name)
         tracker = self.trackers.setdefault(key, WindowTracker())
-        observation = tracker.observe(await self._samples(model, children))
+        try:
+            samples = await self._samples(model, children)
+        except SourceUnavailable as error:
+            # No pod has data. The tracker keeps its readings: the next answer spans the gap.
+            observation = Observation(stable=None, canary=None, prometheus_error=str(error))
+        else:
+            tokens = {track: render.track_tokens(model, track) for track in TRACKS}
+            observation = tracker.observe(samples, tokens)
         observation = replace(observation, canary_pending_since=canary_pending_since(children))
+        self._count_errors(model, observation)
         decided = tuner.decide(
             model.spec, model.status, observation, now, generation=model.metadata.generation
         )
         self._export(model, decided.status)
         return decided
 
+    def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
+        labels = (model.metadata.namespace or "", model.metadata.name)
+        for error in observation.errors.values():
+            observability.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
+        if observation.prometheus_error is not None:
+            observability.SCRAPE_ERRORS.labels(*labels, PROMETHEUS_UNAVAILABLE).inc()
+
     def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""
         labels = (model.metadata.namespace or "", model.metadata.name)
         eventful = []
         for action in actions:
-            if action.kind == "Inconclusive":
-                metrics.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
+            if action.kind == tuner.ActionKind.INCONCLUSIVE:
+                observability.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
                 continue  # counted, not worth an Event every interval
-            metrics.DECISIONS.labels(*labels, action.kind).inc()
-            if action.kind in ROLLBACK_ACTIONS:
-                metrics.ROLLBACKS.labels(*labels, action.reason).inc()
+            observability.DECISIONS.labels(*labels, action.kind).inc()
+            if action.kind in tuner.ROLLBACK_ACTIONS:
+                observability.ROLLBACKS.labels(*labels, action.reason).inc()
             log.info("%s/%s: %s: %s", *labels, action.kind, action.message)
             eventful.append(action)
         return eventful
@@ -123,16 +142,16 @@ class Evaluator:
         labels = (model.metadata.namespace or "", model.metadata.name)
         window = status.acceptance
         for gauge, value in (
-            (metrics.ACCEPTANCE_RATE, window.rate),
-            (metrics.ACCEPTANCE_LOWER_BOUND, window.lower_bound),
-            (metrics.MEAN_ACCEPTANCE_LENGTH, window.mean_length),
-            (metrics.GOODPUT, window.goodput),
+            (observability.ACCEPTANCE_RATE, window.rate),
+            (observability.ACCEPTANCE_LOWER_BOUND, window.lower_bound),
+            (observability.MEAN_ACCEPTANCE_LENGTH, window.mean_length),
+            (observability.GOODPUT, window.goodput),
         ):
             if value is not None:
                 gauge.labels(*labels).set(value)
         for gauge, kind in (
-            (metrics.METRICS_AVAILABLE, ConditionType.METRICS_AVAILABLE),
-            (metrics.SPECULATION_ACTIVE, ConditionType.SPECULATION_ACTIVE),
+            (observability.METRICS_AVAILABLE, ConditionType.METRICS_AVAILABLE),
+            (observability.SPECULATION_ACTIVE, ConditionType.SPECULATION_ACTIVE),
         ):
             state = condition_status(status.conditions, kind)
             if state != "Unknown":

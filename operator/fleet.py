@@ -10,16 +10,17 @@ evaluations run on the same path when a model's `tuning.interval` has elapsed.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from specfleet.operator import observability as metrics
-from specfleet.operator import render
+from specfleet.operator import observability, render, tuner
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -30,19 +31,25 @@ from specfleet.operator.api import (
     parse_duration,
     validation_errors,
 )
+from specfleet.operator.children import DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.kube import Cluster
-from specfleet.operator.status import Children, summarize, with_requested_speculation
+from specfleet.operator.status import ObservedChildren, ReconcileFailure, summarize
 from specfleet.operator.tuner import Action
 
 log = logging.getLogger("specfleet.fleet")
 Key = tuple[str, str]  # (namespace, name)
-# resourceVersions of a model, its stable and canary Deployments, and its pods by name.
-Inputs = tuple[str | None, str | None, str | None, frozenset[tuple[str, str | None]]]
+ChildRef = tuple[str, str]  # (kind, name) of a child within its model's namespace
+# resourceVersions of a model and of each of its children.
+Inputs = tuple[str | None, frozenset[tuple[ChildRef, str | None]]]
 # Reconciles in flight at once: enough to keep the API server busy, few enough that
 # models finish in the order they arrived rather than all at the end of a burst.
 CONCURRENT_RECONCILES = 16
+# A model whose children cannot be put in place is retried after 5 s, 10 s, ... at
+# most 5 minutes apart, or at once when its spec changes: not every 5 s sweep.
+BACKOFF_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 300.0
 
 
 def key_of(body: dict[str, Any]) -> Key:
@@ -51,11 +58,12 @@ def key_of(body: dict[str, Any]) -> Key:
 
 @dataclass
 class FleetCache:
-    """The latest view of every model and child, kept current by kopf's watches."""
+    """The latest view of every model and child, kept current by kopf's watches and by
+    the responses of the operator's own writes."""
 
     models: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    deployments: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    pods: dict[Key, dict[str, dict[str, Any]]] = field(default_factory=dict)  # model -> pods
+    # model -> (kind, name) -> what the fleet reads of each child, applied ones and pods.
+    children: dict[Key, dict[ChildRef, dict[str, Any]]] = field(default_factory=dict)
     # Models to re-run before the next sweep: new or edited models and models whose
     # children changed. A burst of N events costs O(N) reconciles, not O(N^2).
     dirty: set[Key] = field(default_factory=set)
@@ -70,53 +78,65 @@ class FleetCache:
         of the operator's own status write would re-run it to no effect)."""
         key = key_of(body)
         before = self.models.get(key)
+        if before is not None and _older(body, before):
+            # A watch event from before a status write whose response is cached: taking
+            # it would hand the next reconcile the status that write replaced.
+            return
         self.models[key] = body
         if before is None or _outside_status(before) != _outside_status(body):
             self.wake(key)
 
     def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
-        """Keep what the fleet reads of a Deployment or pod and wake its model, unless
-        this very version is cached already (a watch event echoing an apply's response)."""
+        """Keep what the fleet reads of a child and wake its model, unless this very
+        version is cached already (a watch event echoing an apply's response)."""
         model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
         if model is None:
             return
         owner = (body["metadata"]["namespace"], model)
         observed = _observed_part(body)
-        if observed["kind"] == "Pod":
-            changed = _replace(
-                self.pods.setdefault(owner, {}), observed["metadata"]["name"], observed, deleted
-            )
-        else:
-            changed = _replace(self.deployments, key_of(observed), observed, deleted)
+        children = self.children.setdefault(owner, {})
+        ref = (observed["kind"], observed["metadata"]["name"])
+        changed = _replace(children, ref, observed, deleted)
+        if not children:
+            del self.children[owner]
         if changed:
             self.wake(owner)
 
     def inputs(self, key: Key) -> Inputs:
         """The versions a reconcile of `key` reads: equal inputs, equal outputs."""
-        namespace, name = key
+        children = self.children.get(key, {})
         return (
             _version_of(self.models.get(key)),
-            _version_of(self.deployments.get((namespace, name))),
-            _version_of(self.deployments.get((namespace, f"{name}-canary"))),
-            frozenset((pod, _version_of(body)) for pod, body in self.pods.get(key, {}).items()),
+            frozenset((ref, _version_of(body)) for ref, body in children.items()),
         )
 
-    def children(self, key: Key) -> Children:
-        namespace, name = key
-        return Children(
-            stable=self.deployments.get((namespace, name)),
-            canary=self.deployments.get((namespace, f"{name}-canary")),
-            pods=list(self.pods.get(key, {}).values()),
+    def observed(self, key: Key) -> ObservedChildren:
+        name = key[1]
+        children = self.children.get(key, {})
+        return ObservedChildren(
+            stable=children.get((DEPLOYMENT.kind, name)),
+            canary=children.get((DEPLOYMENT.kind, render.canary_name(name))),
+            pods=[body for (kind, _), body in children.items() if kind == POD.kind],
         )
 
 
 @dataclass(frozen=True)
 class AppliedChildren:
-    """What the operator last applied for a model, and the generation each Deployment
-    had right after: a later generation means someone else changed it."""
+    """What the operator last applied for a model, and each child's edit marker right
+    after (see ChildKind.edit_marker): another marker means someone else changed it."""
 
     manifests: list[dict[str, Any]]
-    generations: dict[Key, int]
+    markers: dict[ChildRef, Any]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A model whose last reconcile failed: when to try again, unless its spec (its
+    generation) changes first."""
+
+    failures: int
+    retry_at: float  # time.monotonic()
+    generation: int | None
 
 
 class Fleet:
@@ -137,6 +157,7 @@ class Fleet:
         # and no evaluation due would change nothing, so it is skipped.
         self.settled: dict[Key, Inputs] = {}
         self.queued: set[Key] = set()  # waiting for a reconcile slot
+        self.backoff: dict[Key, Backoff] = {}
         self.slots = asyncio.Semaphore(CONCURRENT_RECONCILES)
 
     # ---------------------------------------------------------------- watches
@@ -153,10 +174,11 @@ class Fleet:
         self.next_evaluation.pop(key, None)
         self.applied.pop(key, None)
         self.settled.pop(key, None)
+        self.backoff.pop(key, None)
         self.locks.pop(key, None)
         if self.evaluator is not None:
             self.evaluator.forget(key)
-        metrics.forget_model(*key)
+        observability.forget_model(*key)
 
     # --------------------------------------------------------------- reconcile
 
@@ -166,6 +188,8 @@ class Fleet:
         async with lock:
             body = self.cache.models.get(key)
             if body is None or body["metadata"].get("deletionTimestamp"):
+                return
+            if self._backing_off(key, body):
                 return
             inputs = self.cache.inputs(key)
             if self.settled.get(key) == inputs and not self._evaluation_pending(key):
@@ -177,38 +201,86 @@ class Fleet:
                 model = None
             evaluate = model is not None and self._evaluation_due(key, model)
             handler = "evaluate" if evaluate else "reconcile"
+            failure: ReconcileFailure | None = None
             try:
                 if model is None:
                     await self._refuse(body, datetime.now(UTC))
                 else:
-                    await self._reconcile(body, model, evaluate)
-                metrics.RECONCILES.labels(handler, "success").inc()
+                    failure = await self._reconcile(body, model, evaluate)
             except Exception:
-                metrics.RECONCILES.labels(handler, "error").inc()
+                observability.RECONCILES.labels(handler, "error").inc()
+                self._back_off(key, body)
                 raise
             finally:
-                metrics.RECONCILE_SECONDS.labels(handler).observe(time.perf_counter() - started)
+                observability.RECONCILE_SECONDS.labels(handler).observe(
+                    time.perf_counter() - started
+                )
+            if failure is not None:
+                observability.RECONCILES.labels(handler, "error").inc()
+                delay = self._back_off(key, body)
+                log.warning("%s/%s: %s; retrying in %.0fs", *key, failure.message, delay)
+                return
+            observability.RECONCILES.labels(handler, "success").inc()
+            self.backoff.pop(key, None)
             self.settled[key] = inputs
 
     async def _reconcile(
         self, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
-    ) -> None:
+    ) -> ReconcileFailure | None:
         key = key_of(body)
         now = datetime.now(UTC)
-        model = model.model_copy(update={"status": with_requested_speculation(model)})
-        actions: list[Action] = []
+        recorded = model
+        synced = tuner.sync_with_spec(
+            model.spec, model.status, now, generation=model.metadata.generation
+        )
+        model = model.model_copy(update={"status": synced.status})
+        actions = list(synced.actions)
         if evaluate and self.evaluator is not None:
-            decided = await self.evaluator.evaluate(model, self.cache.children(key), now)
+            decided = await self.evaluator.evaluate(model, self.cache.observed(key), now)
             model = model.model_copy(update={"status": decided.status})
-            actions = self.evaluator.count(model, decided.actions)
-        await self._apply_children(key, model)
-        status = summarize(model, self.cache.children(key), now)
+            actions += decided.actions
+        if self.evaluator is not None:
+            actions = self.evaluator.count(model, actions)
+        failure: ReconcileFailure | None = None
+        try:
+            manifests = render.manifests(model)
+            if self._changes_children(key, recorded, model, manifests):
+                # Record the decision before acting on it: children applied from a
+                # status that is not written yet would be undone by the next reconcile.
+                # Not summarized: Ready and observedGeneration must not claim children
+                # that are not applied yet.
+                written = await self._write_status(body, model.status)
+                if written is None:
+                    return None  # someone wrote in between: decide again from theirs
+                body = written
+            await self._apply_children(key, manifests)
+        except ValueError as error:  # the model's config does not render
+            failure = ReconcileFailure("RenderFailed", _one_line(str(error)))
+        except ApiException as error:
+            if not _refused(error):
+                raise
+            failure = ReconcileFailure("ChildrenRefused", _api_message(error))
+        status = summarize(model, self.cache.observed(key), now, failure)
         self._export(model, status)
         await self._write_status(body, status)
         actions += _new_failures(model.status, status)
         # Events come after the decision is safe in status; losing one loses no state.
         for action in actions:
             await self._post_event(model, action)
+        return failure
+
+    def _changes_children(
+        self,
+        key: Key,
+        recorded: SpeculativeModel,
+        decided: SpeculativeModel,
+        manifests: list[dict[str, Any]],
+    ) -> bool:
+        """The decided status renders other children than the recorded one, and there
+        are children to change."""
+        if decided.status.speculation == recorded.status.speculation:
+            return False
+        return bool(self.cache.children.get(key)) and manifests != render.manifests(recorded)
 
     async def _post_event(self, model: SpeculativeModel, action: Action) -> None:
         involved = {
@@ -224,34 +296,50 @@ class Fleet:
         except Exception:
             log.exception("posting the %s event of %s failed", action.kind, model.metadata.name)
 
-    async def _apply_children(self, key: Key, model: SpeculativeModel) -> None:
-        manifests = render.children(model)
+    async def _apply_children(self, key: Key, manifests: list[dict[str, Any]]) -> None:
         if self._still_applied(key, manifests):
             return  # server-side apply would be a no-op anyway
-        generations: dict[Key, int] = {}
+        markers: dict[ChildRef, Any] = {}
         for manifest in manifests:
             applied = await asyncio.to_thread(self.cluster.apply, manifest)
-            if applied["kind"] != "Deployment":
-                continue
-            generations[key_of(applied)] = applied["metadata"].get("generation", 0)
-            if key_of(applied) not in self.cache.deployments:
+            ref = (applied["kind"], applied["metadata"]["name"])
+            markers[ref] = _edit_marker(applied)
+            if ref not in self.cache.children.get(key, {}):
                 # A new child: its apply response lets the first status say "Progressing"
                 # rather than "Pending" and a second write. Known children are left to
                 # the watch, which delivers their versions in order.
                 self.cache.remember_child(applied)
-        self.applied[key] = AppliedChildren(manifests, generations)
+        self.applied[key] = AppliedChildren(manifests, markers)
 
     def _still_applied(self, key: Key, manifests: list[dict[str, Any]]) -> bool:
-        """The same manifests were applied, and each Deployment is still there at the
-        generation the apply left it: not deleted, scaled or edited by someone else."""
+        """The same manifests were applied, and each child is still there as the apply
+        left it: not deleted, scaled or edited by someone else."""
         applied = self.applied.get(key)
         if applied is None or applied.manifests != manifests:
             return False
-        for child, generation in applied.generations.items():
-            cached = self.cache.deployments.get(child)
-            if cached is None or cached["metadata"].get("generation", 0) != generation:
+        children = self.cache.children.get(key, {})
+        for ref, marker in applied.markers.items():
+            cached = children.get(ref)
+            if cached is None or _edit_marker(cached) != marker:
                 return False
         return True
+
+    def _back_off(self, key: Key, body: dict[str, Any]) -> float:
+        """Remember a failed reconcile; the seconds until the next try."""
+        failures = (self.backoff[key].failures if key in self.backoff else 0) + 1
+        # The exponent is capped so that a model failing for days never overflows a float.
+        delay = min(BACKOFF_SECONDS * 2.0 ** min(failures - 1, 16), MAX_BACKOFF_SECONDS)
+        generation = body["metadata"].get("generation")
+        self.backoff[key] = Backoff(failures, time.monotonic() + delay, generation)
+        return delay
+
+    def _backing_off(self, key: Key, body: dict[str, Any]) -> bool:
+        backoff = self.backoff.get(key)
+        return (
+            backoff is not None
+            and time.monotonic() < backoff.retry_at
+            and backoff.generation == body["metadata"].get("generation")
+        )
 
     async def _refuse(self, body: dict[str, Any], now: datetime) -> None:
         """A spec the API server admitted but the models refuse (e.g. an older CRD):
@@ -273,11 +361,16 @@ class Fleet:
         status = status.model_copy(update={"conditions": conditions, "phase": Phase.DEGRADED})
         await self._write_status(body, status)
 
-    async def _write_status(self, body: dict[str, Any], status: SpeculativeModelStatus) -> None:
+    async def _write_status(
+        self, body: dict[str, Any], status: SpeculativeModelStatus
+    ) -> dict[str, Any] | None:
+        """Write status unless unchanged; the model as it now is (cached at once, so the
+        next reconcile reads this status even before the watch echoes it), or None
+        when someone wrote in between."""
         new = status.model_dump(by_alias=True, mode="json")
         old = body.get("status") or {}
-        if _without_nulls(new) == old:
-            return
+        if without_nulls(new) == old:
+            return body
         namespace, name = key_of(body)
         written = await asyncio.to_thread(
             self.cluster.patch_status,
@@ -286,18 +379,23 @@ class Fleet:
             new,
             body["metadata"].get("resourceVersion"),
         )
-        if not written:
+        if written is None:
             # Someone wrote in between; the watch brings the new object and a retry.
             self.cache.wake(key_of(body))
+            return None
+        self.cache.remember_model(written)
+        return written
 
     def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
         labels = (model.metadata.namespace or "", model.metadata.name)
         speculation = status.speculation
         stable_k = 0 if speculation.disabled else (speculation.tokens or 0)
-        metrics.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
-        metrics.SPECULATIVE_TOKENS.labels(*labels, "canary").set(speculation.candidate_tokens or 0)
-        metrics.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
-        metrics.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
+        observability.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
+        observability.SPECULATIVE_TOKENS.labels(*labels, "canary").set(
+            speculation.candidate_tokens or 0
+        )
+        observability.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
+        observability.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
 
     # ------------------------------------------------------------------- loop
 
@@ -370,6 +468,49 @@ def _version_of(body: dict[str, Any] | None) -> str | None:
     return None if body is None else body["metadata"].get("resourceVersion")
 
 
+def _older(body: dict[str, Any], than: dict[str, Any]) -> bool:
+    """`body` is an older version of the same object than `than`. resourceVersions are
+    opaque by contract but etcd revisions in practice; if either is not a number the
+    newest arrival wins, as it would without this check."""
+    new, old = _version_of(body), _version_of(than)
+    if new is None or old is None or not (new.isdigit() and old.isdigit()):
+        return False
+    return int(new) < int(old)
+
+
+def _edit_marker(body: dict[str, Any]) -> Any:
+    marker = child_kind(body["kind"]).edit_marker
+    return None if marker is None else body["metadata"].get(marker)
+
+
+def _refused(error: ApiException) -> bool:
+    """The API server refused the request itself (invalid, forbidden): retrying the
+    same request cannot succeed. Conflicts, throttling and server errors can."""
+    return (
+        error.status is not None
+        and 400 <= error.status < 500
+        and error.status
+        not in (
+            404,
+            409,
+            429,
+        )
+    )
+
+
+def _api_message(error: ApiException) -> str:
+    """The API server's own message from an error response, on one line."""
+    try:
+        message = str(json.loads(error.body or "")["message"])
+    except (ValueError, KeyError, TypeError):
+        message = f"{error.status} {error.reason}"
+    return _one_line(message)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:1000]
+
+
 def _replace(
     cached: dict[Any, dict[str, Any]], name: Any, body: dict[str, Any], deleted: bool
 ) -> bool:
@@ -402,9 +543,9 @@ def _new_failures(before: SpeculativeModelStatus, after: SpeculativeModelStatus)
     return [Action(kind=now.reason, reason=now.reason, message=now.message, warning=True)]
 
 
-def _without_nulls(value: Any) -> Any:
+def without_nulls(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return [without_nulls(v) for v in value]
     return value

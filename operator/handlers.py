@@ -19,6 +19,7 @@ import kopf
 
 from specfleet.operator import render
 from specfleet.operator.api import GROUP, PLURAL, VERSION
+from specfleet.operator.children import CHILD_KINDS
 from specfleet.operator.fleet import Fleet
 
 log = logging.getLogger("specfleet.handlers")
@@ -42,7 +43,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
-class Runtime:
+class HandlerContext:
     """The fleet the handlers talk to; set by `specfleet operator` before kopf starts."""
 
     fleet: Fleet | None = None
@@ -53,9 +54,9 @@ class Runtime:
 
 
 def fleet() -> Fleet:
-    if Runtime.fleet is None:
+    if HandlerContext.fleet is None:
         raise RuntimeError("specfleet operator was started without a fleet")
-    return Runtime.fleet
+    return HandlerContext.fleet
 
 
 @kopf.on.startup()
@@ -68,17 +69,17 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     # The chart grants no access to Namespaces (least privilege); with plain namespace
     # names or cluster-wide watching kopf takes them as given instead of scanning.
-    settings.scanning.disabled = not Runtime.scan_namespaces
-    Runtime.stop = asyncio.Event()
-    Runtime.loop_task = asyncio.create_task(fleet().run(Runtime.stop))
+    settings.scanning.disabled = not HandlerContext.scan_namespaces
+    HandlerContext.stop = asyncio.Event()
+    HandlerContext.loop_task = asyncio.create_task(fleet().run(HandlerContext.stop))
 
 
 @kopf.on.cleanup()
 async def shutdown(**_: Any) -> None:
-    if Runtime.stop is not None:
-        Runtime.stop.set()
-    if Runtime.loop_task is not None:
-        await Runtime.loop_task
+    if HandlerContext.stop is not None:
+        HandlerContext.stop.set()
+    if HandlerContext.loop_task is not None:
+        await HandlerContext.loop_task
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
@@ -86,7 +87,15 @@ async def model_event(type: str, body: kopf.Body, **_: Any) -> None:
     fleet().remember_model(dict(body), deleted=type == "DELETED")
 
 
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-@kopf.on.event("", "v1", "pods", labels={render.MODEL_LABEL: kopf.PRESENT, **MANAGED})
 async def child_event(type: str, body: kopf.Body, **_: Any) -> None:
     fleet().cache.remember_child(dict(body), deleted=type == "DELETED")
+
+
+# Every kind a model owns is watched: a child deleted or edited by hand is put back.
+for _child in CHILD_KINDS:
+    kopf.on.event(
+        _child.group,
+        _child.version,
+        _child.plural,
+        labels={render.MODEL_LABEL: kopf.PRESENT, **MANAGED},
+    )(child_event)

@@ -14,6 +14,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from specfleet.operator.api import GROUP, PLURAL, VERSION
+from specfleet.operator.children import child_kind
 
 FIELD_MANAGER = "specfleet-operator"
 APPLY = "application/apply-patch+yaml"
@@ -33,33 +34,47 @@ def api_client() -> Any:
 
 class Cluster:
     def __init__(self, api: Any) -> None:
-        self.apps = client.AppsV1Api(api)
+        self.api = api
         self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+
+    def _request(
+        self,
+        path: str,
+        body: dict[str, Any],
+        content_type: str,
+        query: list[tuple[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """One PATCH, its response as raw JSON: the fleet keeps dicts, and the client's
+        model classes cost CPU. Raises ApiException on an error status."""
+        request = self.api.param_serialize(
+            method="PATCH",
+            resource_path=path,
+            query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        response = self.api.call_api(*request)
+        response.read()
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response)
+        result: dict[str, Any] = json.loads(response.data)
+        return result
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """Server-side apply; returns the object as the server now has it. Re-applying
-        the same manifest changes nothing, not even the resourceVersion, which keeps
-        GitOps diffs and watches quiet."""
+        """Server-side apply of a child; returns the object as the server now has it.
+        Re-applying the same manifest changes nothing, not even the resourceVersion,
+        which keeps GitOps diffs and watches quiet."""
         meta = manifest["metadata"]
-        arguments = {
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "body": manifest,
-            "field_manager": FIELD_MANAGER,
-            "force": True,
-            "_content_type": APPLY,
-            # Raw JSON: the fleet keeps dicts, and the client's model classes cost CPU.
-            "_preload_content": False,
-        }
-        if manifest["kind"] == "Deployment":
-            response = self.apps.patch_namespaced_deployment(**arguments)
-        elif manifest["kind"] == "Service":
-            response = self.core.patch_namespaced_service(**arguments)
-        else:
-            raise ValueError(f"the operator does not manage {manifest['kind']}")
-        applied: dict[str, Any] = json.loads(response.data)
-        return applied
+        kind = child_kind(manifest["kind"])
+        if not kind.applied:
+            raise ValueError(f"the operator does not apply {kind.kind}s")
+        return self._request(
+            kind.path(meta["namespace"], meta["name"]),
+            manifest,
+            APPLY,
+            [("fieldManager", FIELD_MANAGER), ("force", "true")],
+        )
 
     def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
@@ -88,17 +103,16 @@ class Cluster:
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
-    ) -> bool:
-        """Replace status; False on a conflict (someone wrote since `resource_version`)."""
+    ) -> dict[str, Any] | None:
+        """Replace status; the model as written, or None on a conflict (someone wrote
+        since `resource_version`) or when the model is gone."""
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, PLURAL, name, body, _content_type=MERGE
-            )
+            return self._request(path, body, MERGE)
         except ApiException as error:
             if error.status in (404, 409):
-                return False
+                return None
             raise
-        return True

@@ -8,18 +8,20 @@ Everything here is about getting honest numbers into a `TrackWindow`; judging th
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-Track = Literal["stable", "canary"]
-TRACKS: tuple[Track, ...] = ("stable", "canary")
+from specfleet.operator.api import LEFT_OUT_MESSAGE_LIMIT, LeftOutReason
+from specfleet.operator.children import TRACKS, Track
+from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -28,9 +30,61 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 GENERATION_TOKENS = "vllm:generation_tokens"
 REQUESTS_RUNNING = "vllm:num_requests_running"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
+# prometheus_client's process collector, which vLLM serves: the evidence of a restart.
+PROCESS_START = "process_start_time_seconds"
 _SPEC_DECODE_PREFIX = "vllm:spec_decode_"
 _COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS, GENERATION_TOKENS)
-_GAUGES = (REQUESTS_RUNNING, REQUESTS_WAITING)
+_VLLM = (*_COUNTERS, REQUESTS_RUNNING, REQUESTS_WAITING)
+_READ = (*_VLLM, PROCESS_START)
+
+# What one pod's page may cost, whatever it serves. A vLLM page is 100-200 KB per engine,
+# mostly histograms; the series read here are a few KB of it.
+MAX_BODY_BYTES = 8 * 2**20
+MAX_LINE_BYTES = 64 * 2**10  # held while a line arrives over several chunks
+MAX_KEPT_BYTES = 2**20
+MAX_SERIES = 4096  # samples of the series read: about 40 per engine
+READ_CHUNK = 64 * 2**10
+# One model's Prometheus answer: about 15 KB of JSON per pod and engine.
+MAX_PROMETHEUS_BYTES = 32 * 2**20
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+# Counts are whole tokens and sums of whole floats are exact: half a token tells a
+# rounding error from counters that do not add up.
+_SLACK = 0.5
+
+
+def cut(message: str) -> str:
+    """A message short enough for status: it may quote what a pod or a proxy served."""
+    if len(message) <= LEFT_OUT_MESSAGE_LIMIT:
+        return message
+    return message[: LEFT_OUT_MESSAGE_LIMIT - 1] + "…"
+
+
+@dataclass(frozen=True)
+class PodError:
+    """Why a pod's reading was left out: a reason from a small fixed set (a metric label)
+    and a message in words, cut short."""
+
+    reason: LeftOutReason
+    message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", cut(self.message))
+
+
+class BadMetrics(ValueError):
+    """A reading that cannot be used, and why."""
+
+    def __init__(self, reason: LeftOutReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def error(self) -> PodError:
+        return PodError(self.reason, str(self))
+
+
+class SourceUnavailable(Exception):
+    """Prometheus gave no answer to read: no pod has data this window."""
+
 
 # Pod labels the operator puts on every pod; a Prometheus scraping them relabels these
 # to `model` and `track` (plus the usual `namespace` and `pod`).
@@ -40,7 +94,8 @@ TRACK_LABEL = "specfleet.io/track"
 
 @dataclass(frozen=True)
 class SpecDecodeCounters:
-    """The cumulative counters (and two gauges) of one pod, summed over engines."""
+    """The cumulative counters (and two gauges) of one pod, summed over engines, and the
+    start time of the process that serves them."""
 
     drafts: float = 0.0
     draft_tokens: float = 0.0
@@ -50,12 +105,30 @@ class SpecDecodeCounters:
     requests_running: float = 0.0
     requests_waiting: float = 0.0
     speculation_exported: bool = False
+    process_start_time: float | None = None
 
 
 def _base_name(sample_name: str) -> str | None:
     """The metric a sample belongs to, or None for `_created` and unknown series."""
     name = sample_name.removesuffix("_total")
-    return name if name in _COUNTERS or name in _GAUGES else None
+    return name if name in _READ else None
+
+
+def _position(labels: Mapping[str, str]) -> int:
+    """The `position` label, refused before anything is sized by it: one line saying
+    position 30000000 once cost 6.2 GB."""
+    text = labels.get("position", "0")
+    try:
+        position = int(text)
+    except ValueError:
+        raise BadMetrics(LeftOutReason.UNPARSEABLE, f"position {text!r} is not a number") from None
+    if not 0 <= position < MAX_SPECULATIVE_TOKENS:
+        raise BadMetrics(
+            LeftOutReason.IMPOSSIBLE_COUNTERS,
+            f"accepted tokens at position {position}: no engine drafts more than "
+            f"{MAX_SPECULATIVE_TOKENS} tokens",
+        )
+    return position
 
 
 def counters_from_series(
@@ -64,22 +137,29 @@ def counters_from_series(
     """Sum (name, labels, value) series into counters: over every label set but `position`.
 
     Shared by the /metrics parser and the Prometheus source so both read vLLM alike.
-    Raises ValueError on NaN or infinite values: such a pod is broken, not idle.
+    Raises BadMetrics on NaN or infinite values (such a pod is broken, not idle), on a
+    position no engine drafts, and past MAX_SERIES samples.
     """
     totals: dict[str, float] = {}
     per_position: dict[int, float] = {}
     exported = False
+    started: float | None = None
+    read = 0
     for sample_name, labels, value in series:
         name = _base_name(sample_name)
         if name is None:
             continue
+        read += 1
+        if read > MAX_SERIES:
+            raise BadMetrics(LeftOutReason.TOO_LARGE, f"more than {MAX_SERIES} vLLM samples")
         if not math.isfinite(value):
-            raise ValueError(f"{sample_name} is {value}")
+            raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"{sample_name} is {value}")
+        if name == PROCESS_START:
+            started = value if started is None else max(started, value)
+            continue
         exported = exported or name.startswith(_SPEC_DECODE_PREFIX)
         if name == ACCEPTED_PER_POS:
-            position = int(labels.get("position", "0"))
-            if position < 0:
-                raise ValueError(f"{sample_name} has a negative position {position}")
+            position = _position(labels)
             per_position[position] = per_position.get(position, 0.0) + value
         else:
             totals[name] = totals.get(name, 0.0) + value
@@ -93,36 +173,80 @@ def counters_from_series(
         requests_running=totals.get(REQUESTS_RUNNING, 0.0),
         requests_waiting=totals.get(REQUESTS_WAITING, 0.0),
         speculation_exported=exported,
+        process_start_time=started,
     )
 
 
 # The metric name a line is about: a sample's name, or the name in `# TYPE` / `# HELP`.
-_LINE_NAME = re.compile(r"[ \t]*(?:#[ \t]+(?:TYPE|HELP)[ \t]+)?([a-zA-Z_:][a-zA-Z0-9_:]*)")
+_LINE_NAME = re.compile(rb"[ \t]*(?:#[ \t]+(?:TYPE|HELP)[ \t]+)?([a-zA-Z_:][a-zA-Z0-9_:]*)")
 
 
-def _relevant_lines(text: str) -> str:
-    """The page's lines about the series we read. A vLLM page is mostly histograms we
-    never use; parsing all of it cost about 8 ms of CPU per pod, most of a scrape cycle."""
-    kept = []
-    for line in text.splitlines():
+class PageReader:
+    """Reads a /metrics page as it arrives, keeping only the lines about the series read
+    here: whatever a pod serves, a reading holds at most a chunk, a line being received
+    and MAX_KEPT_BYTES, and stops at MAX_BODY_BYTES or MAX_SERIES lines kept.
+
+    A vLLM page is mostly histograms never used here; parsing all of it cost about 8 ms
+    of CPU per pod. Lines of other series are skipped unparsed, so a malformed one
+    cannot hide the rest."""
+
+    def __init__(self) -> None:
+        self._received = 0
+        self._partial = b""
+        self._kept: list[bytes] = []
+        self._kept_bytes = 0
+
+    def feed(self, chunk: bytes) -> None:
+        self._received += len(chunk)
+        if self._received > MAX_BODY_BYTES:
+            raise BadMetrics(
+                LeftOutReason.TOO_LARGE, f"the page is over {MAX_BODY_BYTES // 2**20} MiB"
+            )
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_LINE_BYTES:
+            raise BadMetrics(
+                LeftOutReason.TOO_LARGE, f"a line is over {MAX_LINE_BYTES // 2**10} KiB"
+            )
+        for line in lines:
+            self._keep(line)
+
+    def _keep(self, line: bytes) -> None:
         match = _LINE_NAME.match(line)
-        if match is not None and _base_name(match.group(1)) is not None:
-            kept.append(line)
-    return "\n".join(kept) + "\n"
+        if match is None or _base_name(match.group(1).decode()) is None:
+            return
+        self._kept.append(line)
+        self._kept_bytes += len(line) + 1
+        if len(self._kept) > MAX_SERIES or self._kept_bytes > MAX_KEPT_BYTES:
+            raise BadMetrics(
+                LeftOutReason.TOO_LARGE,
+                f"more than {MAX_SERIES} lines or {MAX_KEPT_BYTES // 2**20} MiB of vLLM series",
+            )
+
+    def counters(self) -> SpecDecodeCounters:
+        """The page's counters; BadMetrics on garbage, NaN, or no vLLM series."""
+        self._keep(self._partial)  # a last line without a newline
+        self._partial = b""
+        try:
+            text = b"\n".join(self._kept).decode() + "\n"
+            series = [
+                (sample.name, sample.labels, float(sample.value))
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+            ]
+        except ValueError as error:  # UnicodeDecodeError is one too
+            raise BadMetrics(LeftOutReason.UNPARSEABLE, f"not Prometheus text: {error}") from None
+        if not any(name.startswith("vllm:") for name, _, _ in series):
+            raise BadMetrics(LeftOutReason.NO_VLLM_METRICS, "no vLLM metrics on the page")
+        return counters_from_series(series)
 
 
 def parse_vllm_metrics(text: str) -> SpecDecodeCounters:
-    """Counters from a vLLM /metrics page; ValueError on garbage, NaN, or no vLLM series.
-
-    Lines of other series are skipped unparsed: a malformed one cannot hide the rest."""
-    series = [
-        (sample.name, sample.labels, float(sample.value))
-        for family in text_string_to_metric_families(_relevant_lines(text))
-        for sample in family.samples
-    ]
-    if not any(_base_name(name) for name, _, _ in series):
-        raise ValueError("no vLLM metrics on the page")
-    return counters_from_series(series)
+    """Counters from a whole vLLM /metrics page (see PageReader)."""
+    reader = PageReader()
+    for start in range(0, len(text), READ_CHUNK):
+        reader.feed(text[start : start + READ_CHUNK].encode())
+    return reader.counters()
 
 
 # ----------------------------------------------------------------------------- sources
@@ -143,7 +267,20 @@ class PodSample:
     track: Track
     at: float
     counters: SpecDecodeCounters | None
-    error: str | None = None
+    error: PodError | None = None
+
+
+async def _read_page(
+    session: aiohttp.ClientSession, url: str, timeout: float
+) -> SpecDecodeCounters:
+    # The total timeout covers the body too: a page trickling in is cut at `timeout`.
+    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
+        if not response.ok:
+            raise BadMetrics(LeftOutReason.HTTP_STATUS, f"HTTP {response.status} {response.reason}")
+        reader = PageReader()
+        async for chunk in response.content.iter_chunked(READ_CHUNK):
+            reader.feed(chunk)
+    return reader.counters()
 
 
 async def _scrape_one(
@@ -154,16 +291,15 @@ async def _scrape_one(
 ) -> PodSample:
     async with semaphore:
         try:
-            async with session.get(
-                target.url, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as response:
-                response.raise_for_status()
-                text = await response.text()
-            at = time.time()
-            return PodSample(target.pod, target.track, at, parse_vllm_metrics(text))
-        except (aiohttp.ClientError, TimeoutError, ValueError, UnicodeDecodeError) as error:
-            message = str(error) or type(error).__name__
-            return PodSample(target.pod, target.track, time.time(), None, message)
+            counters = await _read_page(session, target.url, timeout)
+            return PodSample(target.pod, target.track, time.time(), counters)
+        except BadMetrics as error:
+            problem = error.error()
+        except TimeoutError:
+            problem = PodError(LeftOutReason.TIMEOUT, f"no whole answer within {timeout:g}s")
+        except aiohttp.ClientError as error:
+            problem = PodError(LeftOutReason.UNREACHABLE, str(error) or type(error).__name__)
+        return PodSample(target.pod, target.track, time.time(), None, problem)
 
 
 async def scrape(
@@ -183,7 +319,7 @@ def _promql_string(value: str) -> str:
 
 def prometheus_query(namespace: str, model: str) -> str:
     """PromQL selecting every series the windows need for one model's pods."""
-    names = "|".join((*_COUNTERS, *_GAUGES))
+    names = "|".join(_READ)
     return (
         f'{{__name__=~"({names})(_total)?",'
         f"namespace={_promql_string(namespace)},model={_promql_string(model)}}}"
@@ -198,10 +334,14 @@ def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSa
     if data.get("resultType") != "vector":
         raise ValueError(f"expected a vector result, got {data.get('resultType')}")
     by_pod: dict[tuple[str, str], list[tuple[str, Mapping[str, str], float]]] = {}
-    for item in data.get("result", []):
-        labels: dict[str, str] = item["metric"]
-        key = (labels.get("pod", ""), labels.get("track", ""))
-        by_pod.setdefault(key, []).append((labels["__name__"], labels, float(item["value"][1])))
+    try:
+        for item in data.get("result", []):
+            labels: dict[str, str] = item["metric"]
+            key = (labels.get("pod", ""), labels.get("track", ""))
+            value = float(item["value"][1])
+            by_pod.setdefault(key, []).append((labels["__name__"], labels, value))
+    except (KeyError, IndexError, TypeError, AttributeError) as error:
+        raise ValueError(f"a malformed series in the result: {error!r}") from None
     samples = []
     for (pod, track), series in sorted(by_pod.items()):
         if not pod or track not in TRACKS:
@@ -209,28 +349,47 @@ def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSa
         track_: Track = "stable" if track == "stable" else "canary"
         try:
             samples.append(PodSample(pod, track_, at, counters_from_series(series)))
-        except ValueError as error:
-            samples.append(PodSample(pod, track_, at, None, str(error)))
+        except BadMetrics as error:
+            samples.append(PodSample(pod, track_, at, None, error.error()))
     return samples
 
 
 async def query_prometheus(url: str, namespace: str, model: str, timeout: float) -> list[PodSample]:
     """Current counters of a model's pods from Prometheus' HTTP API (instant query).
 
-    Raises ValueError (or aiohttp.ClientError / TimeoutError) when the server cannot answer:
-    then no pod has data, and the window is inconclusive.
+    Raises SourceUnavailable when the server cannot answer (unreachable, timed out, an
+    answer that is not a query result): then no pod has data, and the window is
+    inconclusive.
     """
     endpoint = url.rstrip("/") + "/api/v1/query"
-    async with (
-        aiohttp.ClientSession() as session,
-        session.get(
-            endpoint,
-            params={"query": prometheus_query(namespace, model)},
-            timeout=aiohttp.ClientTimeout(total=timeout),
-        ) as response,
-    ):
-        payload = await response.json(content_type=None)
-    return samples_from_prometheus(payload, time.time())
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                endpoint,
+                params={"query": prometheus_query(namespace, model)},
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as response,
+        ):
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(READ_CHUNK):
+                body += chunk
+                if len(body) > MAX_PROMETHEUS_BYTES:
+                    raise ValueError(f"the answer is over {MAX_PROMETHEUS_BYTES // 2**20} MiB")
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            raise ValueError(f"HTTP {response.status}: the answer is not JSON") from None
+        if not isinstance(payload, dict):
+            raise ValueError(f"HTTP {response.status}: the answer is not a query result")
+        return samples_from_prometheus(payload, time.time())
+    except TimeoutError:
+        raise SourceUnavailable(
+            cut(f"Prometheus at {url}: no answer within {timeout:g}s")
+        ) from None
+    except (aiohttp.ClientError, ValueError) as error:
+        message = str(error) or type(error).__name__
+        raise SourceUnavailable(cut(f"Prometheus at {url}: {message}")) from None
 
 
 # ----------------------------------------------------------------------------- windows
@@ -266,15 +425,18 @@ class TrackWindow:
 class Observation:
     """What one evaluation saw.
 
-    `canary_pending_since` is filled in by the operator, not by WindowTracker: the Unix
-    time since when the canary pod has been Pending (None when it is not Pending).
+    `errors` names the pods whose readings were left out, and why. `prometheus_error` says
+    why Prometheus gave nothing at all. `canary_pending_since` is filled in by the
+    operator, not by WindowTracker: the Unix time since when the canary pod has been
+    Pending (None when it is not Pending).
     """
 
     stable: TrackWindow | None
     canary: TrackWindow | None
-    errors: list[str] = field(default_factory=list)
+    errors: dict[str, PodError] = field(default_factory=dict)
     speculation_missing: bool = False
     canary_pending_since: float | None = None
+    prometheus_error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -285,17 +447,104 @@ class _PodDelta:
     waiting: float
 
 
-def _delta(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDecodeCounters:
-    """current - previous; when any counter went down the pod restarted, and its counters
-    since the restart are the whole delta (never negative traffic)."""
-    scalar = ("drafts", "draft_tokens", "accepted_tokens", "generation_tokens")
-    restarted = any(getattr(current, f) < getattr(previous, f) for f in scalar) or any(
-        # A restart may come back with fewer positions: compare the ones both have.
-        c < p
-        for c, p in zip(current.accepted_per_position, previous.accepted_per_position, strict=False)
+def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
+    """Why counters (cumulative, or a window's difference) cannot come from engines
+    drafting at most k tokens, or None. vLLM counts a draft's accepted tokens once in
+    the total and once at each position they reached, so the positions add up to it."""
+    c = counters
+    named = [
+        ("drafts", c.drafts),
+        ("draft tokens", c.draft_tokens),
+        ("accepted tokens", c.accepted_tokens),
+        ("generated tokens", c.generation_tokens),
+        *((f"accepted tokens at position {i}", v) for i, v in enumerate(c.accepted_per_position)),
+    ]
+    for name, value in named:
+        if value < 0:
+            return f"{name} are negative ({value:g})"
+    if len(c.accepted_per_position) > k:
+        return f"accepted tokens at position {len(c.accepted_per_position) - 1} with K={k}"
+    if c.drafts <= 0:
+        if c.draft_tokens > _SLACK or c.accepted_tokens > _SLACK:
+            return (
+                f"{c.draft_tokens:g} draft tokens and {c.accepted_tokens:g} accepted "
+                "without any drafts"
+            )
+        return None
+    if c.accepted_tokens > c.draft_tokens + _SLACK:
+        return f"{c.accepted_tokens:g} accepted tokens exceed the {c.draft_tokens:g} drafted"
+    if c.accepted_per_position and abs(sum(c.accepted_per_position) - c.accepted_tokens) > _SLACK:
+        return (
+            f"accepted tokens per position sum to {sum(c.accepted_per_position):g}, "
+            f"not the {c.accepted_tokens:g} accepted"
+        )
+    if c.accepted_tokens > k * c.drafts + _SLACK:
+        length = 1 + c.accepted_tokens / c.drafts
+        return f"mean acceptance length {length:.2f} exceeds K+1 = {k + 1}"
+    return None
+
+
+def _moves(old: SpecDecodeCounters, new: SpecDecodeCounters) -> tuple[list[str], list[str]]:
+    """The counters that went down, and those that went up, from old to new."""
+    pairs = [
+        ("drafts", old.drafts, new.drafts),
+        ("draft tokens", old.draft_tokens, new.draft_tokens),
+        ("accepted tokens", old.accepted_tokens, new.accepted_tokens),
+        ("generated tokens", old.generation_tokens, new.generation_tokens),
+        # A restart may come back with another K: compare the positions both have.
+        *(
+            (f"accepted tokens at position {i}", o, n)
+            for i, (o, n) in enumerate(
+                zip(old.accepted_per_position, new.accepted_per_position, strict=False)
+            )
+        ),
+    ]
+    return [name for name, o, n in pairs if n < o], [name for name, o, n in pairs if n > o]
+
+
+def _restarted(previous: PodSample, current: PodSample) -> bool:
+    """Whether the pod restarted between two readings; BadMetrics when neither one process
+    nor a process and its restart explain them.
+
+    A restart needs evidence: a process started since the previous reading (by the
+    process start time vLLM exports) or, without start times, every counter lower than
+    before. Counters flipping between two engines behind one address (or a proxy) are
+    left out instead: read as restarts, each engine's lifetime totals became one window.
+    A restart within clock skew of the previous reading is left out too: one window of
+    one pod, the safe side."""
+    assert previous.counters is not None and current.counters is not None
+    old, new = previous.counters, current.counters
+    down, up = _moves(old, new)
+    if old.process_start_time is not None and new.process_start_time is not None:
+        if new.process_start_time == old.process_start_time:
+            if down:
+                raise BadMetrics(
+                    LeftOutReason.INCONSISTENT_COUNTERS,
+                    f"{down[0]} went down within one process: two engines behind one address?",
+                )
+            return False
+        if (
+            old.process_start_time < new.process_start_time
+            and new.process_start_time >= previous.at
+        ):
+            return True
+        raise BadMetrics(
+            LeftOutReason.INCONSISTENT_COUNTERS,
+            f"another process answered (started at {new.process_start_time:.0f}, the last "
+            f"reading's at {old.process_start_time:.0f}) that did not start since the last "
+            "reading: two engines behind one address?",
+        )
+    if not down:
+        return False
+    if not up:
+        return True  # every counter reset together
+    raise BadMetrics(
+        LeftOutReason.INCONSISTENT_COUNTERS,
+        f"{down[0]} went down while {up[0]} went up: not a restart",
     )
-    if restarted:
-        return current
+
+
+def _difference(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDecodeCounters:
     old = previous.accepted_per_position
     return SpecDecodeCounters(
         drafts=current.drafts - previous.drafts,
@@ -308,6 +557,20 @@ def _delta(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDec
         generation_tokens=current.generation_tokens - previous.generation_tokens,
         speculation_exported=current.speculation_exported,
     )
+
+
+def _window_delta(previous: PodSample, current: PodSample, k: int) -> SpecDecodeCounters:
+    """One pod's counts over the window: since the previous reading, or since a restart."""
+    assert previous.counters is not None and current.counters is not None
+    delta = (
+        current.counters
+        if _restarted(previous, current)
+        else _difference(previous.counters, current.counters)
+    )
+    why = implausible(delta, k)
+    if why is not None:
+        raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"in this window: {why}")
+    return delta
 
 
 def _aggregate(deltas: list[_PodDelta]) -> TrackWindow | None:
@@ -341,21 +604,38 @@ class WindowTracker:
 
     def __init__(self) -> None:
         self._previous: dict[str, PodSample] = {}
+        # Pods whose last reading did not follow from the one before. Counters flipping
+        # between two engines of one start time show it only when they go down; waiting
+        # for a reading that follows keeps the flips that go up out of windows too.
+        self._unexplained: set[str] = set()
 
-    def observe(self, samples: Sequence[PodSample]) -> Observation:
+    def observe(self, samples: Sequence[PodSample], tokens: Mapping[Track, int]) -> Observation:
+        """Windows from new samples; `tokens` is the K each track's pods run (0: none).
+
+        A reading that cannot be used leaves out its pod, named in `errors`. Readings
+        that are false (a failed scrape, impossible counters) are skipped: the pod's next
+        good one spans both intervals. After a reading that is true but does not follow
+        from the previous one, the pod's next window starts from the reading after it."""
         deltas: dict[Track, list[_PodDelta]] = {"stable": [], "canary": []}
-        errors: list[str] = []
+        errors: dict[str, PodError] = {}
+        unexplained: set[str] = set()
         missing = False
         seen: dict[str, PodSample] = {}
         for sample in samples:
             previous = self._previous.get(sample.pod)
-            if sample.counters is None:
-                errors.append(f"{sample.pod}: {sample.error or 'no data'}")
+            current = sample.counters
+            k = tokens[sample.track]
+            why = None if current is None else implausible(current, k)
+            if current is None or why is not None:
+                errors[sample.pod] = sample.error or PodError(
+                    LeftOutReason.IMPOSSIBLE_COUNTERS, why or "no counters"
+                )
                 if previous is not None:
-                    seen[sample.pod] = previous  # the next good scrape spans both intervals
+                    seen[sample.pod] = previous
+                if sample.pod in self._unexplained:
+                    unexplained.add(sample.pod)  # still waiting for a reading that follows
                 continue
             seen[sample.pod] = sample
-            current = sample.counters
             serving = current.requests_running > 0 or (
                 previous is not None
                 and previous.counters is not None
@@ -367,16 +647,25 @@ class WindowTracker:
             seconds = sample.at - previous.at
             if seconds <= 0:
                 continue
-            deltas[sample.track].append(
-                _PodDelta(
-                    _delta(previous.counters, current),
-                    seconds,
-                    current.requests_running,
-                    current.requests_waiting,
+            if sample.pod in self._unexplained:
+                errors[sample.pod] = PodError(
+                    LeftOutReason.INCONSISTENT_COUNTERS,
+                    "the last reading did not follow from the one before; the next window "
+                    "starts from this one",
                 )
+                continue
+            try:
+                delta = _window_delta(previous, sample, k)
+            except BadMetrics as error:
+                errors[sample.pod] = error.error()
+                unexplained.add(sample.pod)
+                continue
+            deltas[sample.track].append(
+                _PodDelta(delta, seconds, current.requests_running, current.requests_waiting)
             )
         # Pods that disappeared are forgotten: a new pod of the same name starts a baseline.
         self._previous = seen
+        self._unexplained = unexplained
         return Observation(
             stable=_aggregate(deltas["stable"]),
             canary=_aggregate(deltas["canary"]),

@@ -34,6 +34,12 @@ ROLLBACKS = Counter("specfleet_rollbacks_total", "Rollbacks by reason.", [*MODEL
 INCONCLUSIVE_WINDOWS = Counter(
     "specfleet_inconclusive_windows_total", "Windows that decided nothing.", [*MODEL, "reason"]
 )
+SCRAPE_ERRORS = Counter(
+    "specfleet_scrape_errors_total",
+    "Pods whose metrics an evaluation left out, and Prometheus queries that failed, by "
+    "reason (status.acceptance.podsLeftOut names the pods).",
+    [*MODEL, "reason"],
+)
 METRICS_AVAILABLE = Gauge("specfleet_metrics_available", "MetricsAvailable condition (0/1).", MODEL)
 SPECULATION_ACTIVE = Gauge(
     "specfleet_speculation_active", "SpeculationActive condition (0/1).", MODEL

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any
 
 from specfleet.operator.api import (
     API_VERSION,
@@ -18,10 +18,10 @@ from specfleet.operator.api import (
     DraftMethod,
     SpeculativeModel,
 )
+from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
 from specfleet.runtime.config import RuntimeConfig
 
 Manifest = dict[str, Any]
-Track = Literal["stable", "canary"]
 
 MODEL_LABEL = "specfleet.io/model"
 TRACK_LABEL = "specfleet.io/track"
@@ -33,8 +33,8 @@ STARTUP_PERIOD_SECONDS = 5
 STARTUP_FAILURE_THRESHOLD = 360
 
 
-def canary_name(model: SpeculativeModel) -> str:
-    return f"{model.metadata.name}-canary"
+def canary_name(model_name: str) -> str:
+    return f"{model_name}-canary"
 
 
 def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
@@ -68,6 +68,18 @@ def effective_method(model: SpeculativeModel) -> DraftMethod:
 
 def stable_tokens(model: SpeculativeModel) -> int:
     return model.status.speculation.tokens or model.spec.speculation.tokens
+
+
+def _track_method(model: SpeculativeModel, track: Track) -> DraftMethod:
+    return effective_method(model) if track == "stable" else model.spec.draft.method
+
+
+def track_tokens(model: SpeculativeModel, track: Track) -> int:
+    """K the pods of a track run (0: plain decoding)."""
+    if _track_method(model, track) is DraftMethod.NONE:
+        return 0
+    candidate = model.status.speculation.candidate_tokens
+    return stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
 
 
 def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) -> RuntimeConfig:
@@ -161,9 +173,9 @@ def config_hash(container: dict[str, Any]) -> str:
 
 
 def deployment(model: SpeculativeModel, track: Track) -> Manifest:
-    method = effective_method(model) if track == "stable" else model.spec.draft.method
+    method = _track_method(model, track)
+    tokens = track_tokens(model, track)
     candidate = model.status.speculation.candidate_tokens
-    tokens = stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
     replicas = model.spec.replicas if track == "stable" else (1 if candidate else 0)
     container = _container(model, method, tokens)
     pod_labels = labels(model, track)
@@ -180,10 +192,10 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
             t.model_dump(by_alias=True, exclude_none=True) for t in runtime.tolerations
         ]
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "apiVersion": DEPLOYMENT.api_version,
+        "kind": DEPLOYMENT.kind,
         "metadata": {
-            "name": model.metadata.name if track == "stable" else canary_name(model),
+            "name": model.metadata.name if track == "stable" else canary_name(model.metadata.name),
             "namespace": model.metadata.namespace,
             "labels": pod_labels,
             "ownerReferences": [owner_reference(model)],
@@ -202,7 +214,7 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
                     "labels": dict(pod_labels),
                     "annotations": {
                         CONFIG_HASH_ANNOTATION: config_hash(container),
-                        TOKENS_ANNOTATION: str(tokens) if method is not DraftMethod.NONE else "0",
+                        TOKENS_ANNOTATION: str(tokens),
                     },
                 },
                 "spec": pod_spec,
@@ -213,8 +225,8 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
 
 def service(model: SpeculativeModel) -> Manifest:
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
+        "apiVersion": SERVICE.api_version,
+        "kind": SERVICE.kind,
         "metadata": {
             "name": model.metadata.name,
             "namespace": model.metadata.namespace,
@@ -230,7 +242,7 @@ def service(model: SpeculativeModel) -> Manifest:
     }
 
 
-def children(model: SpeculativeModel) -> list[Manifest]:
-    """Every child of the model, in the order they are applied. The canary Deployment
+def manifests(model: SpeculativeModel) -> list[Manifest]:
+    """Every child the model should have, in the order they are applied. The canary Deployment
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
     return [deployment(model, "stable"), deployment(model, "canary"), service(model)]

@@ -22,30 +22,28 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from specfleet.operator.api import (
-    RollbackMetric,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     parse_duration,
 )
+from specfleet.operator.children import Track
 from specfleet.operator.metrics import (
     Observation,
     PodSample,
     SpecDecodeCounters,
-    Track,
     WindowTracker,
 )
-from specfleet.operator.tuner import decide
+from specfleet.operator.stats import expected_rollback_metric
+from specfleet.operator.tuner import ROLLBACK_ACTIONS, decide
 from specfleet.runtime.sim_model import (
     Seconds,
     SimProfile,
-    draft_acceptance_rate,
     goodput,
     jitter,
     sample_positions,
     step_seconds,
 )
 
-ROLLBACK_ACTIONS = ("Rollback", "StepDown", "Disable")
 STATIC_BASELINES = (3, 5)
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -174,15 +172,6 @@ class SimulationResult:
         }
 
 
-def _metric(spec: SpeculativeModelSpec, acceptance: list[float], k: int) -> float:
-    """The expected rollback metric at K (RelativeToBaseline never constrains K)."""
-    if spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
-        return draft_acceptance_rate(acceptance, k)
-    if spec.rollback.metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
-        return acceptance[0]
-    return 1.0
-
-
 def _engine_window(
     rng: random.Random,
     scenario: Scenario,
@@ -216,6 +205,7 @@ def _engine_window(
         generation_tokens=previous.generation_tokens + drafts + sum(counts),
         requests_running=batch,
         speculation_exported=True,
+        process_start_time=previous.process_start_time,
     )
 
 
@@ -236,7 +226,12 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
     allowed = [0, *range(low, high + 1)]
     oracle_k = [
         max(
-            (k for k in allowed if k == 0 or _metric(spec, p.acceptance, k) >= floor),
+            (
+                k
+                for k in allowed
+                if k == 0
+                or expected_rollback_metric(spec.rollback.metric, p.acceptance, k) >= floor
+            ),
             key=lambda k: good(p, k),
         )
         for p in cuts
@@ -266,7 +261,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         return result
 
     tracker.observe(
-        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()]
+        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()],
+        {track: k for _, track, k in pods()},
     )
     status = decide(spec, status, Observation(stable=None, canary=None), START).status
     windows = int(scenario.duration // interval)
@@ -278,7 +274,7 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
             k_now = 0 if status.speculation.disabled else (status.speculation.tokens or 0)
             if (
                 k_now
-                and _metric(spec, phase.acceptance, k_now) < floor
+                and expected_rollback_metric(spec.rollback.metric, phase.acceptance, k_now) < floor
                 and awaiting_rollback is None
             ):
                 awaiting_rollback = index
@@ -286,7 +282,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         running = pods()
         for name, track, k in running:
             if pod_k.get(name) != k:
-                counters[name] = SpecDecodeCounters()  # a rollout restarts the pod
+                # A rollout restarts the pod: a new process, its counters from zero.
+                counters[name] = SpecDecodeCounters(process_start_time=start)
                 pod_k[name] = k
             counters[name] = _engine_window(
                 rng,
@@ -299,7 +296,7 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
                 parallel,
             )
             samples.append(PodSample(name, track, start + interval, counters[name]))
-        observation = tracker.observe(samples)
+        observation = tracker.observe(samples, {track: k for _, track, k in running})
         now = START + timedelta(seconds=start + interval)
         stable_k = running[0][2]
         canary_k = running[-1][2] if running[-1][1] == "canary" else None
@@ -338,7 +335,11 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
             )
             if action.kind in ROLLBACK_ACTIONS:
                 rollbacks += 1
-                if stable_k and _metric(spec, phase.acceptance, stable_k) >= floor:
+                if (
+                    stable_k
+                    and expected_rollback_metric(spec.rollback.metric, phase.acceptance, stable_k)
+                    >= floor
+                ):
                     false_rollbacks += 1
                 if awaiting_rollback is not None:
                     drift_to_rollback.append(index + 1 - awaiting_rollback)

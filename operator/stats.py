@@ -11,10 +11,12 @@ of every rate here is the number of drafts, not of tokens: conservative, never o
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specfleet.operator.api import RollbackMetric
 from specfleet.operator.metrics import TrackWindow
+from specfleet.runtime.sim_model import expected_draft_acceptance_rate
 
 Z_ONE_SIDED_95 = 1.6449
 
@@ -95,3 +97,16 @@ def rollback_metric(
     if baseline is None or baseline <= 0:
         return None
     return draft_acceptance_rate(window).scaled(1 / baseline)
+
+
+def expected_rollback_metric(metric: RollbackMetric, conditional: Sequence[float], k: int) -> float:
+    """The rollback metric expected at K=k from conditional acceptance per position.
+
+    RelativeToBaseline is 1.0 at every K: its baseline is re-measured when a K is
+    promoted, so the floor does not constrain which K may be chosen.
+    """
+    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
+        return expected_draft_acceptance_rate(conditional, k)
+    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
+        return conditional[0] if conditional and k else 0.0
+    return 1.0

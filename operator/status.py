@@ -16,7 +16,7 @@ from specfleet.operator.conditions import set_condition
 
 
 @dataclass(frozen=True)
-class Children:
+class ObservedChildren:
     """What the operator read back of a model's children (API objects as dicts)."""
 
     stable: dict[str, Any] | None = None
@@ -24,44 +24,14 @@ class Children:
     pods: list[dict[str, Any]] = field(default_factory=list)
 
 
-def with_requested_speculation(model: SpeculativeModel) -> SpeculativeModelStatus:
-    """Take K from the spec on first sight, when the spec's K changes, or when the K in
-    effect left the spec's bounds; otherwise keep the tuned K from status."""
-    spec = model.spec.speculation
-    state = model.status.speculation
-    tokens = state.tokens
-    reset = tokens is None or state.requested_tokens != spec.tokens
-    out_of_bounds = tokens is not None and not spec.min_tokens <= tokens <= spec.max_tokens
-    if not (reset or out_of_bounds):
-        return model.status.model_copy(
-            update={
-                "speculation": state.model_copy(
-                    update={"parallel_drafting": model.spec.draft.method.parallel_drafting}
-                )
-            }
-        )
-    new_tokens = (
-        spec.tokens
-        if reset or tokens is None
-        else min(max(tokens, spec.min_tokens), spec.max_tokens)
-    )
-    candidate = state.candidate_tokens
-    if candidate is not None and not spec.min_tokens <= candidate <= spec.max_tokens:
-        candidate = None
-    speculation = state.model_copy(
-        update={
-            "tokens": new_tokens,
-            "requested_tokens": spec.tokens,
-            "last_known_good_tokens": new_tokens,
-            "candidate_tokens": None if reset else candidate,
-            "parallel_drafting": model.spec.draft.method.parallel_drafting,
-            "failing_windows": 0,
-        }
-    )
-    update: dict[str, Any] = {"speculation": speculation}
-    if reset or candidate is None:
-        update["canary"] = None
-    return model.status.model_copy(update=update)
+@dataclass(frozen=True)
+class ReconcileFailure:
+    """Why the operator could not put the model's children in place: its config does
+    not render (`RenderFailed`), or the API server refused a child (`ChildrenRefused`,
+    with the server's own message)."""
+
+    reason: str
+    message: str
 
 
 def pod_ready(pod: dict[str, Any]) -> bool:
@@ -129,7 +99,12 @@ def unschedulable(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def summarize(model: SpeculativeModel, children: Children, now: datetime) -> SpeculativeModelStatus:
+def summarize(
+    model: SpeculativeModel,
+    children: ObservedChildren,
+    now: datetime,
+    reconcile_failure: ReconcileFailure | None = None,
+) -> SpeculativeModelStatus:
     """Replicas, phase and the Ready / Progressing / Degraded conditions."""
     status = model.status
     generation = model.metadata.generation
@@ -137,7 +112,7 @@ def summarize(model: SpeculativeModel, children: Children, now: datetime) -> Spe
     candidate = status.speculation.candidate_tokens
     stable_done = _rolled_out(children.stable, replicas)
     canary_done = candidate is None or _rolled_out(children.canary, 1)
-    failure = runtime_failure(children.pods)
+    runtime_failed = runtime_failure(children.pods)
     pending = unschedulable(children.pods)
     conditions = list(status.conditions)
 
@@ -162,23 +137,27 @@ def summarize(model: SpeculativeModel, children: Children, now: datetime) -> Spe
         generation,
     )
     disabled = status.speculation.disabled
-    degraded_reason, degraded_message = "AsExpected", "no failures"
-    if failure:
-        degraded_reason, degraded_message = "RuntimeFailed", failure
+    degraded = True
+    if reconcile_failure:
+        degraded_reason, degraded_message = reconcile_failure.reason, reconcile_failure.message
+    elif runtime_failed:
+        degraded_reason, degraded_message = "RuntimeFailed", runtime_failed
     elif disabled:
         degraded_reason = "SpeculationDisabled"
         degraded_message = status.speculation.disabled_reason or "rollback disabled speculation"
+    else:
+        degraded, degraded_reason, degraded_message = False, "AsExpected", "no failures"
     conditions = set_condition(
         conditions,
         ConditionType.DEGRADED,
-        "True" if failure or disabled else "False",
+        "True" if degraded else "False",
         degraded_reason,
         degraded_message,
         now,
         generation,
     )
 
-    if failure or disabled:
+    if degraded:
         phase = Phase.DEGRADED
     elif candidate is not None:
         phase = Phase.CANARY

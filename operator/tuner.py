@@ -27,14 +27,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from specfleet.operator.api import (
     HISTORY_LIMIT,
+    LEFT_OUT_LIMIT,
     AcceptanceWindow,
     CanaryComparison,
     ConditionType,
     Decision,
     DraftMethod,
+    PodLeftOut,
     RollbackMetric,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -43,16 +46,22 @@ from specfleet.operator.api import (
     parse_duration,
 )
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.metrics import PROMETHEUS_UNAVAILABLE, Observation, TrackWindow
 from specfleet.operator.stats import (
     Estimate,
     conditional_acceptance,
     draft_acceptance_rate,
+    expected_rollback_metric,
     per_position,
     rollback_metric,
     wilson,
 )
-from specfleet.runtime.sim_model import StepCost, step_seconds
+from specfleet.runtime.sim_model import (
+    StepCost,
+    expected_accepted,
+    expected_draft_acceptance_rate,
+    step_seconds,
+)
 
 # Positions never drafted are assumed to be accepted less often than the last measured
 # one, by this factor per extra position: acceptance falls with depth in every published
@@ -65,6 +74,29 @@ EXTRAPOLATION_DECAY = 0.9
 # batch 8): verification turns compute-bound past ~8 tokens per step. Only ratios
 # between Ks matter to the decisions, not the absolute numbers.
 DEFAULT_COST = StepCost(target_forward_ms=20.0, compute_bound_tokens=8, verify_ms_per_token=0.8)
+
+
+class ActionKind(StrEnum):
+    """What a decision did: the Event reason, the history entry's action, a metric label."""
+
+    START_CANARY = "StartCanary"
+    START_IN_PLACE = "StartInPlace"
+    IN_PLACE_FALLBACK = "InPlaceFallback"
+    PROMOTE = "Promote"
+    ABORT = "Abort"
+    ROLLBACK = "Rollback"
+    STEP_DOWN = "StepDown"
+    DISABLE = "Disable"
+    REPROBE = "Reprobe"
+    SPEC_CHANGED = "SpecChanged"
+    CLAMP = "Clamp"
+    INCONCLUSIVE = "Inconclusive"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    SPECULATION_MISSING = "SpeculationMissing"
+
+
+# The decisions that move K down or switch speculation off because of the floor.
+ROLLBACK_ACTIONS = frozenset({ActionKind.ROLLBACK, ActionKind.STEP_DOWN, ActionKind.DISABLE})
 
 
 @dataclass(frozen=True)
@@ -120,26 +152,15 @@ def predict(
     metric: RollbackMetric,
     cost: StepCost = DEFAULT_COST,
 ) -> Prediction:
-    """Expected acceptance, acceptance length, rollback metric and goodput at K=k.
-
-    RelativeToBaseline is predicted at 1.0 for every K: its baseline is re-measured when a
-    K is promoted, so the floor does not constrain which K may be chosen.
-    """
+    """Expected acceptance, acceptance length, rollback metric and goodput at K=k."""
     rates = extrapolate(conditional, k)
-    reach, accepted = 1.0, 0.0
-    for c in rates:
-        reach *= c
-        accepted += reach
-    rate = accepted / k if k else 0.0
-    mean_length = 1.0 + accepted
-    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
-        predicted_metric = rate
-    elif metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
-        predicted_metric = rates[0] if rates else 0.0
-    else:
-        predicted_metric = 1.0
+    mean_length = 1.0 + expected_accepted(rates, k)
     return Prediction(
-        k, rate, mean_length, predicted_metric, goodput_at(mean_length, k, batch, parallel, cost)
+        k,
+        expected_draft_acceptance_rate(rates, k),
+        mean_length,
+        expected_rollback_metric(metric, rates, k),
+        goodput_at(mean_length, k, batch, parallel, cost),
     )
 
 
@@ -180,6 +201,7 @@ class Judged:
     reason: str
     rate: Estimate | None = None
     metric: Estimate | None = None
+    detail: str | None = None  # words beside the reason, for the condition's message
 
     @property
     def goodput(self) -> float | None:
@@ -284,7 +306,7 @@ class _Run:
 
     def act(
         self,
-        kind: str,
+        kind: ActionKind,
         reason: str,
         message: str,
         *,
@@ -355,8 +377,11 @@ def decide(
         return Decided(run.status, run.actions)
     _sync_with_spec(run)
 
-    stable = judge(spec, observation.stable, sp.baseline_acceptance)
-    _record_acceptance(run, stable)
+    if observation.prometheus_error is not None:
+        stable = Judged(None, False, PROMETHEUS_UNAVAILABLE, detail=observation.prometheus_error)
+    else:
+        stable = judge(spec, observation.stable, sp.baseline_acceptance)
+    _record_acceptance(run, stable, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
         _maybe_reprobe(run)
@@ -397,6 +422,21 @@ def decide(
     return Decided(run.status, run.actions)
 
 
+def sync_with_spec(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    now: datetime,
+    *,
+    generation: int | None = None,
+) -> Decided:
+    """Status after a spec edit, on every reconcile (not only when a window is judged):
+    a new `speculation.tokens` resets K, clears a trial and re-enables speculation, and
+    K or a trial outside new bounds is clamped or ended; each change is in history."""
+    run = _Run(spec, status.model_copy(deep=True), now, generation, DEFAULT_COST)
+    _sync_with_spec(run)
+    return Decided(run.status, run.actions)
+
+
 def _sync_with_spec(run: _Run) -> None:
     """Fill unset status, take a new K from the spec, keep K within [min, max]."""
     spec, sp = run.spec, run.sp
@@ -406,7 +446,7 @@ def _sync_with_spec(run: _Run) -> None:
     if sp.tokens is None or sp.requested_tokens is None or sp.requested_tokens != requested:
         if sp.tokens is not None and sp.requested_tokens is not None:
             run.act(
-                "SpecChanged",
+                ActionKind.SPEC_CHANGED,
                 "RequestedTokensChanged",
                 f"spec.speculation.tokens is now {requested}; tuning restarts from it",
                 from_tokens=sp.tokens,
@@ -428,7 +468,7 @@ def _sync_with_spec(run: _Run) -> None:
     if not low <= sp.tokens <= high:
         clamped = min(high, max(low, sp.tokens))
         run.act(
-            "Clamp",
+            ActionKind.CLAMP,
             "OutsideRange",
             f"K={sp.tokens} is outside speculation [{low}, {high}]; using {clamped}",
             from_tokens=sp.tokens,
@@ -445,7 +485,7 @@ def _sync_with_spec(run: _Run) -> None:
         sp.rejected_until = None
 
 
-def _record_acceptance(run: _Run, judged: Judged) -> None:
+def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> None:
     window = judged.window
     positions = [round(e.value, 4) for e in per_position(window)] if window else []
     rate = judged.rate or (
@@ -465,6 +505,14 @@ def _record_acceptance(run: _Run, judged: Judged) -> None:
         if judged.conclusive
         else ("SpeculationDisabled" if run.sp.disabled else judged.reason),
         measured_at=run.now,
+        pods_left_out=[
+            PodLeftOut(pod=pod, reason=error.reason, message=error.message)
+            for pod, error in sorted(observation.errors.items())[:LEFT_OUT_LIMIT]
+        ]
+        or None,
+        more_pods_left_out=len(observation.errors) - LEFT_OUT_LIMIT
+        if len(observation.errors) > LEFT_OUT_LIMIT
+        else None,
     )
 
 
@@ -485,7 +533,9 @@ def _speculation_condition(run: _Run, observation: Observation) -> None:
         )
         run.condition(ConditionType.SPECULATION_ACTIVE, "False", "NotExported", message)
         if was != "False":
-            run.act("SpeculationMissing", "NotExported", message, warning=True, record=False)
+            run.act(
+                ActionKind.SPECULATION_MISSING, "NotExported", message, warning=True, record=False
+            )
     elif observation.stable is not None and observation.stable.drafts > 0:
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "True", "Drafting", f"drafting K={sp.tokens}"
@@ -501,13 +551,20 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
         )
         return
     sp.inconclusive_windows += 1
-    message = f"window inconclusive ({judged.reason}); {sp.inconclusive_windows} in a row"
-    run.act("Inconclusive", judged.reason, message, record=False)
+    why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
+    message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
+    run.act(ActionKind.INCONCLUSIVE, judged.reason, message, record=False)
     was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
     if sp.inconclusive_windows >= limit:
+        # failureLimit counts failing windows in a row. A gap long enough to call the
+        # metrics unavailable ends the row: windows before it (another hour, another
+        # load, another set of pods) do not add up with the ones after it to a rollback.
+        sp.failing_windows = 0
         run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
         if was != "False":
-            run.act("MetricsUnavailable", judged.reason, message, warning=True, record=False)
+            run.act(
+                ActionKind.METRICS_UNAVAILABLE, judged.reason, message, warning=True, record=False
+            )
     elif not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
         run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
 
@@ -559,7 +616,7 @@ def _rollback(run: _Run, judged: Judged) -> None:
         and predicted[lkg].metric >= run.floor
     ):
         run.act(
-            "Rollback",
+            ActionKind.ROLLBACK,
             "BelowFloor",
             f"{why}; back to last known good K={lkg}",
             warning=True,
@@ -574,7 +631,7 @@ def _rollback(run: _Run, judged: Judged) -> None:
     if lower:
         k = max(lower)
         run.act(
-            "StepDown",
+            ActionKind.STEP_DOWN,
             "BelowFloor",
             f"{why}; K={k} is the largest predicted to clear it ({predicted[k].metric:.3f})",
             warning=True,
@@ -593,7 +650,7 @@ def _rollback(run: _Run, judged: Judged) -> None:
         "serving without speculation"
     )
     run.act(
-        "Disable",
+        ActionKind.DISABLE,
         "NoKClearsFloor",
         reason,
         warning=True,
@@ -618,7 +675,7 @@ def _maybe_reprobe(run: _Run) -> None:
         return
     k = run.spec.speculation.min_tokens
     run.act(
-        "Reprobe",
+        ActionKind.REPROBE,
         "BackoffElapsed",
         f"speculation re-enabled at K={k} after {run.spec.rollback.reprobe_after}",
         to_tokens=k,
@@ -660,7 +717,7 @@ def _propose(run: _Run, judged: Judged) -> None:
             candidate_tokens=best.tokens, in_place=True, previous_tokens=sp.tokens, stable=before
         )
         run.act(
-            "StartInPlace",
+            ActionKind.START_IN_PLACE,
             "PredictedGain",
             message,
             from_tokens=sp.tokens,
@@ -675,7 +732,7 @@ def _propose(run: _Run, judged: Judged) -> None:
     sp.candidate_tokens = best.tokens
     sp.canary_started_at = run.now
     run.act(
-        "StartCanary",
+        ActionKind.START_CANARY,
         "PredictedGain",
         message,
         from_tokens=sp.tokens,
@@ -710,7 +767,7 @@ def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Obser
             sp.strategy = TuningStrategy.IN_PLACE
             _end_trial(run, promote=False, reason="CanaryPending", message=message, reject=False)
             run.act(
-                "InPlaceFallback",
+                ActionKind.IN_PLACE_FALLBACK,
                 "CanaryPending",
                 message,
                 warning=True,
@@ -796,7 +853,12 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
     rate = _totals_rate(trial.canary).value if trial.canary.windows else None
     if promote:
         run.act(
-            "Promote", reason, message, from_tokens=previous, to_tokens=candidate, acceptance=rate
+            ActionKind.PROMOTE,
+            reason,
+            message,
+            from_tokens=previous,
+            to_tokens=candidate,
+            acceptance=rate,
         )
         sp.last_known_good_tokens = previous
         run.changed(candidate)
@@ -805,7 +867,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
         sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
         sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
     run.act(
-        "Abort",
+        ActionKind.ABORT,
         reason,
         message,
         warning=reason == "BelowFloor",

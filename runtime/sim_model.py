@@ -145,8 +145,8 @@ def mean_acceptance_length(conditional: Sequence[float], k: int) -> float:
     return 1.0 + expected_accepted(conditional, k)
 
 
-def draft_acceptance_rate(conditional: Sequence[float], k: int) -> float:
-    """vLLM's draft acceptance rate: accepted / draft tokens."""
+def expected_draft_acceptance_rate(conditional: Sequence[float], k: int) -> float:
+    """vLLM's draft acceptance rate (accepted / draft tokens) expected at K=k."""
     return expected_accepted(conditional, k) / k if k else 0.0
 
 

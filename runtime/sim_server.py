@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import PROCESS_COLLECTOR, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -57,7 +57,8 @@ class SimServer:
             seed=config.seed,
         )
         self.created = time.time()
-        self.garbage = False
+        # A page /metrics serves verbatim instead of the engine's counters (fault tests).
+        self.metrics_text: str | None = None
         self.metrics_delay = 0.0
         self._request_ids = itertools.count(1)
         self._ticks_done = 0
@@ -308,11 +309,14 @@ async def metrics(request: web.Request) -> web.Response:
             return _error(400, "delay must be a number of seconds")
     if delay > 0:
         await asyncio.sleep(delay)
-    if server.garbage:
-        return web.Response(text=GARBAGE, content_type="text/plain")
+    if server.metrics_text is not None:
+        return web.Response(text=server.metrics_text, content_type="text/plain")
     server.catch_up()  # a scrape sees every tick the wall clock has covered
     registry = CollectorRegistry(auto_describe=False)
     registry.register(VllmMetrics(server))
+    # vLLM serves prometheus_client's default registry, whose process collector exports
+    # process_start_time_seconds: the operator's evidence that a pod restarted.
+    registry.register(PROCESS_COLLECTOR)
     return web.Response(
         body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
     )
@@ -367,8 +371,19 @@ async def admin_garbage(request: web.Request) -> web.Response:
     enabled = _switch(await _body(request), "enabled", True)
     if not isinstance(enabled, bool):
         return _error(400, "enabled must be true or false")
-    server.garbage = enabled
-    return web.json_response({"garbage": server.garbage})
+    server.metrics_text = GARBAGE if enabled else None
+    return web.json_response({"garbage": enabled})
+
+
+async def admin_metrics(request: web.Request) -> web.Response:
+    """/metrics serves the posted page verbatim (body {text: null} ends it): the hostile
+    pages a broken exporter or a proxy could serve, for fault tests."""
+    server = request.app[SERVER_KEY]
+    text = _switch(await _body(request), "text", None)
+    if text is not None and not isinstance(text, str):
+        return _error(400, "text must be the page to serve, or null")
+    server.metrics_text = text
+    return web.json_response({"metrics_text": text})
 
 
 async def admin_slow(request: web.Request) -> web.Response:
@@ -393,7 +408,8 @@ async def admin_state(request: web.Request) -> web.Response:
             "load": engine.load_now().model_dump(),
             "running": len(engine.running),
             "waiting": len(engine.waiting),
-            "garbage": server.garbage,
+            "garbage": server.metrics_text == GARBAGE,
+            "metrics_text": server.metrics_text,
             "metrics_delay_seconds": server.metrics_delay,
             "counters": dataclasses.asdict(engine.counters),
         }
@@ -411,6 +427,7 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_post("/admin/profile", admin_profile)
     app.router.add_post("/admin/load", admin_load)
     app.router.add_post("/admin/garbage", admin_garbage)
+    app.router.add_post("/admin/metrics", admin_metrics)
     app.router.add_post("/admin/slow", admin_slow)
     app.router.add_get("/admin/state", admin_state)
 

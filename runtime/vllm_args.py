@@ -3,21 +3,64 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from specfleet.runtime.config import ConfigError, Method, RuntimeConfig
 
-# Flags the runtime renders itself, with every spelling vLLM 0.33's parser accepts
-# (short aliases; FlexibleArgumentParser also maps underscores to dashes). An extra
-# arg that sets one of them would silently override the operator's rendering.
+# vLLM options that set what the runtime renders: the flags it passes, the speculative
+# config's own flags (--spec-* write its keys), and a config file (it can set any option,
+# and sets the speculative config when the runtime renders none). Each with every
+# spelling vLLM 0.33's parser has for it; the contract test checks them against vLLM.
+# "--model" comes first: after "--" or a lone "-" vLLM reads a positional model.
 OWNED_FLAGS: dict[str, tuple[str, ...]] = {
-    "--speculative-config": ("--speculative-config", "-sc"),
     "--model": ("--model",),
     "--served-model-name": ("--served-model-name",),
     "--tensor-parallel-size": ("--tensor-parallel-size", "-tp"),
     "--host": ("--host",),
     "--port": ("--port",),
+    "--speculative-config": ("--speculative-config", "-sc"),
+    "--spec-method": ("--spec-method",),
+    "--spec-model": ("--spec-model",),
+    "--spec-tokens": ("--spec-tokens",),
+    "--config": ("--config",),
 }
+
+
+def _prefixes(spellings: list[str], depth: int = 0) -> str:
+    """A regex for every non-empty prefix of the spellings. A '-' inside a long option's
+    name may be written '_' (vLLM's parser reads it as '-'); the leading ones may not."""
+    branches: dict[str, list[str]] = {}
+    for spelling in spellings:
+        if spelling:
+            branches.setdefault(spelling[0], []).append(spelling[1:])
+    alternatives = [
+        ("[-_]" if char == "-" and depth >= 2 else char) + _prefixes(rests, depth + 1)
+        for char, rests in sorted(branches.items())
+    ]
+    if not alternatives:
+        return ""
+    return f"({'|'.join(alternatives)})" + ("?" if depth else "")
+
+
+def _owned_pattern(spellings: list[str]) -> str:
+    """Args vLLM's parser may read as one of the spellings: any prefix of one (argparse
+    takes an unambiguous prefix, and an ambiguous one fails inside vLLM anyway), alone or
+    with `=value` or `.key` (vLLM's JSON keys); or a short option with anything glued on.
+    Anchored, with no backslash or quote, so CEL's matches() reads it as Python does."""
+    shorts = [s for s in spellings if not s.startswith("--")]
+    glued = [f"|({'|'.join(shorts)})(?s:.)*"] if shorts else []
+    return f"^({_prefixes(spellings)}([=.](?s:.)*)?{''.join(glued)})$"
+
+
+OWNED_ARG_PATTERN = _owned_pattern([s for spellings in OWNED_FLAGS.values() for s in spellings])
+_OWNED_BY = {owner: re.compile(_owned_pattern(list(s))) for owner, s in OWNED_FLAGS.items()}
+
+
+def owned_flag(arg: str) -> str | None:
+    """The owned flag an extra arg may set in vLLM's parser, if any."""
+    return next((owner for owner, pattern in _OWNED_BY.items() if pattern.fullmatch(arg)), None)
 
 
 def speculative_config(config: RuntimeConfig) -> dict[str, Any] | None:
@@ -50,30 +93,21 @@ def speculative_config(config: RuntimeConfig) -> dict[str, Any] | None:
     return spec
 
 
-def _normalized(arg: str) -> str:
-    """The flag part of an arg, spelled with dashes as vLLM's parser reads it."""
-    if not arg.startswith("--"):
-        return arg
-    # `--speculative-config.method=x` sets one key of the JSON flag: still that flag.
-    name = arg.split("=", 1)[0].split(".", 1)[0]
-    return "--" + name[2:].replace("_", "-")
-
-
-def refuse_collisions(extra_args: tuple[str, ...]) -> None:
-    """Raise ConfigError when an extra arg sets a flag the runtime owns."""
+def refuse_collisions(extra_args: Sequence[str]) -> None:
+    """Raise ConfigError when an extra arg may set a flag the runtime owns. The API
+    checks `runtime.args` with this function too, and CEL with OWNED_ARG_PATTERN."""
     if extra_args and not extra_args[0].startswith("-"):
         raise ConfigError(
-            f"extra vLLM arg {extra_args[0]!r} is a positional model; the runtime sets the "
-            "model (use --model)"
+            f"the first extra vLLM arg {extra_args[0]!r} is positional: vLLM would read a "
+            "second model, and the model is the runtime's to set"
         )
     for arg in extra_args:
-        flag = _normalized(arg)
-        for owner, spellings in OWNED_FLAGS.items():
-            if flag in spellings or any(arg.startswith(s + "=") for s in spellings):
-                raise ConfigError(
-                    f"extra vLLM arg {arg!r} collides with {owner}, which the runtime owns "
-                    "(set it through the runtime's own flags)"
-                )
+        owner = owned_flag(arg)
+        if owner is not None:
+            raise ConfigError(
+                f"extra vLLM arg {arg!r} would set {owner}, which the runtime owns (vLLM reads "
+                "any prefix of a flag, '_' for '-', =value and .key forms)"
+            )
 
 
 def vllm_argv(config: RuntimeConfig) -> list[str]:

@@ -10,6 +10,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from specfleet.operator.api import MAX_ARG_LENGTH
+
 DELETE = object()
 
 
@@ -39,10 +41,25 @@ INVALID_CASES = [
     InvalidCase("tokens-above-max", {"spec.speculation.tokens": 12}, "speculation.tokens", True),
     InvalidCase("tokens-below-min", {"spec.speculation.minTokens": 4}, "speculation.tokens", True),
     InvalidCase("max-above-32", {"spec.speculation.maxTokens": 33}, "maxTokens"),
+    InvalidCase(
+        "min-tokens-above-max",
+        {"spec.speculation.minTokens": 6, "spec.speculation.maxTokens": 4},
+        "speculation.minTokens",
+        True,
+    ),
     InvalidCase("tokens-zero", {"spec.speculation.tokens": 0}, "tokens"),
     InvalidCase("tokens-not-int", {"spec.speculation.tokens": "five"}, "tokens"),
     InvalidCase("floor-zero", {"spec.rollback.minAcceptance": 0}, "minAcceptance"),
     InvalidCase("floor-above-one", {"spec.rollback.minAcceptance": 1.5}, "minAcceptance"),
+    # A floor of 1 disables speculation even at 100% acceptance.
+    InvalidCase("floor-one", {"spec.rollback.minAcceptance": 1.0}, "minAcceptance"),
+    # Types the OpenAPI schema refuses (YAML makes these easy to write by accident).
+    InvalidCase("floor-string", {"spec.rollback.minAcceptance": "0.8"}, "minAcceptance"),
+    InvalidCase("replicas-string", {"spec.replicas": "2"}, "replicas"),
+    InvalidCase("tokens-bool", {"spec.speculation.tokens": True}, "tokens"),
+    InvalidCase("tuning-enabled-string", {"spec.tuning.enabled": "yes"}, "tuning.enabled"),
+    InvalidCase("image-int", {"spec.runtime.image": 5}, "runtime.image"),
+    InvalidCase("args-item-int", {"spec.runtime.args": [8192]}, "runtime.args[0]"),
     InvalidCase("failure-limit-zero", {"spec.rollback.failureLimit": 0}, "failureLimit"),
     InvalidCase("unknown-metric", {"spec.rollback.metric": "Vibes"}, "metric"),
     InvalidCase("draft-missing", {"spec.draft.model": DELETE}, "draft.model", True),
@@ -53,23 +70,67 @@ INVALID_CASES = [
         True,
     ),
     InvalidCase("unknown-method", {"spec.draft.method": "medusa2"}, "method"),
+    # runtime.args setting a flag specfleet renders, one case per spelling class that
+    # vLLM 0.33's parser reads as that flag (the runtime's contract test checks them).
+    *[
+        InvalidCase(f"args-{name}", {"spec.runtime.args": args}, "runtime.args", True)
+        for name, args in [
+            ("speculative-config", ["--speculative-config", "{}"]),
+            ("speculative-config-equals", ['--speculative-config={"method":"ngram"}']),
+            ("speculative-abbreviated", ["--speculative", '{"method":"ngram"}']),
+            ("speculative-underscore", ["--speculative_config", "{}"]),
+            ("speculative-key", ["--speculative-config.num_speculative_tokens", "9"]),
+            ("speculative-short", ["-sc", "{}"]),
+            ("speculative-short-equals", ["-sc={}"]),
+            ("speculative-short-key", ["-sc.method", "ngram"]),
+            ("speculative-short-abbreviated", ["-s", "{}"]),
+            ("spec-method", ["--spec-method", "ngram"]),
+            ("spec-model", ["--spec-model", "other/draft"]),
+            ("spec-tokens-abbreviated", ["--spec-t", "9"]),
+            ("spec-ambiguous", ["--spec", "9"]),
+            ("config-file", ["--config", "/etc/serve.yaml"]),
+            ("model", ["--model", "other/model"]),
+            ("model-equals", ["--model=other/model"]),
+            ("served-abbreviated", ["--served", "x"]),
+            ("served-underscore-abbreviated", ["--served_model", "x"]),
+            ("tensor-parallel-abbreviated", ["--tensor-parallel", "8"]),
+            ("tp-short", ["-tp", "8"]),
+            ("tp-glued", ["-tp8"]),
+            ("tp-short-abbreviated", ["-t", "8"]),
+            ("host-abbreviated", ["--hos", "0.0.0.0"]),
+            ("host-key", ["--host.x", "1"]),
+            ("port-after-others", ["--max-model-len", "8192", "--port=9000"]),
+            ("end-of-options", ["--max-model-len", "8192", "--", "other/model"]),
+            ("positional-model", ["other/model"]),
+        ]
+    ],
     InvalidCase(
-        "speculative-config-in-args",
-        {"spec.runtime.args": ["--speculative-config", "{}"]},
+        "args-item-too-long",
+        {"spec.runtime.args": ["--chat-template", "x" * (MAX_ARG_LENGTH + 1)]},
         "runtime.args",
-        True,
-    ),
-    InvalidCase(
-        "speculative-config-equals-in-args",
-        {"spec.runtime.args": ['--speculative-config={"method":"ngram"}']},
-        "runtime.args",
-        True,
     ),
     InvalidCase("replicas-zero", {"spec.replicas": 0}, "replicas"),
     InvalidCase("replicas-negative", {"spec.replicas": -2}, "replicas"),
-    InvalidCase("interval-zero", {"spec.tuning.interval": "0s"}, "interval"),
-    InvalidCase("interval-no-unit", {"spec.tuning.interval": "60"}, "interval"),
-    InvalidCase("cooldown-negative", {"spec.tuning.cooldown": "-5m"}, "cooldown"),
+    InvalidCase("interval-zero", {"spec.tuning.interval": "0s"}, "interval", True),
+    InvalidCase("interval-no-unit", {"spec.tuning.interval": "60"}, "interval", True),
+    InvalidCase("cooldown-negative", {"spec.tuning.cooldown": "-5m"}, "cooldown", True),
+    # Durations past their maximum: these overflowed datetime or asyncio arithmetic.
+    InvalidCase("interval-too-long", {"spec.tuning.interval": "99999999999h"}, "interval", True),
+    InvalidCase("interval-over-max", {"spec.tuning.interval": "61m"}, "interval", True),
+    InvalidCase("cooldown-over-max", {"spec.tuning.cooldown": "721h"}, "cooldown", True),
+    InvalidCase(
+        "reprobe-after-too-long", {"spec.rollback.reprobeAfter": "99999999h"}, "reprobeAfter", True
+    ),
+    InvalidCase(
+        "canary-pending-timeout-over-max",
+        {"spec.tuning.canaryPendingTimeout": "25h"},
+        "canaryPendingTimeout",
+        True,
+    ),
+    InvalidCase(
+        "scrape-timeout-over-max", {"spec.metrics.scrapeTimeout": "6m"}, "scrapeTimeout", True
+    ),
+    InvalidCase("duration-units-out-of-order", {"spec.tuning.cooldown": "30m1h"}, "cooldown", True),
     InvalidCase("unknown-strategy", {"spec.tuning.strategy": "BlueGreen"}, "strategy"),
     InvalidCase("min-draft-tokens-zero", {"spec.tuning.minDraftTokens": 0}, "minDraftTokens"),
     InvalidCase(
@@ -78,7 +139,71 @@ INVALID_CASES = [
         "tensorParallelSize",
         True,
     ),
+    InvalidCase(
+        "tp-without-gpus",
+        {"spec.runtime.tensorParallelSize": 2, "spec.runtime.gpus": 0},
+        "tensorParallelSize",
+        True,
+    ),
+    InvalidCase(
+        "draft-tp-neither-one-nor-target",
+        {
+            "spec.runtime.gpus": 4,
+            "spec.runtime.tensorParallelSize": 4,
+            "spec.draft.tensorParallelSize": 2,
+        },
+        "draft.tensorParallelSize",
+        True,
+    ),
     InvalidCase("port-out-of-range", {"spec.runtime.port": 70000}, "port"),
+    # What the API server refuses for the children, refused up front.
+    InvalidCase(
+        "env-name-with-equals",
+        {"spec.runtime.env": [{"name": "A=B", "value": "1"}]},
+        "runtime.env[0].name",
+    ),
+    InvalidCase(
+        "env-name-not-ascii",
+        {"spec.runtime.env": [{"name": "CAFÉ", "value": "1"}]},
+        "runtime.env[0].name",
+    ),
+    InvalidCase(
+        "memory-not-a-quantity",
+        {"spec.runtime.resources": {"requests": {"memory": "lots"}}},
+        "runtime.resources.requests.memory",
+    ),
+    InvalidCase(
+        "cpu-negative",
+        {"spec.runtime.resources": {"limits": {"cpu": -1}}},
+        "runtime.resources.limits.cpu",
+    ),
+    InvalidCase(
+        "memory-negative",
+        {"spec.runtime.resources": {"limits": {"memory": "-1Gi"}}},
+        "runtime.resources.limits.memory",
+    ),
+    InvalidCase(
+        "node-selector-value-with-space",
+        {"spec.runtime.nodeSelector": {"pool": "a b"}},
+        "runtime.nodeSelector.pool",
+    ),
+    InvalidCase(
+        "node-selector-value-too-long",
+        {"spec.runtime.nodeSelector": {"pool": "a" * 64}},
+        "runtime.nodeSelector.pool",
+    ),
+    InvalidCase(
+        "node-selector-key-with-space",
+        {"spec.runtime.nodeSelector": {"gpu pool": "a"}},
+        "runtime.nodeSelector",
+        True,
+    ),
+    InvalidCase(
+        "node-selector-key-bad-prefix",
+        {"spec.runtime.nodeSelector": {"Example.com/pool": "a"}},
+        "runtime.nodeSelector",
+        True,
+    ),
     InvalidCase("target-missing", {"spec.model": DELETE}, "model"),
     InvalidCase("target-name-empty", {"spec.model.name": ""}, "model.name"),
     InvalidCase(

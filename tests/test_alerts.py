@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.metrics import MetricWrapperBase
 
+from specfleet.operator import observability
 from tests.conftest import REPO
 from tests.test_chart import CHART, CUSTOM_VALUES, UPDATE, render
 
@@ -69,6 +71,7 @@ KNOWN_METRICS = {
     "specfleet_decisions_total",
     "specfleet_rollbacks_total",
     "specfleet_inconclusive_windows_total",
+    "specfleet_scrape_errors_total",
     "specfleet_metrics_available",
     "specfleet_speculation_active",
     "specfleet_speculation_disabled",
@@ -185,6 +188,18 @@ def test_rules_use_only_known_metrics() -> None:
     for rule in rules_of(RULES.read_text()):
         for name in re.findall(r"\b((?:vllm:|specfleet_)[a-z_:]+|up)\s*[{\[]", rule["expr"]):
             assert name in KNOWN_METRICS, f"{rule['alert']} uses unknown metric {name}"
+
+
+def test_known_metrics_hold_every_series_the_operator_exports() -> None:
+    """The operator's side of the contract is read from its registry, not copied."""
+    sample = {"counter": "_total", "gauge": "", "histogram": "_bucket"}
+    exported = {
+        family.name + sample[family.type]
+        for collector in vars(observability).values()
+        if isinstance(collector, MetricWrapperBase)
+        for family in collector.describe()
+    }
+    assert exported <= KNOWN_METRICS, exported - KNOWN_METRICS
 
 
 def test_vllm_alerts_group_by_namespace_and_model() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +10,14 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.testing import CliRunner, Result
 
 from specfleet.operator import api
-from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
+from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, ConfigError
+from specfleet.runtime.vllm_args import refuse_collisions
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, InvalidCase, apply_changes
+from tests.test_runtime_vllm_args import COLLIDING
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
@@ -83,27 +87,97 @@ def test_token_bounds_accept_exactly_the_ordered_triples(
 
 
 @given(st.floats(allow_nan=True, allow_infinity=True))
-def test_floor_accepts_exactly_zero_to_one(floor: float) -> None:
+def test_floor_accepts_exactly_between_zero_and_one(floor: float) -> None:
     try:
         api.Rollback.model_validate({"minAcceptance": floor})
     except ValueError:
-        assert not 0 < floor <= 1
+        assert not 0 < floor < 1
     else:
-        assert 0 < floor <= 1
+        assert 0 < floor < 1
 
 
-@given(st.lists(st.tuples(st.integers(1, 999), st.sampled_from(["ms", "s", "m", "h"])), min_size=1))
-def test_durations_parse_to_the_sum_of_their_parts(parts: list[tuple[int, str]]) -> None:
-    text = "".join(f"{n}{unit}" for n, unit in parts)
-    seconds = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    expected = sum(n * seconds[unit] for n, unit in parts)
+UNITS = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+
+@given(st.dictionaries(st.sampled_from(list(UNITS)), st.integers(1, 999999), min_size=1))
+def test_durations_parse_to_the_sum_of_their_parts(parts: dict[str, int]) -> None:
+    text = "".join(f"{parts[unit]}{unit}" for unit in UNITS if unit in parts)
+    expected = sum(n * UNITS[unit] for unit, n in parts.items())
     assert api.parse_duration(text).total_seconds() == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["0s", "", "5", "1.5m", "-1s", "1d", "s"])
-def test_bad_durations_are_refused(text: str) -> None:
-    with pytest.raises(ValueError, match="positive duration"):
+@pytest.mark.parametrize(
+    "text", ["0s", "", "5", "1.5m", "-1s", "1d", "s", "30m1h", "1h1h", "1234567h", "5m\n"]
+)
+def test_bad_durations_are_refused_in_words(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration such as '90s'"):
         api.parse_duration(text)
+
+
+DURATION_FIELDS = [
+    (model, name, marker)
+    for model in (api.Tuning, api.Rollback, api.Metrics)
+    for name, info in model.model_fields.items()
+    for marker in info.metadata
+    if isinstance(marker, api.Duration)
+]
+
+
+def test_every_duration_field_has_a_maximum() -> None:
+    names = {name for _, name, _ in DURATION_FIELDS}
+    assert names == {"interval", "cooldown", "canary_pending_timeout", "reprobe_after"} | {
+        "scrape_timeout"
+    }
+
+
+@given(st.text(alphabet="0123456789hms", max_size=32))
+def test_an_admitted_duration_never_overflows(text: str) -> None:
+    # Rollback adds reprobeAfter to now; the fleet sleeps for the interval.
+    for model, name, marker in DURATION_FIELDS:
+        try:
+            model.model_validate({name: text})
+        except ValueError:
+            continue
+        length = api.parse_duration(text)
+        assert length <= api.parse_duration(marker.maximum)
+        assert datetime.now(UTC) + length > datetime.now(UTC)
+
+
+def test_a_duration_over_its_maximum_is_refused_in_words() -> None:
+    errors = api.validation_errors(
+        {
+            "apiVersion": api.API_VERSION,
+            "kind": api.KIND,
+            "metadata": {"name": "m"},
+            "spec": {
+                "model": {"name": "t"},
+                "draft": {"model": "d"},
+                "tuning": {"interval": "99999999999h"},
+            },
+        }
+    )
+    assert errors == [
+        "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' "
+        "(units h, m, s, ms, in that order), at most 1h"
+    ]
+
+
+@pytest.mark.parametrize("case", INVALID_CASES, ids=lambda c: c.id)
+def test_errors_say_in_words_what_is_wrong(
+    case: InvalidCase, peagle_manifest: dict[str, Any]
+) -> None:
+    for error in api.validation_errors(apply_changes(peagle_manifest, case.changes)):
+        assert "should match pattern" not in error, error
+
+
+def test_an_inverted_token_range_blames_the_range_not_tokens(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    changes = {"spec.speculation.minTokens": 6, "spec.speculation.maxTokens": 4}
+    errors = api.validation_errors(apply_changes(peagle_manifest, changes))
+    assert errors == [
+        "spec.speculation: speculation.minTokens (6) must not exceed speculation.maxTokens (4)"
+    ]
 
 
 def test_validate_cli_reports_field_paths(tmp_path: Path, peagle_manifest: dict[str, Any]) -> None:
@@ -117,3 +191,71 @@ def test_validate_cli_reports_field_paths(tmp_path: Path, peagle_manifest: dict[
     assert result.exit_code == 1
     assert "spec.speculation: speculation.tokens (12) must be between" in result.output
     assert result.output.count(": valid") == len(EXAMPLES)
+
+
+def _validate(*paths: Path) -> Result:
+
+    from specfleet.operator.cli import app
+
+    return CliRunner().invoke(app, ["validate", *map(str, paths)])
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"spec.rollback.minAcceptance": "0.8"}, "spec.rollback.minAcceptance: Input should be"),
+        ({"spec.replicas": "2"}, "spec.replicas: Input should be a valid integer"),
+        ({"spec.speculation.tokens": True}, "spec.speculation.tokens: Input should be"),
+    ],
+)
+def test_validate_cli_is_as_strict_on_types_as_the_api_server(
+    tmp_path: Path, peagle_manifest: dict[str, Any], change: dict[str, Any], error: str
+) -> None:
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(apply_changes(peagle_manifest, change)))
+    result = _validate(tmp_path / "m.yaml")
+    assert result.exit_code == 1
+    assert error in result.output
+
+
+def test_validate_cli_accepts_an_integer_where_a_number_is_expected(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    changes = {"spec.tuning.minImprovement": 0, "spec.rollback.failureLimit": 3}
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(apply_changes(peagle_manifest, changes)))
+    result = _validate(tmp_path / "m.yaml")
+    assert result.exit_code == 0, result.output
+
+
+def test_validate_cli_names_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "latin1.yaml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    result = _validate(tmp_path / "latin1.yaml")
+    assert result.exit_code == 1
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"{tmp_path / 'latin1.yaml'}: cannot read: not UTF-8 text" in result.output
+
+
+@pytest.mark.parametrize("text", ["", "\n", "---\n", "# only a comment\n"])
+def test_validate_cli_refuses_a_file_without_documents(tmp_path: Path, text: str) -> None:
+    (tmp_path / "empty.yaml").write_text(text)
+    result = _validate(tmp_path / "empty.yaml")
+    assert result.exit_code == 1
+    assert f"{tmp_path / 'empty.yaml'}: no documents in the file" in result.output
+
+
+def test_validate_cli_says_when_a_file_has_no_model(tmp_path: Path) -> None:
+    (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    result = _validate(tmp_path / "cm.yaml")
+    assert result.exit_code == 0
+    assert f"{tmp_path / 'cm.yaml'}: no SpeculativeModel in the file (1 other document)" in (
+        result.output
+    )
+
+
+@pytest.mark.parametrize(("extra", "owner"), COLLIDING, ids=lambda v: repr(v))
+def test_runtime_args_are_refused_by_the_runtimes_own_check(
+    peagle_manifest: dict[str, Any], extra: list[str], owner: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        refuse_collisions(extra)
+    errors = api.validation_errors(apply_changes(peagle_manifest, {"spec.runtime.args": extra}))
+    assert errors == [f"spec.runtime.args: {refused.value}"]

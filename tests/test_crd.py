@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -9,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import Field
 
 from specfleet.operator import api, crd
+from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN
 from tests.conftest import REPO
+from tests.invalid_manifests import INVALID_CASES, apply_changes
 
 
 def _nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -70,9 +76,13 @@ def test_every_cross_field_rule_has_a_cel_rule() -> None:
     messages = [rule["message"] for _, rule in crd._validations(crd.open_api_schema(), "")]
     for fragment in [
         "speculation.tokens must be between",
+        "speculation.minTokens must not exceed speculation.maxTokens",
+        "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
+        "runtime.nodeSelector keys must be label keys",
         "draft.model is required",
-        "may not set --speculative-config",
-        "tensorParallelSize must not exceed",
+        "runtime.args may not set a flag specfleet renders",
+        "runtime.args may not start with a positional argument",
+        "tensorParallelSize must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
         "metrics.prometheus.url is required",
         "metadata.name must be a DNS-1035 label",
     ]:
@@ -93,7 +103,114 @@ def test_defaults_reach_nested_objects() -> None:
     assert spec["properties"]["rollback"]["properties"]["minAcceptance"]["default"] == 0.75
 
 
+def test_status_fields_added_since_release_have_no_schema_default() -> None:
+    """The API server fills schema defaults into stored status. An operator older than
+    the CRD (mid-upgrade, or after `helm rollback`, which leaves CRDs as they are) never
+    writes such a field, so it saw its status differ on every tick, rewrote it, and lost
+    its evaluations' writes to the conflicts: seen on the local control plane."""
+    acceptance = crd.open_api_schema()["properties"]["status"]["properties"]["acceptance"]
+    for name in ("podsLeftOut", "morePodsLeftOut"):
+        assert "default" not in acceptance["properties"][name], name
+        assert name not in acceptance["default"], name
+
+
 def test_api_reference_lists_every_spec_field() -> None:
     reference = crd.api_reference()
     for name in ("spec.speculation.tokens", "spec.rollback.minAcceptance", "status.history"):
         assert f"`{name}`" in reference
+
+
+def test_every_duration_has_a_rule_with_its_maximum_in_words() -> None:
+    rules = {path: rule for path, rule in crd._validations(crd.open_api_schema(), "")}
+    for path, maximum in [
+        ("spec.tuning.interval", "1h"),
+        ("spec.tuning.cooldown", "720h"),
+        ("spec.tuning.canaryPendingTimeout", "24h"),
+        ("spec.rollback.reprobeAfter", "720h"),
+        ("spec.metrics.scrapeTimeout", "5m"),
+    ]:
+        assert f"duration('{maximum}')" in rules[path]["rule"], path
+        assert rules[path]["message"].endswith(f"at most {maximum}"), path
+        assert "^" not in rules[path]["message"], path
+
+
+def test_no_cel_rule_has_a_backslash() -> None:
+    # In a CEL string literal a backslash starts an escape, so a regex's `\.` does not
+    # compile: patterns shared with CEL spell a literal dot as `[.]`.
+    for path, rule in crd._validations(crd.open_api_schema(), ""):
+        assert "\\" not in rule["rule"], path
+
+
+def test_the_args_rule_is_the_runtimes_pattern() -> None:
+    rules = [rule["rule"] for path, rule in crd._validations(crd.open_api_schema(), "")]
+    assert f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))" in rules
+
+
+# ------------------------------------------- the API server's own checks, run offline
+
+
+@functools.cache
+def crdcheck_binary() -> Path:
+    """e2e/controlplane/crdcheck, built with the control plane (named by its source)."""
+    from e2e import cluster
+
+    source = (REPO / "e2e" / "controlplane" / "crdcheck" / "main.go").read_bytes()
+    built = cluster.build_binaries() / f"crdcheck-{hashlib.sha256(source).hexdigest()[:12]}"
+    if not built.exists():
+        pytest.fail(f"{built} was not built: run `make tools`")
+    return built
+
+
+def crdcheck(tmp_path: Path, *objects: dict[str, Any]) -> dict[str, Any]:
+    paths = []
+    for index, obj in enumerate(objects):
+        paths.append(tmp_path / f"object-{index}.yaml")
+        paths[-1].write_text(yaml.safe_dump(obj))
+    result = subprocess.run(
+        [crdcheck_binary(), REPO / "crds" / crd.CRD_FILE, *paths],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_the_api_server_accepts_the_crd(tmp_path: Path) -> None:
+    assert crdcheck(tmp_path)["crdErrors"] == []
+
+
+def test_every_rule_costs_less_than_the_api_server_allows(tmp_path: Path) -> None:
+    report = crdcheck(tmp_path)
+    limits = report["limits"]
+    assert report["rules"], "no CEL rule was costed"
+    for rule in report["rules"]:
+        assert rule["cost"] <= limits["staticRule"], rule
+    assert sum(rule["cost"] for rule in report["rules"]) <= limits["staticCRD"]
+
+
+def test_the_longest_admissible_args_are_judged_by_the_rule(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    # The args rule runs a regex over every character: at the schema's largest args it
+    # must stay under the per-call cost limit, or the API server refuses the object for
+    # its cost instead of judging it.
+    args = ["--x" + "y" * (api.MAX_ARG_LENGTH - 3)] * api.MAX_ARGS
+    manifest = apply_changes(peagle_manifest, {"spec.runtime.args": args})
+    assert crdcheck(tmp_path, manifest)["objects"] == [[]]
+    assert api.validation_errors(manifest) == []
+
+
+def test_the_api_servers_validation_refuses_every_invalid_case_naming_the_field(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    # The admission test (e2e/test_control_plane.py) runs the same table against a real
+    # API server; this runs it through the same validation code without one.
+    manifests = [apply_changes(peagle_manifest, case.changes) for case in INVALID_CASES]
+    examples = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "examples").glob("*.yaml"))]
+    report = crdcheck(tmp_path, *manifests, *examples)
+    for case, errors in zip(INVALID_CASES, report["objects"], strict=False):
+        assert errors, f"{case.id} was admitted"
+        assert any(case.field in error for error in errors), (case.id, errors)
+    assert report["objects"][len(INVALID_CASES) :] == [[]] * len(examples)

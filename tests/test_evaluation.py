@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client import REGISTRY
+
 from specfleet.operator import render
-from specfleet.operator.api import SpeculativeModel
-from specfleet.operator.evaluation import canary_pending_since, scrape_targets
-from specfleet.operator.status import Children
+from specfleet.operator.api import ConditionType, SpeculativeModel
+from specfleet.operator.children import Track
+from specfleet.operator.evaluation import Evaluator, canary_pending_since, scrape_targets
+from specfleet.operator.status import ObservedChildren
+from tests.test_runtime_sim_server import PEAGLE, sim
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def _model(manifest: dict[str, Any], **speculation: Any) -> SpeculativeModel:
@@ -16,7 +28,12 @@ def _model(manifest: dict[str, Any], **speculation: Any) -> SpeculativeModel:
     return SpeculativeModel.model_validate(body)
 
 
-def _pod(name: str, model: SpeculativeModel, track: render.Track, **status: Any) -> dict[str, Any]:
+def _scrape_errors(model: SpeculativeModel, reason: str) -> float:
+    labels = {"namespace": "ns", "model": model.metadata.name, "reason": reason}
+    return REGISTRY.get_sample_value("specfleet_scrape_errors_total", labels) or 0.0
+
+
+def _pod(name: str, model: SpeculativeModel, track: Track, **status: Any) -> dict[str, Any]:
     template = render.deployment(model, track)["spec"]["template"]
     return {
         "metadata": {
@@ -36,7 +53,7 @@ def test_pods_of_an_older_k_are_not_read(peagle_manifest: dict[str, Any]) -> Non
     before = _model(peagle_manifest, tokens=3)
     after = _model(peagle_manifest, tokens=1)
     pods = [_pod("old", before, "stable"), _pod("new-pod", after, "stable")]
-    targets = scrape_targets(after, Children(pods=pods))
+    targets = scrape_targets(after, ObservedChildren(pods=pods))
     assert [t.pod for t in targets] == ["new-pod"]
     assert targets[0].url == "http://127.0.0.7:8000/metrics"
     assert targets[0].track == "stable"
@@ -47,12 +64,12 @@ def test_unready_and_terminating_pods_are_not_read(peagle_manifest: dict[str, An
     unready = _pod("a", model, "stable", conditions=[{"type": "Ready", "status": "False"}])
     leaving = _pod("b", model, "stable")
     leaving["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"
-    assert scrape_targets(model, Children(pods=[unready, leaving])) == []
+    assert scrape_targets(model, ObservedChildren(pods=[unready, leaving])) == []
 
 
 def test_canary_pods_are_read_as_canary(peagle_manifest: dict[str, Any]) -> None:
     model = _model(peagle_manifest, tokens=3, candidateTokens=5)
-    targets = scrape_targets(model, Children(pods=[_pod("c", model, "canary")]))
+    targets = scrape_targets(model, ObservedChildren(pods=[_pod("c", model, "canary")]))
     assert [(t.pod, t.track) for t in targets] == [("c", "canary")]
 
 
@@ -66,5 +83,83 @@ def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, A
         conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
     )
     pending["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
-    assert canary_pending_since(Children(pods=[pending])) == 1795953600.0
-    assert canary_pending_since(Children(pods=[_pod("s", model, "stable")])) is None
+    assert canary_pending_since(ObservedChildren(pods=[pending])) == 1795953600.0
+    assert canary_pending_since(ObservedChildren(pods=[_pod("s", model, "stable")])) is None
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_pod_left_out_is_named_in_status_and_counted(peagle_manifest: dict[str, Any]) -> None:
+    """Two real sims, one serving a position no engine drafts: the other one's counters
+    still make the window, and status says which pod was left out and why."""
+    hostile = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1000000"} 1\n'
+    port = _free_port("127.0.0.3")  # the pods "bad" and "good" are at 127.0.0.3 and .4
+    peagle_manifest["spec"]["runtime"]["port"] = port
+    model = _model(peagle_manifest, tokens=3)
+    children = ObservedChildren(pods=[_pod("bad", model, "stable"), _pod("good", model, "stable")])
+    before = _scrape_errors(model, "ImpossibleCounters")
+
+    async def main() -> SpeculativeModel:
+        async with (
+            sim(PEAGLE, host="127.0.0.3", port=port) as (bad, _),
+            sim(PEAGLE, host="127.0.0.4", port=port),
+            aiohttp.ClientSession() as session,
+        ):
+            async with session.post(bad + "/admin/metrics", json={"text": hostile}):
+                pass
+            evaluator, evaluated = Evaluator(), model
+            for window in range(2):
+                await asyncio.sleep(0.3)
+                decided = await evaluator.evaluate(
+                    evaluated, children, T0 + timedelta(minutes=window)
+                )
+                evaluated = evaluated.model_copy(update={"status": decided.status})
+            return evaluated
+
+    window = asyncio.run(main()).status.acceptance
+    listed = window.pods_left_out or []
+    assert [(p.pod, p.reason) for p in listed] == [("bad", "ImpossibleCounters")]
+    assert "position 1000000" in listed[0].message
+    assert window.draft_tokens > 0 and len(window.per_position) == 3  # the good pod's window
+    assert _scrape_errors(model, "ImpossibleCounters") == before + 2
+
+
+@pytest.mark.parametrize("answer", ["unreachable", "html"])
+def test_prometheus_that_cannot_answer_makes_an_inconclusive_window(
+    peagle_manifest: dict[str, Any], answer: str
+) -> None:
+    async def main() -> SpeculativeModel:
+        async def bad_gateway(_: web.Request) -> web.Response:
+            return web.Response(status=502, text="<html>502 Bad Gateway</html>")
+
+        app = web.Application()
+        app.router.add_get("/api/v1/query", bad_gateway)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        port = runner.addresses[0][1] if answer == "html" else _free_port("127.0.0.1")
+        peagle_manifest["spec"]["metrics"] = {
+            "source": "Prometheus",
+            "prometheus": {"url": f"http://127.0.0.1:{port}"},
+            "scrapeTimeout": "2s",
+        }
+        model = _model(peagle_manifest, tokens=3)
+        try:
+            decided = await Evaluator().evaluate(model, ObservedChildren(), T0)
+        finally:
+            await runner.cleanup()
+        return model.model_copy(update={"status": decided.status})
+
+    before = _scrape_errors(_model(peagle_manifest, tokens=3), "PrometheusUnavailable")
+    model = asyncio.run(main())
+    assert model.status.acceptance.reason == "PrometheusUnavailable"
+    available = next(
+        c for c in model.status.conditions if c.type is ConditionType.METRICS_AVAILABLE
+    )
+    assert available.reason == "PrometheusUnavailable"
+    assert "127.0.0.1" in available.message
+    assert _scrape_errors(model, "PrometheusUnavailable") == before + 1

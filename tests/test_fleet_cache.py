@@ -90,14 +90,14 @@ def test_children_wake_their_model_once_per_version() -> None:
     assert woken(cache) == set()
     cache.remember_child(child("Deployment", "m", "11", ready=1))
     assert woken(cache) == {KEY}
-    stable = cache.children(KEY).stable
+    stable = cache.observed(KEY).stable
     assert stable is not None and stable["status"] == {"readyReplicas": 1}
 
 
 def test_children_are_cached_without_spec_or_managed_fields() -> None:
     cache = FleetCache()
     cache.remember_child(child("Pod", "m-abc", "5"))
-    (pod,) = cache.children(KEY).pods
+    (pod,) = cache.observed(KEY).pods
     assert set(pod) == {"kind", "metadata", "status"}
     assert "managedFields" not in pod["metadata"]
 
@@ -109,10 +109,10 @@ def test_deleting_a_child_wakes_its_model_and_forgets_it() -> None:
     woken(cache)
     cache.remember_child(child("Pod", "m-abc", "7"), deleted=True)
     assert woken(cache) == {KEY}
-    assert cache.children(KEY).pods == []
+    assert cache.observed(KEY).pods == []
     cache.remember_child(child("Deployment", "m-canary", "8"), deleted=True)
     assert woken(cache) == {KEY}
-    assert cache.children(KEY).canary is None
+    assert cache.observed(KEY).canary is None
     # A deletion of something never cached changes nothing.
     cache.remember_child(child("Pod", "m-zzz", "9"), deleted=True)
     assert woken(cache) == set()
@@ -123,7 +123,7 @@ def test_objects_without_the_model_label_are_ignored() -> None:
     stray = child("Pod", "other", "1")
     del stray["metadata"]["labels"][MODEL_LABEL]
     cache.remember_child(stray)
-    assert woken(cache) == set() and cache.pods == {}
+    assert woken(cache) == set() and cache.children == {}
 
 
 def test_inputs_change_with_any_version_the_reconcile_reads() -> None:
@@ -156,3 +156,24 @@ def test_inputs_change_with_any_version_the_reconcile_reads() -> None:
     other["metadata"]["labels"][MODEL_LABEL] = "n"
     cache.remember_child(other)
     assert not changed()
+
+
+def test_an_older_model_event_never_replaces_a_newer_cached_write() -> None:
+    """The status write's response is cached; a watch event from before it that arrives
+    later must not hand the next reconcile the status it replaced."""
+    cache = FleetCache()
+    cache.remember_model(model("7", status={"speculation": {"tokens": 5}}))
+    cache.remember_model(model("5", status={"speculation": {"tokens": 3}}))
+    assert cache.models[KEY]["status"] == {"speculation": {"tokens": 5}}
+    cache.remember_model(model("7", status={"speculation": {"tokens": 5}}))  # the echo
+    cache.remember_model(model("9", generation=2))
+    assert cache.models[KEY]["metadata"]["resourceVersion"] == "9"
+
+
+def test_services_are_children_too() -> None:
+    cache = FleetCache()
+    cache.remember_child(child("Service", "m", "3"))
+    assert woken(cache) == {KEY}
+    before = cache.inputs(KEY)
+    cache.remember_child(child("Service", "m", "3"), deleted=True)
+    assert woken(cache) == {KEY} and cache.inputs(KEY) != before

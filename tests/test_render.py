@@ -41,7 +41,7 @@ def example(path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_children_match_golden_files(path: Path) -> None:
-    rendered = yaml.safe_dump_all(render.children(model_from(example(path))), sort_keys=False)
+    rendered = yaml.safe_dump_all(render.manifests(model_from(example(path))), sort_keys=False)
     golden = GOLDEN / f"{path.stem}.yaml"
     if UPDATE:
         golden.write_text(rendered)
@@ -59,7 +59,7 @@ def _arg(container: dict[str, Any], flag: str) -> str | None:
 
 
 def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> None:
-    stable, canary, service = render.children(model_from(peagle_manifest))
+    stable, canary, service = render.manifests(model_from(peagle_manifest))
     container = _container(stable)
     assert container["command"] == ["specfleet-runtime", "serve"]
     assert _arg(container, "--method") == "peagle"
@@ -79,7 +79,7 @@ def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> Non
 
 def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -> None:
     model = model_from(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
-    stable, canary, _ = render.children(model)
+    stable, canary, _ = render.manifests(model)
     assert canary["metadata"]["name"] == "llama-8b-canary"
     assert canary["spec"]["replicas"] == 1
     assert _arg(_container(canary), "--num-speculative-tokens") == "5"
@@ -89,7 +89,7 @@ def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -
 
 def test_disabled_speculation_runs_plain_decoding(peagle_manifest: dict[str, Any]) -> None:
     model = model_from(peagle_manifest, speculation={"tokens": 3, "disabled": True})
-    container = _container(render.children(model)[0])
+    container = _container(render.manifests(model)[0])
     assert _arg(container, "--method") == "none"
     assert "--num-speculative-tokens" not in container["args"]
     assert "--draft-model" not in container["args"]
@@ -97,7 +97,7 @@ def test_disabled_speculation_runs_plain_decoding(peagle_manifest: dict[str, Any
 
 def test_ngram_renders_prompt_lookup() -> None:
     container = _container(
-        render.children(model_from(example(REPO / "examples/qwen-ngram.yaml")))[0]
+        render.manifests(model_from(example(REPO / "examples/qwen-ngram.yaml")))[0]
     )
     assert _arg(container, "--prompt-lookup-min") == "2"
     assert _arg(container, "--prompt-lookup-max") == "5"
@@ -108,7 +108,7 @@ def test_ngram_renders_prompt_lookup() -> None:
 def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int) -> None:
     manifest = example(REPO / "examples/llama-peagle.yaml")
     hashes = [
-        render.children(model_from(manifest, speculation={"tokens": k}))[0]["spec"]["template"][
+        render.manifests(model_from(manifest, speculation={"tokens": k}))[0]["spec"]["template"][
             "metadata"
         ]["annotations"][render.CONFIG_HASH_ANNOTATION]
         for k in (k1, k2)
@@ -117,7 +117,7 @@ def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int) -> None:
 
 
 def test_rendering_is_deterministic(peagle_manifest: dict[str, Any]) -> None:
-    assert render.children(model_from(peagle_manifest)) == render.children(
+    assert render.manifests(model_from(peagle_manifest)) == render.manifests(
         model_from(peagle_manifest)
     )
 

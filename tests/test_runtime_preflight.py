@@ -276,7 +276,7 @@ def test_invalid_args_and_collisions_use_the_termination_log_flag(tmp_path: Path
         ["--model", "org/m", "--termination-log", str(log), "--", "--port", "1"], tmp_path
     )
     assert result.returncode == 1
-    assert "collides with --port" in log.read_text()
+    assert "would set --port, which the runtime owns" in log.read_text()
     result, reason = run_runtime(["--model", "org/m", "--method", "eagle3"], tmp_path)
     assert result.returncode == 1 and "needs --draft-model" in reason
 

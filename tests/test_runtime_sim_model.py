@@ -28,7 +28,7 @@ def test_expected_values_follow_prefix_acceptance() -> None:
     assert sim_model.cumulative_acceptance(conditional, 3) == pytest.approx([0.9, 0.72, 0.576])
     assert sim_model.expected_accepted(conditional, 3) == pytest.approx(2.196)
     assert sim_model.mean_acceptance_length(conditional, 3) == pytest.approx(3.196)
-    assert sim_model.draft_acceptance_rate(conditional, 3) == pytest.approx(2.196 / 3)
+    assert sim_model.expected_draft_acceptance_rate(conditional, 3) == pytest.approx(2.196 / 3)
 
 
 def test_step_time_shapes() -> None:

@@ -36,17 +36,19 @@ FAST = "tick: 50ms\nnoise: 0\nload: {requests_per_second: 40, output_tokens: 200
 
 
 @asynccontextmanager
-async def sim(args: list[str], profile: str = FAST) -> AsyncIterator[tuple[str, SimServer]]:
-    """A sim server on an ephemeral 127.0.0.1 port; yields its base URL."""
+async def sim(
+    args: list[str], profile: str = FAST, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[tuple[str, SimServer]]:
+    """A sim server on `host` (an ephemeral port unless given); yields its base URL."""
     config, _ = parse_serve_args(["--model", "org/target", *args], env={})
     server = SimServer(config, load_profile(profile))
     runner = web.AppRunner(build_app(server))
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, host, port)
     await site.start()
     port = runner.addresses[0][1]
     try:
-        yield f"http://127.0.0.1:{port}", server
+        yield f"http://{host}:{port}", server
     finally:
         await runner.cleanup()
 
@@ -96,6 +98,10 @@ def test_metrics_have_vllms_names_and_labels() -> None:
             if s.name.endswith("_total")
         ]
         assert positions == ["0", "1", "2"]
+        # vLLM serves prometheus_client's process collector too: the operator reads the
+        # start time as evidence of a restart.
+        started = parsed["process_start_time_seconds"].samples[0].value
+        assert 0 < started <= time.time()
 
     run_async(test)
 
@@ -223,6 +229,28 @@ def test_load_switch_garbage_and_slow_metrics() -> None:
                 pass
             async with session.get(url + "/metrics?delay=0.3") as response:
                 assert response.status == 200
+
+    run_async(test)
+
+
+def test_metrics_serves_a_posted_body_until_cleared() -> None:
+    """Hostile pages for fault tests: what a broken exporter or proxy could serve."""
+    hostile = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1000000"} 1\n'
+
+    async def test() -> None:
+        async with sim(PEAGLE) as (url, _), aiohttp.ClientSession() as session:
+            async with session.post(url + "/admin/metrics", json={"text": hostile}) as response:
+                assert response.status == 200
+            async with session.get(url + "/metrics") as response:
+                assert await response.text() == hostile
+            async with session.get(url + "/admin/state") as response:
+                assert (await response.json())["metrics_text"] == hostile
+            async with session.post(url + "/admin/metrics", json={"text": 3}) as response:
+                assert response.status == 400
+            async with session.post(url + "/admin/metrics", json={"text": None}):
+                pass
+            names = {name for name, _ in await scrape(session, url)}
+            assert "vllm:spec_decode_num_drafts_total" in names
 
     run_async(test)
 

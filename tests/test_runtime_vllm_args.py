@@ -6,9 +6,12 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specfleet.runtime.config import (
     BatchScheduleEntry,
@@ -18,7 +21,12 @@ from specfleet.runtime.config import (
     RuntimeConfig,
     parse_serve_args,
 )
-from specfleet.runtime.vllm_args import speculative_config, vllm_argv
+from specfleet.runtime.vllm_args import (
+    OWNED_ARG_PATTERN,
+    owned_flag,
+    speculative_config,
+    vllm_argv,
+)
 
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DRAFT = "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"
@@ -127,38 +135,83 @@ def test_to_args_parses_back_to_the_same_config(name: str) -> None:
     assert parse_serve_args(config.to_args(), env={})[0] == config
 
 
-@pytest.mark.parametrize(
-    "extra",
-    [
-        ["--speculative-config", "{}"],
-        ["--speculative_config={}"],
-        ["-sc", "{}"],
-        ["--speculative-config.num_speculative_tokens", "9"],
-        ["--model", "other"],
-        ["--served-model-name", "x"],
-        ["--tensor-parallel-size", "8"],
-        ["-tp", "8"],
-        ["-tp=8"],
-        ["--tensor_parallel_size", "8"],
-        ["--host", "0.0.0.0"],
-        ["--port=9000"],
-        ["--max-model-len", "4096", "--port", "9000"],
-        ["other/model"],
-    ],
-)
-def test_extra_args_that_collide_are_refused(extra: list[str]) -> None:
+# Each spelling class vLLM's parser reads as an owned flag (the contract test checks
+# them against vLLM itself), and the owned flag it sets.
+COLLIDING: list[tuple[list[str], str]] = [
+    (["--speculative-config", "{}"], "--speculative-config"),
+    (["--speculative_config={}"], "--speculative-config"),
+    (["-sc", "{}"], "--speculative-config"),
+    (["-sc={}"], "--speculative-config"),
+    (["-sc.method", "ngram"], "--speculative-config"),
+    (["-s", "{}"], "--speculative-config"),
+    (["-s.method", "ngram"], "--speculative-config"),
+    (["--speculative-config.num_speculative_tokens", "9"], "--speculative-config"),
+    (["--speculative", '{"method":"ngram","num_speculative_tokens":9}'], "--speculative-config"),
+    (["--speculative_conf.method=ngram"], "--speculative-config"),
+    (["--spec-method", "ngram"], "--spec-method"),
+    (["--spec_meth=ngram"], "--spec-method"),
+    (["--spec-model", "other/draft"], "--spec-model"),
+    (["--spec-tokens", "9"], "--spec-tokens"),
+    (["--spec-t", "9"], "--spec-tokens"),
+    (["--spec", "9"], "--speculative-config"),  # ambiguous in vLLM: refused all the same
+    (["--config", "serve.yaml"], "--config"),
+    (["--conf=serve.yaml"], "--config"),
+    (["--model", "other"], "--model"),
+    (["--model=other"], "--model"),
+    (["--mod", "other"], "--model"),
+    (["--served-model-name", "x"], "--served-model-name"),
+    (["--served", "x"], "--served-model-name"),
+    (["--served_model", "x"], "--served-model-name"),
+    (["--tensor-parallel-size", "8"], "--tensor-parallel-size"),
+    (["--tensor-parallel", "8"], "--tensor-parallel-size"),
+    (["--tensor_parallel_size", "8"], "--tensor-parallel-size"),
+    (["-tp", "8"], "--tensor-parallel-size"),
+    (["-tp=8"], "--tensor-parallel-size"),
+    (["-tp8"], "--tensor-parallel-size"),
+    (["-t", "8"], "--tensor-parallel-size"),
+    (["--host", "0.0.0.0"], "--host"),
+    (["--hos", "0.0.0.0"], "--host"),
+    (["--host.x", "1"], "--host"),
+    (["--port=9000"], "--port"),
+    (["--po", "9000"], "--port"),
+    (["--max-model-len", "4096", "--port", "9000"], "--port"),
+    # After "--" (or a lone "-") vLLM reads the next arg as a positional model.
+    (["--max-model-len", "4096", "--", "other/model"], "--model"),
+    (["-"], "--model"),
+]
+
+
+@pytest.mark.parametrize(("extra", "owner"), COLLIDING, ids=lambda v: repr(v))
+def test_extra_args_that_set_an_owned_flag_are_refused(extra: list[str], owner: str) -> None:
     config, _ = parse_serve_args(["--model", TARGET, "--", *extra], env={})
     with pytest.raises(ConfigError) as error:
         vllm_argv(config)
     message = str(error.value)
     assert "\n" not in message
-    assert any(part in message for part in ("collides with", "positional model"))
+    assert f"would set {owner}," in message
+
+
+def test_a_positional_first_extra_arg_is_refused() -> None:
+    config, _ = parse_serve_args(["--model", TARGET, "--", "other/model"], env={})
+    with pytest.raises(ConfigError, match="'other/model' is positional"):
+        vllm_argv(config)
 
 
 def test_extra_args_that_only_look_similar_pass() -> None:
-    extra = ["--hosted-thing", "1", "--max-model-len", "4096", "--portability"]
+    extra = [
+        "--hosted-thing", "1", "--max-model-len", "4096", "--portability", "--dtype", "auto",
+        "--enforce-eager", "--model-impl", "vllm", "--specialize-active-lora", "--seed", "-1",
+        "--max-num-seqs=8", "--compilation-config.level", "3", "--tokenizer", "tiny-model",
+    ]  # fmt: skip
     config, _ = parse_serve_args(["--model", TARGET, "--", *extra], env={})
-    assert vllm_argv(config)[-5:] == extra
+    assert vllm_argv(config)[-len(extra) :] == extra
+
+
+@given(st.text(alphabet="-_.=abcdehilmnoprstz", max_size=24))
+def test_the_pattern_refuses_exactly_what_some_owned_flag_refuses(arg: str) -> None:
+    # The one pattern (also the CEL rule at admission) and the per-flag lookup that
+    # names the flag in the message agree on every arg.
+    assert bool(re.fullmatch(OWNED_ARG_PATTERN, arg)) == (owned_flag(arg) is not None)
 
 
 @pytest.mark.parametrize(

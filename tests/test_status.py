@@ -1,4 +1,4 @@
-"""Status from spec and children: K taken from the spec, conditions, phase, failures."""
+"""Status from spec and children: conditions, phase, failures."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 from specfleet.operator.api import ConditionType, Phase, SpeculativeModel, SpeculativeModelStatus
 from specfleet.operator.status import (
-    Children,
+    ObservedChildren,
+    ReconcileFailure,
     runtime_failure,
     summarize,
-    with_requested_speculation,
 )
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -44,42 +44,11 @@ def pod(name: str, ready: bool = True, **container: Any) -> dict[str, Any]:
     }
 
 
-def test_first_sight_takes_k_from_the_spec(peagle_manifest: dict[str, Any]) -> None:
-    status = with_requested_speculation(model(peagle_manifest))
-    assert status.speculation.tokens == 3
-    assert status.speculation.requested_tokens == 3
-    assert status.speculation.last_known_good_tokens == 3
-    assert status.speculation.parallel_drafting is True
-
-
-def test_tuned_k_survives_unrelated_spec_changes(peagle_manifest: dict[str, Any]) -> None:
-    tuned = {"speculation": {"tokens": 6, "requestedTokens": 3, "lastKnownGoodTokens": 6}}
-    assert with_requested_speculation(model(peagle_manifest, **tuned)).speculation.tokens == 6
-
-
-def test_new_k_in_git_resets_the_tuned_k_and_drops_the_canary(
-    peagle_manifest: dict[str, Any],
-) -> None:
-    peagle_manifest["spec"]["speculation"]["tokens"] = 4
-    tuned = {
-        "speculation": {"tokens": 6, "requestedTokens": 3, "candidateTokens": 7},
-        "canary": {"candidateTokens": 7},
-    }
-    status = with_requested_speculation(model(peagle_manifest, **tuned))
-    assert status.speculation.tokens == 4
-    assert status.speculation.candidate_tokens is None
-    assert status.canary is None
-
-
-def test_narrowed_bounds_clamp_the_tuned_k(peagle_manifest: dict[str, Any]) -> None:
-    peagle_manifest["spec"]["speculation"]["maxTokens"] = 5
-    tuned = {"speculation": {"tokens": 8, "requestedTokens": 3}}
-    assert with_requested_speculation(model(peagle_manifest, **tuned)).speculation.tokens == 5
-
-
 def test_ready_when_the_stable_track_is_rolled_out(peagle_manifest: dict[str, Any]) -> None:
     m = model(peagle_manifest, speculation={"tokens": 3})
-    children = Children(stable=deployment(2, 2), canary=deployment(0, 0), pods=[pod("a"), pod("b")])
+    children = ObservedChildren(
+        stable=deployment(2, 2), canary=deployment(0, 0), pods=[pod("a"), pod("b")]
+    )
     status = summarize(m, children, T0)
     conditions = {c.type: c for c in status.conditions}
     assert conditions[ConditionType.READY].status == "True"
@@ -92,15 +61,15 @@ def test_ready_when_the_stable_track_is_rolled_out(peagle_manifest: dict[str, An
 
 def test_transition_time_moves_only_on_a_change(peagle_manifest: dict[str, Any]) -> None:
     m = model(peagle_manifest, speculation={"tokens": 3})
-    rolling = summarize(m, Children(stable=deployment(2, 1)), T0)
+    rolling = summarize(m, ObservedChildren(stable=deployment(2, 1)), T0)
     still_rolling = summarize(
         m.model_copy(update={"status": rolling}),
-        Children(stable=deployment(2, 1)),
+        ObservedChildren(stable=deployment(2, 1)),
         T0 + timedelta(minutes=1),
     )
     ready = summarize(
         m.model_copy(update={"status": still_rolling}),
-        Children(stable=deployment(2, 2)),
+        ObservedChildren(stable=deployment(2, 2)),
         T0 + timedelta(minutes=2),
     )
 
@@ -128,7 +97,7 @@ def test_preflight_failure_degrades_with_the_runtimes_reason(
         },
     )
     m = model(peagle_manifest, speculation={"tokens": 3})
-    status = summarize(m, Children(stable=deployment(2, 0), pods=[crashed]), T0)
+    status = summarize(m, ObservedChildren(stable=deployment(2, 0), pods=[crashed]), T0)
     degraded = next(c for c in status.conditions if c.type is ConditionType.DEGRADED)
     assert degraded.status == "True" and degraded.reason == "RuntimeFailed"
     assert "draft vocab_size 32000 does not match target 128256" in degraded.message
@@ -153,6 +122,19 @@ def test_missing_secret_is_a_failure_too() -> None:
 
 def test_canary_phase_while_a_candidate_runs(peagle_manifest: dict[str, Any]) -> None:
     m = model(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
-    status = summarize(m, Children(stable=deployment(2, 2), canary=deployment(1, 1)), T0)
+    status = summarize(m, ObservedChildren(stable=deployment(2, 2), canary=deployment(1, 1)), T0)
     assert status.phase is Phase.CANARY
     assert status.replicas == 3
+
+
+def test_a_reconcile_failure_degrades_the_model_with_its_message(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    failure = ReconcileFailure("ChildrenRefused", 'env[0].name: Invalid value: "A=B"')
+    m = model(peagle_manifest)
+    status = summarize(m, ObservedChildren(stable=deployment(1, 1)), T0, failure)
+    degraded = next(c for c in status.conditions if c.type is ConditionType.DEGRADED)
+    assert (degraded.status, degraded.reason) == ("True", "ChildrenRefused")
+    assert "A=B" in degraded.message and status.phase is Phase.DEGRADED
+    healthy = summarize(m, ObservedChildren(stable=deployment(1, 1)), T0)
+    assert healthy.phase is not Phase.DEGRADED

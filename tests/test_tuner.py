@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from specfleet.operator.api import (
     ConditionType,
+    LeftOutReason,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     TuningStrategy,
     parse_duration,
 )
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.metrics import Observation, PodError, TrackWindow
 from specfleet.operator.stats import rollback_metric
 from specfleet.operator.tuner import decide, extrapolate, predict
 from specfleet.runtime.sim_model import cumulative_acceptance
@@ -158,6 +159,57 @@ def test_inconclusive_windows_set_metrics_unavailable() -> None:
     assert condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE) == "True"
 
 
+def test_failing_windows_do_not_carry_across_a_long_run_of_inconclusive_windows() -> None:
+    spec = make_spec(
+        rollback={"failureLimit": 2},
+        tuning={"enabled": False, "maxInconclusiveWindows": 5},
+    )
+    fleet = Fleet(spec)
+    fleet.step(CHAT)
+    for _ in range(4):  # a short gap neither passes nor fails: the next failure rolls back
+        fleet.step(None)
+    assert {"Rollback", "StepDown", "Disable"} & set(fleet.step(CHAT))
+
+    fleet = Fleet(spec)
+    fleet.step(CHAT)
+    for _ in range(17):  # a run long enough to call the metrics unavailable
+        fleet.step(None)
+    assert not {"Rollback", "StepDown", "Disable"} & set(fleet.step(CHAT))
+    assert fleet.status.speculation.failing_windows == 1
+
+
+def test_pods_left_out_are_named_in_status_bounded() -> None:
+    fleet = Fleet(make_spec())
+    errors = {
+        f"pod-{i}": PodError(LeftOutReason.UNPARSEABLE, f"line {i}: " + "x" * 500) for i in range(9)
+    }
+    fleet.step(CODE, errors=dict(reversed(errors.items())))
+    window = fleet.status.acceptance
+    listed = window.pods_left_out or []
+    assert [p.pod for p in listed] == [f"pod-{i}" for i in range(5)]
+    assert all(p.reason == "Unparseable" and len(p.message) <= 200 for p in listed)
+    assert window.more_pods_left_out == 4
+    assert window.conclusive  # the pods that answered still make the window
+    fleet.step(CODE)
+    assert fleet.status.acceptance.pods_left_out is None
+    assert fleet.status.acceptance.more_pods_left_out is None
+
+
+def test_prometheus_unavailable_is_an_inconclusive_window_with_its_reason() -> None:
+    fleet = Fleet(make_spec(tuning={"maxInconclusiveWindows": 2}))
+    fleet.step(CODE)
+    error = "Prometheus at http://prometheus:9090: Cannot connect to host prometheus:9090"
+    fleet.step(None, prometheus_error=error)
+    assert fleet.status.acceptance.reason == "PrometheusUnavailable"
+    assert not fleet.status.acceptance.conclusive
+    assert "MetricsUnavailable" in fleet.step(None, prometheus_error=error)
+    available = next(
+        c for c in fleet.status.conditions if c.type is ConditionType.METRICS_AVAILABLE
+    )
+    assert (available.status, available.reason) == ("False", "PrometheusUnavailable")
+    assert "Cannot connect to host prometheus:9090" in available.message
+
+
 def test_missing_spec_decode_series_sets_speculation_inactive() -> None:
     fleet = Fleet(make_spec())
     assert "SpeculationMissing" in fleet.step(None, speculation_missing=True)
@@ -222,6 +274,7 @@ def runs(draw: st.DrawFn) -> tuple[SpeculativeModelSpec, list[Any], list[float |
             "cooldown": draw(st.sampled_from(["1m", "3m", "10m"])),
             "canaryWindows": draw(st.integers(1, 3)),
             "strategy": draw(st.sampled_from(["Canary", "InPlace"])),
+            "maxInconclusiveWindows": draw(st.integers(1, 5)),
         },
         rollback={"failureLimit": draw(st.integers(1, 3))},
     )
@@ -240,7 +293,7 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
     cooldown = parse_duration(spec.tuning.cooldown)
     status = SpeculativeModelStatus()
     now = T0
-    failing_in_a_row = 0
+    failing_in_a_row = inconclusive_in_a_row = 0
     for profile, pending_since in zip(profiles, pending, strict=True):
         sp = status.speculation
         k = sp.tokens or spec.speculation.tokens
@@ -274,6 +327,10 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         canary_conclusive = (
             canary is not None and canary.draft_tokens >= spec.tuning.min_draft_tokens
         )
+        if not sp.disabled:
+            inconclusive_in_a_row = 0 if conclusive else inconclusive_in_a_row + 1
+            if inconclusive_in_a_row >= spec.tuning.max_inconclusive_windows:
+                failing_in_a_row = 0  # a gap that long ends the row of failing windows
         # Inconclusive windows are never a pass or a fail.
         if not conclusive:
             assert not {"Rollback", "StepDown", "Disable"} & set(kinds)
@@ -294,6 +351,8 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
             assert not rolled
         if rolled or new.tokens != k or new.disabled != sp.disabled:
             failing_in_a_row = 0
+        if new.disabled != sp.disabled:
+            inconclusive_in_a_row = 0
         status = decided.status
 
 

@@ -1,0 +1,250 @@
+"""The fleet loop against a fake API server: what it applies, writes and reports, and in
+which order, when watch events arrive late, children vanish, specs change or the API
+server refuses a child."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from specfleet.operator import render, tuner
+from specfleet.operator.api import SpeculativeModel
+from specfleet.operator.evaluation import Evaluator
+from specfleet.operator.fleet import Fleet
+from specfleet.operator.status import ObservedChildren
+from specfleet.runtime.config import ConfigError
+from tests.fake_cluster import FakeCluster
+
+KEY = ("team", "llama")
+
+
+class ScriptedEvaluator(Evaluator):
+    """Decides what the test says instead of scraping pods."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_tokens: int | None = None
+
+    async def evaluate(
+        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
+    ) -> tuner.Decided:
+        status = model.status.model_copy(deep=True)
+        actions = []
+        if self.next_tokens is not None:
+            before, status.speculation.tokens = status.speculation.tokens, self.next_tokens
+            actions.append(tuner.Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
+            self.next_tokens = None
+        return tuner.Decided(status, actions)
+
+
+def tokens_in(args: list[str]) -> int:
+    return int(args[args.index("--num-speculative-tokens") + 1])
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def fleet(cluster: FakeCluster) -> Fleet:
+    return Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
+
+
+def settle(cluster: FakeCluster, fleet: Fleet) -> None:
+    """Deliver every watch event and reconcile until nothing more is written."""
+    for _ in range(10):
+        cluster.deliver(fleet)
+        asyncio.run(fleet.reconcile(KEY))
+        if not cluster.watch:
+            return
+    raise AssertionError("the fleet kept writing")
+
+
+def started(cluster: FakeCluster, fleet: Fleet, manifest: dict[str, Any]) -> None:
+    manifest["metadata"]["name"] = "llama"
+    cluster.create_model(manifest)
+    settle(cluster, fleet)
+    assert tokens_in(cluster.stable_args("llama")) == 3
+
+
+def test_a_decision_is_never_undone_by_a_child_event_before_the_status_echo(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    started(cluster, fleet, peagle_manifest)
+    evaluator = fleet.evaluator
+    assert isinstance(evaluator, ScriptedEvaluator)
+    evaluator.next_tokens = 5
+    fleet.next_evaluation[KEY] = 0.0  # an evaluation is due
+    asyncio.run(fleet.reconcile(KEY))
+    assert tokens_in(cluster.stable_args("llama")) == 5
+    # The Deployment's events arrive; the model's status echo is still on its way.
+    cluster.deliver(fleet, kinds=("Deployment", "Service"))
+    asyncio.run(fleet.reconcile(KEY))
+    assert [
+        tokens_in(a["spec"]["template"]["spec"]["containers"][0]["args"])
+        for a in cluster.applied
+        if a["kind"] == "Deployment" and a["metadata"]["name"] == "llama"
+    ][-1] == 5
+    assert tokens_in(cluster.stable_args("llama")) == 5
+    # The stale echo of an earlier status write must not bring K=3 back either.
+    settle(cluster, fleet)
+    assert tokens_in(cluster.stable_args("llama")) == 5
+    assert cluster.model("llama")["status"]["speculation"]["tokens"] == 5
+
+
+def test_the_decision_is_in_status_before_its_children_are_applied(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    started(cluster, fleet, peagle_manifest)
+    seen: list[int] = []
+    apply = cluster.apply
+
+    def recording_apply(manifest: dict[str, Any]) -> dict[str, Any]:
+        seen.append(cluster.model("llama")["status"]["speculation"]["tokens"])
+        return apply(manifest)
+
+    cluster.apply = recording_apply  # type: ignore[method-assign]
+    evaluator = fleet.evaluator
+    assert isinstance(evaluator, ScriptedEvaluator)
+    evaluator.next_tokens = 6
+    fleet.next_evaluation[KEY] = 0.0
+    asyncio.run(fleet.reconcile(KEY))
+    assert seen and set(seen) == {6}
+
+
+def test_a_new_k_in_the_spec_is_recorded_and_reported(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    started(cluster, fleet, peagle_manifest)
+    cluster.edit_spec("llama", lambda spec: spec["speculation"].update(tokens=5))
+    settle(cluster, fleet)
+    status = cluster.model("llama")["status"]
+    assert status["speculation"]["tokens"] == 5
+    assert status["history"][-1]["action"] == "SpecChanged"
+    assert [e["reason"] for e in cluster.events] == ["SpecChanged"]
+    assert tokens_in(cluster.stable_args("llama")) == 5
+
+
+def test_a_new_k_in_the_spec_re_enables_speculation_after_a_disable(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    peagle_manifest["metadata"]["name"] = "llama"
+    body = cluster.create_model(peagle_manifest)
+    body["status"] = {
+        "speculation": {
+            "tokens": 1,
+            "requestedTokens": 3,
+            "disabled": True,
+            "disabledReason": "NoKClearsFloor",
+        }
+    }
+    cluster.objects[("SpeculativeModel", "team", "llama")]["status"] = body["status"]
+    cluster.watch[-1].body["status"] = body["status"]
+    settle(cluster, fleet)
+    assert "--num-speculative-tokens" not in cluster.stable_args("llama")  # plain decoding
+    cluster.edit_spec("llama", lambda spec: spec["speculation"].update(tokens=4))
+    settle(cluster, fleet)
+    assert tokens_in(cluster.stable_args("llama")) == 4
+    assert cluster.model("llama")["status"]["speculation"].get("disabled") is False
+
+
+def test_a_deleted_service_is_put_back(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    started(cluster, fleet, peagle_manifest)
+    cluster.delete("Service", "llama")
+    settle(cluster, fleet)
+    assert ("Service", "team", "llama") in cluster.objects
+
+
+def test_a_refused_child_degrades_the_model_once_and_backs_off(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    def refuse_requests_above_limits(manifest: dict[str, Any]) -> str | None:
+        """The API server's check that admission cannot make: requests <= limits."""
+        containers = manifest["spec"].get("template", {}).get("spec", {}).get("containers", [])
+        for container in containers:
+            resources = container.get("resources", {})
+            if (
+                resources.get("requests", {}).get("cpu") == "2"
+                and resources.get("limits", {}).get("cpu") == "1"
+            ):
+                return (
+                    'Deployment.apps "llama" is invalid: spec.template.spec.containers[0]'
+                    '.resources.requests: Invalid value: "2": must be less than or equal '
+                    "to cpu limit of 1"
+                )
+        return None
+
+    cluster.refuse = refuse_requests_above_limits
+    peagle_manifest["spec"]["runtime"]["resources"] = {
+        "requests": {"cpu": "2"},
+        "limits": {"cpu": "1"},
+    }
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    asyncio.run(fleet.reconcile(KEY))
+    status = cluster.model("llama")["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert status["phase"] == "Degraded"
+    assert (degraded["status"], degraded["reason"]) == ("True", "ChildrenRefused")
+    assert "must be less than or equal to cpu limit" in degraded["message"]
+    assert [(e["reason"], e["warning"]) for e in cluster.events] == [("ChildrenRefused", True)]
+    # Ticks during the back-off (the status echo included) try nothing.
+    applies = len(cluster.applied)
+    for _ in range(3):
+        cluster.deliver(fleet)
+        asyncio.run(fleet.reconcile(KEY))
+    assert len(cluster.applied) == applies and len(cluster.events) == 1
+    # A fixed spec is tried at once and clears the condition.
+    cluster.edit_spec("llama", lambda spec: spec["runtime"].update(resources={}))
+    settle(cluster, fleet)
+    status = cluster.model("llama")["status"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "False" and status["phase"] != "Degraded"
+
+
+def test_a_config_that_does_not_render_degrades_the_model(
+    cluster: FakeCluster,
+    fleet: Fleet,
+    peagle_manifest: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unrenderable(model: SpeculativeModel) -> list[dict[str, Any]]:
+        raise ConfigError("--draft-tensor-parallel-size must be 1 or the --tensor-parallel-size")
+
+    monkeypatch.setattr(render, "manifests", unrenderable)
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    asyncio.run(fleet.reconcile(KEY))
+    degraded = next(
+        c for c in cluster.model("llama")["status"]["conditions"] if c["type"] == "Degraded"
+    )
+    assert degraded["reason"] == "RenderFailed" and "draft-tensor-parallel" in degraded["message"]
+    assert cluster.applied == []
+
+
+def test_a_decision_written_first_does_not_claim_the_new_generation(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """Until the children of generation 2 are applied, status must not say that
+    generation 2 is observed (and Ready): a client waiting for it would read old pods."""
+    started(cluster, fleet, peagle_manifest)
+    seen: list[int | None] = []
+    apply = cluster.apply
+
+    def recording_apply(manifest: dict[str, Any]) -> dict[str, Any]:
+        seen.append(cluster.model("llama")["status"].get("observedGeneration"))
+        return apply(manifest)
+
+    cluster.apply = recording_apply  # type: ignore[method-assign]
+    cluster.edit_spec("llama", lambda spec: spec["speculation"].update(tokens=2))
+    settle(cluster, fleet)
+    assert seen and set(seen) == {1}
+    assert cluster.model("llama")["status"]["observedGeneration"] == 2
