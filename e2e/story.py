@@ -26,7 +26,7 @@ from kubernetes import client
 from e2e import cluster
 from e2e.models import apply, get_model, sim_admin, sim_model
 from specfleet.operator.status import pod_ready
-from specfleet.operator.tuner import ROLLBACK_ACTIONS
+from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 
 MODEL = "llama"
 RELEASE = "specfleet"
@@ -76,7 +76,8 @@ class Frame:
     seconds: float
     tokens: int | None
     candidate: int | None
-    acceptance: float | None
+    acceptance: float | None  # the draft acceptance rate
+    first_position: float | None
     mean_length: float | None
     phase: str
     last_decision: str
@@ -86,7 +87,7 @@ class Frame:
 class Story:
     api_client: client.ApiClient
     namespace: str
-    profile_file: Path
+    profile_file: Path | None  # the sims' profile; None for real vLLM (e2e/demo_vllm.py)
     show: Callable[[Frame], None] = lambda frame: None
     on_tick: Callable[[], None] = lambda: None
     frames: list[Frame] = field(default_factory=list)
@@ -94,6 +95,7 @@ class Story:
     drift_at: float | None = None  # wall-clock time, to compare with status.history
     drift_seconds: float | None = None  # since the story started, for the plot
     rollback_at: float | None = None
+    interval_seconds: float = INTERVAL_SECONDS
 
     # ----------------------------------------------------------------- steps
 
@@ -156,6 +158,7 @@ class Story:
         return left
 
     def apply_model(self) -> None:
+        assert self.profile_file is not None
         self.profile_file.write_text(yaml.safe_dump(sim_profile(HIGH_ACCEPTANCE)))
         apply(story_model(self.profile_file), self.namespace)
 
@@ -220,6 +223,7 @@ class Story:
             tokens=0 if speculation.get("disabled") else speculation.get("tokens"),
             candidate=speculation.get("candidateTokens"),
             acceptance=acceptance.get("rate"),
+            first_position=(acceptance.get("perPosition") or [None])[0],
             mean_length=acceptance.get("meanLength"),
             phase=str(status.get("phase", "")),
             last_decision=f"{last['action']} {last.get('fromTokens')}->{last.get('toTokens')}"
@@ -234,12 +238,14 @@ class Story:
             lambda b: (b.get("status") or {}).get("phase") == "Ready", "Ready", timeout
         )
 
-    def wait_for_promotion(self, timeout: float = 300) -> dict[str, Any]:
+    def wait_for_promotion(self, timeout: float = 300, start_tokens: int = 2) -> dict[str, Any]:
         def promoted(body: dict[str, Any]) -> bool:
             history = (body.get("status") or {}).get("history") or []
-            return any(h["action"] == "Promote" and h["toTokens"] > 2 for h in history)
+            return any(
+                h["action"] == ActionKind.PROMOTE and h["toTokens"] != start_tokens for h in history
+            )
 
-        return self.watch(promoted, "a canary to be promoted above K=2", timeout)
+        return self.watch(promoted, f"a K other than {start_tokens} to be promoted", timeout)
 
     def serving_pods(self) -> list[dict[str, Any]]:
         """Ready pods that are not on their way out."""
@@ -251,9 +257,14 @@ class Story:
 
     def drift(self) -> None:
         """Traffic turns chat-like: running sims switch now, new ones start that way."""
+        assert self.profile_file is not None
         self.profile_file.write_text(yaml.safe_dump(sim_profile(LOW_ACCEPTANCE)))
         for pod in self.serving_pods():
             sim_admin(pod["status"]["podIP"], "/admin/profile", {"acceptance": LOW_ACCEPTANCE})
+        self.mark_drift()
+
+    def mark_drift(self) -> None:
+        """The traffic changed now: rollback is measured from here."""
         self.drift_at = time.time()
         self.drift_seconds = time.monotonic() - self.started
 
@@ -277,7 +288,7 @@ class Story:
     def windows_to_rollback(self) -> int:
         """Evaluation windows from the drift to the rollback decision (rounded up)."""
         assert self.drift_at is not None and self.rollback_at is not None
-        return math.ceil((self.rollback_at - self.drift_at) / INTERVAL_SECONDS)
+        return math.ceil((self.rollback_at - self.drift_at) / self.interval_seconds)
 
     def events(self) -> list[str]:
         items = (

