@@ -65,7 +65,7 @@ def main() -> int:
             print(COLUMNS, flush=True)
             story.wait_until_serving(timeout=600)
             view.milestone(
-                f"vLLM Ready; 8 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
+                f"vLLM Ready; 4 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
                 story,
             )
             promoted = story.wait_for_promotion(timeout=900, start_tokens=START_TOKENS)

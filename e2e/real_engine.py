@@ -40,6 +40,10 @@ VLLM_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "OMP_NUM_THREADS": "2",
+    # vLLM's default ("auto") pins its worker to core 0, so two vLLMs on one machine (a
+    # rollout: the serving pod and the starting one) pin to the same core and the
+    # starting one waits minutes for it; without binding the kernel shares both cores.
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "VLLM_NO_USAGE_STATS": "1",
     "DO_NOT_TRACK": "1",
 }
@@ -233,7 +237,7 @@ class Load:
     def __init__(
         self,
         targets: Callable[[], list[str]],
-        streams: int = 8,
+        streams: int = 4,
         max_tokens: int = 64,
         max_seconds: float = 1200.0,
         max_requests: int = 50_000,
@@ -332,7 +336,11 @@ def real_model(name: str, target: Path, draft: Path, floor: float) -> dict[str, 
                 "image": IMAGE,
                 "gpus": 0,
                 "args": list(VLLM_ARGS),
-                "env": [{"name": k, "value": v} for k, v in VLLM_ENV.items()],
+                # One thread a pod: during a rollout two vLLM pods share this machine's
+                # two cores, with the engine loop of each busy besides.
+                "env": [
+                    {"name": k, "value": v} for k, v in {**VLLM_ENV, "OMP_NUM_THREADS": "1"}.items()
+                ],
             },
         },
     }
