@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from kubernetes import config
 
@@ -20,11 +21,20 @@ from e2e.demo import COLUMNS, LiveView, plot
 from e2e.models import apply
 from e2e.story import MODEL, Story
 from specfleet.operator.status import pod_ready
+from specfleet.operator.tuner import ActionKind
 
 NAMESPACE = "specfleet-demo-vllm"
 FLOOR = 0.5
 START_TOKENS = 3
 INTERVAL_SECONDS = 10
+
+
+def trial(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The first decision that put another K on the stable pod (in place, or promoted)."""
+    for entry in (body.get("status") or {}).get("history") or []:
+        if entry["action"] in (ActionKind.START_IN_PLACE, ActionKind.PROMOTE):
+            return dict(entry)
+    return None
 
 
 def main() -> int:
@@ -68,12 +78,19 @@ def main() -> int:
                 f"vLLM Ready; 4 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
                 story,
             )
-            promoted = story.wait_for_promotion(timeout=900, start_tokens=START_TOKENS)
-            tokens = promoted["status"]["speculation"]["tokens"]
+            tried = story.watch(
+                lambda body: trial(body) is not None, "a trial of another K", timeout=900
+            )
+            change = trial(tried)
+            assert change is not None
+            tokens = change["toTokens"]
             view.milestone(
-                f"promoted from measured acceptance: K {START_TOKENS} -> {tokens}", story
+                f"{change['action']} from vLLM's measured acceptance: K {START_TOKENS} -> "
+                f"{tokens}: {change['reason']}",
+                story,
             )
             story.wait_until_serving(timeout=600)
+            story.linger(30)  # the trial is measured, then promoted or aborted
             load.temperature = 1.0
             story.mark_drift()
             view.milestone("the requests turn hot (temperature 1): acceptance falls", story)
@@ -89,7 +106,7 @@ def main() -> int:
             story.linger(20)
         ok = True
         print(
-            f"\nsummary: K {START_TOKENS} -> {tokens} from vLLM's own counters, then "
+            f"\nsummary: K {START_TOKENS} -> {tokens} tried from vLLM's own counters, then "
             f"{decision['action']} within {windows} window(s) of hot traffic; "
             f"{load.completed} requests served; events: {', '.join(sorted(set(story.events())))}",
             flush=True,

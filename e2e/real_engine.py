@@ -7,6 +7,7 @@ the models come from e2e/tiny_models.py, both cached outside the repo.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -300,8 +301,10 @@ class Load:
                 url = f"http://{address}"
                 complete(url, prompt, self.temperature, self.max_tokens, sent, timeout=60)
                 self.completed += 1
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                self.failed += 1  # a pod restarting for a new K: try the next one
+            except (OSError, http.client.HTTPException, ValueError, KeyError):
+                # A pod going away for a new K (refused, cut off mid-answer, an error
+                # page): count it and go on, as a client with retries would.
+                self.failed += 1
                 self._stop.wait(0.5)
             sent += 1
 

@@ -238,14 +238,12 @@ class Story:
             lambda b: (b.get("status") or {}).get("phase") == "Ready", "Ready", timeout
         )
 
-    def wait_for_promotion(self, timeout: float = 300, start_tokens: int = 2) -> dict[str, Any]:
+    def wait_for_promotion(self, timeout: float = 300) -> dict[str, Any]:
         def promoted(body: dict[str, Any]) -> bool:
             history = (body.get("status") or {}).get("history") or []
-            return any(
-                h["action"] == ActionKind.PROMOTE and h["toTokens"] != start_tokens for h in history
-            )
+            return any(h["action"] == ActionKind.PROMOTE and h["toTokens"] > 2 for h in history)
 
-        return self.watch(promoted, f"a K other than {start_tokens} to be promoted", timeout)
+        return self.watch(promoted, "a canary to be promoted above K=2", timeout)
 
     def serving_pods(self) -> list[dict[str, Any]]:
         """Ready pods that are not on their way out."""

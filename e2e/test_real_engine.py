@@ -9,6 +9,7 @@ vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
 from __future__ import annotations
 
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
 NAME = "tiny"
-FLOOR = 0.5  # first-position acceptance: ~0.67 at temperature 0, ~0.2 at temperature 1
+FLOOR = 0.5  # first-position acceptance: ~0.65 at temperature 0, ~0.2 at temperature 1
+# A new K on the stable pod: an in-place trial, or a promotion.
+TRIALS = {ActionKind.START_IN_PLACE, ActionKind.PROMOTE}
 
 
 @pytest.fixture(scope="module")
@@ -81,30 +84,35 @@ def test_real_vllm_is_tuned_and_rolled_back(
         window = wait_for("a conclusive window from real vLLM", measured, timeout=420)
         assert 0 < window["rate"] < 1 and len(window["perPosition"]) == 3, window
 
-        # The tuner moves K (positions after the first are rarely accepted by this head)
-        # and the pod vLLM restarts with it reports that K.
-        def promoted() -> dict[str, Any] | None:
-            body = model()
-            done = [h for h in history(body) if h["action"] == ActionKind.PROMOTE]
-            return body if done else None
+        # The tuner tries another K from what vLLM measured (this head's later positions
+        # are rarely accepted): the pod restarts, and the vLLM it runs reports that K.
+        def trial() -> dict[str, Any] | None:
+            tried = [h for h in history(model()) if h["action"] in TRIALS]
+            return tried[0] if tried else None
 
-        body = wait_for("a promoted K", promoted, timeout=600)
-        tokens = body["status"]["speculation"]["tokens"]
-        assert tokens != 3, history(body)
+        tried = wait_for("a trial of another K", trial, timeout=420)
+        tokens = tried["toTokens"]
+        assert tried["fromTokens"] == 3 and tokens != 3, tried
 
         def serving(k: int) -> list[str] | None:
+            speculation = (model().get("status") or {}).get("speculation") or {}
             addresses = ready_addresses(api_client, model_namespace)
-            return (
-                addresses if addresses and all(served_tokens(a) == k for a in addresses) else None
-            )
+            served = [a for a in addresses if served_tokens(a) == k]
+            return served if served and speculation.get("tokens") == k else None
 
         wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
 
         # Hotter requests: first-position acceptance falls under the floor.
         load.temperature = 1.0
+        hot_since = datetime.now(UTC)
 
         def rolled_back() -> list[dict[str, Any]] | None:
-            acted = [h for h in history(model()) if h["action"] in ROLLBACK_ACTIONS]
+            acted = [
+                h
+                for h in history(model())
+                if h["action"] in ROLLBACK_ACTIONS
+                and datetime.fromisoformat(h["time"]) >= hot_since
+            ]
             return acted or None
 
         acted = wait_for("a rollback", rolled_back, timeout=420)

