@@ -1,11 +1,11 @@
 """`specfleet-runtime serve ARGS [-- VLLM_ARGS]`: the container entrypoint of a pod.
 
-It validates the args, runs the preflight checks, then replaces itself with `vllm
-serve` (exec: vLLM becomes the container's process and receives its signals
-directly; vLLM's CPU build, whose `vllm` script does not run, as `python -m
-vllm.entrypoints.openai.api_server`) or runs the simulated engine. Any failure exits 1
-with a one-line reason on stderr and in the termination log, which Kubernetes shows as
-the pod's termination message and the operator as a Degraded condition.
+It validates the args, runs the preflight checks, then runs `vllm serve` (vLLM's CPU
+build, whose `vllm` script does not run, as `python -m vllm.entrypoints.openai.api_server`)
+as its child, passing signals on and its output through, or runs the simulated engine.
+Any failure exits 1 with a one-line reason on stderr and in the termination log, which
+Kubernetes shows as the pod's termination message and the operator as a Degraded
+condition: for a vLLM that fails, vLLM's own reason from the end of its output.
 """
 
 from __future__ import annotations
@@ -13,10 +13,15 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import importlib.util
+import itertools
 import json
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
+from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,6 +44,10 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 USAGE = "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]"
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# Lines of vLLM's output kept to find its reason when it fails: the reason is near the end.
+OUTPUT_TAIL = 200
+REASON_LIMIT = 1000
+_ERROR_LINE = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception): .+$")
 
 
 def _log(message: str) -> None:
@@ -123,12 +132,48 @@ def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
     if profile is not None:
         return _run_sim(config, profile)
     command = engine_command(vllm, env)
-    _log("specfleet-runtime: exec " + json.dumps(command))
+    _log("specfleet-runtime: run " + json.dumps(command))
+    return supervise(command, env, config.termination_log)
+
+
+def failure_reason(output: Sequence[str]) -> str | None:
+    """vLLM's own reason in the end of its output: the last `SomethingError: message`
+    (a traceback's last line, as its engine process also logs it), passing over the API
+    server's wrapper that only points at it ("... See root cause above")."""
+    lines = list(output)
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ERROR_LINE.search(lines[index].strip())
+        if match is None or "root cause above" in match.group(0):
+            continue
+        # A message may go on in indented lines (pydantic's say what failed there).
+        more = itertools.takewhile(lambda line: line[:1] in (" ", "\t"), lines[index + 1 :])
+        return " ".join([match.group(0), *(line.strip() for line in more)])[:REASON_LIMIT]
+    return None
+
+
+def supervise(command: list[str], env: Mapping[str, str], termination_log: str) -> int:
+    """Run vLLM as a child with SIGTERM and SIGINT passed on and its output passed
+    through; its exit code, or 1 with its reason in the termination log if it failed.
+    (An exec would leave Kubernetes only the log's last lines, seldom the reason.)"""
     try:
-        os.execvpe(command[0], command, dict(env))
+        child = subprocess.Popen(
+            command, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
     except OSError as error:
-        return fail(f"cannot start vLLM ({command[0]}): {error}", config.termination_log)
-    return 0  # not reached: exec replaced this process
+        return fail(f"cannot start vLLM ({command[0]}): {error}", termination_log)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda number, _frame: child.send_signal(number))
+    tail: deque[str] = deque(maxlen=OUTPUT_TAIL)
+    assert child.stdout is not None
+    for raw in child.stdout:
+        sys.stdout.buffer.write(raw)
+        sys.stdout.flush()
+        tail.append(raw.decode(errors="replace"))
+    code = child.wait()
+    if code == 0 or code == -signal.SIGTERM:
+        return 0
+    reason = failure_reason(tail) or f"exited with code {code}"
+    return fail(f"vLLM: {reason}", termination_log)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ more than two at once (~3.4 GB each).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -129,9 +130,32 @@ def test_preflight_accepts_the_tiny_models_and_refuses_broken_copies(
         )
 
 
-def test_the_runtime_execs_the_cpu_build_with_the_plugin(self_draft_server: Server) -> None:
+def test_a_model_vllm_refuses_fails_with_vllm_s_own_reason(
+    vllm_python: Path, models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Preflight cannot know every limit: vLLM refuses a context longer than the model's,
+    and its reason, not its wrapper's, is the termination message."""
+    short = tmp_path / "short-context"
+    shutil.copytree(models[0], short)
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = 16  # VLLM_ARGS ask for 1024
+    (short / "config.json").write_text(json.dumps(config))
+    termination = tmp_path / "termination-log"
+    result = subprocess.run(
+        [str(vllm_python.parent / "specfleet-runtime"), "serve", "--engine", "vllm",
+         "--model", str(short), "--termination-log", str(termination),
+         "--", *real_engine.VLLM_ARGS],
+        env={**os.environ, **real_engine.VLLM_ENV}, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 1
+    reason = termination.read_text().strip()
+    assert reason.startswith("vLLM: ") and "Error: " in reason, reason
+    assert "max_model_len" in reason or "max_position_embeddings" in reason, reason
+
+
+def test_the_runtime_runs_the_cpu_build_with_the_plugin(self_draft_server: Server) -> None:
     log = self_draft_server.log.read_text(errors="replace")
-    assert "vllm.entrypoints.openai.api_server" in log.split("specfleet-runtime: exec ", 1)[1]
+    assert "vllm.entrypoints.openai.api_server" in log.split("specfleet-runtime: run ", 1)[1]
     assert "specfleet: replaced vllm.utils.cpu_triton_utils._expand_kernel_impl" in log
 
 

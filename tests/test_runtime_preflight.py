@@ -10,6 +10,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -293,30 +294,99 @@ def test_dry_run_prints_the_argv_as_json(tmp_path: Path) -> None:
     assert reason == ""
 
 
-def test_serve_execs_vllm_with_the_rendered_argv(tmp_path: Path) -> None:
+def test_serve_runs_vllm_with_the_rendered_argv(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     record = tmp_path / "vllm-argv.json"
     fake_vllm = bin_dir / "vllm"
-    # A stand-in vLLM: records its argv and pid; exec keeps the pid of the runtime.
+    # A stand-in vLLM: records its argv and its parent, and prints a line.
     fake_vllm.write_text(
         f"#!{sys.executable}\nimport json, os, sys\n"
-        f"json.dump({{'argv': sys.argv[1:], 'pid': os.getpid()}}, open({str(record)!r}, 'w'))\n"
+        f"json.dump({{'argv': sys.argv[1:], 'parent': os.getppid()}}, open({str(record)!r}, 'w'))\n"
+        "print('serving')\n"
     )
     fake_vllm.chmod(0o755)
     args = ["--model", "org/m", "--method", "eagle3", "--draft-model", "org/d",
             "--num-speculative-tokens", "4", "--port", "8000"]  # fmt: skip
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
     process = subprocess.Popen(
-        [RUNTIME, "serve", *args], env=env, stderr=subprocess.PIPE, text=True
-    )
-    _, stderr = process.communicate(timeout=60)
+        [RUNTIME, "serve", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 0, stderr
     recorded = json.loads(record.read_text())
     dry, _ = run_runtime([*args, "--dry-run"], tmp_path)
     assert ["vllm", *recorded["argv"]] == json.loads(dry.stdout)
-    assert recorded["pid"] == process.pid
+    assert recorded["parent"] == process.pid  # the runtime supervises vLLM
+    assert "serving" in stdout  # vLLM's output passes through
     assert "preflight: 1 GPU(s) visible" in stderr
+
+
+# What vLLM prints when its engine cannot start: the reason in the engine process's
+# traceback, then the API server's wrapper pointing at it.
+ENGINE = "(EngineCore pid=7) ERROR 11-30 12:00:00 [core.py:900] "
+REASON = "ValueError: The hidden size (250) is not a multiple of the number of attention heads (4)."
+FAILED_VLLM = "\n".join(
+    [
+        ENGINE + "Traceback (most recent call last):",
+        ENGINE + '  File "core.py", line 1, in run',
+        ENGINE + REASON,
+        "Traceback (most recent call last):",
+        '  File "api_server.py", line 1, in <module>',
+        "RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {}",
+        "",
+    ]
+)
+
+
+def test_vllm_s_own_reason_reaches_the_termination_log(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_vllm = bin_dir / "vllm"
+    fake_vllm.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.stdout.write({FAILED_VLLM!r})\nsys.exit(1)\n"
+    )
+    fake_vllm.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    result, reason = run_runtime(["--model", "org/m"], tmp_path, env=env)
+    assert result.returncode == 1
+    assert reason.strip() == f"vLLM: {REASON}"
+
+
+def test_sigterm_reaches_vllm_and_a_clean_stop_is_not_a_failure(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_vllm = bin_dir / "vllm"
+    fake_vllm.write_text(
+        f"#!{sys.executable}\nimport signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+        "print('ready', flush=True)\ntime.sleep(60)\nsys.exit(3)\n"
+    )
+    fake_vllm.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    process = subprocess.Popen(
+        [RUNTIME, "serve", "--model", "org/m"], env=env, stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stdout.readline() == "ready\n"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+
+
+def test_failure_reason_reads_the_last_error_but_not_the_wrapper() -> None:
+    lines = FAILED_VLLM.splitlines()
+    assert cli.failure_reason(lines) == REASON
+    assert cli.failure_reason(["INFO loading", "killed"]) is None
+    pydantic = [
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        "  Value error, User-specified max_model_len (1024) is greater than the derived one",
+        "WARNING next record",
+    ]
+    assert cli.failure_reason(pydantic) == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig "
+        "Value error, User-specified max_model_len (1024) is greater than the derived one"
+    )
 
 
 def test_missing_vllm_binary_is_a_clear_failure(tmp_path: Path) -> None:
