@@ -294,21 +294,27 @@ def test_dry_run_prints_the_argv_as_json(tmp_path: Path) -> None:
     assert reason == ""
 
 
-def test_serve_runs_vllm_with_the_rendered_argv(tmp_path: Path) -> None:
+def stand_in_vllm(tmp_path: Path, body: str) -> dict[str, str]:
+    """A `vllm` script of this Python running `body`; the env that finds it first."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    script = bin_dir / "vllm"
+    script.write_text(f"#!{sys.executable}\n{body}")
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_serve_runs_vllm_with_the_rendered_argv(tmp_path: Path) -> None:
     record = tmp_path / "vllm-argv.json"
-    fake_vllm = bin_dir / "vllm"
     # A stand-in vLLM: records its argv and its parent, and prints a line.
-    fake_vllm.write_text(
-        f"#!{sys.executable}\nimport json, os, sys\n"
+    env = stand_in_vllm(
+        tmp_path,
+        "import json, os, sys\n"
         f"json.dump({{'argv': sys.argv[1:], 'parent': os.getppid()}}, open({str(record)!r}, 'w'))\n"
-        "print('serving')\n"
+        "print('serving')\n",
     )
-    fake_vllm.chmod(0o755)
     args = ["--model", "org/m", "--method", "eagle3", "--draft-model", "org/d",
             "--num-speculative-tokens", "4", "--port", "8000"]  # fmt: skip
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
     process = subprocess.Popen(
         [RUNTIME, "serve", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
@@ -342,30 +348,19 @@ FAILED_VLLM = "\n".join(
 
 
 def test_vllm_s_own_reason_reaches_the_termination_log(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_vllm = bin_dir / "vllm"
-    fake_vllm.write_text(
-        f"#!{sys.executable}\nimport sys\nsys.stdout.write({FAILED_VLLM!r})\nsys.exit(1)\n"
-    )
-    fake_vllm.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
+    env = stand_in_vllm(tmp_path, f"import sys\nsys.stdout.write({FAILED_VLLM!r})\nsys.exit(1)\n")
     result, reason = run_runtime(["--model", "org/m"], tmp_path, env=env)
     assert result.returncode == 1
     assert reason.strip() == f"vLLM: {REASON}"
 
 
 def test_sigterm_reaches_vllm_and_a_clean_stop_is_not_a_failure(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake_vllm = bin_dir / "vllm"
-    fake_vllm.write_text(
-        f"#!{sys.executable}\nimport signal, sys, time\n"
+    env = stand_in_vllm(
+        tmp_path,
+        "import signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-        "print('ready', flush=True)\ntime.sleep(60)\nsys.exit(3)\n"
+        "print('ready', flush=True)\ntime.sleep(60)\nsys.exit(3)\n",
     )
-    fake_vllm.chmod(0o755)
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": "0"}
     process = subprocess.Popen(
         [RUNTIME, "serve", "--model", "org/m"], env=env, stdout=subprocess.PIPE, text=True
     )
