@@ -30,10 +30,26 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 GENERATION_TOKENS = "vllm:generation_tokens"
 REQUESTS_RUNNING = "vllm:num_requests_running"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
+# Speed: vLLM observes the inter-token latency once per request per engine step (however
+# many tokens the step gave it), so its sum over its count is the step time a decoding
+# request sees, and its count over the engine steps (one iteration-tokens observation per
+# step) is the batch a step carried.
+DECODE_SECONDS = "vllm:inter_token_latency_seconds_sum"
+DECODE_STEPS = "vllm:inter_token_latency_seconds_count"
+ENGINE_STEPS = "vllm:iteration_tokens_total_count"
 # prometheus_client's process collector, which vLLM serves: the evidence of a restart.
 PROCESS_START = "process_start_time_seconds"
 _SPEC_DECODE_PREFIX = "vllm:spec_decode_"
-_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, ACCEPTED_PER_POS, GENERATION_TOKENS)
+_COUNTERS = (
+    DRAFTS,
+    DRAFT_TOKENS,
+    ACCEPTED_TOKENS,
+    ACCEPTED_PER_POS,
+    GENERATION_TOKENS,
+    DECODE_SECONDS,
+    DECODE_STEPS,
+    ENGINE_STEPS,
+)
 _VLLM = (*_COUNTERS, REQUESTS_RUNNING, REQUESTS_WAITING)
 _READ = (*_VLLM, PROCESS_START)
 
@@ -106,6 +122,9 @@ class SpecDecodeCounters:
     requests_waiting: float = 0.0
     speculation_exported: bool = False
     process_start_time: float | None = None
+    decode_seconds: float = 0.0
+    decode_steps: float = 0.0
+    engine_steps: float = 0.0
 
 
 def _base_name(sample_name: str) -> str | None:
@@ -174,6 +193,9 @@ def counters_from_series(
         requests_waiting=totals.get(REQUESTS_WAITING, 0.0),
         speculation_exported=exported,
         process_start_time=started,
+        decode_seconds=totals.get(DECODE_SECONDS, 0.0),
+        decode_steps=totals.get(DECODE_STEPS, 0.0),
+        engine_steps=totals.get(ENGINE_STEPS, 0.0),
     )
 
 
@@ -415,9 +437,21 @@ class TrackWindow:
     pods: int
     running_requests: float
     waiting_requests: float = 0.0
+    decode_seconds: float = 0.0
+    decode_steps: float = 0.0
+    engine_steps: float = 0.0
+
+    @property
+    def step_seconds(self) -> float | None:
+        """Mean engine step time a decoding request saw, or None without timing."""
+        return self.decode_seconds / self.decode_steps if self.decode_steps > 0 else None
 
     @property
     def batch_per_pod(self) -> float:
+        """Decoding requests per engine step over the window; without timing, the
+        running requests at its end."""
+        if self.decode_steps > 0 and self.engine_steps > 0:
+            return self.decode_steps / self.engine_steps
         return self.running_requests / self.pods if self.pods else 0.0
 
 
@@ -457,6 +491,9 @@ def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
         ("draft tokens", c.draft_tokens),
         ("accepted tokens", c.accepted_tokens),
         ("generated tokens", c.generation_tokens),
+        ("decode seconds", c.decode_seconds),
+        ("decode steps", c.decode_steps),
+        ("engine steps", c.engine_steps),
         *((f"accepted tokens at position {i}", v) for i, v in enumerate(c.accepted_per_position)),
     ]
     for name, value in named:
@@ -491,6 +528,9 @@ def _moves(old: SpecDecodeCounters, new: SpecDecodeCounters) -> tuple[list[str],
         ("draft tokens", old.draft_tokens, new.draft_tokens),
         ("accepted tokens", old.accepted_tokens, new.accepted_tokens),
         ("generated tokens", old.generation_tokens, new.generation_tokens),
+        ("decode seconds", old.decode_seconds, new.decode_seconds),
+        ("decode steps", old.decode_steps, new.decode_steps),
+        ("engine steps", old.engine_steps, new.engine_steps),
         # A restart may come back with another K: compare the positions both have.
         *(
             (f"accepted tokens at position {i}", o, n)
@@ -556,6 +596,9 @@ def _difference(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> Sp
         ),
         generation_tokens=current.generation_tokens - previous.generation_tokens,
         speculation_exported=current.speculation_exported,
+        decode_seconds=current.decode_seconds - previous.decode_seconds,
+        decode_steps=current.decode_steps - previous.decode_steps,
+        engine_steps=current.engine_steps - previous.engine_steps,
     )
 
 
@@ -592,6 +635,9 @@ def _aggregate(deltas: list[_PodDelta]) -> TrackWindow | None:
         pods=len(deltas),
         running_requests=sum(d.running for d in deltas),
         waiting_requests=sum(d.waiting for d in deltas),
+        decode_seconds=sum(d.counters.decode_seconds for d in deltas),
+        decode_steps=sum(d.counters.decode_steps for d in deltas),
+        engine_steps=sum(d.counters.engine_steps for d in deltas),
     )
 
 

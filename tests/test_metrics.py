@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.operator.api import LeftOutReason
 from specfleet.operator.children import Track
@@ -546,9 +547,21 @@ def golden_totals() -> dict[str, float]:
     return totals
 
 
+def histogram_totals(text: str, family: str) -> tuple[float, float]:
+    """(sum, count) of a histogram, as prometheus-client's own parser reads a whole page."""
+    for metrics in text_string_to_metric_families(text):
+        if metrics.name == family:
+            values = {s.name: s.value for s in metrics.samples if not s.name.endswith("_bucket")}
+            return values[f"{family}_sum"], values[f"{family}_count"]
+    raise AssertionError(f"{family} is not on the page")
+
+
 def test_parse_a_real_vllm_peagle_page_after_traffic() -> None:
-    counters = parse_vllm_metrics((GOLDEN / f"{GOLDEN_PAGE}.metrics").read_text())
+    text = (GOLDEN / f"{GOLDEN_PAGE}.metrics").read_text()
+    counters = parse_vllm_metrics(text)
     totals = golden_totals()
+    decode_seconds, decode_steps = histogram_totals(text, "vllm:inter_token_latency_seconds")
+    _, engine_steps = histogram_totals(text, "vllm:iteration_tokens_total")
     # Real vLLM exports its process start time: the evidence a restart needs.
     assert counters.process_start_time is not None and counters.process_start_time > 0
     assert replace(counters, process_start_time=None) == SpecDecodeCounters(
@@ -560,7 +573,13 @@ def test_parse_a_real_vllm_peagle_page_after_traffic() -> None:
         requests_running=0,
         requests_waiting=0,
         speculation_exported=True,
+        decode_seconds=decode_seconds,
+        decode_steps=decode_steps,
+        engine_steps=engine_steps,
     )
+    # One inter-token latency per request per step: every decode step is one draft.
+    assert counters.decode_steps == counters.drafts
+    assert counters.engine_steps < counters.decode_steps
     assert counters.draft_tokens == 3 * counters.drafts
     assert sum(counters.accepted_per_position) == counters.accepted_tokens
     assert 0 < counters.accepted_tokens < counters.draft_tokens
@@ -587,7 +606,14 @@ def test_real_pages_are_mostly_series_the_parser_skips() -> None:
             for line in text.splitlines()
             if "spec_decode" in line
             or line.startswith(
-                ("vllm:generation_tokens", "vllm:num_requests", "process_start_time_seconds")
+                (
+                    "vllm:generation_tokens",
+                    "vllm:num_requests",
+                    "process_start_time_seconds",
+                    "vllm:inter_token_latency_seconds_sum",
+                    "vllm:inter_token_latency_seconds_count",
+                    "vllm:iteration_tokens_total_count",
+                )
             )
         )
         + "\n"
