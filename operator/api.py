@@ -281,6 +281,11 @@ class RollbackMetric(StrEnum):
     RELATIVE_TO_BASELINE = "RelativeToBaseline"
 
 
+class BelowFloorPolicy(StrEnum):
+    KEEP_FASTEST = "KeepFastest"
+    DISABLE = "Disable"
+
+
 class MetricsSource(StrEnum):
     PODS = "Pods"
     PROMETHEUS = "Prometheus"
@@ -418,8 +423,12 @@ class Tuning(SpecModel):
     min_draft_tokens: int = Field(
         default=20000,
         ge=1,
-        description="Draft tokens a window needs to be conclusive.",
+        description="Draft tokens a window needs to be conclusive; a window with fewer "
+        "grows over the next intervals until it has them or reaches maxWindowAge.",
     )
+    max_window_age: Annotated[
+        str, Duration("24h", "Longest a window may grow to collect minDraftTokens.")
+    ] = "20m"
     cooldown: Annotated[str, Duration("720h", "Quiet time after any change of K.")] = "5m"
     canary_windows: int = Field(
         default=3, ge=1, description="Conclusive windows compared before promoting a canary."
@@ -455,18 +464,32 @@ class Rollback(SpecModel):
         "above. Between 0 and 1, both excluded.",
     )
     metric: Annotated[RollbackMetric, Lax] = Field(
-        default=RollbackMetric.DRAFT_ACCEPTANCE_RATE,
+        default=RollbackMetric.FIRST_POSITION_ACCEPTANCE,
         description=(
-            "DraftAcceptanceRate: accepted / drafted tokens (vLLM's definition); "
-            "FirstPositionAcceptance: acceptance of the first draft token; "
+            "FirstPositionAcceptance: block acceptance, the share of drafts whose first "
+            "token is accepted (it does not fall with K); "
+            "DraftAcceptanceRate: accepted / drafted tokens (vLLM's definition; it falls "
+            "as K grows, so the floor also caps K); "
             "RelativeToBaseline: the window's rate over the rate measured at promotion."
         ),
+    )
+    below_floor: Annotated[BelowFloorPolicy, Lax] = Field(
+        default=BelowFloorPolicy.KEEP_FASTEST,
+        description="When no K clears the floor: KeepFastest keeps the fastest K while "
+        "speculation still measures faster than plain decoding (condition "
+        "AcceptanceBelowFloor and a Warning Event say so); Disable switches speculation "
+        "off regardless.",
     )
     failure_limit: int = Field(
         default=2, ge=1, description="Conclusive failing windows in a row before rolling back."
     )
     reprobe_after: Annotated[
-        str, Duration("720h", "Back-off before speculation is tried again once disabled.")
+        str,
+        Duration(
+            "720h",
+            "Back-off before speculation is tried again once disabled; each re-probe "
+            "that is disabled again doubles it, up to 16 times.",
+        ),
     ] = "30m"
 
 
@@ -683,6 +706,7 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     SPECULATION_ACTIVE = "SpeculationActive"
     METRICS_AVAILABLE = "MetricsAvailable"
+    ACCEPTANCE_BELOW_FLOOR = "AcceptanceBelowFloor"
 
 
 class Condition(ApiModel):
@@ -726,6 +750,14 @@ class SpeculationState(ApiModel):
     failing_windows: int = 0
     inconclusive_windows: int = 0
     windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
+    failed_reprobes: int = Field(
+        default=0,
+        description="Re-probes disabled again in a row; each doubles the next back-off.",
+    )
+    reprobed_at: datetime | None = Field(
+        default=None,
+        description="Speculation re-probed and not yet proven: a Disable now is a failed re-probe.",
+    )
 
 
 class TrackTotals(ApiModel):
@@ -734,9 +766,77 @@ class TrackTotals(ApiModel):
     drafts: float = 0
     draft_tokens: float = 0
     accepted_tokens: float = 0
+    accepted_first: float = Field(default=0, description="Accepted at the first position.")
     generated_tokens: float = 0
     seconds: float = 0
     windows: int = 0
+    decode_seconds: float = Field(default=0, description="Inter-token latency sum.")
+    decode_steps: float = Field(default=0, description="Inter-token latencies observed.")
+    engine_steps: float = 0
+    timed_windows: int = Field(default=0, description="Windows with step times.")
+    step_seconds_sum: float = Field(default=0, description="Sum of the windows' step times.")
+    step_seconds_squares: float = Field(
+        default=0, description="Sum of their squares: the spread of step time across windows."
+    )
+
+
+class OpenWindow(ApiModel):
+    """A window still collecting minDraftTokens: counts summed over its intervals."""
+
+    since: datetime
+    tokens: int = Field(description="K the track ran while it was collected.")
+    drafts: float = 0
+    draft_tokens: float = 0
+    accepted_tokens: float = 0
+    accepted_per_position: list[float] = Field(default_factory=list)
+    generation_tokens: float = 0
+    seconds: float = 0
+    pod_seconds: float = 0
+    pods: int = 0
+    running_requests: float = 0
+    waiting_requests: float = 0
+    decode_seconds: float = 0
+    decode_steps: float = 0
+    engine_steps: float = 0
+
+
+class OpenWindows(ApiModel):
+    stable: OpenWindow | None = None
+    canary: OpenWindow | None = None
+
+
+class StepTimeSample(ApiModel):
+    """Measured step time at one K and batch: the mean over recent windows."""
+
+    tokens: int = Field(description="K (0: plain decoding).")
+    batch: float = Field(description="Decoding requests per engine step.")
+    step_ms: float = Field(description="Mean engine step time a decoding request saw.")
+    steps: float = Field(description="Inter-token latencies it rests on, all windows.")
+    windows: int = Field(description="Windows averaged; the oldest fade past a few.")
+    measured_at: datetime
+
+
+class FittedStepCost(ApiModel):
+    """step ms = targetForwardMs + draftMs (K > 0) + draftMsPerToken * K
+    + verifyMsPerToken * max(0, batch * (K + 1) - computeBoundTokens)."""
+
+    target_forward_ms: float
+    draft_ms: float
+    draft_ms_per_token: float
+    verify_ms_per_token: float
+    compute_bound_tokens: int
+
+
+class StepCostStatus(ApiModel):
+    """The step-time model the tuner predicts goodput with, learned from the pods."""
+
+    fitted: FittedStepCost
+    samples: list[StepTimeSample] = Field(
+        default_factory=list, description="Measurements the fit rests on (none: the prior)."
+    )
+    relative_error: float | None = Field(
+        default=None, description="RMS relative error of the fit over the samples."
+    )
 
 
 class CanaryComparison(ApiModel):
@@ -825,6 +925,10 @@ class SpeculativeModelStatus(ApiModel):
     speculation: SpeculationState = Field(default_factory=SpeculationState)
     canary: CanaryComparison | None = None
     acceptance: AcceptanceWindow = Field(default_factory=AcceptanceWindow)
+    open_windows: OpenWindows | None = Field(
+        default=None, description="Windows still collecting draft tokens."
+    )
+    step_cost: StepCostStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(
         default_factory=list, description=f"The last {HISTORY_LIMIT} decisions, oldest first."

@@ -29,14 +29,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from specfleet.operator import speed
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     LEFT_OUT_LIMIT,
     AcceptanceWindow,
+    BelowFloorPolicy,
     CanaryComparison,
     ConditionType,
     Decision,
     DraftMethod,
+    FittedStepCost,
+    OpenWindow,
+    OpenWindows,
     PodLeftOut,
     RollbackMetric,
     SpeculativeModelSpec,
@@ -45,9 +50,11 @@ from specfleet.operator.api import (
     TuningStrategy,
     parse_duration,
 )
+from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
 from specfleet.operator.metrics import PROMETHEUS_UNAVAILABLE, Observation, TrackWindow
 from specfleet.operator.stats import (
+    Z_ONE_SIDED_95,
     Estimate,
     conditional_acceptance,
     draft_acceptance_rate,
@@ -56,12 +63,7 @@ from specfleet.operator.stats import (
     rollback_metric,
     wilson,
 )
-from specfleet.runtime.sim_model import (
-    StepCost,
-    expected_accepted,
-    expected_draft_acceptance_rate,
-    step_seconds,
-)
+from specfleet.runtime.sim_model import expected_accepted, expected_draft_acceptance_rate
 
 # Positions never drafted are assumed to be accepted less often than the last measured
 # one, by this factor per extra position: acceptance falls with depth in every published
@@ -69,11 +71,10 @@ from specfleet.runtime.sim_model import (
 # slows the climb by one canary.
 EXTRAPOLATION_DECAY = 0.9
 
-# The operator sees no step times, so goodput is modelled. These costs give the shape of
-# the published P-EAGLE results on GPT-OSS-120B (best K about 7 at batch 1, about 3 at
-# batch 8): verification turns compute-bound past ~8 tokens per step. Only ratios
-# between Ks matter to the decisions, not the absolute numbers.
-DEFAULT_COST = StepCost(target_forward_ms=20.0, compute_bound_tokens=8, verify_ms_per_token=0.8)
+# Each re-probe that ends disabled again doubles the next back-off, this many times at most.
+MAX_REPROBE_DOUBLINGS = 4
+# A window that has not collected minDraftTokens yet: neither conclusive nor a gap.
+COLLECTING = "Collecting"
 
 
 class ActionKind(StrEnum):
@@ -88,6 +89,8 @@ class ActionKind(StrEnum):
     STEP_DOWN = "StepDown"
     DISABLE = "Disable"
     REPROBE = "Reprobe"
+    KEEP_FASTEST = "KeepFastest"
+    ACCEPTANCE_RECOVERED = "AcceptanceRecovered"
     SPEC_CHANGED = "SpecChanged"
     CLAMP = "Clamp"
     INCONCLUSIVE = "Inconclusive"
@@ -138,19 +141,18 @@ def extrapolate(conditional: Sequence[float], length: int) -> list[float]:
     return known + extra
 
 
-def goodput_at(mean_length: float, k: int, batch: float, parallel: bool, cost: StepCost) -> float:
-    """Generated tokens per second of one pod at `batch` running requests (k=0: plain)."""
-    running = max(1, round(batch))
-    return running * mean_length / step_seconds(cost, k, running, parallel)
+def goodput_at(mean_length: float, k: int, batch: float, cost: FittedStepCost) -> float:
+    """Generated tokens per second of one pod at `batch` decoding requests (k=0: plain)."""
+    running = max(1.0, batch)
+    return running * mean_length * 1000.0 / speed.step_ms(cost, k, running)
 
 
 def predict(
     conditional: Sequence[float],
     k: int,
     batch: float,
-    parallel: bool,
     metric: RollbackMetric,
-    cost: StepCost = DEFAULT_COST,
+    cost: FittedStepCost,
 ) -> Prediction:
     """Expected acceptance, acceptance length, rollback metric and goodput at K=k."""
     rates = extrapolate(conditional, k)
@@ -160,7 +162,7 @@ def predict(
         expected_draft_acceptance_rate(rates, k),
         mean_length,
         expected_rollback_metric(metric, rates, k),
-        goodput_at(mean_length, k, batch, parallel, cost),
+        goodput_at(mean_length, k, batch, cost),
     )
 
 
@@ -178,13 +180,12 @@ def window_conditional(window: TrackWindow) -> list[float]:
 
 
 def predictions(
-    spec: SpeculativeModelSpec, window: TrackWindow, cost: StepCost = DEFAULT_COST
+    spec: SpeculativeModelSpec, window: TrackWindow, cost: FittedStepCost
 ) -> dict[int, Prediction]:
     """Predictions for every K the spec allows, from one window's per-position rates."""
     conditional = window_conditional(window)
-    parallel = spec.draft.method.parallel_drafting
     return {
-        k: predict(conditional, k, window.batch_per_pod, parallel, spec.rollback.metric, cost)
+        k: predict(conditional, k, window.batch_per_pod, spec.rollback.metric, cost)
         for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
     }
 
@@ -237,14 +238,72 @@ def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: floa
     return Judged(window, True, "Conclusive", rate, metric)
 
 
+def _window_of(collected: OpenWindow) -> TrackWindow:
+    return TrackWindow(
+        drafts=collected.drafts,
+        draft_tokens=collected.draft_tokens,
+        accepted_tokens=collected.accepted_tokens,
+        accepted_per_position=tuple(collected.accepted_per_position),
+        generation_tokens=collected.generation_tokens,
+        seconds=collected.seconds,
+        pod_seconds=collected.pod_seconds,
+        pods=collected.pods,
+        running_requests=collected.running_requests,
+        waiting_requests=collected.waiting_requests,
+        decode_seconds=collected.decode_seconds,
+        decode_steps=collected.decode_steps,
+        engine_steps=collected.engine_steps,
+    )
+
+
+def _collect(
+    collected: OpenWindow | None, window: TrackWindow, tokens: int, now: datetime
+) -> OpenWindow:
+    """`window` added to the counts collected so far (pods and gauges: the latest)."""
+    base = collected or OpenWindow(since=now - timedelta(seconds=window.seconds), tokens=tokens)
+    positions = max(len(base.accepted_per_position), len(window.accepted_per_position))
+
+    def at(values: Sequence[float], i: int) -> float:
+        return values[i] if i < len(values) else 0.0
+
+    return OpenWindow(
+        since=base.since,
+        tokens=tokens,
+        drafts=base.drafts + window.drafts,
+        draft_tokens=base.draft_tokens + window.draft_tokens,
+        accepted_tokens=base.accepted_tokens + window.accepted_tokens,
+        accepted_per_position=[
+            at(base.accepted_per_position, i) + at(window.accepted_per_position, i)
+            for i in range(positions)
+        ],
+        generation_tokens=base.generation_tokens + window.generation_tokens,
+        seconds=base.seconds + window.seconds,
+        pod_seconds=base.pod_seconds + window.pod_seconds,
+        pods=window.pods,
+        running_requests=window.running_requests,
+        waiting_requests=window.waiting_requests,
+        decode_seconds=base.decode_seconds + window.decode_seconds,
+        decode_steps=base.decode_steps + window.decode_steps,
+        engine_steps=base.engine_steps + window.engine_steps,
+    )
+
+
 def _totals_add(totals: TrackTotals, window: TrackWindow) -> TrackTotals:
+    step = window.step_seconds if window.engine_steps >= speed.MIN_ENGINE_STEPS else None
     return TrackTotals(
         drafts=totals.drafts + window.drafts,
         draft_tokens=totals.draft_tokens + window.draft_tokens,
         accepted_tokens=totals.accepted_tokens + window.accepted_tokens,
+        accepted_first=totals.accepted_first + sum(window.accepted_per_position[:1]),
         generated_tokens=totals.generated_tokens + window.generation_tokens,
         seconds=totals.seconds + window.pod_seconds,
         windows=totals.windows + 1,
+        decode_seconds=totals.decode_seconds + (window.decode_seconds if step else 0.0),
+        decode_steps=totals.decode_steps + (window.decode_steps if step else 0.0),
+        engine_steps=totals.engine_steps + (window.engine_steps if step else 0.0),
+        timed_windows=totals.timed_windows + (1 if step else 0),
+        step_seconds_sum=totals.step_seconds_sum + (step or 0.0),
+        step_seconds_squares=totals.step_seconds_squares + (step or 0.0) ** 2,
     )
 
 
@@ -254,29 +313,77 @@ def _totals_rate(totals: TrackTotals) -> Estimate:
     return wilson(totals.accepted_tokens / totals.draft_tokens, totals.drafts)
 
 
+def _totals_metric(totals: TrackTotals, metric: RollbackMetric) -> Estimate | None:
+    """A trial track's rollback metric over its windows (None: RelativeToBaseline, which a
+    trial does not judge)."""
+    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
+        return _totals_rate(totals)
+    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE and totals.drafts > 0:
+        return wilson(totals.accepted_first / totals.drafts, totals.drafts)
+    return None
+
+
+def _step_spread(totals: TrackTotals) -> float:
+    """Relative standard error of a track's mean step time, from its windows' spread."""
+    n = totals.timed_windows
+    if n < 2 or totals.step_seconds_sum <= 0:
+        return 0.0
+    mean = totals.step_seconds_sum / n
+    variance = max(0.0, (totals.step_seconds_squares - n * mean * mean) / (n - 1))
+    return math.sqrt(variance / n) / mean
+
+
 def goodput_gain(
     before: TrackTotals,
     before_k: int,
     after: TrackTotals,
     after_k: int,
     batch: float,
-    parallel: bool,
-    cost: StepCost = DEFAULT_COST,
-) -> Estimate:
-    """Relative goodput gain of `after` over `before` at the same load, with bounds.
+    cost: FittedStepCost,
+) -> tuple[Estimate, str]:
+    """Relative goodput gain of `after` over `before` at the same load, with bounds, and
+    what it rests on.
 
-    The low bound sets after's acceptance length at its lower confidence bound and
-    before's at its upper one. Measured tokens per second would not do: below saturation
-    both tracks serve exactly the offered load whatever their K.
+    Goodput at a load is acceptance length over step time. With step times measured on
+    both tracks, each track's own is used, the candidate's moved to the stable track's
+    batch by the fitted cost (a faster K serves the same arrivals with fewer requests in
+    flight: comparing raw step times would credit it with that). Without them both step
+    times come from the fitted cost. Measured tokens per second would not do: below
+    saturation both tracks serve exactly the offered load whatever their K. The low bound
+    sets after's acceptance at its lower confidence bound and before's at its upper one,
+    and the step times apart by their windows' spread.
     """
     a, b = _totals_rate(after), _totals_rate(before)
+    measured = before.timed_windows > 0 and after.timed_windows > 0
+    if measured:
+        matched = before.decode_steps / before.engine_steps
+        after_batch = after.decode_steps / after.engine_steps
+        before_ms = 1000.0 * before.decode_seconds / before.decode_steps
+        after_ms = (
+            1000.0
+            * after.decode_seconds
+            / after.decode_steps
+            * speed.step_ms(cost, after_k, matched)
+            / speed.step_ms(cost, after_k, after_batch)
+        )
+        spread = Z_ONE_SIDED_95 * math.hypot(_step_spread(before), _step_spread(after))
+        basis = f"measured step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {matched:.1f}"
+    else:
+        matched = batch
+        before_ms = speed.step_ms(cost, before_k, batch)
+        after_ms = speed.step_ms(cost, after_k, batch)
+        spread = 0.0
+        basis = f"modelled step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {batch:.1f}"
 
-    def gain(rate_after: float, rate_before: float) -> float:
-        g_after = goodput_at(1 + rate_after * after_k, after_k, batch, parallel, cost)
-        g_before = goodput_at(1 + rate_before * before_k, before_k, batch, parallel, cost)
-        return g_after / g_before - 1
+    def gain(rate_after: float, rate_before: float, widen: float) -> float:
+        length_after = (1 + rate_after * after_k) / (after_ms * (1 + widen))
+        length_before = (1 + rate_before * before_k) / (before_ms * (1 - widen))
+        return length_after / length_before - 1
 
-    return Estimate(gain(a.value, b.value), gain(a.low, b.high), gain(a.high, b.low))
+    estimate = Estimate(
+        gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)
+    )
+    return estimate, basis
 
 
 # ----------------------------------------------------------------------------- decide
@@ -291,16 +398,15 @@ class _Run:
         status: SpeculativeModelStatus,
         now: datetime,
         generation: int | None,
-        cost: StepCost,
     ) -> None:
         self.spec = spec
         self.status = status
         self.sp = status.speculation
         self.now = now
         self.generation = generation
-        self.cost = cost
         self.actions: list[Action] = []
         self.parallel = spec.draft.method.parallel_drafting
+        self.cost = speed.cost_in(status.step_cost, self.parallel)
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
 
@@ -350,6 +456,26 @@ class _Run:
         self.sp.failing_windows = 0
         self.sp.windows = 0
         self.sp.baseline_acceptance = None
+        self.status.open_windows = None
+
+    def learn_speed(self, tokens: int, window: TrackWindow | None) -> None:
+        """Add a window's step time at K=tokens to the fitted cost."""
+        if window is None:
+            return
+        self.status.step_cost = speed.record(
+            self.status.step_cost, tokens, window, self.now, self.parallel
+        )
+        self.cost = self.status.step_cost.fitted
+
+    def collected(self, track: Track) -> OpenWindow | None:
+        windows = self.status.open_windows
+        return None if windows is None else getattr(windows, track)
+
+    def keep_collecting(self, track: Track, collected: OpenWindow | None) -> None:
+        windows = (self.status.open_windows or OpenWindows()).model_copy(update={track: collected})
+        self.status.open_windows = (
+            None if windows.stable is None and windows.canary is None else windows
+        )
 
     def seconds(self, duration: str) -> timedelta:
         return parse_duration(duration)
@@ -362,13 +488,12 @@ def decide(
     now: datetime,
     *,
     generation: int | None = None,
-    cost: StepCost = DEFAULT_COST,
 ) -> Decided:
     """Judge one observation and decide what K the stable and canary pods should run.
 
     `generation` is the object's metadata.generation, written into the conditions.
     """
-    run = _Run(spec, status.model_copy(deep=True), now, generation, cost)
+    run = _Run(spec, status.model_copy(deep=True), now, generation)
     sp = run.sp
     if spec.draft.method is DraftMethod.NONE:
         run.condition(
@@ -376,11 +501,13 @@ def decide(
         )
         return Decided(run.status, run.actions)
     _sync_with_spec(run)
+    _learn_speed(run, observation)
 
     if observation.prometheus_error is not None:
         stable = Judged(None, False, PROMETHEUS_UNAVAILABLE, detail=observation.prometheus_error)
     else:
-        stable = judge(spec, observation.stable, sp.baseline_acceptance)
+        k = 0 if sp.disabled or sp.tokens is None else sp.tokens
+        stable = _judge_collected(run, "stable", observation.stable, k, sp.baseline_acceptance)
     _record_acceptance(run, stable, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
@@ -392,12 +519,18 @@ def decide(
     in_place = trial is not None and trial.in_place
     if stable.conclusive:
         _count_stable_window(run, stable)
+        below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
         if in_place:
             if _stable_failing(run, stable):
                 _end_trial(
                     run, promote=False, reason="BelowFloor", message=_floor_message(run, stable)
                 )
                 return Decided(run.status, run.actions)
+        elif below == "True":
+            if _stable_failing(run, stable):
+                _below_floor(run, stable, _floor_message(run, stable))  # re-checked each window
+                return Decided(run.status, run.actions)
+            _recovered(run, stable)
         elif sp.failing_windows >= spec.rollback.failure_limit:
             if trial is not None:
                 _end_trial(
@@ -410,7 +543,13 @@ def decide(
             return Decided(run.status, run.actions)
 
     if run.status.canary is not None:
-        _advance_trial(run, stable, judge(spec, observation.canary, None), observation)
+        trial = run.status.canary
+        canary = (
+            None
+            if trial.in_place
+            else _judge_collected(run, "canary", observation.canary, trial.candidate_tokens, None)
+        )
+        _advance_trial(run, stable, canary, observation)
     elif (
         spec.tuning.enabled
         and stable.conclusive
@@ -420,6 +559,54 @@ def decide(
     ):
         _propose(run, stable)
     return Decided(run.status, run.actions)
+
+
+def _learn_speed(run: _Run, observation: Observation) -> None:
+    """Feed this interval's step times to the fitted cost: the stable track's at the K it
+    ran for the whole window (not one that straddles a change of K), the canary's at its
+    candidate."""
+    sp, window = run.sp, observation.stable
+    if window is not None and (
+        sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
+    ):
+        run.learn_speed(0 if sp.disabled or sp.tokens is None else sp.tokens, window)
+    trial = run.status.canary
+    if trial is not None and not trial.in_place:
+        # The canary pod is created for its candidate: its windows are all at that K.
+        run.learn_speed(trial.candidate_tokens, observation.canary)
+
+
+def _judge_collected(
+    run: _Run, track: Track, window: TrackWindow | None, tokens: int, baseline: float | None
+) -> Judged:
+    """Judge the track's window added to what it collected before, so that a window with
+    too few draft tokens grows over the next intervals instead of being thrown away: at
+    one request in flight a decision takes a few intervals, not forever. A window that
+    reaches tuning.maxWindowAge unjudged is dropped as inconclusive."""
+    collected = run.collected(track)
+    max_age = run.seconds(run.spec.tuning.max_window_age)
+    if collected is not None and (
+        # Left over from another K, or from before a gap with no data at all.
+        collected.tokens != tokens
+        or run.now - collected.since > max_age + run.seconds(run.spec.tuning.interval)
+    ):
+        collected = None
+    alone = judge(run.spec, window, baseline)
+    if window is None or alone.reason in ("NoData", "NotANumber", "NoTraffic"):
+        run.keep_collecting(track, collected)
+        return alone
+    grown = _collect(collected, window, tokens, run.now)
+    judged = judge(run.spec, _window_of(grown), baseline)
+    age = run.now - grown.since
+    if judged.reason == "TooFewDraftTokens" and age < max_age:
+        run.keep_collecting(track, grown)
+        detail = (
+            f"{grown.draft_tokens:.0f} of {run.spec.tuning.min_draft_tokens} draft tokens "
+            f"in {age.total_seconds():.0f}s"
+        )
+        return Judged(judged.window, False, COLLECTING, judged.rate, detail=detail)
+    run.keep_collecting(track, None)
+    return judged
 
 
 def sync_with_spec(
@@ -432,7 +619,7 @@ def sync_with_spec(
     """Status after a spec edit, on every reconcile (not only when a window is judged):
     a new `speculation.tokens` resets K, clears a trial and re-enables speculation, and
     K or a trial outside new bounds is clamped or ended; each change is in history."""
-    run = _Run(spec, status.model_copy(deep=True), now, generation, DEFAULT_COST)
+    run = _Run(spec, status.model_copy(deep=True), now, generation)
     _sync_with_spec(run)
     return Decided(run.status, run.actions)
 
@@ -442,6 +629,9 @@ def _sync_with_spec(run: _Run) -> None:
     spec, sp = run.spec, run.sp
     low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
     requested = spec.speculation.tokens
+    if sp.parallel_drafting != spec.draft.method.parallel_drafting:
+        run.status.step_cost = None  # measured for the other drafting style
+        run.cost = speed.prior(spec.draft.method.parallel_drafting)
     sp.parallel_drafting = spec.draft.method.parallel_drafting
     if sp.tokens is None or sp.requested_tokens is None or sp.requested_tokens != requested:
         if sp.tokens is not None and sp.requested_tokens is not None:
@@ -460,6 +650,9 @@ def _sync_with_spec(run: _Run) -> None:
         sp.reprobe_at = None
         sp.rejected_tokens = []
         sp.rejected_until = None
+        sp.failed_reprobes = 0
+        sp.reprobed_at = None
+        _clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
         sp.requested_tokens = requested
         sp.last_known_good_tokens = requested
         run.changed(requested)
@@ -550,8 +743,13 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
             ConditionType.METRICS_AVAILABLE, "True", "Conclusive", "the last window was conclusive"
         )
         return
-    sp.inconclusive_windows += 1
     why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
+    if judged.reason == COLLECTING:
+        # Not a gap in the metrics: the window is still growing towards a decision.
+        if not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
+            run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, why)
+        return
+    sp.inconclusive_windows += 1
     message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
     run.act(ActionKind.INCONCLUSIVE, judged.reason, message, record=False)
     was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
@@ -593,10 +791,15 @@ def _count_stable_window(run: _Run, judged: Judged) -> None:
         sp.failing_windows = 0
         return
     sp.failing_windows = sp.failing_windows + 1 if _stable_failing(run, judged) else 0
+    held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
+    if sp.reprobed_at is not None and held:
+        sp.reprobed_at = None  # the re-probe held: the back-off starts over
+        sp.failed_reprobes = 0
 
 
 def _rollback(run: _Run, judged: Judged) -> None:
-    """failureLimit failing windows: last known good K, else step down, else disable."""
+    """failureLimit failing windows: last known good K, else step down, else the fastest
+    K if speculation still pays (or plain decoding)."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
@@ -643,30 +846,103 @@ def _rollback(run: _Run, judged: Judged) -> None:
         sp.last_known_good_tokens = k
         run.changed(k)
         return
-    smallest = spec.speculation.min_tokens
-    reason = (
-        f"{why}; no K >= {smallest} is predicted to clear {run.floor:.3f} + margin "
-        f"{run.margin:.3f} (K={smallest}: {predicted[smallest].metric:.3f}); "
-        "serving without speculation"
-    )
+    _below_floor(run, judged, why)
+
+
+def _below_floor(run: _Run, judged: Judged, why: str) -> None:
+    """No K clears the floor. Plain decoding only if speculation no longer pays (or the
+    policy asks for it); otherwise the fastest K stays, flagged AcceptanceBelowFloor."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    current = sp.tokens
+    predicted = predictions(spec, judged.window, run.cost)
+    fastest = max(predicted.values(), key=lambda p: p.goodput)
+    plain = goodput_at(1.0, 0, judged.window.batch_per_pod, run.cost)
+    gain = fastest.goodput / plain - 1
+    metric = judged.metric.value if judged.metric else None
+    pays = f"K={fastest.tokens} is predicted {gain:+.1%} over plain decoding"
+    if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
+        message = f"{why}; no K clears it, but {pays}: keeping the fastest K"
+        if fastest.tokens != current and (
+            fastest.goodput / predicted[current].goodput - 1 >= spec.tuning.min_improvement
+        ):
+            run.act(
+                ActionKind.KEEP_FASTEST,
+                "NoKClearsFloor",
+                message,
+                warning=True,
+                from_tokens=current,
+                to_tokens=fastest.tokens,
+                acceptance=metric,
+                goodput=judged.goodput,
+            )
+            run.changed(fastest.tokens)
+        elif condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) != (
+            "True"
+        ):
+            run.act(
+                ActionKind.KEEP_FASTEST,
+                "NoKClearsFloor",
+                message,
+                warning=True,
+                from_tokens=current,
+                to_tokens=current,
+                acceptance=metric,
+                goodput=judged.goodput,
+            )
+        sp.failing_windows = 0
+        run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "True", "NoKClearsFloor", message)
+        return
+    if spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
+        reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
+    else:
+        reason = f"{why}; speculation no longer pays: {pays}"
+    _disable(run, reason, metric, judged.goodput)
+
+
+def _disable(run: _Run, reason: str, metric: float | None, goodput: float | None) -> None:
+    sp, spec = run.sp, run.spec
     run.act(
         ActionKind.DISABLE,
         "NoKClearsFloor",
-        reason,
+        reason + "; serving without speculation",
         warning=True,
-        from_tokens=current,
+        from_tokens=sp.tokens,
         to_tokens=None,
         acceptance=metric,
-        goodput=judged.goodput,
+        goodput=goodput,
+    )
+    if sp.reprobed_at is not None:
+        sp.failed_reprobes += 1
+    sp.reprobed_at = None
+    backoff = run.seconds(spec.rollback.reprobe_after) * 2 ** min(
+        sp.failed_reprobes, MAX_REPROBE_DOUBLINGS
     )
     sp.disabled = True
     sp.disabled_reason = reason
-    sp.reprobe_at = run.now + run.seconds(spec.rollback.reprobe_after)
+    sp.reprobe_at = run.now + backoff
     sp.changed_at = run.now
     sp.failing_windows = 0
     sp.windows = 0
     sp.baseline_acceptance = None
+    run.status.open_windows = None
     run.condition(ConditionType.SPECULATION_ACTIVE, "False", "Disabled", reason)
+    _clear_below_floor(run, "Disabled", "speculation is off")
+
+
+def _recovered(run: _Run, judged: Judged) -> None:
+    low = judged.metric.low if judged.metric else float("nan")
+    message = (
+        f"{run.spec.rollback.metric.value} lower bound {low:.3f} clears the floor "
+        f"{run.floor:.3f} again at K={run.sp.tokens}"
+    )
+    run.act(ActionKind.ACCEPTANCE_RECOVERED, "AboveFloor", message, to_tokens=run.sp.tokens)
+    _clear_below_floor(run, "AboveFloor", message)
+
+
+def _clear_below_floor(run: _Run, reason: str, message: str) -> None:
+    if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) == "True":
+        run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "False", reason, message)
 
 
 def _maybe_reprobe(run: _Run) -> None:
@@ -674,15 +950,17 @@ def _maybe_reprobe(run: _Run) -> None:
     if sp.reprobe_at is not None and run.now < sp.reprobe_at:
         return
     k = run.spec.speculation.min_tokens
+    waited = f" (back-off doubled {sp.failed_reprobes} times)" if sp.failed_reprobes else ""
     run.act(
         ActionKind.REPROBE,
         "BackoffElapsed",
-        f"speculation re-enabled at K={k} after {run.spec.rollback.reprobe_after}",
+        f"speculation re-enabled at K={k} after the back-off{waited}",
         to_tokens=k,
     )
     sp.disabled = False
     sp.disabled_reason = None
     sp.reprobe_at = None
+    sp.reprobed_at = run.now
     sp.last_known_good_tokens = k
     sp.inconclusive_windows = 0
     run.changed(k)
@@ -742,7 +1020,9 @@ def _propose(run: _Run, judged: Judged) -> None:
     )
 
 
-def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Observation) -> None:
+def _advance_trial(
+    run: _Run, stable: Judged, canary: Judged | None, observation: Observation
+) -> None:
     """Feed a window to the running trial; promote or abort when it has enough."""
     sp, spec, trial = run.sp, run.spec, run.status.canary
     assert trial is not None
@@ -775,7 +1055,11 @@ def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Obser
                 to_tokens=sp.tokens,
             )
             return
+        assert canary is not None
         after = canary
+        # Every stable window of the trial is its comparison: the same hours, the same mix.
+        if stable.conclusive and stable.window is not None:
+            trial.stable = _totals_add(trial.stable, stable.window)
         if canary.conclusive and canary.window is not None:
             if spec.rollback.metric is not RollbackMetric.RELATIVE_TO_BASELINE and _stable_failing(
                 run, canary
@@ -790,8 +1074,6 @@ def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Obser
                 )
                 return
             trial.canary = _totals_add(trial.canary, canary.window)
-            if stable.conclusive and stable.window is not None:
-                trial.stable = _totals_add(trial.stable, stable.window)
     if (
         after.conclusive
         and trial.canary.windows >= spec.tuning.canary_windows
@@ -801,9 +1083,13 @@ def _advance_trial(run: _Run, stable: Judged, canary: Judged, observation: Obser
         return
     started = sp.canary_started_at or run.now
     interval = run.seconds(spec.tuning.interval)
-    deadline = interval * (
-        spec.tuning.canary_windows + spec.tuning.max_inconclusive_windows
-    ) + run.seconds(spec.tuning.canary_pending_timeout)
+    # Each canary window may grow up to maxWindowAge before it is conclusive.
+    longest = max(interval, run.seconds(spec.tuning.max_window_age))
+    deadline = (
+        longest * spec.tuning.canary_windows
+        + interval * spec.tuning.max_inconclusive_windows
+        + run.seconds(spec.tuning.canary_pending_timeout)
+    )
     if run.now - started > deadline:
         _end_trial(
             run,
@@ -821,25 +1107,29 @@ def _compare(run: _Run, stable: Judged) -> None:
     assert before_k is not None
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
-    gain = goodput_gain(
-        trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.parallel, run.cost
+    gain, basis = goodput_gain(
+        trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
     )
-    rate = _totals_rate(trial.canary)
-    # The candidate was proposed on a prediction clearing floor + margin; the measurement
-    # must confirm it, or noise would promote Ks that sit on the floor.
-    acceptance_ok = spec.rollback.metric is not RollbackMetric.DRAFT_ACCEPTANCE_RATE or (
-        rate.low >= run.floor and rate.value >= run.floor + run.margin
-    )
+    metric = _totals_metric(trial.canary, spec.rollback.metric)
     summary = (
         f"K={trial.candidate_tokens} vs K={before_k}: goodput {gain.value:+.1%} "
-        f"(lower bound {gain.low:+.1%}, needs {spec.tuning.min_improvement:+.1%}), "
-        f"acceptance {rate.value:.3f} (lower bound {rate.low:.3f}, floor {run.floor:.3f})"
+        f"(lower bound {gain.low:+.1%}, needs {spec.tuning.min_improvement:+.1%}; {basis})"
     )
-    if gain.low >= spec.tuning.min_improvement and acceptance_ok:
-        _end_trial(run, promote=True, reason="GoodputGain", message=summary)
-    else:
-        reason = "NoGain" if acceptance_ok else "BelowFloor"
-        _end_trial(run, promote=False, reason=reason, message=summary)
+    reason = "GoodputGain"
+    if metric is not None:
+        summary += (
+            f", {spec.rollback.metric.value} {metric.value:.3f} (lower bound {metric.low:.3f}, "
+            f"floor {run.floor:.3f} + margin {run.margin:.3f})"
+        )
+        # The candidate was proposed on a prediction clearing floor + margin; the
+        # measurement must confirm it, or noise would promote Ks that sit on the floor.
+        if metric.low < run.floor:
+            reason = "BelowFloor"
+        elif metric.value < run.floor + run.margin:
+            reason = "BelowMargin"
+    if reason == "GoodputGain" and gain.low < spec.tuning.min_improvement:
+        reason = "NoGain"
+    _end_trial(run, promote=reason == "GoodputGain", reason=reason, message=summary)
 
 
 def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: bool = True) -> None:

@@ -61,7 +61,8 @@ def test_defaults_fill_a_minimal_manifest() -> None:
     )
     assert model.spec.draft.method is api.DraftMethod.PEAGLE
     assert model.spec.rollback.min_acceptance == 0.75
-    assert model.spec.rollback.metric is api.RollbackMetric.DRAFT_ACCEPTANCE_RATE
+    assert model.spec.rollback.metric is api.RollbackMetric.FIRST_POSITION_ACCEPTANCE
+    assert model.spec.rollback.below_floor is api.BelowFloorPolicy.KEEP_FASTEST
     assert model.spec.speculation.tokens == 3
 
 
@@ -125,8 +126,13 @@ DURATION_FIELDS = [
 
 def test_every_duration_field_has_a_maximum() -> None:
     names = {name for _, name, _ in DURATION_FIELDS}
-    assert names == {"interval", "cooldown", "canary_pending_timeout", "reprobe_after"} | {
-        "scrape_timeout"
+    assert names == {
+        "interval",
+        "max_window_age",
+        "cooldown",
+        "canary_pending_timeout",
+        "reprobe_after",
+        "scrape_timeout",
     }
 
 

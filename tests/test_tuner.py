@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specfleet.operator import speed
 from specfleet.operator.api import (
     ConditionType,
     LeftOutReason,
@@ -22,12 +23,17 @@ from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import Observation, PodError, TrackWindow
 from specfleet.operator.stats import rollback_metric
 from specfleet.operator.tuner import decide, extrapolate, predict
-from specfleet.runtime.sim_model import cumulative_acceptance
+from specfleet.runtime.sim_model import StepCost, cumulative_acceptance, goodput, step_seconds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CODE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
 CHAT = [0.85, 0.55, 0.45, 0.40, 0.38, 0.35]
 BROKEN = [0.4, 0.3, 0.2]
+# Block acceptance under the floor, but deep enough that speculation still pays.
+UNDER_FLOOR = [0.70, 0.65, 0.6, 0.55]
+# A draft that no longer matches the target: speculation costs more than it gives.
+STALE = [0.04, 0.02]
+DAR = {"metric": "DraftAcceptanceRate"}
 
 
 def make_spec(**policy: Any) -> SpeculativeModelSpec:
@@ -42,8 +48,23 @@ def make_spec(**policy: Any) -> SpeculativeModelSpec:
     return SpeculativeModelSpec.model_validate(manifest)
 
 
-def window(conditional: list[float], k: int, drafts: float = 20_000, batch: int = 4) -> TrackWindow:
+def window(
+    conditional: list[float],
+    k: int,
+    drafts: float = 20_000,
+    batch: int = 4,
+    engine: StepCost | None = None,
+) -> TrackWindow:
+    """A window of engines following `conditional` exactly; with `engine`, they report
+    step times as vLLM does (one inter-token latency per request per step)."""
     per_pos = tuple(drafts * r for r in cumulative_acceptance(conditional, k))
+    timing: dict[str, float] = {}
+    if engine is not None:
+        timing = {
+            "decode_steps": drafts,
+            "engine_steps": drafts / batch,
+            "decode_seconds": drafts * step_seconds(engine, k, batch, True),
+        }
     return TrackWindow(
         drafts=drafts,
         draft_tokens=drafts * k,
@@ -54,14 +75,16 @@ def window(conditional: list[float], k: int, drafts: float = 20_000, batch: int 
         pod_seconds=120,
         pods=2,
         running_requests=2 * batch,
+        **timing,
     )
 
 
 class Fleet:
     """Runs decide window after window with engines following `profile` exactly."""
 
-    def __init__(self, spec: SpeculativeModelSpec) -> None:
+    def __init__(self, spec: SpeculativeModelSpec, engine: StepCost | None = None) -> None:
         self.spec = spec
+        self.engine = engine
         self.status = SpeculativeModelStatus()
         self.now = T0
         self.kinds: list[list[str]] = []
@@ -79,9 +102,12 @@ class Fleet:
                     accepted_per_position=(),
                 )
             else:
-                stable = window(profile, sp.tokens or self.spec.speculation.tokens)
+                k = sp.tokens or self.spec.speculation.tokens
+                stable = window(profile, k, engine=self.engine)
             if sp.candidate_tokens is not None:
-                canary = replace(window(profile, sp.candidate_tokens, 10_000), pods=1)
+                canary = replace(
+                    window(profile, sp.candidate_tokens, 10_000, engine=self.engine), pods=1
+                )
         self.now += timedelta(minutes=1)
         decided = decide(
             self.spec,
@@ -103,8 +129,9 @@ def test_extrapolation_is_conservative() -> None:
 def test_parallel_drafting_makes_deep_k_cheaper() -> None:
     from specfleet.operator.api import RollbackMetric
 
-    parallel = predict(CODE, 6, 1, True, RollbackMetric.DRAFT_ACCEPTANCE_RATE)
-    sequential = predict(CODE, 6, 1, False, RollbackMetric.DRAFT_ACCEPTANCE_RATE)
+    metric = RollbackMetric.DRAFT_ACCEPTANCE_RATE
+    parallel = predict(CODE, 6, 1, metric, speed.prior(parallel=True))
+    sequential = predict(CODE, 6, 1, metric, speed.prior(parallel=False))
     assert parallel.goodput > sequential.goodput
     assert parallel.acceptance_rate == sequential.acceptance_rate
 
@@ -121,7 +148,7 @@ def test_high_acceptance_climbs_through_a_canary() -> None:
 
 
 def test_drift_below_the_floor_rolls_back_after_failure_limit_windows() -> None:
-    fleet = Fleet(make_spec(rollback={"failureLimit": 2}))
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2, **DAR}))
     for _ in range(30):
         fleet.step(CODE)
     k_before = fleet.status.speculation.tokens
@@ -132,19 +159,148 @@ def test_drift_below_the_floor_rolls_back_after_failure_limit_windows() -> None:
     assert fleet.status.history[-1].reason.startswith("BelowFloor")
 
 
-def test_broken_draft_disables_speculation_then_reprobes() -> None:
+def test_stale_draft_disables_speculation_then_reprobes() -> None:
     spec = make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"})
     fleet = Fleet(spec)
-    kinds = fleet.step(BROKEN)
+    kinds = fleet.step(STALE)
     assert "Disable" in kinds
     sp = fleet.status.speculation
-    assert sp.disabled and sp.disabled_reason and "no K" in sp.disabled_reason
+    assert sp.disabled and sp.disabled_reason and "no longer pays" in sp.disabled_reason
     active = condition_status(fleet.status.conditions, ConditionType.SPECULATION_ACTIVE)
     assert active == "False"
     for _ in range(9):
-        assert "Reprobe" not in fleet.step(BROKEN)
-    assert "Reprobe" in fleet.step(BROKEN)
+        assert "Reprobe" not in fleet.step(STALE)
+    assert "Reprobe" in fleet.step(STALE)
     assert fleet.status.speculation.tokens == 1 and not fleet.status.speculation.disabled
+
+
+def test_failed_reprobes_double_the_back_off_and_a_held_one_resets_it() -> None:
+    spec = make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"})
+    fleet = Fleet(spec)
+    fleet.step(STALE)
+    waits = []
+    for _ in range(3):
+        minutes = 0
+        while "Reprobe" not in fleet.step(STALE):
+            minutes += 1
+        waits.append(minutes + 1)
+        assert "Disable" in fleet.step(STALE)  # the re-probe fails at once
+    assert waits == [10, 20, 40]
+    assert fleet.status.speculation.failed_reprobes == 3
+    while "Reprobe" not in fleet.step(STALE):
+        pass
+    for _ in range(4):  # 2 x failureLimit passing windows: the re-probe held
+        fleet.step(CODE)
+    assert fleet.status.speculation.failed_reprobes == 0
+    assert fleet.status.speculation.reprobed_at is None
+
+
+def test_below_floor_keeps_the_fastest_k_while_speculation_pays() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2}))
+    fleet.step(UNDER_FLOOR)
+    kinds = fleet.step(UNDER_FLOOR)
+    assert kinds == ["KeepFastest"]
+    assert not fleet.status.speculation.disabled
+    below = next(
+        c for c in fleet.status.conditions if c.type is ConditionType.ACCEPTANCE_BELOW_FLOOR
+    )
+    assert below.status == "True" and "over plain decoding" in below.message
+    # re-checked every window: no new Event while nothing changes
+    assert fleet.step(UNDER_FLOOR) == []
+    assert fleet.step(CODE) == ["AcceptanceRecovered"]
+    assert (
+        condition_status(fleet.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) == "False"
+    )
+
+
+def test_below_floor_then_stale_disables_within_one_window() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2}))
+    fleet.step(UNDER_FLOOR)
+    assert fleet.step(UNDER_FLOOR) == ["KeepFastest"]
+    assert "Disable" in fleet.step(STALE)
+
+
+def test_below_floor_policy_disable_switches_speculation_off_even_when_it_pays() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 1, "belowFloor": "Disable"}))
+    kinds = fleet.step(UNDER_FLOOR)
+    assert "Disable" in kinds
+    reason = fleet.status.speculation.disabled_reason or ""
+    assert "belowFloor is Disable" in reason
+
+
+def test_block_acceptance_does_not_cap_k_where_the_draft_acceptance_rate_would() -> None:
+    # CHAT's draft acceptance rate is under 0.75 past K=1; its block acceptance is 0.85.
+    fleet = Fleet(make_spec())
+    for _ in range(40):
+        fleet.step(CHAT)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert not {"Rollback", "StepDown", "Disable", "KeepFastest"} & set(flat)
+    capped = Fleet(make_spec(rollback=DAR))
+    for _ in range(40):
+        capped.step(CHAT)
+    assert capped.status.speculation.tokens == 1
+
+
+def test_a_window_short_of_draft_tokens_grows_until_it_is_conclusive() -> None:
+    fleet = Fleet(make_spec(tuning={"minDraftTokens": 1000, "maxInconclusiveWindows": 2}))
+    small = replace(window(CODE, 3, drafts=100), running_requests=2)
+    for _ in range(3):  # 300 draft tokens a window
+        decided = decide(fleet.spec, fleet.status, Observation(small, None), fleet.now)
+        fleet.status, fleet.now = decided.status, fleet.now + timedelta(minutes=1)
+        assert fleet.status.acceptance.reason == "Collecting"
+        assert fleet.status.open_windows is not None
+    available = condition_status(fleet.status.conditions, ConditionType.METRICS_AVAILABLE)
+    assert available == "Unknown"  # collecting is not a gap in the metrics
+    decided = decide(fleet.spec, fleet.status, Observation(small, None), fleet.now)
+    assert decided.status.acceptance.conclusive
+    assert decided.status.acceptance.draft_tokens == 1200
+    assert decided.status.open_windows is None
+
+
+def test_a_window_that_reaches_max_window_age_is_dropped_as_inconclusive() -> None:
+    spec = make_spec(tuning={"minDraftTokens": 100_000, "maxWindowAge": "3m"})
+    fleet = Fleet(spec)
+    small = window(CODE, 3, drafts=100)
+    reasons = []
+    for _ in range(5):
+        decided = decide(spec, fleet.status, Observation(small, None), fleet.now)
+        fleet.status, fleet.now = decided.status, fleet.now + timedelta(minutes=1)
+        reasons.append(fleet.status.acceptance.reason)
+    assert reasons == ["Collecting", "Collecting", "TooFewDraftTokens", "Collecting", "Collecting"]
+
+
+# Verification compute-bound from 8 tokens on: the prior thinks deep K cheap, it is not.
+DEAR_VERIFY = StepCost(compute_bound_tokens=8, verify_ms_per_token=2.0)
+
+
+def test_the_step_cost_is_fitted_from_measured_step_times() -> None:
+    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
+    for _ in range(40):
+        fleet.step(CODE)
+    fitted = fleet.status.step_cost
+    assert fitted is not None and len({s.tokens for s in fitted.samples}) >= 2
+    for sample in fitted.samples:
+        truth = 1000 * step_seconds(DEAR_VERIFY, sample.tokens, 4, True)
+        assert sample.step_ms == pytest.approx(truth, rel=1e-3)
+        assert speed.step_ms(fitted.fitted, sample.tokens, 4) == pytest.approx(truth, rel=0.02)
+
+
+def test_trials_are_judged_on_measured_step_times_and_settle_on_the_fastest_k() -> None:
+    def true_goodput(k: int) -> float:
+        return goodput(DEAR_VERIFY, CODE, k, 4, True)
+
+    best = max(true_goodput(k) for k in range(1, 9))
+    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
+    for _ in range(60):
+        fleet.step(CODE)
+    decisions = [d for d in fleet.status.history if d.action in ("Promote", "Abort")]
+    assert decisions and all("measured step" in d.reason for d in decisions)
+    assert true_goodput(fleet.status.speculation.tokens or 0) >= 0.97 * best
+    # The same fleet without step times trusts the prior and ends where the prior says.
+    blind = Fleet(make_spec())
+    for _ in range(60):
+        blind.step(CODE)
+    assert true_goodput(blind.status.speculation.tokens or 0) < 0.95 * best
 
 
 def test_inconclusive_windows_set_metrics_unavailable() -> None:
@@ -161,7 +317,7 @@ def test_inconclusive_windows_set_metrics_unavailable() -> None:
 
 def test_failing_windows_do_not_carry_across_a_long_run_of_inconclusive_windows() -> None:
     spec = make_spec(
-        rollback={"failureLimit": 2},
+        rollback={"failureLimit": 2, **DAR},
         tuning={"enabled": False, "maxInconclusiveWindows": 5},
     )
     fleet = Fleet(spec)
@@ -234,7 +390,7 @@ def test_pending_canary_falls_back_to_in_place() -> None:
 
 
 def test_rollback_works_with_tuning_disabled() -> None:
-    fleet = Fleet(make_spec(tuning={"enabled": False}, speculation={"tokens": 5}))
+    fleet = Fleet(make_spec(tuning={"enabled": False}, speculation={"tokens": 5}, rollback=DAR))
     for _ in range(5):
         fleet.step(CODE)
     assert fleet.status.speculation.tokens == 5
@@ -259,7 +415,7 @@ def test_decide_does_not_mutate_its_input() -> None:
 
 # ----------------------------------------------------------------------------- properties
 
-levels = st.sampled_from([None, "small", CODE, CHAT, BROKEN, [0.9, 0.8, 0.7, 0.6]])
+levels = st.sampled_from([None, "small", CODE, CHAT, BROKEN, STALE, [0.9, 0.8, 0.7, 0.6]])
 
 
 @st.composite
@@ -276,7 +432,11 @@ def runs(draw: st.DrawFn) -> tuple[SpeculativeModelSpec, list[Any], list[float |
             "strategy": draw(st.sampled_from(["Canary", "InPlace"])),
             "maxInconclusiveWindows": draw(st.integers(1, 5)),
         },
-        rollback={"failureLimit": draw(st.integers(1, 3))},
+        rollback={
+            "failureLimit": draw(st.integers(1, 3)),
+            "metric": draw(st.sampled_from(["FirstPositionAcceptance", "DraftAcceptanceRate"])),
+            "belowFloor": draw(st.sampled_from(["KeepFastest", "Disable"])),
+        },
     )
     profiles = draw(st.lists(levels, min_size=5, max_size=60))
     pending = draw(
@@ -327,7 +487,7 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         canary_conclusive = (
             canary is not None and canary.draft_tokens >= spec.tuning.min_draft_tokens
         )
-        if not sp.disabled:
+        if not sp.disabled and profile != "small":  # a small window is collecting, not a gap
             inconclusive_in_a_row = 0 if conclusive else inconclusive_in_a_row + 1
             if inconclusive_in_a_row >= spec.tuning.max_inconclusive_windows:
                 failing_in_a_row = 0  # a gap that long ends the row of failing windows
@@ -339,14 +499,20 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         # No tuning decision before the cooldown since the last change.
         if {"StartCanary", "StartInPlace"} & set(kinds):
             assert sp.changed_at is None or now - sp.changed_at >= cooldown
-        # Rollback after exactly failureLimit conclusive failing windows (outside trials).
-        rolled = bool({"Rollback", "StepDown", "Disable"} & set(kinds))
+        # Rollback after exactly failureLimit conclusive failing windows (outside trials);
+        # once below the floor with the fastest K kept, every failing window is re-checked.
+        rolled = bool({"Rollback", "StepDown", "Disable", "KeepFastest"} & set(kinds))
         in_place = status.canary is not None and status.canary.in_place
+        below = condition_status(status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
         if stable is not None and conclusive and not sp.disabled and not in_place:
             metric = rollback_metric(stable, spec.rollback.metric, sp.baseline_acceptance)
             failing = metric is not None and metric.low < spec.rollback.min_acceptance
             failing_in_a_row = failing_in_a_row + 1 if failing else 0
-            assert rolled == (failing_in_a_row >= spec.rollback.failure_limit)
+            if below == "True":
+                assert not {"Rollback", "StepDown"} & set(kinds)
+                assert failing or "AcceptanceRecovered" in kinds
+            else:
+                assert rolled == (failing_in_a_row >= spec.rollback.failure_limit)
         else:
             assert not rolled
         if rolled or new.tokens != k or new.disabled != sp.disabled:

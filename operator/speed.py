@@ -1,0 +1,236 @@
+"""Step time learned from what the pods measure: the cost side of every goodput prediction.
+
+The tuner must predict goodput at Ks it has not run, so it needs the engine step time at
+any (K, batch). vLLM reports the step time it ran at (inter-token latency: one per
+request per step) and the batch it carried; those measurements are kept per (K, batch)
+in status and a step-time model is fitted to them by ridge regression towards a prior:
+
+    step ms = targetForwardMs + draftMs [K > 0] + draftMsPerToken * K
+              + verifyMsPerToken * max(0, batch * (K + 1) - computeBoundTokens)
+
+(the form of the simulated engine's `StepCost`: flat while the verify pass is
+memory-bound, linear past `computeBoundTokens`). The prior is the simulator's default
+cost, calibrated to published P-EAGLE results; with no measurement the fit is the prior,
+and each measured (K, batch) pulls the fit to itself while the prior keeps the directions
+no measurement constrains (a K never run, a batch never seen) where they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
+from specfleet.operator.metrics import TrackWindow
+from specfleet.runtime.sim_model import StepCost
+
+PRIOR = StepCost()
+MAX_SAMPLES = 24
+# A sample averages its windows with equal weight until it holds this many; past that new
+# windows replace old ones gradually, so a changed engine (new hardware, a new vLLM) is
+# followed within a few windows.
+WINDOW_WEIGHT_CAP = 4
+# Engine steps a window needs before its step time counts: a few steps say little.
+MIN_ENGINE_STEPS = 50
+# Windows at batches within this factor of a sample's batch are averaged into it.
+BATCH_BUCKET = 2**0.25
+# How far one window's mean step time is trusted: per-window jitter of real engines.
+STEP_TIME_PRECISION = 0.03
+# Prior spread of each coefficient, as a share of the prior's target forward time.
+PRIOR_SPREAD = (1.0, 0.5, 0.1, 0.05)
+# The knee is searched over powers of two from 1 to 65536 tokens; each octave away from
+# the prior's costs as much as a coefficient this many spreads squared from its prior, so
+# the prior's knee stands until measurements on both sides of another one show it.
+KNEE_RANGE = (1, 2**16)
+KNEE_PENALTY = 0.1
+
+
+def prior(parallel: bool) -> FittedStepCost:
+    """The built-in cost for a drafting style, in the fitted form."""
+    return FittedStepCost(
+        target_forward_ms=PRIOR.target_forward_ms,
+        draft_ms=PRIOR.parallel_draft_ms if parallel else 0.0,
+        draft_ms_per_token=(
+            PRIOR.parallel_draft_ms_per_token if parallel else PRIOR.draft_ms_per_token
+        ),
+        verify_ms_per_token=PRIOR.verify_ms_per_token,
+        compute_bound_tokens=PRIOR.compute_bound_tokens,
+    )
+
+
+def step_ms(cost: FittedStepCost, k: int, batch: float) -> float:
+    """Predicted step time at K=k (0: plain decoding) with `batch` decoding requests."""
+    verified = max(batch, 1.0) * (k + 1)
+    return (
+        cost.target_forward_ms
+        + (cost.draft_ms + cost.draft_ms_per_token * k if k > 0 else 0.0)
+        + cost.verify_ms_per_token * max(0.0, verified - cost.compute_bound_tokens)
+    )
+
+
+def _features(k: int, batch: float, knee: float) -> list[float]:
+    return [1.0, 1.0 if k > 0 else 0.0, float(k), max(0.0, max(batch, 1.0) * (k + 1) - knee)]
+
+
+def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting: the system is 4x4 and well posed (the
+    prior makes it positive definite)."""
+    n = len(vector)
+    a = [[*row, vector[i]] for i, row in enumerate(matrix)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot] = a[pivot], a[col]
+        for row in range(col + 1, n):
+            factor = a[row][col] / a[col][col]
+            for j in range(col, n + 1):
+                a[row][j] -= factor * a[col][j]
+    solution = [0.0] * n
+    for row in reversed(range(n)):
+        rest = sum(a[row][j] * solution[j] for j in range(row + 1, n))
+        solution[row] = (a[row][n] - rest) / a[row][row]
+    return solution
+
+
+def _fit_at_knee(
+    samples: Sequence[StepTimeSample], base: FittedStepCost, knee: float
+) -> tuple[list[float], float]:
+    """Coefficients >= 0 minimising relative squared error plus the prior's pull, and the
+    objective they reach."""
+    centre = [base.target_forward_ms, base.draft_ms, base.draft_ms_per_token]
+    centre.append(base.verify_ms_per_token)
+    spread = [s * base.target_forward_ms for s in PRIOR_SPREAD]
+    rows = [
+        (_features(s.tokens, s.batch, knee), s.step_ms, min(s.windows, WINDOW_WEIGHT_CAP))
+        for s in samples
+    ]
+    free = [True] * 4
+    while True:
+        matrix = [[0.0] * 4 for _ in range(4)]
+        vector = [0.0] * 4
+        for x, y, weight in rows:
+            w = weight / (y * STEP_TIME_PRECISION) ** 2
+            for i in range(4):
+                vector[i] += w * x[i] * y
+                for j in range(4):
+                    matrix[i][j] += w * x[i] * x[j]
+        for i in range(4):
+            matrix[i][i] += 1 / spread[i] ** 2
+            vector[i] += centre[i] / spread[i] ** 2
+            if not free[i]:  # pinned at zero: drop it from the system
+                matrix[i] = [1.0 if j == i else 0.0 for j in range(4)]
+                vector[i] = 0.0
+                for j in range(4):
+                    if j != i:
+                        matrix[j][i] = 0.0
+        theta = _solve(matrix, vector)
+        negative = [i for i in range(4) if free[i] and theta[i] < 0]
+        if not negative:
+            break
+        free[min(negative, key=lambda i: theta[i])] = False
+    theta = [max(0.0, t) for t in theta]
+    objective = sum(
+        weight
+        * ((y - sum(a * b for a, b in zip(x, theta, strict=True))) / (y * STEP_TIME_PRECISION)) ** 2
+        for x, y, weight in rows
+    ) + sum(((t - c) / s) ** 2 for t, c, s in zip(theta, centre, spread, strict=True))
+    return theta, objective
+
+
+def fit(samples: Sequence[StepTimeSample], parallel: bool) -> FittedStepCost:
+    """The step-time model closest to the samples, pulled towards the prior."""
+    base = prior(parallel)
+    if not samples:
+        return base
+    best: tuple[float, list[float], int] | None = None
+    centre = math.log2(base.compute_bound_tokens)
+    for octave in range(int(math.log2(KNEE_RANGE[0])), int(math.log2(KNEE_RANGE[1])) + 1):
+        knee = 2**octave
+        theta, objective = _fit_at_knee(samples, base, knee)
+        objective += KNEE_PENALTY * (octave - centre) ** 2
+        if best is None or objective < best[0]:
+            best = (objective, theta, knee)
+    assert best is not None
+    _, (target, draft, per_token, verify), knee = best
+    return FittedStepCost(
+        target_forward_ms=round(max(target, 1e-3), 4),
+        draft_ms=round(draft, 4),
+        draft_ms_per_token=round(per_token, 4),
+        verify_ms_per_token=round(verify, 5),
+        compute_bound_tokens=knee,
+    )
+
+
+def relative_error(cost: FittedStepCost, samples: Sequence[StepTimeSample]) -> float | None:
+    if not samples:
+        return None
+    squares = [((step_ms(cost, s.tokens, s.batch) - s.step_ms) / s.step_ms) ** 2 for s in samples]
+    return round(math.sqrt(sum(squares) / len(squares)), 4)
+
+
+def measured(window: TrackWindow | None) -> tuple[float, float] | None:
+    """(step ms, batch) of a window, or None when it carries too few timed steps."""
+    if window is None or window.engine_steps < MIN_ENGINE_STEPS:
+        return None
+    seconds = window.step_seconds
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        return None
+    return seconds * 1000.0, window.batch_per_pod
+
+
+def record(
+    status: StepCostStatus | None,
+    k: int,
+    window: TrackWindow | None,
+    now: datetime,
+    parallel: bool,
+) -> StepCostStatus:
+    """Status with a window's step time at K=k added (if it has one) and the fit redone."""
+    samples = list(status.samples) if status is not None else []
+    point = measured(window)
+    if point is not None and window is not None:
+        ms, batch = point
+        match = next(
+            (
+                i
+                for i, s in enumerate(samples)
+                if s.tokens == k and max(s.batch, batch) <= min(s.batch, batch) * BATCH_BUCKET
+            ),
+            None,
+        )
+        if match is None:
+            samples.append(
+                StepTimeSample(
+                    tokens=k,
+                    batch=round(batch, 3),
+                    step_ms=round(ms, 4),
+                    steps=window.decode_steps,
+                    windows=1,
+                    measured_at=now,
+                )
+            )
+        else:
+            old = samples[match]
+            weight = min(old.windows, WINDOW_WEIGHT_CAP - 1)
+            samples[match] = StepTimeSample(
+                tokens=k,
+                batch=round((old.batch * weight + batch) / (weight + 1), 3),
+                step_ms=round((old.step_ms * weight + ms) / (weight + 1), 4),
+                steps=old.steps + window.decode_steps,
+                windows=old.windows + 1,
+                measured_at=now,
+            )
+        # The least recently measured go first: they say least about the engine now.
+        samples = sorted(samples, key=lambda s: s.measured_at)[-MAX_SAMPLES:]
+        samples.sort(key=lambda s: (s.tokens, s.batch))
+    elif status is not None:
+        return status
+    cost = fit(samples, parallel)
+    return StepCostStatus(
+        fitted=cost, samples=samples, relative_error=relative_error(cost, samples)
+    )
+
+
+def cost_in(status: StepCostStatus | None, parallel: bool) -> FittedStepCost:
+    """The cost to predict with: the fit, or the prior before any measurement."""
+    return status.fitted if status is not None else prior(parallel)
