@@ -38,7 +38,7 @@ from kubernetes import client, config  # noqa: E402
 from e2e import cluster  # noqa: E402
 from e2e.models import apply, get_model, sim_admin, sim_model  # noqa: E402
 from e2e.operator_process import OperatorProcess  # noqa: E402
-from e2e.story import HIGH_ACCEPTANCE, LOW_ACCEPTANCE  # noqa: E402
+from e2e.story import HIGH_ACCEPTANCE, STALE_ACCEPTANCE  # noqa: E402
 from e2e.waiting import wait_for  # noqa: E402
 from specfleet.operator.tuner import ROLLBACK_ACTIONS  # noqa: E402
 
@@ -88,7 +88,7 @@ def serving_pod_ips(core: Any, namespace: str, name: str) -> list[str]:
 
 def drift(ips: list[str]) -> None:
     for ip in ips:
-        sim_admin(ip, "/admin/profile", {"acceptance": LOW_ACCEPTANCE})
+        sim_admin(ip, "/admin/profile", {"acceptance": STALE_ACCEPTANCE})
 
 
 def run_round(

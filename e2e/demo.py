@@ -17,7 +17,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from e2e import cluster
-from e2e.story import FAILURE_LIMIT, INTERVAL_SECONDS, MODEL, Frame, Story
+from e2e.story import FAILURE_LIMIT, INTERVAL_SECONDS, MODEL, STALE_ACCEPTANCE, Frame, Story
 
 NAMESPACE = "specfleet-demo"
 HEADINGS = [("time", 6), ("K", 3), ("canary", 6), ("accept", 6), ("ALEN", 5), ("phase", -11)]
@@ -151,8 +151,8 @@ def main() -> int:
         tokens = promoted["status"]["speculation"]["tokens"]
         view.milestone(f"canary promoted: K 2 -> {tokens}; rolling the stable pods", story)
         story.wait_until_serving()
-        story.drift()
-        view.milestone("drift: traffic turns chat-like, acceptance falls below the floor", story)
+        story.drift(STALE_ACCEPTANCE)
+        view.milestone("drift: the draft goes stale, speculation no longer pays", story)
         rolled_back = story.wait_for_rollback()
         decision = story.rollback_decision(rolled_back)
         assert decision is not None

@@ -18,7 +18,7 @@ from e2e import real_engine
 from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
 from e2e.models import apply
 from e2e.story import MODEL, Story
-from specfleet.operator.tuner import ActionKind
+from specfleet.operator.tuner import FLOOR_ACTIONS, ActionKind
 
 NAMESPACE = "specfleet-demo-vllm"
 FLOOR = 0.5
@@ -83,8 +83,8 @@ def main() -> int:
             load.temperature = 1.0
             story.mark_drift()
             view.milestone("the requests turn hot (temperature 1): acceptance falls", story)
-            rolled_back = story.wait_for_rollback(timeout=600)
-            decision = story.rollback_decision(rolled_back)
+            rolled_back = story.wait_for_rollback(timeout=600, actions=FLOOR_ACTIONS)
+            decision = story.rollback_decision(rolled_back, FLOOR_ACTIONS)
             assert decision is not None
             windows = story.windows_to_rollback()
             view.milestone(

@@ -34,8 +34,11 @@ INTERVAL_SECONDS = 5
 FAILURE_LIMIT = 2
 # Code-like traffic: the draft is accepted often even at long K.
 HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
-# Chat-like traffic after the drift: only K=1 stays above the 0.75 floor.
-LOW_ACCEPTANCE = [0.84, 0.60, 0.50, 0.45]
+# Traffic the draft fits less well: block acceptance (first position) under the 0.75
+# floor, but deep drafts still pay, so the fastest K stays and the alert fires.
+BELOW_FLOOR_ACCEPTANCE = [0.6, 0.85, 0.85, 0.85]
+# A stale draft: speculation no longer pays, so plain decoding comes.
+STALE_ACCEPTANCE = [0.05, 0.02]
 
 
 def sim_profile(acceptance: list[float]) -> dict[str, Any]:
@@ -253,12 +256,12 @@ class Story:
             if not p["metadata"].get("deletionTimestamp") and pod_ready(p)
         ]
 
-    def drift(self) -> None:
-        """Traffic turns chat-like: running sims switch now, new ones start that way."""
+    def drift(self, acceptance: list[float]) -> None:
+        """The traffic changes: running sims switch now, new ones start that way."""
         assert self.profile_file is not None
-        self.profile_file.write_text(yaml.safe_dump(sim_profile(LOW_ACCEPTANCE)))
+        self.profile_file.write_text(yaml.safe_dump(sim_profile(acceptance)))
         for pod in self.serving_pods():
-            sim_admin(pod["status"]["podIP"], "/admin/profile", {"acceptance": LOW_ACCEPTANCE})
+            sim_admin(pod["status"]["podIP"], "/admin/profile", {"acceptance": acceptance})
         self.mark_drift()
 
     def mark_drift(self) -> None:
@@ -266,20 +269,26 @@ class Story:
         self.drift_at = time.time()
         self.drift_seconds = time.monotonic() - self.started
 
-    def wait_for_rollback(self, timeout: float = 120) -> dict[str, Any]:
-        def rolled_back(body: dict[str, Any]) -> bool:
-            return self.rollback_decision(body) is not None
+    def wait_for_rollback(
+        self, timeout: float = 120, actions: frozenset[str] = ROLLBACK_ACTIONS
+    ) -> dict[str, Any]:
+        """The model once it decided one of `actions` after the last drift."""
 
-        body = self.watch(rolled_back, "a rollback after the drift", timeout)
-        decision = self.rollback_decision(body)
+        def rolled_back(body: dict[str, Any]) -> bool:
+            return self.rollback_decision(body, actions) is not None
+
+        body = self.watch(rolled_back, f"one of {sorted(actions)} after the drift", timeout)
+        decision = self.rollback_decision(body, actions)
         assert decision is not None
         self.rollback_at = _epoch(decision["time"])
         return body
 
-    def rollback_decision(self, body: dict[str, Any]) -> dict[str, Any] | None:
+    def rollback_decision(
+        self, body: dict[str, Any], actions: frozenset[str] = ROLLBACK_ACTIONS
+    ) -> dict[str, Any] | None:
         assert self.drift_at is not None
         for entry in (body.get("status") or {}).get("history") or []:
-            if entry["action"] in ROLLBACK_ACTIONS and _epoch(entry["time"]) >= self.drift_at:
+            if entry["action"] in actions and _epoch(entry["time"]) >= self.drift_at:
                 return dict(entry)
         return None
 

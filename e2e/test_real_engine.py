@@ -21,7 +21,7 @@ from e2e.models import apply, get_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 from specfleet.operator.metrics import parse_vllm_metrics
-from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
+from specfleet.operator.tuner import FLOOR_ACTIONS, ActionKind
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
@@ -105,8 +105,7 @@ def test_real_vllm_is_tuned_and_rolled_back(
             acted = [
                 h
                 for h in history(model())
-                if h["action"] in ROLLBACK_ACTIONS
-                and datetime.fromisoformat(h["time"]) >= hot_since
+                if h["action"] in FLOOR_ACTIONS and datetime.fromisoformat(h["time"]) >= hot_since
             ]
             return acted or None
 

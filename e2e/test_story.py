@@ -12,9 +12,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import cluster
 from e2e.prometheus import Prometheus
-from e2e.story import FAILURE_LIMIT, MODEL, Story
+from e2e.story import (
+    BELOW_FLOOR_ACCEPTANCE,
+    FAILURE_LIMIT,
+    MODEL,
+    STALE_ACCEPTANCE,
+    Story,
+)
 from specfleet.operator.metrics import query_prometheus
-from specfleet.operator.tuner import ROLLBACK_ACTIONS
+from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 
 
 def test_tuning_drift_rollback_and_alerts(
@@ -47,25 +53,23 @@ def test_tuning_drift_rollback_and_alerts(
         assert args[args.index("--num-speculative-tokens") + 1] == str(tokens)
 
         story.wait_until_serving()  # the stable pods run the promoted K
-        story.drift()
-        rolled_back = story.wait_for_rollback()
-        assert story.windows_to_rollback() <= FAILURE_LIMIT + 1
-        decision = story.rollback_decision(rolled_back)
-        assert decision is not None and decision["toTokens"] < tokens
-        assert ROLLBACK_ACTIONS & set(story.events())
 
-        families = {f.name: f for f in text_string_to_metric_families(story.operator_metrics())}
-        rollbacks = sum(
-            s.value for s in families["specfleet_rollbacks"].samples if s.name.endswith("_total")
-        )
-        assert rollbacks >= 1
+        def wait_firing(alert: str) -> None:
+            deadline = time.monotonic() + 90
+            while alert not in seen_firing and time.monotonic() < deadline:
+                tick()
+                time.sleep(1)
+            assert alert in seen_firing, f"alerts seen firing: {seen_firing}"
 
-        deadline = time.monotonic() + 90
-        wanted = {"SpecfleetAcceptanceBelowFloor", "SpecfleetRollback"}
-        while not wanted <= seen_firing and time.monotonic() < deadline:
-            tick()
-            time.sleep(1)
-        assert wanted <= seen_firing, f"alerts seen firing: {seen_firing}"
+        # Block acceptance falls under the floor, but speculation still pays: the fastest
+        # K stays, the condition and the alert say so.
+        story.drift(BELOW_FLOOR_ACCEPTANCE)
+        kept = story.wait_for_rollback(actions=frozenset({ActionKind.KEEP_FASTEST}))
+        assert not kept["status"]["speculation"].get("disabled")
+        conditions = {c["type"]: c for c in kept["status"]["conditions"]}
+        assert conditions["AcceptanceBelowFloor"]["status"] == "True"
+        assert "over plain decoding" in conditions["AcceptanceBelowFloor"]["message"]
+        wait_firing("SpecfleetAcceptanceBelowFloor")
 
         # metrics.source Prometheus: the tuner's query reads the same pods' counters.
         url = f"http://127.0.0.1:{prometheus.port}"
@@ -74,6 +78,23 @@ def test_tuning_drift_rollback_and_alerts(
         read = {s.pod for s in samples if s.counters is not None and s.track == "stable"}
         assert serving & read, (serving, samples)
         assert all(s.counters.draft_tokens > 0 for s in samples if s.pod in serving and s.counters)
+
+        # The draft goes stale: speculation no longer pays, plain decoding within
+        # failureLimit + 1 windows.
+        story.drift(STALE_ACCEPTANCE)
+        rolled_back = story.wait_for_rollback()
+        assert story.windows_to_rollback() <= FAILURE_LIMIT + 1
+        decision = story.rollback_decision(rolled_back)
+        assert decision is not None and decision["action"] == ActionKind.DISABLE, decision
+        assert "no longer pays" in decision["reason"]
+        assert ROLLBACK_ACTIONS & set(story.events())
+
+        families = {f.name: f for f in text_string_to_metric_families(story.operator_metrics())}
+        rollbacks = sum(
+            s.value for s in families["specfleet_rollbacks"].samples if s.name.endswith("_total")
+        )
+        assert rollbacks >= 1
+        wait_firing("SpecfleetRollback")
     finally:
         prometheus.stop()
     assert story.uninstall() == []

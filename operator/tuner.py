@@ -100,6 +100,8 @@ class ActionKind(StrEnum):
 
 # The decisions that move K down or switch speculation off because of the floor.
 ROLLBACK_ACTIONS = frozenset({ActionKind.ROLLBACK, ActionKind.STEP_DOWN, ActionKind.DISABLE})
+# Every decision the floor causes: a rollback, or keeping the fastest K under it.
+FLOOR_ACTIONS = ROLLBACK_ACTIONS | {ActionKind.KEEP_FASTEST}
 
 
 @dataclass(frozen=True)

@@ -235,6 +235,14 @@ def test_disabled_alerts_are_left_out() -> None:
     assert {r["alert"] for r in rules_of(text)} == ALERTS - {"SpecfleetTunerFlapping"}
 
 
+BELOW_FLOOR_ADVICE = (
+    "Below the floor the operator keeps the fastest K while speculation still pays "
+    "(condition AcceptanceBelowFloor) and switches to plain decoding when it does not; if "
+    "this keeps firing, the draft no longer matches the traffic (retrain or replace it), or "
+    "the operator is down."
+)
+
+
 def test_short_windows_fire_within_seconds(tmp_path: Path) -> None:
     """The non-default rendering (30s windows, 15s pending) evaluated by promtool at a
     5s step: the shape the end-to-end Prometheus test relies on."""
@@ -247,13 +255,14 @@ def test_short_windows_fire_within_seconds(tmp_path: Path) -> None:
             {
                 "interval": "5s",
                 "input_series": [
-                    # 100 draft tokens/s at 40%: under the custom floor (0.6).
+                    # 100 drafts/s at 40%: under the custom floor (0.6).
                     {
-                        "series": f"vllm:spec_decode_num_draft_tokens_total{{{series}}}",
+                        "series": f"vllm:spec_decode_num_drafts_total{{{series}}}",
                         "values": "0+500x40",
                     },
                     {
-                        "series": f"vllm:spec_decode_num_accepted_tokens_total{{{series}}}",
+                        "series": "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+                        f'{{{series},position="0"}}',
                         "values": "0+200x40",
                     },
                 ],
@@ -276,15 +285,11 @@ def test_short_windows_fire_within_seconds(tmp_path: Path) -> None:
                                     "model": "llama",
                                 },
                                 "exp_annotations": {
-                                    "summary": "ml/llama draft acceptance is below the floor 0.6",
+                                    "summary": "ml/llama block acceptance is below the floor 0.6",
                                     "description": (
-                                        "The draft acceptance rate of ml/llama (vLLM's accepted"
-                                        " / draft tokens over 30s, stable pods) is 40%, under the"
-                                        " floor 0.6. The operator rolls back on its own after "
-                                        "spec.rollback.failureLimit failing windows; if this "
-                                        "keeps firing, the rollback is not happening (operator "
-                                        "down?) or even the last known good K no longer clears "
-                                        "the floor."
+                                        "The block acceptance of ml/llama (the share of drafts "
+                                        "whose first token vLLM accepted, over 30s, stable pods) "
+                                        "is 40%, under the floor 0.6. " + BELOW_FLOOR_ADVICE
                                     ),
                                     "runbook_url": "https://runbooks.example.com/specfleet/"
                                     "alerts.md#specfleetacceptancebelowfloor",

@@ -25,12 +25,12 @@ groups:
         # From vLLM's own counters, so it fires even when the operator is down.
         expr: |-
           (
-            sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_total{track!="canary"}[{{ .window }}]))
+            sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{track!="canary",position="0"}[{{ .window }}]))
             /
-            sum by (namespace, model) (rate(vllm:spec_decode_num_draft_tokens_total{track!="canary"}[{{ .window }}]))
+            sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}]))
           ) < {{ .floor }}
           and on (namespace, model)
-          sum by (namespace, model) (rate(vllm:spec_decode_num_draft_tokens_total{track!="canary"}[{{ .window }}])) > {{ .minDraftTokensPerSecond }}
+          sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}])) > {{ .minDraftsPerSecond }}
         for: {{ .for }}
         labels:
           severity: {{ .severity }}
@@ -38,8 +38,8 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ printf "%s draft acceptance is below the floor %v" `{{ $labels.namespace }}/{{ $labels.model }}` .floor | quote }}
-          description: {{ printf "The draft acceptance rate of %s (vLLM's accepted / draft tokens over %s, stable pods) is %s, under the floor %v. The operator rolls back on its own after spec.rollback.failureLimit failing windows; if this keeps firing, the rollback is not happening (operator down?) or even the last known good K no longer clears the floor." `{{ $labels.namespace }}/{{ $labels.model }}` .window `{{ $value | humanizePercentage }}` .floor | quote }}
+          summary: {{ printf "%s block acceptance is below the floor %v" `{{ $labels.namespace }}/{{ $labels.model }}` .floor | quote }}
+          description: {{ printf "The block acceptance of %s (the share of drafts whose first token vLLM accepted, over %s, stable pods) is %s, under the floor %v. Below the floor the operator keeps the fastest K while speculation still pays (condition AcceptanceBelowFloor) and switches to plain decoding when it does not; if this keeps firing, the draft no longer matches the traffic (retrain or replace it), or the operator is down." `{{ $labels.namespace }}/{{ $labels.model }}` .window `{{ $value | humanizePercentage }}` .floor | quote }}
           runbook_url: {{ printf "%s#specfleetacceptancebelowfloor" $runbook }}
       {{- end }}
       {{- end }}
