@@ -98,6 +98,9 @@ class SimProfile(_Strict):
     noise: float = Field(
         0.02, ge=0, le=0.5, description="std-dev of per-tick jitter on each conditional rate"
     )
+    step_noise: float = Field(
+        0.02, ge=0, le=0.5, description="std-dev of multiplicative jitter on the step time"
+    )
     cost: StepCost = Field(default_factory=StepCost)
     load: Load = Field(default_factory=Load)
     max_num_seqs: int = Field(256, ge=1, description="running requests; the rest wait")
@@ -224,6 +227,14 @@ def sample_positions(
         reaching = binomial(rng, reaching, conditional_at(conditional, position))
         counts.append(reaching)
     return counts
+
+
+def step_jitter(rng: random.Random, noise: float) -> float:
+    """A factor for a step time: 1 + zero-mean noise (real step times jitter: co-tenants,
+    clocks, the prompt mix), never under 0.5, so a step always takes time."""
+    if noise <= 0.0:
+        return 1.0
+    return max(0.5, 1.0 + rng.gauss(0.0, noise))
 
 
 def jitter(rng: random.Random, conditional: Sequence[float], noise: float) -> list[float]:

@@ -191,5 +191,8 @@ def test_requests_finish_with_exactly_their_tokens() -> None:
     run(sim, 5.0)
     assert sorted(r.generated for r in done) == [1, 7, 100]
     assert sim.counters.generation_tokens == 108
+    # vllm:iteration_tokens_total observes every step's prefilled and generated tokens.
+    assert sim.counters.iteration_tokens.count == sim.counters.num_steps
+    assert sim.counters.iteration_tokens.sum == 3 * 10 + 108
     # 100 tokens at ~3.4 tokens per ~5 ms step: well under a second of simulated time.
     assert max(r.finished_at or 0 for r in done) < 1.0
