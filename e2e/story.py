@@ -39,8 +39,8 @@ LOW_ACCEPTANCE = [0.84, 0.60, 0.50, 0.45]
 
 
 def sim_profile(acceptance: list[float]) -> dict[str, Any]:
-    # A light load (a batch of about 8) where longer drafts pay; at a batch of 32 the
-    # verification cost eats the gain and the tuner rightly keeps K.
+    # A light load (a batch of about 2 on the default step cost) where longer drafts pay;
+    # at a batch of 32 the verification cost eats the gain and the tuner rightly keeps K.
     return {"acceptance": acceptance, "noise": 0.01, "load": {"requests_per_second": 3}}
 
 
