@@ -66,7 +66,8 @@ class StepCost(_Strict):
     # Batch 8 turns compute-bound past K=3 (8 x 4 tokens): the published best K there.
     compute_bound_tokens: int = Field(32, ge=1)
     # Past the knee: steep enough that K=3 stays the best at batch 8 for the math, code and
-    # chat profiles alike (math needs 0.06), no steeper, since nothing published pins it.
+    # chat profiles alike (math needs over 0.06; 0.1 leaves a margin). Nothing published
+    # pins it further, and steeper only makes speculation at high batch look worse.
     verify_ms_per_token: float = Field(0.1, ge=0)
     prefill_ms_per_token: float = Field(0.01, ge=0, description="charged when a request joins")
 
