@@ -42,8 +42,8 @@ STALE_ACCEPTANCE = [0.05, 0.02]
 
 
 def sim_profile(acceptance: list[float]) -> dict[str, Any]:
-    # A light load (a batch of about 8) where longer drafts pay; at a batch of 32 the
-    # verification cost eats the gain and the tuner rightly keeps K.
+    # A light load (a batch of about 2 on the default step cost) where longer drafts pay;
+    # at a batch of 32 the verification cost eats the gain and the tuner rightly keeps K.
     return {"acceptance": acceptance, "noise": 0.01, "load": {"requests_per_second": 3}}
 
 

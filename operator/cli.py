@@ -155,6 +155,10 @@ def operator_command(
 @app.command("simulate")
 def simulate_command(
     scenario: Annotated[Path, typer.Option("--scenario", help="Scenario file (YAML).")],
+    variant: Annotated[
+        str | None,
+        typer.Option(help="The file's variant to run, e.g. chat/c8/published (see its name)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed of the simulated engines.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a PNG of the run.")] = None,
@@ -163,7 +167,7 @@ def simulate_command(
     from specfleet.operator import simulate
 
     try:
-        loaded = simulate.load_scenario(scenario)
+        loaded = simulate.load_scenario(scenario, variant)
     except (OSError, ValueError, yaml.YAMLError) as error:
         typer.echo(f"{scenario}: {error}", err=True)
         raise typer.Exit(2) from error

@@ -2,26 +2,32 @@
 
 The engines are `specfleet.runtime.sim_model` (the same acceptance and step-time model
 the sim pods serve); each window is drawn in aggregate (per-position binomial counts
-over all of a pod's drafts) so a run of a thousand windows takes a fraction of a
-second. Counters go through the real WindowTracker and the real `decide`, which sees
-nothing the operator would not: counters, gauges and the clock. It uses its own default
-step-cost model, not the scenario's, as it would on a cluster.
+over all of a pod's drafts, the speed series from the window's jittered step time) so a
+run of a thousand windows takes a fraction of a second. Counters go through the real
+WindowTracker and the real `decide`, which sees nothing the operator would not:
+counters, gauges and the clock. It is never given the engine's step cost: the tuner
+uses its own, as it would on a cluster.
 
-The scenario format is documented in docs/tuning.md.
+The scenario format (one scenario, or a matrix of `variants`) is documented in
+docs/tuning.md.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specfleet.operator.api import (
+    RollbackMetric,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     parse_duration,
@@ -34,18 +40,21 @@ from specfleet.operator.metrics import (
     WindowTracker,
 )
 from specfleet.operator.stats import expected_rollback_metric
-from specfleet.operator.tuner import ROLLBACK_ACTIONS, decide
+from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind, Decided, decide
 from specfleet.runtime.sim_model import (
     Seconds,
     SimProfile,
+    StepCost,
     goodput,
     jitter,
     sample_positions,
+    step_jitter,
     step_seconds,
 )
 
-STATIC_BASELINES = (3, 5)
 START = datetime(2026, 1, 1, tzinfo=UTC)
+# What decides each window: the tuner's `decide`, or a script in the simulator's own tests.
+Decider = Callable[[SpeculativeModelSpec, SpeculativeModelStatus, Observation, datetime], Decided]
 
 
 class _Strict(BaseModel):
@@ -68,6 +77,12 @@ class Scenario(_Strict):
     replicas: int = Field(2, ge=1, description="stable pods; a canary adds one")
     method: str = Field("peagle", description="draft.method: peagle drafts in parallel")
     engine: SimProfile = Field(default_factory=SimProfile)
+    draft_cost_scale: float = Field(
+        1.0,
+        gt=0,
+        description="the engine's drafting costs times this: under 1 a cheaper draft, over 1 "
+        "a dearer one, than the engine cost's",
+    )
     concurrency: int = Field(8, ge=1, description="running requests per pod")
     load: list[LoadStep] = Field(default_factory=list)
     settle: Seconds = Field(600.0, description="time after each phase start not counted as steady")
@@ -76,12 +91,146 @@ class Scenario(_Strict):
         description="SpeculativeModel spec fields (camelCase): speculation, tuning, rollback",
     )
 
+    @property
+    def engine_cost(self) -> StepCost:
+        """The step cost the engines run (never shown to the tuner)."""
+        cost, scale = self.engine.cost, self.draft_cost_scale
+        return cost.model_copy(
+            update={
+                "draft_ms_per_token": cost.draft_ms_per_token * scale,
+                "parallel_draft_ms": cost.parallel_draft_ms * scale,
+                "parallel_draft_ms_per_token": cost.parallel_draft_ms_per_token * scale,
+            }
+        )
 
-def load_scenario(path: Path) -> Scenario:
-    data = yaml.safe_load(path.read_text())
+
+# ----------------------------------------------------------------------------- files
+
+VARIANT_LABEL = re.compile(r"[a-z0-9][a-z0-9.-]*")
+VARIANT_SEPARATOR = "@"
+# A variant names itself and cannot nest more variants.
+_FIXED_FIELDS = frozenset({"name", "variants"})
+
+
+class _ScenarioLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping: PyYAML would keep the last one
+    silently, and a scenario (or a variant) would lose a setting without a word."""
+
+
+def _unique_keys_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{key!r} is given twice in one mapping", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_ScenarioLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_keys_mapping
+)
+
+
+def _merged(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`base` with `override` on top: mappings merge key by key, anything else is replaced."""
+    merged = dict(base)
+    for key, value in override.items():
+        old = merged.get(key)
+        merged[key] = (
+            _merged(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+        )
+    return merged
+
+
+def _leaves(mapping: Mapping[str, Any], prefix: str = "") -> set[str]:
+    """Dotted paths of the values a mapping sets (lists count as one value)."""
+    paths: set[str] = set()
+    for key, value in mapping.items():
+        path = f"{prefix}{key}"
+        paths |= _leaves(value, path + ".") if isinstance(value, dict) else {path}
+    return paths
+
+
+def _variant_axes(variants: Any) -> list[list[tuple[str, dict[str, Any]]]]:
+    """The axes of a `variants` matrix as (label, scenario fields) lists, checked: labels
+    that can name a scenario, fields as mappings, and no field set by two axes (the
+    combination would depend on the axes' order)."""
+    if not isinstance(variants, dict) or not variants:
+        raise ValueError("variants must map axis names to mappings of labels to scenario fields")
+    axes: list[list[tuple[str, dict[str, Any]]]] = []
+    owner: dict[str, str] = {}  # field path -> the axis that sets it
+    for axis, labels in variants.items():
+        if not isinstance(labels, dict) or not labels:
+            raise ValueError(f"variants.{axis} must map labels to scenario fields")
+        entries: list[tuple[str, dict[str, Any]]] = []
+        for label, fields in labels.items():
+            if not isinstance(label, str) or not VARIANT_LABEL.fullmatch(label):
+                raise ValueError(
+                    f"variants.{axis}: label {label!r} must be lower-case letters, digits, "
+                    "'.' and '-', starting with a letter or digit"
+                )
+            fields = {} if fields is None else fields
+            if not isinstance(fields, dict):
+                raise ValueError(f"variants.{axis}.{label} must be a mapping of scenario fields")
+            fixed = sorted(_FIXED_FIELDS & fields.keys())
+            if fixed:
+                raise ValueError(f"variants.{axis}.{label} may not set {', '.join(fixed)}")
+            for path in _leaves(fields):
+                if owner.setdefault(path, axis) != axis:
+                    raise ValueError(f"variants.{owner[path]} and variants.{axis} both set {path}")
+            entries.append((label, fields))
+        axes.append(entries)
+    return axes
+
+
+def expand(data: Mapping[str, Any]) -> list[Scenario]:
+    """The scenarios a file declares: itself, or one per combination of its `variants`,
+    named `name@label/label/...` (labels in the order of the axes)."""
+    base = {key: value for key, value in data.items() if key != "variants"}
+    if "variants" not in data:
+        return [Scenario.model_validate(base)]
+    scenarios = []
+    for combination in itertools.product(*_variant_axes(data["variants"])):
+        labels = "/".join(label for label, _ in combination)
+        merged = base
+        for _, fields in combination:
+            merged = _merged(merged, fields)
+        try:
+            scenarios.append(
+                Scenario.model_validate(
+                    {**merged, "name": f"{base.get('name')}{VARIANT_SEPARATOR}{labels}"}
+                )
+            )
+        except ValidationError as error:
+            raise ValueError(f"variant {labels}: {error}") from None
+    return scenarios
+
+
+def load_scenarios(path: Path) -> list[Scenario]:
+    """Every scenario a file declares (see `expand`)."""
+    data = yaml.load(path.read_text(), Loader=_ScenarioLoader)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a scenario must be a YAML mapping")
-    return Scenario.model_validate(data)
+    return expand(data)
+
+
+def load_scenario(path: Path, variant: str | None = None) -> Scenario:
+    """One scenario of a file: the file's only one, or its variant `variant` (the labels
+    after the `@` of the variant's name)."""
+    scenarios = load_scenarios(path)
+    names = [s.name.partition(VARIANT_SEPARATOR)[2] for s in scenarios]
+    if variant is None and names == [""]:
+        return scenarios[0]
+    if variant is not None and variant in names:
+        return scenarios[names.index(variant)]
+    raise ValueError(
+        f"{path} declares {len(scenarios)} variants; choose one of: {', '.join(names)}"
+        if variant is None
+        else f"{path} has no variant {variant!r}; it has: {', '.join(names) or 'none'}"
+    )
 
 
 def scenario_spec(scenario: Scenario) -> SpeculativeModelSpec:
@@ -127,9 +276,12 @@ class WindowRecord:
     tokens: int  # K of the stable pods during the window (0: plain decoding)
     candidate: int | None
     goodput: float
-    oracle: float
+    best_static: float  # goodput of the phase's best static K, no floor
     acceptance: float | None
     actions: list[str] = field(default_factory=list)
+
+
+HOUR = 3600.0
 
 
 @dataclass
@@ -140,18 +292,34 @@ class SimulationResult:
     floor: float
     records: list[WindowRecord]
     phase_starts: list[float]
-    oracle_tokens: list[int]
+    oracle_tokens: list[int]  # best static K per phase whose expected metric clears the floor
+    best_static_tokens: list[int]  # best static K per phase, no floor (0: plain decoding)
     goodput: dict[str, float]
     steady_goodput: dict[str, float]
     rollbacks: int
+    # Rollbacks while speculation at the stable K still paid and its first-position
+    # acceptance (whether the draft still fits the target) cleared the floor.
     false_rollbacks: int
-    drift_to_rollback: list[int | None]
+    wrong_disables: int  # speculation switched off in a phase whose best static K is > 0
+    # Per drift after which speculation no longer pays: windows from the drift to the
+    # decision that left plain decoding in effect (None: not within the phase).
+    drift_to_plain: list[int | None]
+    steady_k_changes: list[float]  # when the stable K changed in steady state (seconds)
     decisions: list[dict[str, Any]]
 
     @property
     def steady_ratio(self) -> float:
-        oracle = self.steady_goodput["oracle"]
-        return self.steady_goodput["achieved"] / oracle if oracle else 1.0
+        """Steady-state goodput over the best static K's, no floor."""
+        best = self.steady_goodput["unconstrained"]
+        return self.steady_goodput["achieved"] / best if best else 1.0
+
+    @property
+    def max_k_changes_per_hour(self) -> int:
+        """The most stable-K changes in any hour of steady state."""
+        changes = self.steady_k_changes
+        return max(
+            (sum(1 for t in changes if start <= t < start + HOUR) for start in changes), default=0
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,11 +330,15 @@ class SimulationResult:
             "floor": self.floor,
             "goodput": {k: round(v, 2) for k, v in self.goodput.items()},
             "steady_state_goodput": {k: round(v, 2) for k, v in self.steady_goodput.items()},
-            "steady_state_ratio_to_oracle": round(self.steady_ratio, 4),
+            "steady_state_ratio_to_best_static": round(self.steady_ratio, 4),
             "oracle_tokens_per_phase": self.oracle_tokens,
+            "best_static_tokens_per_phase": self.best_static_tokens,
             "rollbacks": self.rollbacks,
             "false_rollbacks": self.false_rollbacks,
-            "windows_from_drift_to_rollback": self.drift_to_rollback,
+            "wrong_disables": self.wrong_disables,
+            "windows_from_drift_to_plain_decoding": self.drift_to_plain,
+            "steady_state_k_changes_seconds": self.steady_k_changes,
+            "max_k_changes_per_hour": self.max_k_changes_per_hour,
             "final_tokens": self.records[-1].tokens if self.records else None,
             "decisions": self.decisions,
         }
@@ -174,7 +346,8 @@ class SimulationResult:
 
 def _engine_window(
     rng: random.Random,
-    scenario: Scenario,
+    engine: SimProfile,
+    cost: StepCost,
     previous: SpecDecodeCounters,
     acceptance: list[float],
     k: int,
@@ -182,38 +355,46 @@ def _engine_window(
     seconds: float,
     parallel: bool,
 ) -> SpecDecodeCounters:
-    """One pod's counters after `seconds` more at K=k (k=0: plain decoding, no series)."""
-    steps = seconds / step_seconds(scenario.engine.cost, k, batch, parallel)
-    drafts = round(steps * batch)
+    """One pod's counters after `seconds` more at K=k (k=0: plain decoding, no spec-decode
+    series). Every engine step serves the whole batch: one draft and one inter-token
+    latency observation per request, one iteration-tokens observation per step."""
+    step = step_seconds(cost, k, batch, parallel) * step_jitter(rng, engine.step_noise)
+    engine_steps = round(seconds / step)
+    decode_steps = engine_steps * batch
+    timed = replace(
+        previous,
+        decode_seconds=previous.decode_seconds + decode_steps * step,
+        decode_steps=previous.decode_steps + decode_steps,
+        engine_steps=previous.engine_steps + engine_steps,
+        requests_running=batch,
+    )
     if k == 0:
         return replace(
-            previous,
-            generation_tokens=previous.generation_tokens + drafts,
-            requests_running=batch,
+            timed,
+            generation_tokens=previous.generation_tokens + decode_steps,
             speculation_exported=False,
         )
-    conditional = jitter(rng, acceptance, scenario.engine.noise)
-    counts = sample_positions(rng, conditional, k, drafts)
+    conditional = jitter(rng, acceptance, engine.noise)
+    counts = sample_positions(rng, conditional, k, decode_steps)
     old = previous.accepted_per_position
-    return SpecDecodeCounters(
-        drafts=previous.drafts + drafts,
-        draft_tokens=previous.draft_tokens + drafts * k,
+    return replace(
+        timed,
+        drafts=previous.drafts + decode_steps,
+        draft_tokens=previous.draft_tokens + decode_steps * k,
         accepted_tokens=previous.accepted_tokens + sum(counts),
         accepted_per_position=tuple(
             c + (old[i] if i < len(old) else 0.0) for i, c in enumerate(counts)
         ),
-        generation_tokens=previous.generation_tokens + drafts + sum(counts),
-        requests_running=batch,
+        generation_tokens=previous.generation_tokens + decode_steps + sum(counts),
         speculation_exported=True,
-        process_start_time=previous.process_start_time,
     )
 
 
-def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
-    """Run the scenario window by window through WindowTracker and decide."""
+def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> SimulationResult:
+    """Run the scenario window by window through WindowTracker and `decider`."""
     spec = scenario_spec(scenario)
     parallel = spec.draft.method.parallel_drafting
-    cost = scenario.engine.cost
+    cost = scenario.engine_cost
     interval = parse_duration(spec.tuning.interval).total_seconds()
     floor = spec.rollback.min_acceptance
     rng = random.Random(seed)
@@ -222,6 +403,9 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
 
     def good(p: Phase, k: int) -> float:
         return goodput(cost, p.acceptance, k, p.concurrency, parallel)
+
+    def pays(p: Phase, k: int) -> bool:
+        return k > 0 and good(p, k) > good(p, 0)
 
     allowed = [0, *range(low, high + 1)]
     oracle_k = [
@@ -246,9 +430,9 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
     decisions: list[dict[str, Any]] = []
     totals = {name: 0.0 for name in ("achieved", "oracle", "unconstrained", "k3", "k5", "none")}
     steady = dict.fromkeys(totals, 0.0)
-    rollbacks = false_rollbacks = 0
-    drift_to_rollback: list[int | None] = []
-    awaiting_rollback: int | None = None  # window index of a drift that broke the floor
+    rollbacks = false_rollbacks = wrong_disables = 0
+    drift_to_plain: list[int | None] = []
+    awaiting_plain: int | None = None  # window index of a drift after which nothing pays
 
     def pods() -> list[tuple[str, Track, int]]:
         sp = status.speculation
@@ -264,20 +448,26 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()],
         {track: k for _, track, k in pods()},
     )
-    status = decide(spec, status, Observation(stable=None, canary=None), START).status
+    status = decider(spec, status, Observation(stable=None, canary=None), START).status
     windows = int(scenario.duration // interval)
     for index in range(windows):
         start = index * interval
         phase_index = max(i for i, p in enumerate(cuts) if p.start <= start)
         phase = cuts[phase_index]
         if phase.start == start and phase_index > 0:
-            k_now = 0 if status.speculation.disabled else (status.speculation.tokens or 0)
+            if awaiting_plain is not None:
+                drift_to_plain.append(None)  # another phase came first
+                awaiting_plain = None
+            before = cuts[phase_index - 1]
             if (
-                k_now
-                and expected_rollback_metric(spec.rollback.metric, phase.acceptance, k_now) < floor
-                and awaiting_rollback is None
+                phase.acceptance != before.acceptance
+                and free_k[phase_index - 1] > 0
+                and free_k[phase_index] == 0
             ):
-                awaiting_rollback = index
+                if status.speculation.disabled:
+                    drift_to_plain.append(0)
+                else:
+                    awaiting_plain = index
         samples = []
         running = pods()
         for name, track, k in running:
@@ -287,7 +477,8 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
                 pod_k[name] = k
             counters[name] = _engine_window(
                 rng,
-                scenario,
+                scenario.engine,
+                cost,
                 counters[name],
                 phase.acceptance,
                 k,
@@ -319,7 +510,7 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
             totals[key] += value
             if is_steady:
                 steady[key] += value
-        decided = decide(spec, status, observation, now)
+        decided = decider(spec, status, observation, now)
         status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
         for action in decided.actions:
@@ -335,15 +526,16 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
             )
             if action.kind in ROLLBACK_ACTIONS:
                 rollbacks += 1
-                if (
-                    stable_k
-                    and expected_rollback_metric(spec.rollback.metric, phase.acceptance, stable_k)
-                    >= floor
-                ):
+                first_position = expected_rollback_metric(
+                    RollbackMetric.FIRST_POSITION_ACCEPTANCE, phase.acceptance, stable_k
+                )
+                if pays(phase, stable_k) and first_position >= floor:
                     false_rollbacks += 1
-                if awaiting_rollback is not None:
-                    drift_to_rollback.append(index + 1 - awaiting_rollback)
-                    awaiting_rollback = None
+            if action.kind == ActionKind.DISABLE and free_k[phase_index] > 0:
+                wrong_disables += 1
+        if awaiting_plain is not None and status.speculation.disabled:
+            drift_to_plain.append(index + 1 - awaiting_plain)
+            awaiting_plain = None
         records.append(
             WindowRecord(
                 index + 1,
@@ -352,17 +544,26 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
                 stable_k,
                 canary_k,
                 achieved,
-                values["oracle"],
+                values["unconstrained"],
                 status.acceptance.rate,
                 kinds,
             )
         )
-    if awaiting_rollback is not None:
-        drift_to_rollback.append(None)
+    if awaiting_plain is not None:
+        drift_to_plain.append(None)
+
+    def in_steady_state(record: WindowRecord) -> bool:
+        return record.start >= cuts[record.phase].start + scenario.settle
+
+    steady_k_changes = [
+        record.start
+        for previous, record in itertools.pairwise(records)
+        if record.tokens != previous.tokens
+        and record.phase == previous.phase
+        and in_steady_state(record)
+    ]
     count = max(1, windows)
-    steady_count = max(
-        1, sum(1 for r in records if r.start >= cuts[r.phase].start + scenario.settle)
-    )
+    steady_count = max(1, sum(1 for r in records if in_steady_state(r)))
     return SimulationResult(
         scenario=scenario.name,
         seed=seed,
@@ -371,19 +572,22 @@ def simulate(scenario: Scenario, seed: int = 0) -> SimulationResult:
         records=records,
         phase_starts=[p.start for p in cuts],
         oracle_tokens=oracle_k,
+        best_static_tokens=free_k,
         goodput={k: v / count for k, v in totals.items()},
         steady_goodput={k: v / steady_count for k, v in steady.items()},
         rollbacks=rollbacks,
         false_rollbacks=false_rollbacks,
-        drift_to_rollback=drift_to_rollback,
+        wrong_disables=wrong_disables,
+        drift_to_plain=drift_to_plain,
+        steady_k_changes=steady_k_changes,
         decisions=decisions,
     )
 
 
 LABELS = {
     "achieved": "achieved (tuner)",
-    "oracle": "oracle, best fixed K per phase under the floor",
-    "unconstrained": "oracle without the floor",
+    "unconstrained": "best static K per phase, no floor",
+    "oracle": "best static K per phase under the floor",
     "k3": "static K=3",
     "k5": "static K=5",
     "none": "no speculation",
@@ -402,10 +606,14 @@ def report(result: SimulationResult) -> str:
             f"  {label:<48} {result.goodput[key]:>9.1f} {result.steady_goodput[key]:>9.1f}"
         )
     lines += [
-        f"steady-state goodput / oracle: {result.steady_ratio:.3f}",
-        f"oracle K per phase: {result.oracle_tokens}",
+        f"steady-state goodput / best static K's: {result.steady_ratio:.3f}",
+        f"best static K per phase: {result.best_static_tokens} "
+        f"(under the floor: {result.oracle_tokens})",
         f"rollbacks: {result.rollbacks} (false: {result.false_rollbacks}); "
-        f"windows from drift to rollback: {result.drift_to_rollback or '-'}",
+        f"speculation switched off where it paid: {result.wrong_disables}; "
+        f"windows from a drift to plain decoding: {result.drift_to_plain or '-'}",
+        f"stable K changes in steady state: {len(result.steady_k_changes)} "
+        f"(at most {result.max_k_changes_per_hour} in an hour)",
         "decisions:",
     ]
     lines += [
@@ -433,7 +641,7 @@ def plot(result: SimulationResult, out: Path) -> None:
     )
     k_axis.set_ylabel("K")
     g_axis.plot(minutes, [r.goodput for r in result.records], label="achieved")
-    g_axis.plot(minutes, [r.oracle for r in result.records], "--", label="oracle (floor)")
+    g_axis.plot(minutes, [r.best_static for r in result.records], "--", label="best static K")
     g_axis.set_ylabel("tokens/s per pod")
     a_axis.plot(
         minutes,

@@ -18,15 +18,39 @@ from specfleet.runtime.sim_model import (
     SimProfile,
     jitter,
     sample_positions,
+    step_jitter,
     step_seconds,
 )
 
-# vLLM 0.33's buckets for vllm:inter_token_latency_seconds (one observation per
-# request per decode step).
+# vLLM 0.33's buckets (vllm/v1/metrics/buckets.py) for vllm:inter_token_latency_seconds
+# (one observation per request per decode step) ...
 INTER_TOKEN_LATENCY_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0,
     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 )  # fmt: skip
+# ... and for vllm:iteration_tokens_total (one observation per engine step: the prompt
+# tokens it prefilled plus the tokens it generated).
+ITERATION_TOKENS_BUCKETS = (
+    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+)  # fmt: skip
+
+
+@dataclass
+class Histogram:
+    """A Prometheus histogram's state: counts per `le` bound (the last one +Inf), sum, count."""
+
+    bounds: tuple[float, ...]
+    bucket_counts: list[int] = field(init=False)
+    sum: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.bucket_counts = [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, times: int = 1) -> None:
+        self.bucket_counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sum += value * times
+        self.count += times
 
 
 @dataclass
@@ -52,11 +76,10 @@ class Counters:
     accepted_per_position: list[int] = field(default_factory=list)
     generation_tokens: int = 0
     prompt_tokens: int = 0
-    itl_bucket_counts: list[int] = field(
-        default_factory=lambda: [0] * (len(INTER_TOKEN_LATENCY_BUCKETS) + 1)
+    inter_token_latency: Histogram = field(
+        default_factory=lambda: Histogram(INTER_TOKEN_LATENCY_BUCKETS)
     )
-    itl_sum: float = 0.0
-    itl_count: int = 0
+    iteration_tokens: Histogram = field(default_factory=lambda: Histogram(ITERATION_TOKENS_BUCKETS))
 
 
 class SimEngine:
@@ -84,6 +107,10 @@ class SimEngine:
         self._budget = 0.0  # simulated time not yet spent on a whole step
         self._next_arrival: float | None = None
         self._pending_prefill_ms = 0.0
+        self._pending_prefill_tokens = 0
+        # The next step's jitter, drawn once: a step that does not fit in this tick's time
+        # is the same step in the next tick.
+        self._step_factor = step_jitter(self.rng, profile.step_noise)
         self._rotation = 0  # which requests get the remainder tokens of a step
 
     @property
@@ -125,14 +152,17 @@ class SimEngine:
                 break
             batch = len(self.running)
             k = min(self.k_for_batch(batch), self.k_max)
-            step = step_seconds(self._profile.cost, k, batch, self.parallel)
+            step = step_seconds(self._profile.cost, k, batch, self.parallel) * self._step_factor
             step += self._pending_prefill_ms / 1000.0
             if step > self._budget:
                 break
             self._budget -= step
+            prefilled = self._pending_prefill_tokens
             self._pending_prefill_ms = 0.0
+            self._pending_prefill_tokens = 0
+            self._step_factor = step_jitter(self.rng, self._profile.step_noise)
             self.elapsed = end - self._budget
-            self._step(batch, k, step)
+            self._step(batch, k, step, prefilled)
         self.elapsed = end
 
     def _generate_arrivals(self, end: float) -> None:
@@ -156,8 +186,9 @@ class SimEngine:
             self._pending_prefill_ms += (
                 request.prompt_tokens * self._profile.cost.prefill_ms_per_token
             )
+            self._pending_prefill_tokens += request.prompt_tokens
 
-    def _step(self, batch: int, k: int, step: float) -> None:
+    def _step(self, batch: int, k: int, step: float, prefilled: int) -> None:
         counters = self.counters
         counters.num_steps += 1
         accepted = 0
@@ -190,6 +221,5 @@ class SimEngine:
         self._rotation = (self._rotation + extra) % max(batch, 1)
         self.running = still_running
         counters.generation_tokens += generated
-        counters.itl_bucket_counts[bisect.bisect_left(INTER_TOKEN_LATENCY_BUCKETS, step)] += batch
-        counters.itl_sum += step * batch
-        counters.itl_count += batch
+        counters.inter_token_latency.observe(step, times=batch)
+        counters.iteration_tokens.observe(prefilled + generated)

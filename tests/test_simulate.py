@@ -1,31 +1,334 @@
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
+from benchmarks.step_cost_shape import published_profiles
+from benchmarks.tuner import evaluate
+from specfleet.operator.api import SpeculativeModelSpec, SpeculativeModelStatus
 from specfleet.operator.cli import app
-from specfleet.operator.simulate import load_scenario, phases, simulate
+from specfleet.operator.metrics import Observation, PodSample, SpecDecodeCounters, WindowTracker
+from specfleet.operator.simulate import (
+    Decider,
+    Scenario,
+    SimulationResult,
+    _engine_window,
+    expand,
+    load_scenario,
+    load_scenarios,
+    phases,
+    simulate,
+)
+from specfleet.operator.tuner import Action, ActionKind, Decided
+from specfleet.runtime.sim_model import SimProfile, StepCost, step_seconds
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
+STALE_DRAFT = [0.3, 0.2]  # the stale-draft drift's profile: no K pays with it
+CODE, CHAT = published_profiles()["code"], published_profiles()["chat"]
+
+
+def shipped() -> Iterator[Scenario]:
+    for path in sorted(SCENARIOS.glob("*.yaml")):
+        yield from load_scenarios(path)
 
 
 @pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.stem)
 def test_shipped_scenarios_load(path: Path) -> None:
-    scenario = load_scenario(path)
-    assert phases(scenario)[0].start == 0
+    for scenario in load_scenarios(path):
+        assert phases(scenario)[0].start == 0
 
 
-def test_simulate_json_reports_oracles_and_rollbacks(tmp_path: Path) -> None:
-    plot = tmp_path / "drift.png"
+def test_shipped_scenario_names_are_unique_and_profiles_published() -> None:
+    scenarios = list(shipped())
+    names = [s.name for s in scenarios]
+    assert len(names) == len(set(names))
+    assert len([n for n in names if n.startswith("steady@")]) == 27
+    published = [*published_profiles().values(), STALE_DRAFT]
+    for scenario in scenarios:
+        for acceptance in [
+            scenario.engine.acceptance,
+            *(d.acceptance for d in scenario.engine.drift),
+        ]:
+            assert acceptance in published, (scenario.name, acceptance)
+
+
+# ----------------------------------------------------------------------------- variants
+
+BASE: dict[str, Any] = {
+    "name": "tiny",
+    "duration": "1h",
+    "engine": {"acceptance": [0.9, 0.7], "noise": 0.01},
+    "variants": {
+        "workload": {"high": None, "low": {"engine": {"acceptance": [0.5]}}},
+        "concurrency": {"c1": {"concurrency": 1}, "c8": {"concurrency": 8}},
+    },
+}
+
+
+def test_variants_expand_to_every_combination_merged_into_the_base() -> None:
+    scenarios = expand(BASE)
+    assert [s.name for s in scenarios] == [
+        "tiny@high/c1",
+        "tiny@high/c8",
+        "tiny@low/c1",
+        "tiny@low/c8",
+    ]
+    high_c1, _, low_c1, low_c8 = scenarios
+    assert high_c1.engine.acceptance == [0.9, 0.7] and high_c1.concurrency == 1
+    # A nested mapping merges key by key: the base's noise stays.
+    assert low_c8.engine.acceptance == [0.5] and low_c8.engine.noise == 0.01
+    assert low_c8.concurrency == 8 and low_c1.duration == 3600
+    assert expand({k: v for k, v in BASE.items() if k != "variants"})[0].name == "tiny"
+
+
+@pytest.mark.parametrize(
+    ("variants", "message"),
+    [
+        ({"concurrency": {"c1": {"concurency": 1}}}, "(?s)variant c1:.*concurency"),  # a typo
+        ({"cost": {"c1": {"engine": {"cost": {"target_ms": 3}}}}}, "(?s)variant c1:.*target_ms"),
+        ({"concurrency": {"C1": {"concurrency": 1}}}, "label 'C1'"),
+        ({"concurrency": {"a/b": {"concurrency": 1}}}, "label 'a/b'"),
+        ({"concurrency": [1, 8]}, "variants.concurrency must map labels"),
+        ({"concurrency": {}}, "variants.concurrency must map labels"),
+        ({"concurrency": {"c1": 1}}, "variants.concurrency.c1 must be a mapping"),
+        ({"concurrency": {"c1": {"name": "x"}}}, "may not set name"),
+        ({"a": {"x": {"concurrency": 1}}, "b": {"y": {"concurrency": 8}}}, "both set concurrency"),
+        ([{"concurrency": 1}], "variants must map axis names"),
+    ],
+)
+def test_bad_variants_are_refused_by_name(variants: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        expand({**BASE, "variants": variants})
+
+
+def test_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text("name: x\nduration: 1h\nvariants:\n  c: {c8: {concurrency: 8}, c8: {}}\n")
+    with pytest.raises(yaml.YAMLError, match="'c8' is given twice"):
+        load_scenarios(path)
+
+
+def test_one_variant_of_a_file_is_chosen_by_its_labels(tmp_path: Path) -> None:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(json.dumps(BASE))
+    assert load_scenario(path, "low/c8").name == "tiny@low/c8"
+    with pytest.raises(ValueError, match="choose one of: high/c1, high/c8, low/c1, low/c8"):
+        load_scenario(path)
+    with pytest.raises(ValueError, match="no variant 'low/c2'"):
+        load_scenario(path, "low/c2")
+    single = tmp_path / "single.yaml"
+    single.write_text("name: single\nduration: 1h\n")
+    assert load_scenario(single).name == "single"
+    with pytest.raises(ValueError, match="no variant 'c8'"):
+        load_scenario(single, "c8")
+
+
+# ----------------------------------------------------------------------------- engines
+
+
+@pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.parametrize("batch", [1, 8, 32])
+def test_an_engine_window_times_every_step_of_the_batch(k: int, batch: int) -> None:
+    """What the operator reads from a simulated pod: decoding requests per engine step is
+    the batch, decode seconds per decode step the engine's step time (no jitter here)."""
+    import random
+
+    engine, cost = SimProfile(acceptance=CHAT, step_noise=0.0), StepCost()
+    rng, tracker = random.Random(1), WindowTracker()
+    counters = SpecDecodeCounters(process_start_time=0.0)
+    for at in (60.0, 120.0):
+        counters = _engine_window(rng, engine, cost, counters, CHAT, k, batch, 60.0, True)
+        observation = tracker.observe([PodSample("p", "stable", at, counters)], {"stable": k})
+    window = observation.stable
+    assert window is not None
+    assert window.batch_per_pod == batch
+    assert window.step_seconds == pytest.approx(step_seconds(cost, k, batch, True))
+    assert window.engine_steps == round(60.0 / step_seconds(cost, k, batch, True))
+    assert window.drafts == (window.decode_steps if k else 0)
+
+
+def test_step_noise_jitters_each_window_around_the_model() -> None:
+    import random
+
+    engine, cost = SimProfile(acceptance=CHAT, step_noise=0.05), StepCost()
+    rng, seconds = random.Random(2), step_seconds(cost, 3, 8, True)
+    steps = []
+    for _ in range(200):
+        c = _engine_window(rng, engine, cost, SpecDecodeCounters(), CHAT, 3, 8, 60.0, True)
+        steps.append(c.decode_seconds / c.decode_steps)
+    assert len(set(steps)) > 100  # every window its own
+    assert sum(steps) / len(steps) == pytest.approx(seconds, rel=0.01)
+    assert min(steps) < 0.95 * seconds < 1.05 * seconds < max(steps)
+
+
+def test_draft_cost_scale_scales_only_the_draft() -> None:
+    scenario = Scenario(name="x", duration=60, draft_cost_scale=2)
+    cost, base = scenario.engine_cost, StepCost()
+    assert cost.parallel_draft_ms == 2 * base.parallel_draft_ms
+    assert cost.draft_ms_per_token == 2 * base.draft_ms_per_token
+    assert cost.parallel_draft_ms_per_token == 2 * base.parallel_draft_ms_per_token
+    assert cost.target_forward_ms == base.target_forward_ms
+    assert cost.verify_ms_per_token == base.verify_ms_per_token
+
+
+# ----------------------------------------------------------------------------- accounting
+
+
+def scripted(plan: Mapping[int, tuple[ActionKind, int | None]]) -> Decider:
+    """A decider that takes the planned action after window N (1-based) and nothing else:
+    the accounting is checked against decisions known in advance, whatever the tuner does."""
+    calls = itertools.count()
+
+    def decider(
+        spec: SpeculativeModelSpec,
+        status: SpeculativeModelStatus,
+        observation: Observation,
+        now: datetime,
+    ) -> Decided:
+        window = next(calls)  # 0: the baseline before the first window
+        status = status.model_copy(deep=True)
+        sp = status.speculation
+        if sp.tokens is None:
+            sp.tokens = spec.speculation.tokens
+        if window not in plan:
+            return Decided(status)
+        kind, tokens = plan[window]
+        sp.disabled = kind is ActionKind.DISABLE
+        sp.tokens = sp.tokens if tokens is None else tokens
+        return Decided(status, [Action(kind, "Scripted", f"after window {window}")])
+
+    return decider
+
+
+def tiny(**fields: Any) -> Scenario:
+    """Code traffic at 8 requests per pod (best static K=3), a stale draft after 20
+    minutes (best K=0), 1-minute windows, 10 minutes of settling per phase."""
+    base: dict[str, Any] = {
+        "name": "tiny",
+        "duration": "60m",
+        "concurrency": 8,
+        "settle": "10m",
+        "engine": {
+            "acceptance": CODE,
+            "noise": 0,
+            "drift": [{"after": "20m", "acceptance": STALE_DRAFT}],
+        },
+        "policy": {
+            "speculation": {"tokens": 3},
+            "rollback": {"metric": "FirstPositionAcceptance", "minAcceptance": 0.6},
+        },
+    }
+    return Scenario.model_validate({**base, **fields})
+
+
+def run(plan: Mapping[int, tuple[ActionKind, int | None]], **fields: Any) -> SimulationResult:
+    return simulate(tiny(**fields), seed=0, decider=scripted(plan))
+
+
+def test_plain_decoding_is_timed_from_the_drift_that_stopped_speculation_paying() -> None:
+    result = run({22: (ActionKind.DISABLE, None)})  # windows 21 and 22 after the drift
+    assert result.best_static_tokens == [3, 0]
+    assert result.drift_to_plain == [2]
+    assert result.wrong_disables == 0 and result.false_rollbacks == 0
+    assert result.rollbacks == 1
+    assert run({}).drift_to_plain == [None]  # never switched off
+    # Already plain at the drift: zero windows.
+    assert run({5: (ActionKind.DISABLE, None)}).drift_to_plain == [0]
+
+
+def test_no_drift_is_timed_where_speculation_still_pays_after_it() -> None:
+    chat = {"engine": {"acceptance": CODE, "drift": [{"after": "20m", "acceptance": CHAT}]}}
+    result = run({}, **chat)
+    assert result.best_static_tokens == [3, 3]
+    assert result.drift_to_plain == []
+
+
+def test_switching_speculation_off_where_it_pays_is_wrong() -> None:
+    result = run({5: (ActionKind.DISABLE, None)})
+    assert result.wrong_disables == 1
+    # The draft still fit (first position 0.83 over the floor) and K=3 paid: false too.
+    assert result.false_rollbacks == 1
+
+
+def test_a_rollback_is_false_only_while_the_draft_fits_and_speculation_pays() -> None:
+    assert run({5: (ActionKind.STEP_DOWN, 1)}).false_rollbacks == 1
+    assert run({25: (ActionKind.STEP_DOWN, 1)}).false_rollbacks == 0  # stale: nothing pays
+    # Paying, but its first position under the floor: the draft no longer fits.
+    assert (
+        run(
+            {5: (ActionKind.STEP_DOWN, 1)},
+            policy={
+                "speculation": {"tokens": 3},
+                "rollback": {"metric": "FirstPositionAcceptance", "minAcceptance": 0.9},
+            },
+        ).false_rollbacks
+        == 0
+    )
+    # A canary abort or a promotion is no rollback at all.
+    assert run({5: (ActionKind.PROMOTE, 4), 7: (ActionKind.ABORT, None)}).rollbacks == 0
+
+
+def test_k_changes_count_in_steady_state_only_and_per_hour() -> None:
+    long = {"duration": "4h", "engine": {"acceptance": CODE}}
+    # After window 5 (settling), then windows 20, 50 and 75 (steady; 20-75 spans 55 min),
+    # then 150: one alone in its hour.
+    plan = {w: (ActionKind.PROMOTE, k) for w, k in ((5, 4), (20, 5), (50, 4), (75, 5), (150, 4))}
+    result = run(plan, **long)
+    assert result.steady_k_changes == [w * 60.0 for w in (20, 50, 75, 150)]
+    assert result.max_k_changes_per_hour == 3
+    spaced = {w: (ActionKind.PROMOTE, 3 + i % 2) for i, w in enumerate((20, 81, 142, 203))}
+    assert run(spaced, **long).max_k_changes_per_hour == 1
+
+
+def test_goodput_is_measured_against_the_best_static_k_without_the_floor() -> None:
+    result = run({})  # K=3 throughout: best before the drift, a loss after it
+    assert result.best_static_tokens == [3, 0] and result.oracle_tokens == [3, 0]
+    steady = result.steady_goodput
+    assert steady["unconstrained"] > steady["achieved"]
+    assert result.steady_ratio == pytest.approx(steady["achieved"] / steady["unconstrained"])
+
+
+def test_concurrency_one_runs() -> None:
+    result = run({}, concurrency=1)
+    assert result.best_static_tokens == [8, 0]
+    assert all(r.goodput > 0 for r in result.records)
+
+
+def test_the_benchmark_bars_follow_the_accounting() -> None:
+    def missed(plan: Mapping[int, tuple[ActionKind, int | None]], **fields: Any) -> set[str]:
+        scenario = tiny(**fields)
+        return set(evaluate(scenario, [simulate(scenario, 0, scripted(plan))]).missed)
+
+    timely = {22: (ActionKind.DISABLE, None)}  # 2 windows after the drift; limit 2 + 1
+    assert missed(timely) == set()
+    assert missed({24: (ActionKind.DISABLE, None)}) == {"b"}  # 4 windows: too late
+    assert missed({}) == {"a", "b"}  # never plain: and K=3 costs goodput after the drift
+    assert missed({**timely, 5: (ActionKind.DISABLE, None)}) >= {"b", "d"}  # wrong, false
+    flapping = {**timely, 15: (ActionKind.PROMOTE, 4), 18: (ActionKind.PROMOTE, 3)}
+    assert missed(flapping) == {"c"}
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_simulate_json_reports_what_the_bars_need(tmp_path: Path) -> None:
+    plot = tmp_path / "stale.png"
     result = CliRunner().invoke(
         app,
         [
             "simulate",
             "--scenario",
-            str(SCENARIOS / "drift.yaml"),
+            str(SCENARIOS / "stale-draft.yaml"),
+            "--variant",
+            "c8/published",
             "--seed",
             "3",
             "--json",
@@ -35,21 +338,32 @@ def test_simulate_json_reports_oracles_and_rollbacks(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
+    assert report["scenario"] == "stale-draft@c8/published"
     goodput = report["steady_state_goodput"]
     assert set(goodput) == {"achieved", "oracle", "unconstrained", "k3", "k5", "none"}
     assert goodput["unconstrained"] >= goodput["oracle"] >= goodput["none"]
-    assert report["rollbacks"] >= 1 and report["false_rollbacks"] == 0
-    assert report["windows_from_drift_to_rollback"] == [2]
+    assert report["best_static_tokens_per_phase"] == [3, 0]
+    for key in (
+        "false_rollbacks",
+        "wrong_disables",
+        "windows_from_drift_to_plain_decoding",
+        "steady_state_k_changes_seconds",
+        "max_k_changes_per_hour",
+    ):
+        assert key in report
     assert plot.stat().st_size > 0
 
 
 def test_simulate_is_deterministic_per_seed() -> None:
-    scenario = load_scenario(SCENARIOS / "load-surge.yaml")
+    scenario = load_scenario(SCENARIOS / "load-surge.yaml", "to-c8")
     assert simulate(scenario, 7).to_json() == simulate(scenario, 7).to_json()
+    assert simulate(scenario, 7).to_json() != simulate(scenario, 8).to_json()
 
 
 def test_bad_scenario_is_refused(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nduration: 1h\nengine: {acceptance: [1.5]}\n")
-    result = CliRunner().invoke(app, ["simulate", "--scenario", str(bad)])
-    assert result.exit_code == 2
+    assert CliRunner().invoke(app, ["simulate", "--scenario", str(bad)]).exit_code == 2
+    many = SCENARIOS / "steady.yaml"
+    result = CliRunner().invoke(app, ["simulate", "--scenario", str(many)])
+    assert result.exit_code == 2 and "chat/c8/published" in result.output
