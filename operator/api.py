@@ -754,6 +754,12 @@ class SpeculationState(ApiModel):
         default=0,
         description="Re-probes disabled again in a row; each doubles the next back-off.",
     )
+    disabled_acceptance: list[float] | None = Field(
+        default=None,
+        description="Conditional acceptance per position when speculation was stopped "
+        "because plain decoding measured faster: with the fitted cost it says when "
+        "speculation would pay again (e.g. when the load falls).",
+    )
     reprobed_at: datetime | None = Field(
         default=None,
         description="Speculation re-probed and not yet proven: a Disable now is a failed re-probe.",

@@ -531,7 +531,10 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
                 )
                 if pays(phase, stable_k) and first_position >= floor:
                     false_rollbacks += 1
-            if action.kind == ActionKind.DISABLE and free_k[phase_index] > 0:
+            if (
+                action.kind in (ActionKind.DISABLE, ActionKind.STOP_SPECULATION)
+                and free_k[phase_index] > 0
+            ):
                 wrong_disables += 1
         if awaiting_plain is not None and status.speculation.disabled:
             drift_to_plain.append(index + 1 - awaiting_plain)

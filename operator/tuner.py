@@ -73,6 +73,9 @@ EXTRAPOLATION_DECAY = 0.9
 
 # Each re-probe that ends disabled again doubles the next back-off, this many times at most.
 MAX_REPROBE_DOUBLINGS = 4
+# A trial whose measured gain clears minImprovement while its lower bound does not yet
+# runs on, up to this many times canaryWindows: a sequential test, not a fixed length.
+TRIAL_EXTENSION = 3
 # A window that has not collected minDraftTokens yet: neither conclusive nor a gap.
 COLLECTING = "Collecting"
 
@@ -90,6 +93,7 @@ class ActionKind(StrEnum):
     DISABLE = "Disable"
     REPROBE = "Reprobe"
     KEEP_FASTEST = "KeepFastest"
+    STOP_SPECULATION = "StopSpeculation"
     ACCEPTANCE_RECOVERED = "AcceptanceRecovered"
     SPEC_CHANGED = "SpecChanged"
     CLAMP = "Clamp"
@@ -513,7 +517,13 @@ def decide(
     _record_acceptance(run, stable, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
-        _maybe_reprobe(run)
+        if run.status.canary is not None:  # a re-probe on a canary
+            probe = _judge_collected(
+                run, "canary", observation.canary, run.status.canary.candidate_tokens, None
+            )
+            _advance_trial(run, stable, probe, observation)
+        else:
+            _maybe_reprobe(run, stable)
         return Decided(run.status, run.actions)
     _metrics_condition(run, stable)
 
@@ -522,17 +532,20 @@ def decide(
     if stable.conclusive:
         _count_stable_window(run, stable)
         below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-        if in_place:
-            if _stable_failing(run, stable):
-                _end_trial(
-                    run, promote=False, reason="BelowFloor", message=_floor_message(run, stable)
-                )
-                return Decided(run.status, run.actions)
+        if in_place and _floor_caps_k(spec) and _stable_failing(run, stable):
+            # The candidate K itself fails a floor that depends on K.
+            _end_trial(run, promote=False, reason="BelowFloor", message=_floor_message(run, stable))
+            return Decided(run.status, run.actions)
+        if in_place and _floor_caps_k(spec):
+            pass
         elif below == "True":
             if _stable_failing(run, stable):
-                _below_floor(run, stable, _floor_message(run, stable))  # re-checked each window
-                return Decided(run.status, run.actions)
-            _recovered(run, stable)
+                # Re-checked each window; while speculation pays, tuning goes on below.
+                _below_floor(run, stable, _floor_message(run, stable))
+                if sp.disabled:
+                    return Decided(run.status, run.actions)
+            elif stable.metric is not None and stable.metric.low >= run.floor + run.margin:
+                _recovered(run, stable)  # the margin keeps noise at the floor from flapping
         elif sp.failing_windows >= spec.rollback.failure_limit:
             if trial is not None:
                 _end_trial(
@@ -558,6 +571,7 @@ def decide(
         and sp.failing_windows == 0
         and sp.windows >= 1
         and (sp.changed_at is None or now - sp.changed_at >= run.seconds(spec.tuning.cooldown))
+        and not _stop_if_plain_is_faster(run, stable)
     ):
         _propose(run, stable)
     return Decided(run.status, run.actions)
@@ -773,6 +787,13 @@ def _stable_failing(run: _Run, judged: Judged) -> bool:
     return judged.metric is not None and judged.metric.low < run.floor
 
 
+def _floor_caps_k(spec: SpeculativeModelSpec) -> bool:
+    """Whether the rollback metric depends on K (vLLM's draft acceptance rate falls as K
+    grows). Block acceptance does not: the floor then judges the draft, not a K, so no K
+    is chosen or refused for it, and rolling back to another K cannot help."""
+    return spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
+
+
 def _floor_message(run: _Run, judged: Judged) -> str:
     low = judged.metric.low if judged.metric else float("nan")
     return (
@@ -814,6 +835,9 @@ def _rollback(run: _Run, judged: Judged) -> None:
         {*sp.rejected_tokens, *range(current, spec.speculation.max_tokens + 1)}
     )
     sp.rejected_until = run.now + run.seconds(spec.rollback.reprobe_after)
+    if not _floor_caps_k(spec):
+        _below_floor(run, judged, why)
+        return
     if (
         lkg is not None
         and lkg != current
@@ -864,22 +888,10 @@ def _below_floor(run: _Run, judged: Judged, why: str) -> None:
     metric = judged.metric.value if judged.metric else None
     pays = f"K={fastest.tokens} is predicted {gain:+.1%} over plain decoding"
     if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
-        message = f"{why}; no K clears it, but {pays}: keeping the fastest K"
-        if fastest.tokens != current and (
-            fastest.goodput / predicted[current].goodput - 1 >= spec.tuning.min_improvement
-        ):
-            run.act(
-                ActionKind.KEEP_FASTEST,
-                "NoKClearsFloor",
-                message,
-                warning=True,
-                from_tokens=current,
-                to_tokens=fastest.tokens,
-                acceptance=metric,
-                goodput=judged.goodput,
-            )
-            run.changed(fastest.tokens)
-        elif condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) != (
+        # The K in effect is the fastest measured so far; trials may still find a faster
+        # one. A K changed on a prediction alone would be untested.
+        message = f"{why}; no K clears it, but {pays}: keeping K={current}"
+        if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) != (
             "True"
         ):
             run.act(
@@ -902,11 +914,18 @@ def _below_floor(run: _Run, judged: Judged, why: str) -> None:
     _disable(run, reason, metric, judged.goodput)
 
 
-def _disable(run: _Run, reason: str, metric: float | None, goodput: float | None) -> None:
+def _disable(
+    run: _Run,
+    reason: str,
+    metric: float | None,
+    goodput: float | None,
+    kind: ActionKind = ActionKind.DISABLE,
+    why: str = "NoKClearsFloor",
+) -> None:
     sp, spec = run.sp, run.spec
     run.act(
-        ActionKind.DISABLE,
-        "NoKClearsFloor",
+        kind,
+        why,
         reason + "; serving without speculation",
         warning=True,
         from_tokens=sp.tokens,
@@ -922,6 +941,7 @@ def _disable(run: _Run, reason: str, metric: float | None, goodput: float | None
     )
     sp.disabled = True
     sp.disabled_reason = reason
+    sp.disabled_acceptance = None
     sp.reprobe_at = run.now + backoff
     sp.changed_at = run.now
     sp.failing_windows = 0
@@ -930,6 +950,34 @@ def _disable(run: _Run, reason: str, metric: float | None, goodput: float | None
     run.status.open_windows = None
     run.condition(ConditionType.SPECULATION_ACTIVE, "False", "Disabled", reason)
     _clear_below_floor(run, "Disabled", "speculation is off")
+
+
+def _stop_if_plain_is_faster(run: _Run, judged: Judged) -> bool:
+    """Plain decoding when the fitted cost says no K pays at this load (a large batch
+    makes verification compute-bound): not a rollback, the draft is fine."""
+    spec = run.spec
+    assert judged.window is not None
+    predicted = predictions(spec, judged.window, run.cost)
+    fastest = max(predicted.values(), key=lambda p: p.goodput)
+    batch = judged.window.batch_per_pod
+    plain = goodput_at(1.0, 0, batch, run.cost)
+    if plain < fastest.goodput * (1 + spec.tuning.min_improvement):
+        return False
+    conditional = window_conditional(judged.window)
+    reason = (
+        f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
+        f"K={fastest.tokens} at batch {batch:.1f}"
+    )
+    _disable(
+        run,
+        reason,
+        judged.metric.value if judged.metric else None,
+        judged.goodput,
+        kind=ActionKind.STOP_SPECULATION,
+        why="NoKPays",
+    )
+    run.sp.disabled_acceptance = [round(c, 4) for c in conditional]
+    return True
 
 
 def _recovered(run: _Run, judged: Judged) -> None:
@@ -947,26 +995,64 @@ def _clear_below_floor(run: _Run, reason: str, message: str) -> None:
         run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "False", reason, message)
 
 
-def _maybe_reprobe(run: _Run) -> None:
-    sp = run.sp
-    if sp.reprobe_at is not None and run.now < sp.reprobe_at:
+def _maybe_reprobe(run: _Run, stable: Judged) -> None:
+    """Try speculation again: after the back-off, or as soon as the fitted cost says the
+    acceptance measured before a StopSpeculation would pay at the batch plain decoding
+    runs now. On a canary when the strategy has one (the stable pods keep decoding plainly
+    until the trial is promoted); in place otherwise."""
+    sp, spec = run.sp, run.spec
+    k, why = spec.speculation.min_tokens, "BackoffElapsed"
+    window = stable.window
+    cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
+    if sp.disabled_acceptance and window is not None and speed.measured(window) and cooled:
+        predicted = {
+            t: predict(
+                sp.disabled_acceptance, t, window.batch_per_pod, spec.rollback.metric, run.cost
+            )
+            for t in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
+        }
+        best = max(predicted.values(), key=lambda p: p.goodput)
+        plain = goodput_at(1.0, 0, window.batch_per_pod, run.cost)
+        if best.goodput >= plain * (1 + spec.tuning.min_improvement):
+            k, why = best.tokens, "PredictedGain"
+    if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
         return
-    k = run.spec.speculation.min_tokens
+    if why == "BackoffElapsed" and sp.disabled_acceptance and window is not None:
+        return  # stopped for speed: the prediction above decides, not the clock
     waited = f" (back-off doubled {sp.failed_reprobes} times)" if sp.failed_reprobes else ""
+    cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
+    strategy = sp.strategy or spec.tuning.strategy
+    if strategy is TuningStrategy.CANARY:
+        run.status.canary = CanaryComparison(candidate_tokens=k)
+        sp.candidate_tokens = k
+        sp.canary_started_at = run.now
+        run.act(
+            ActionKind.REPROBE,
+            why,
+            f"re-probing K={k} on a canary after {cause}",
+            to_tokens=k,
+        )
+        return
     run.act(
         ActionKind.REPROBE,
-        "BackoffElapsed",
-        f"speculation re-enabled at K={k} after the back-off{waited}",
+        why,
+        f"speculation re-enabled at K={k} after {cause}",
         to_tokens=k,
     )
+    _enable(run, k)
+    sp.reprobed_at = run.now
+    run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
+
+
+def _enable(run: _Run, k: int) -> None:
+    sp = run.sp
     sp.disabled = False
     sp.disabled_reason = None
+    sp.disabled_acceptance = None
     sp.reprobe_at = None
-    sp.reprobed_at = run.now
     sp.last_known_good_tokens = k
     sp.inconclusive_windows = 0
     run.changed(k)
-    run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
 
 
 def _propose(run: _Run, judged: Judged) -> None:
@@ -975,10 +1061,13 @@ def _propose(run: _Run, judged: Judged) -> None:
     assert judged.window is not None and sp.tokens is not None
     predicted = predictions(spec, judged.window, run.cost)
     current = predicted[sp.tokens]
+    capped = _floor_caps_k(spec)
     eligible = [
         p
         for k, p in predicted.items()
-        if k != sp.tokens and k not in sp.rejected_tokens and p.metric >= run.floor + run.margin
+        if k != sp.tokens
+        and k not in sp.rejected_tokens
+        and (not capped or p.metric >= run.floor + run.margin)
     ]
     if not eligible:
         return
@@ -1060,12 +1149,12 @@ def _advance_trial(
         assert canary is not None
         after = canary
         # Every stable window of the trial is its comparison: the same hours, the same mix.
-        if stable.conclusive and stable.window is not None:
+        # Plain stable pods (a re-probe) have no acceptance to judge: their speed counts.
+        plain = sp.disabled and stable.window is not None and stable.window.generation_tokens > 0
+        if (stable.conclusive or plain) and stable.window is not None:
             trial.stable = _totals_add(trial.stable, stable.window)
         if canary.conclusive and canary.window is not None:
-            if spec.rollback.metric is not RollbackMetric.RELATIVE_TO_BASELINE and _stable_failing(
-                run, canary
-            ):
+            if _floor_caps_k(spec) and _stable_failing(run, canary):
                 low = canary.metric.low if canary.metric else float("nan")
                 _end_trial(
                     run,
@@ -1088,7 +1177,7 @@ def _advance_trial(
     # Each canary window may grow up to maxWindowAge before it is conclusive.
     longest = max(interval, run.seconds(spec.tuning.max_window_age))
     deadline = (
-        longest * spec.tuning.canary_windows
+        longest * spec.tuning.canary_windows * TRIAL_EXTENSION
         + interval * spec.tuning.max_inconclusive_windows
         + run.seconds(spec.tuning.canary_pending_timeout)
     )
@@ -1105,7 +1194,7 @@ def _advance_trial(
 def _compare(run: _Run, stable: Judged) -> None:
     sp, spec, trial = run.sp, run.spec, run.status.canary
     assert trial is not None
-    before_k = trial.previous_tokens if trial.in_place else sp.tokens
+    before_k = 0 if sp.disabled else trial.previous_tokens if trial.in_place else sp.tokens
     assert before_k is not None
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
@@ -1123,6 +1212,7 @@ def _compare(run: _Run, stable: Judged) -> None:
             f", {spec.rollback.metric.value} {metric.value:.3f} (lower bound {metric.low:.3f}, "
             f"floor {run.floor:.3f} + margin {run.margin:.3f})"
         )
+    if metric is not None and _floor_caps_k(spec):
         # The candidate was proposed on a prediction clearing floor + margin; the
         # measurement must confirm it, or noise would promote Ks that sit on the floor.
         if metric.low < run.floor:
@@ -1131,6 +1221,11 @@ def _compare(run: _Run, stable: Judged) -> None:
             reason = "BelowMargin"
     if reason == "GoodputGain" and gain.low < spec.tuning.min_improvement:
         reason = "NoGain"
+        if (
+            gain.value >= spec.tuning.min_improvement
+            and trial.canary.windows < TRIAL_EXTENSION * spec.tuning.canary_windows
+        ):
+            return  # promising but not proven: measure on
     _end_trial(run, promote=reason == "GoodputGain", reason=reason, message=summary)
 
 
@@ -1138,7 +1233,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
     sp, trial = run.sp, run.status.canary
     assert trial is not None and sp.tokens is not None
     candidate = trial.candidate_tokens
-    previous = trial.previous_tokens if trial.in_place else sp.tokens
+    previous = 0 if sp.disabled else trial.previous_tokens if trial.in_place else sp.tokens
     run.status.canary = None
     sp.candidate_tokens = None
     sp.canary_started_at = None
@@ -1152,9 +1247,23 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
             to_tokens=candidate,
             acceptance=rate,
         )
+        if sp.disabled:  # a re-probe that measured faster than plain decoding
+            _enable(run, candidate)
+            sp.failed_reprobes = 0
+            run.condition(
+                ConditionType.SPECULATION_ACTIVE, "True", "Reprobed", f"drafting K={candidate}"
+            )
+            return
         sp.last_known_good_tokens = previous
         run.changed(candidate)
         return
+    if sp.disabled:
+        sp.failed_reprobes += 1
+        backoff = run.seconds(run.spec.rollback.reprobe_after) * 2 ** min(
+            sp.failed_reprobes, MAX_REPROBE_DOUBLINGS
+        )
+        sp.reprobe_at = run.now + backoff
+        reject = False
     if reject:
         sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
         sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
@@ -1167,7 +1276,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
         to_tokens=previous,
         acceptance=rate,
     )
-    if trial.in_place and previous is not None:
+    if trial.in_place and previous:
         run.changed(previous)
     else:
         sp.changed_at = run.now
