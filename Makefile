@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 TYPECHECK_ROOT := build/typecheck
 
-.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale
+.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k
 
 test: lint typecheck tools real-engine-tools pytest
 
@@ -61,6 +61,11 @@ crds: $(INSTALLED)
 # The tuner against simulated engines: every scenario in scenarios/, 20 seeds each.
 bench-tuner: $(INSTALLED)
 	$(BIN)/python benchmarks/tuner.py --seeds 20
+
+# Each K's speed on real vLLM (the CPU build, tiny models), interleaved over 3 rounds,
+# and the operator's step-cost model fitted to it: about 15 minutes, one vLLM at a time.
+bench-real-engine-k: $(INSTALLED) real-engine-tools
+	$(BIN)/python benchmarks/real_engine_k.py --markdown --json build/bench/real_engine_k.json
 
 # Every benchmark; the scale ones run on the local control plane (docs/benchmarks.md).
 bench: bench-tuner bench-scale

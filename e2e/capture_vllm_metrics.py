@@ -26,15 +26,10 @@ TABLE_KS = (1, 2, 3, 4)
 TABLE_TEMPERATURES = (0.0, 0.5, 1.0, 2.0)
 
 
-def peagle_args(target: Path, draft: Path, k: int) -> list[str]:
-    return ["--model", str(target), "--method", "peagle", "--draft-model", str(draft),
-            "--num-speculative-tokens", str(k)]  # fmt: skip
-
-
 def capture(python: Path, target: Path, draft: Path, out: Path) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         log = Path(scratch) / "vllm.log"
-        with real_engine.serve(python, peagle_args(target, draft, K), log) as server:
+        with real_engine.serve(python, real_engine.peagle_args(target, draft, K), log) as server:
             idle = server.get("/metrics")
             deltas = {t: real_engine.traffic(server, t, max_tokens=64) for t in (0.0, 1.0)}
             busy = server.get("/metrics")
@@ -66,7 +61,9 @@ def table(python: Path, target: Path, draft: Path) -> None:
     for k in TABLE_KS:
         with tempfile.TemporaryDirectory() as scratch:
             log = Path(scratch) / "vllm.log"
-            with real_engine.serve(python, peagle_args(target, draft, k), log) as server:
+            with real_engine.serve(
+                python, real_engine.peagle_args(target, draft, k), log
+            ) as server:
                 cells = []
                 for t in TABLE_TEMPERATURES:
                     delta = real_engine.traffic(server, t, rounds=2)

@@ -84,6 +84,15 @@ def tiny_models(python: Path) -> tuple[Path, Path]:
     return Path(target), Path(draft)
 
 
+def peagle_args(target: Path, draft: Path, k: int) -> list[str]:
+    """The runtime's args for P-EAGLE at K=k on the tiny models; K=0 is plain decoding
+    (method none, no draft), as the operator renders a pod with speculation off."""
+    if k == 0:
+        return ["--model", str(target), "--method", "none"]
+    return ["--model", str(target), "--method", "peagle", "--draft-model", str(draft),
+            "--num-speculative-tokens", str(k)]  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -63,8 +63,7 @@ def peagle_server(
     vllm_python: Path, models: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
     target, draft = models
-    args = ["--model", str(target), "--method", "peagle", "--draft-model", str(draft),
-            "--num-speculative-tokens", str(PEAGLE_K)]  # fmt: skip
+    args = real_engine.peagle_args(target, draft, PEAGLE_K)
     log = tmp_path_factory.mktemp("peagle") / "vllm.log"
     with real_engine.serve(vllm_python, args, log) as server:
         yield server
@@ -106,8 +105,7 @@ def test_preflight_accepts_the_tiny_models_and_refuses_broken_copies(
     models: tuple[Path, Path], tmp_path: Path
 ) -> None:
     target, draft = models
-    args = ["--model", str(target), "--method", "peagle", "--draft-model", str(draft),
-            "--num-speculative-tokens", "3"]  # fmt: skip
+    args = real_engine.peagle_args(target, draft, 3)
     lines: list[str] = []
     preflight.run(parse_serve_args(args, env={})[0], {}, use_torch=False, log=lines.append)
     assert any("fits method peagle" in line for line in lines)
