@@ -245,21 +245,8 @@ def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: floa
 
 
 def _window_of(collected: OpenWindow) -> TrackWindow:
-    return TrackWindow(
-        drafts=collected.drafts,
-        draft_tokens=collected.draft_tokens,
-        accepted_tokens=collected.accepted_tokens,
-        accepted_per_position=tuple(collected.accepted_per_position),
-        generation_tokens=collected.generation_tokens,
-        seconds=collected.seconds,
-        pod_seconds=collected.pod_seconds,
-        pods=collected.pods,
-        running_requests=collected.running_requests,
-        waiting_requests=collected.waiting_requests,
-        decode_seconds=collected.decode_seconds,
-        decode_steps=collected.decode_steps,
-        engine_steps=collected.engine_steps,
-    )
+    counts = collected.model_dump(exclude={"since", "tokens", "accepted_per_position"})
+    return TrackWindow(**counts, accepted_per_position=tuple(collected.accepted_per_position))
 
 
 def _collect(
