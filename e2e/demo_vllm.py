@@ -67,7 +67,7 @@ def main() -> int:
             )
             change = real_engine.first_k_decision(changed)
             assert change is not None
-            tokens = change["toTokens"] or 0
+            tokens = change.get("toTokens") or 0
             view.milestone(
                 f"{change['action']} from vLLM's measured speed and acceptance: "
                 f"K {START_TOKENS} -> {tokens}: {change['reason']}",

@@ -760,6 +760,13 @@ class SpeculationState(ApiModel):
         "because plain decoding measured faster: with the fitted cost it says when "
         "speculation would pay again (e.g. when the load falls).",
     )
+
+    @property
+    def plain_decoding_chosen(self) -> bool:
+        """Off because no K pays at this load, not because the draft failed: the model
+        runs as it should."""
+        return self.disabled and self.disabled_acceptance is not None
+
     reprobed_at: datetime | None = Field(
         default=None,
         description="Speculation re-probed and not yet proven: a Disable now is a failed re-probe.",

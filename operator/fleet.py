@@ -396,6 +396,9 @@ class Fleet:
         )
         observability.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
         observability.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
+        observability.PLAIN_DECODING_CHOSEN.labels(*labels).set(
+            1 if speculation.plain_decoding_chosen else 0
+        )
 
     # ------------------------------------------------------------------- loop
 

@@ -47,6 +47,11 @@ SPECULATION_ACTIVE = Gauge(
 SPECULATION_DISABLED = Gauge(
     "specfleet_speculation_disabled", "Speculation disabled by rollback (0/1).", MODEL
 )
+PLAIN_DECODING_CHOSEN = Gauge(
+    "specfleet_plain_decoding_chosen",
+    "Speculation stopped because plain decoding measured faster: no K pays (0/1).",
+    MODEL,
+)
 PER_MODEL_GAUGES = [
     ACCEPTANCE_RATE,
     ACCEPTANCE_LOWER_BOUND,
@@ -56,6 +61,7 @@ PER_MODEL_GAUGES = [
     METRICS_AVAILABLE,
     SPECULATION_ACTIVE,
     SPECULATION_DISABLED,
+    PLAIN_DECODING_CHOSEN,
 ]
 
 

@@ -143,7 +143,7 @@ def summarize(
         degraded_reason, degraded_message = reconcile_failure.reason, reconcile_failure.message
     elif runtime_failed:
         degraded_reason, degraded_message = "RuntimeFailed", runtime_failed
-    elif disabled:
+    elif disabled and not status.speculation.plain_decoding_chosen:
         degraded_reason = "SpeculationDisabled"
         degraded_message = status.speculation.disabled_reason or "rollback disabled speculation"
     else:

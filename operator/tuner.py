@@ -718,7 +718,7 @@ def _speculation_condition(run: _Run, observation: Observation) -> None:
         run.condition(
             ConditionType.SPECULATION_ACTIVE,
             "False",
-            "Disabled",
+            "NoKPays" if sp.plain_decoding_chosen else "Disabled",
             sp.disabled_reason or "speculation disabled by rollback",
         )
     elif observation.speculation_missing:

@@ -75,6 +75,7 @@ KNOWN_METRICS = {
     "specfleet_metrics_available",
     "specfleet_speculation_active",
     "specfleet_speculation_disabled",
+    "specfleet_plain_decoding_chosen",
 }
 
 

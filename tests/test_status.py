@@ -138,3 +138,26 @@ def test_a_reconcile_failure_degrades_the_model_with_its_message(
     assert "A=B" in degraded.message and status.phase is Phase.DEGRADED
     healthy = summarize(m, ObservedChildren(stable=deployment(1, 1)), T0)
     assert healthy.phase is not Phase.DEGRADED
+
+
+def test_speculation_off_degrades_after_a_rollback_but_not_when_plain_is_faster(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    children = ObservedChildren(stable=deployment(2, 2), canary=deployment(0, 0))
+    rolled_back = model(
+        peagle_manifest, speculation={"tokens": 3, "disabled": True, "disabledReason": "stale"}
+    )
+    assert summarize(rolled_back, children, T0).phase is Phase.DEGRADED
+    faster = model(
+        peagle_manifest,
+        speculation={
+            "tokens": 3,
+            "disabled": True,
+            "disabledReason": "plain decoding is predicted +20% over the fastest K=1",
+            "disabledAcceptance": [0.8, 0.6],
+        },
+    )
+    status = summarize(faster, children, T0)
+    assert status.phase is Phase.READY
+    degraded = next(c for c in status.conditions if c.type is ConditionType.DEGRADED)
+    assert degraded.status == "False"

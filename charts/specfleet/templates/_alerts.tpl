@@ -80,6 +80,9 @@ groups:
               sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}])) > 0
             )
           )
+          # Plain decoding the operator chose because it measured faster is as intended.
+          unless on (namespace, model)
+          max by (namespace, model) (specfleet_plain_decoding_chosen) == 1
         for: {{ .for }}
         labels:
           severity: {{ .severity }}
