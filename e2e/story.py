@@ -63,7 +63,14 @@ def story_model(profile_file: Path | None = None) -> dict[str, Any]:
             "canaryWindows": 2,
             "minImprovement": 0.03,
         },
-        rollback={"minAcceptance": 0.75, "failureLimit": FAILURE_LIMIT, "reprobeAfter": "10m"},
+        # Block acceptance, the default, stated: the example it starts from floors the
+        # draft acceptance rate.
+        rollback={
+            "minAcceptance": 0.75,
+            "metric": "FirstPositionAcceptance",
+            "failureLimit": FAILURE_LIMIT,
+            "reprobeAfter": "10m",
+        },
     )
     manifest["spec"]["runtime"]["env"] += [
         {"name": "SPECFLEET_SIM_PROFILE", "value": profile},
