@@ -817,14 +817,14 @@ def _rollback(run: _Run, judged: Judged) -> None:
     why = _floor_message(run, judged) + f" for {sp.failing_windows} windows"
     metric = judged.metric.value if judged.metric else None
     lkg = sp.last_known_good_tokens
+    if not _floor_caps_k(spec):
+        _below_floor(run, judged, why)
+        return
     # A K that failed the floor is not proposed again, nor any larger one, for a while.
     sp.rejected_tokens = sorted(
         {*sp.rejected_tokens, *range(current, spec.speculation.max_tokens + 1)}
     )
     sp.rejected_until = run.now + run.seconds(spec.rollback.reprobe_after)
-    if not _floor_caps_k(spec):
-        _below_floor(run, judged, why)
-        return
     if (
         lkg is not None
         and lkg != current
