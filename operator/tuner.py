@@ -519,12 +519,12 @@ def decide(
     if stable.conclusive:
         _count_stable_window(run, stable)
         below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-        if in_place and _floor_caps_k(spec) and _stable_failing(run, stable):
-            # The candidate K itself fails a floor that depends on K.
-            _end_trial(run, promote=False, reason="BelowFloor", message=_floor_message(run, stable))
-            return Decided(run.status, run.actions)
         if in_place and _floor_caps_k(spec):
-            pass
+            if _stable_failing(run, stable):  # the candidate K fails a floor that caps K
+                _end_trial(
+                    run, promote=False, reason="BelowFloor", message=_floor_message(run, stable)
+                )
+                return Decided(run.status, run.actions)
         elif below == "True":
             if _stable_failing(run, stable):
                 # Re-checked each window; while speculation pays, tuning goes on below.
