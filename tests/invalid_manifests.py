@@ -130,6 +130,10 @@ INVALID_CASES = [
     InvalidCase(
         "scrape-timeout-over-max", {"spec.metrics.scrapeTimeout": "6m"}, "scrapeTimeout", True
     ),
+    InvalidCase(
+        "max-window-age-over-max", {"spec.tuning.maxWindowAge": "25h"}, "maxWindowAge", True
+    ),
+    InvalidCase("unknown-below-floor-policy", {"spec.rollback.belowFloor": "Panic"}, "belowFloor"),
     InvalidCase("duration-units-out-of-order", {"spec.tuning.cooldown": "30m1h"}, "cooldown", True),
     InvalidCase("unknown-strategy", {"spec.tuning.strategy": "BlueGreen"}, "strategy"),
     InvalidCase("min-draft-tokens-zero", {"spec.tuning.minDraftTokens": 0}, "minDraftTokens"),
