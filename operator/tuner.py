@@ -991,7 +991,15 @@ def _maybe_reprobe(run: _Run, stable: Judged) -> None:
     k, why = spec.speculation.min_tokens, "BackoffElapsed"
     window = stable.window
     cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
-    if sp.disabled_acceptance and window is not None and speed.measured(window) and cooled:
+    # After a re-probe that measured no gain, the prediction waits out the back-off too.
+    backed_off = sp.failed_reprobes == 0 or sp.reprobe_at is None or run.now >= sp.reprobe_at
+    if (
+        sp.disabled_acceptance
+        and window is not None
+        and speed.measured(window)
+        and cooled
+        and backed_off
+    ):
         predicted = {
             t: predict(
                 sp.disabled_acceptance, t, window.batch_per_pod, spec.rollback.metric, run.cost
@@ -1004,7 +1012,7 @@ def _maybe_reprobe(run: _Run, stable: Judged) -> None:
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
         return
-    if why == "BackoffElapsed" and sp.disabled_acceptance and window is not None:
+    if why == "BackoffElapsed" and sp.disabled_acceptance and speed.measured(window):
         return  # stopped for speed: the prediction above decides, not the clock
     waited = f" (back-off doubled {sp.failed_reprobes} times)" if sp.failed_reprobes else ""
     cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"

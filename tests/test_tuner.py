@@ -94,14 +94,8 @@ class Fleet:
         sp = self.status.speculation
         stable = canary = None
         if profile is not None:
-            if sp.disabled:
-                stable = replace(
-                    window(profile, 1),
-                    drafts=0,
-                    draft_tokens=0,
-                    accepted_tokens=0,
-                    accepted_per_position=(),
-                )
+            if sp.disabled:  # plain decoding: tokens and step times, no drafts
+                stable = replace(window(profile, 0, engine=self.engine), drafts=0)
             else:
                 k = sp.tokens or self.spec.speculation.tokens
                 stable = window(profile, k, engine=self.engine)
@@ -222,6 +216,38 @@ def test_failed_reprobes_double_the_back_off_and_a_held_one_resets_it() -> None:
 
 # Verification compute-bound from 4 tokens on, and dear: at a batch of 4 no K pays.
 NO_K_PAYS = StepCost(compute_bound_tokens=4, verify_ms_per_token=1.0)
+
+
+def test_after_stop_speculation_a_predicted_gain_reprobes_but_a_failed_one_waits() -> None:
+    """Stopped for speed, speculation is re-probed as soon as the fit predicts a gain at
+    the batch the plain pods run; after a re-probe that measured none, not before the
+    doubled back-off."""
+    spec = make_spec(rollback={"reprobeAfter": "10m"})
+
+    def minutes_to_reprobe(failed: int) -> int:
+        fleet = Fleet(spec, engine=StepCost())
+        fleet.status = SpeculativeModelStatus.model_validate(
+            {
+                "speculation": {
+                    "tokens": 3,
+                    "requestedTokens": 3,
+                    "parallelDrafting": True,
+                    "disabled": True,
+                    "disabledReason": "plain decoding was faster",
+                    "disabledAcceptance": CODE,
+                    "failedReprobes": failed,
+                    "reprobeAt": (T0 + timedelta(minutes=20)).isoformat(),
+                    "changedAt": T0.isoformat(),
+                }
+            }
+        )
+        for minute in range(1, 40):
+            if "Reprobe" in fleet.step(CODE):
+                return minute
+        raise AssertionError("never re-probed")
+
+    assert minutes_to_reprobe(failed=0) <= 5  # the cooldown, then the prediction
+    assert minutes_to_reprobe(failed=1) >= 20
 
 
 def test_plain_decoding_when_no_k_pays_is_not_a_rollback() -> None:
