@@ -185,15 +185,28 @@ def window_conditional(window: TrackWindow) -> list[float]:
     return [draft_acceptance_rate(window).value]
 
 
+def _predict_ks(
+    spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
+) -> dict[int, Prediction]:
+    return {
+        k: predict(conditional, k, batch, spec.rollback.metric, cost)
+        for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
+    }
+
+
 def predictions(
     spec: SpeculativeModelSpec, window: TrackWindow, cost: FittedStepCost
 ) -> dict[int, Prediction]:
     """Predictions for every K the spec allows, from one window's per-position rates."""
-    conditional = window_conditional(window)
-    return {
-        k: predict(conditional, k, window.batch_per_pod, spec.rollback.metric, cost)
-        for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
-    }
+    return _predict_ks(spec, window_conditional(window), window.batch_per_pod, cost)
+
+
+def _fastest_and_plain(
+    spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
+) -> tuple[Prediction, float]:
+    """The K the spec allows with the best predicted goodput, and plain decoding's."""
+    fastest = max(_predict_ks(spec, conditional, batch, cost).values(), key=lambda p: p.goodput)
+    return fastest, goodput_at(1.0, 0, batch, cost)
 
 
 # ----------------------------------------------------------------------------- windows
@@ -282,7 +295,8 @@ def _collect(
 
 
 def _totals_add(totals: TrackTotals, window: TrackWindow) -> TrackTotals:
-    step = window.step_seconds if window.engine_steps >= speed.MIN_ENGINE_STEPS else None
+    point = speed.measured(window)
+    step = point[0] / 1000.0 if point else None
     return TrackTotals(
         drafts=totals.drafts + window.drafts,
         draft_tokens=totals.draft_tokens + window.draft_tokens,
@@ -505,10 +519,7 @@ def decide(
     _speculation_condition(run, observation)
     if sp.disabled:
         if run.status.canary is not None:  # a re-probe on a canary
-            probe = _judge_collected(
-                run, "canary", observation.canary, run.status.canary.candidate_tokens, None
-            )
-            _advance_trial(run, stable, probe, observation)
+            _feed_trial(run, stable, observation)
         else:
             _maybe_reprobe(run, stable)
         return Decided(run.status, run.actions)
@@ -545,13 +556,7 @@ def decide(
             return Decided(run.status, run.actions)
 
     if run.status.canary is not None:
-        trial = run.status.canary
-        canary = (
-            None
-            if trial.in_place
-            else _judge_collected(run, "canary", observation.canary, trial.candidate_tokens, None)
-        )
-        _advance_trial(run, stable, canary, observation)
+        _feed_trial(run, stable, observation)
     elif (
         spec.tuning.enabled
         and stable.conclusive
@@ -868,9 +873,9 @@ def _below_floor(run: _Run, judged: Judged, why: str) -> None:
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
-    predicted = predictions(spec, judged.window, run.cost)
-    fastest = max(predicted.values(), key=lambda p: p.goodput)
-    plain = goodput_at(1.0, 0, judged.window.batch_per_pod, run.cost)
+    fastest, plain = _fastest_and_plain(
+        spec, window_conditional(judged.window), judged.window.batch_per_pod, run.cost
+    )
     gain = fastest.goodput / plain - 1
     metric = judged.metric.value if judged.metric else None
     pays = f"K={fastest.tokens} is predicted {gain:+.1%} over plain decoding"
@@ -909,7 +914,7 @@ def _disable(
     kind: ActionKind = ActionKind.DISABLE,
     why: str = "NoKClearsFloor",
 ) -> None:
-    sp, spec = run.sp, run.spec
+    sp = run.sp
     run.act(
         kind,
         why,
@@ -923,13 +928,10 @@ def _disable(
     if sp.reprobed_at is not None:
         sp.failed_reprobes += 1
     sp.reprobed_at = None
-    backoff = run.seconds(spec.rollback.reprobe_after) * 2 ** min(
-        sp.failed_reprobes, MAX_REPROBE_DOUBLINGS
-    )
     sp.disabled = True
     sp.disabled_reason = reason
     sp.disabled_acceptance = None
-    sp.reprobe_at = run.now + backoff
+    sp.reprobe_at = _next_reprobe(run)
     sp.changed_at = run.now
     sp.failing_windows = 0
     sp.windows = 0
@@ -939,18 +941,22 @@ def _disable(
     _clear_below_floor(run, "Disabled", "speculation is off")
 
 
+def _next_reprobe(run: _Run) -> datetime:
+    """reprobeAfter from now, doubled for each re-probe that failed in a row."""
+    doublings = min(run.sp.failed_reprobes, MAX_REPROBE_DOUBLINGS)
+    return run.now + run.seconds(run.spec.rollback.reprobe_after) * (1 << doublings)
+
+
 def _stop_if_plain_is_faster(run: _Run, judged: Judged) -> bool:
     """Plain decoding when the fitted cost says no K pays at this load (a large batch
     makes verification compute-bound): not a rollback, the draft is fine."""
     spec = run.spec
     assert judged.window is not None
-    predicted = predictions(spec, judged.window, run.cost)
-    fastest = max(predicted.values(), key=lambda p: p.goodput)
+    conditional = window_conditional(judged.window)
     batch = judged.window.batch_per_pod
-    plain = goodput_at(1.0, 0, batch, run.cost)
+    fastest, plain = _fastest_and_plain(spec, conditional, batch, run.cost)
     if plain < fastest.goodput * (1 + spec.tuning.min_improvement):
         return False
-    conditional = window_conditional(judged.window)
     reason = (
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
         f"K={fastest.tokens} at batch {batch:.1f}"
@@ -1000,14 +1006,9 @@ def _maybe_reprobe(run: _Run, stable: Judged) -> None:
         and cooled
         and backed_off
     ):
-        predicted = {
-            t: predict(
-                sp.disabled_acceptance, t, window.batch_per_pod, spec.rollback.metric, run.cost
-            )
-            for t in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
-        }
-        best = max(predicted.values(), key=lambda p: p.goodput)
-        plain = goodput_at(1.0, 0, window.batch_per_pod, run.cost)
+        best, plain = _fastest_and_plain(
+            spec, sp.disabled_acceptance, window.batch_per_pod, run.cost
+        )
         if best.goodput >= plain * (1 + spec.tuning.min_improvement):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
@@ -1106,6 +1107,18 @@ def _propose(run: _Run, judged: Judged) -> None:
     )
 
 
+def _feed_trial(run: _Run, stable: Judged, observation: Observation) -> None:
+    """Judge the canary's window (an in-place trial has none) and advance the trial."""
+    trial = run.status.canary
+    assert trial is not None
+    canary = (
+        None
+        if trial.in_place
+        else _judge_collected(run, "canary", observation.canary, trial.candidate_tokens, None)
+    )
+    _advance_trial(run, stable, canary, observation)
+
+
 def _advance_trial(
     run: _Run, stable: Judged, canary: Judged | None, observation: Observation
 ) -> None:
@@ -1186,10 +1199,20 @@ def _advance_trial(
         )
 
 
-def _compare(run: _Run, stable: Judged) -> None:
-    sp, spec, trial = run.sp, run.spec, run.status.canary
+def _trial_baseline(run: _Run) -> int | None:
+    """The K a trial is compared with: plain decoding (0) for a re-probe, the K before an
+    in-place trial, else the stable K."""
+    trial = run.status.canary
     assert trial is not None
-    before_k = 0 if sp.disabled else trial.previous_tokens if trial.in_place else sp.tokens
+    if run.sp.disabled:
+        return 0
+    return trial.previous_tokens if trial.in_place else run.sp.tokens
+
+
+def _compare(run: _Run, stable: Judged) -> None:
+    spec, trial = run.spec, run.status.canary
+    assert trial is not None
+    before_k = _trial_baseline(run)
     assert before_k is not None
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
@@ -1228,7 +1251,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
     sp, trial = run.sp, run.status.canary
     assert trial is not None and sp.tokens is not None
     candidate = trial.candidate_tokens
-    previous = 0 if sp.disabled else trial.previous_tokens if trial.in_place else sp.tokens
+    previous = _trial_baseline(run)
     run.status.canary = None
     sp.candidate_tokens = None
     sp.canary_started_at = None
@@ -1254,10 +1277,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
         return
     if sp.disabled:
         sp.failed_reprobes += 1
-        backoff = run.seconds(run.spec.rollback.reprobe_after) * 2 ** min(
-            sp.failed_reprobes, MAX_REPROBE_DOUBLINGS
-        )
-        sp.reprobe_at = run.now + backoff
+        sp.reprobe_at = _next_reprobe(run)
         reject = False
     if reject:
         sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
