@@ -6,7 +6,7 @@ over all of a pod's drafts, the speed series from the window's jittered step tim
 run of a thousand windows takes a fraction of a second. Counters go through the real
 WindowTracker and the real `decide`, which sees nothing the operator would not:
 counters, gauges and the clock. It is never given the engine's step cost: the tuner
-uses its own, as it would on a cluster.
+fits its own from the step times the pods report, as it would on a cluster.
 
 The scenario format (one scenario, or a matrix of `variants`) is documented in
 docs/tuning.md.
