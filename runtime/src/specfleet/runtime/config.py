@@ -37,7 +37,7 @@ class Method(StrEnum):
     NONE = "none"
     # A separate small LM of the target's vocabulary drafting sequentially (vLLM's
     # method of that name). The runtime runs it (the real-engine tests use the target as
-    # its own draft); the operator does not offer it (operator/api.py DraftMethod).
+    # its own draft); the operator does not offer it (specfleet.operator.api.DraftMethod).
     DRAFT_MODEL = "draft_model"
 
     @property
