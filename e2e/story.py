@@ -1,10 +1,10 @@
 """The product's story on the local control plane, as a user meets it.
 
-`helm install` the chart (the operator runs as the chart's pod, under its own
-ServiceAccount) -> `kubectl apply` a P-EAGLE SpeculativeModel on the simulated engine
--> the tuner raises K through a canary -> acceptance drifts below the floor -> the
-operator rolls back -> uninstall leaves nothing behind. The end-to-end test asserts
-on it; `make demo` narrates it.
+`helm install` the chart (the operator runs as the chart's pod, from the operator image
+built here, under its own ServiceAccount) -> `kubectl apply` a P-EAGLE SpeculativeModel
+on the simulated engine -> the tuner raises K through a canary -> acceptance drifts
+below the floor -> the operator rolls back -> uninstall leaves nothing behind. The
+end-to-end test asserts on it; `make demo` narrates it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from e2e import cluster
+from e2e import cluster, images
 from e2e.models import apply, get_model, sim_admin, sim_model
 from specfleet.operator.status import pod_ready
 from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
@@ -110,7 +110,11 @@ class Story:
     # ----------------------------------------------------------------- steps
 
     def install_chart(self) -> None:
+        """The chart as a user installs it; its operator pod runs the operator image built
+        here (the node agent runs it with runc), so the Deployment the chart renders is
+        what runs."""
         helm = str(cluster.build_binaries() / "helm")
+        images.build_all()
         cluster.install_crds()
         result = _run(
             helm,
@@ -123,6 +127,8 @@ class Story:
             str(cluster.kubeconfig_path()),
             "--set",
             f"watch.namespaces[0]={self.namespace}",
+            "--set",
+            "image.pullPolicy=Never",
             "--set-json",
             'extraArgs=["--period", "1"]',
             "--wait",

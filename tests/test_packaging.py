@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import email.parser
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -27,7 +28,10 @@ OPERATOR_ONLY = {"kopf", "kubernetes", "typer", "specfleet-operator"}
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     dist = tmp_path_factory.mktemp("dist")
     for folder in ("runtime", "operator"):
-        subprocess.run([*PIP, "wheel", "--no-deps", "-w", dist, REPO / folder], check=True)
+        # A copy: pip builds in the source tree and would leave build/ and egg-info there.
+        source = dist / "src" / folder
+        shutil.copytree(REPO / folder, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+        subprocess.run([*PIP, "wheel", "--no-deps", "-w", dist, source], check=True)
     return {
         "runtime": next(dist.glob("specfleet_runtime-*.whl")),
         "operator": next(dist.glob("specfleet_operator-*.whl")),

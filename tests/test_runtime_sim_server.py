@@ -393,3 +393,11 @@ def test_profile_file_is_read(tmp_path: Path) -> None:
     path.write_text("acceptance: [0.5]\n")
     assert read_sim_profile(str(path)) == SimProfile(acceptance=[0.5])
     assert read_sim_profile("acceptance: [0.6]") == SimProfile(acceptance=[0.6])
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"], ["serve", "-h"]])
+def test_help_prints_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from specfleet.runtime.cli import main
+
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("usage: specfleet-runtime serve --model")

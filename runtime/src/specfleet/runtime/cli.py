@@ -178,7 +178,11 @@ def supervise(command: list[str], env: Mapping[str, str], termination_log: str) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
+    asks_help = args[:1] in (["-h"], ["--help"]) or args[:2] in (
+        ["serve", "-h"],
+        ["serve", "--help"],
+    )
+    if not args or asks_help:
         print(USAGE, file=sys.stderr if not args else sys.stdout)
         return EXIT_USAGE if not args else 0
     if args[0] != "serve":
