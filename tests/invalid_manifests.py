@@ -134,6 +134,84 @@ INVALID_CASES = [
         "max-window-age-over-max", {"spec.tuning.maxWindowAge": "25h"}, "maxWindowAge", True
     ),
     InvalidCase("unknown-below-floor-policy", {"spec.rollback.belowFloor": "Panic"}, "belowFloor"),
+    InvalidCase("unknown-schedule-mode", {"spec.speculation.schedule": {"mode": "Often"}}, "mode"),
+    InvalidCase(
+        "schedule-bands-while-off",
+        {"spec.speculation.schedule": {"mode": "Off", "bands": [{"tokens": 3}]}},
+        "schedule.bands",
+        True,
+    ),
+    InvalidCase(
+        "fixed-schedule-band-without-tokens",
+        {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"maxTokens": 3}]}},
+        "schedule",
+        True,
+    ),
+    InvalidCase(
+        "learned-schedule-band-with-tokens",
+        {"spec.speculation.schedule": {"mode": "Learned", "bands": [{"tokens": 3}]}},
+        "schedule band tokens",
+        True,
+    ),
+    InvalidCase(
+        "fixed-schedule-drafting-nowhere",
+        {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"tokens": 0}]}},
+        "band with tokens above 0",
+        True,
+    ),
+    InvalidCase(
+        "schedule-last-band-with-edge",
+        {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"upToBatch": 4, "tokens": 3}]}},
+        "upToBatch",
+        True,
+    ),
+    InvalidCase(
+        "schedule-edges-decreasing",
+        {
+            "spec.speculation.schedule": {
+                "mode": "Fixed",
+                "bands": [
+                    {"upToBatch": 8, "tokens": 3},
+                    {"upToBatch": 4, "tokens": 2},
+                    {"tokens": 2},
+                ],
+            }
+        },
+        "upToBatch",
+        True,
+    ),
+    InvalidCase(
+        "schedule-three-ks",
+        {
+            "spec.speculation.schedule": {
+                "mode": "Fixed",
+                "bands": [
+                    {"upToBatch": 1, "tokens": 5},
+                    {"upToBatch": 8, "tokens": 3},
+                    {"tokens": 1},
+                ],
+            }
+        },
+        "K values",
+        True,
+    ),
+    InvalidCase(
+        "schedule-band-above-max-tokens",
+        {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"tokens": 9}]}},
+        "maxTokens",
+        True,
+    ),
+    InvalidCase(
+        "schedule-band-min-above-max",
+        {
+            "spec.speculation.schedule": {
+                "mode": "Learned",
+                "bands": [{"minTokens": 5, "maxTokens": 3}],
+            }
+        },
+        "minTokens",
+        True,
+    ),
     InvalidCase("duration-units-out-of-order", {"spec.tuning.cooldown": "30m1h"}, "cooldown", True),
     InvalidCase("unknown-strategy", {"spec.tuning.strategy": "BlueGreen"}, "strategy"),
     InvalidCase("min-draft-tokens-zero", {"spec.tuning.minDraftTokens": 0}, "minDraftTokens"),

@@ -355,6 +355,187 @@ class DraftModel(SpecModel):
         return self
 
 
+class ScheduleMode(StrEnum):
+    OFF = "Off"
+    LEARNED = "Learned"
+    FIXED = "Fixed"
+
+
+# vLLM counts drafts and draft tokens, not drafts per K: with two K values above 0 those
+# two counts tell how many drafts each made (so acceptance per position stays
+# measurable), with three they cannot (stats.drafts_reaching).
+MAX_SCHEDULE_KS = 2
+MAX_SCHEDULE_BANDS = 8
+MAX_BATCH = 65536
+
+
+class ScheduleBand(SpecModel):
+    """Batch sizes from the band before's upToBatch + 1 (1 for the first) to upToBatch."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_schema_extra(
+            **{
+                "x-kubernetes-validations": [
+                    _cel(
+                        "!has(self.minTokens) || !has(self.maxTokens) || "
+                        "self.minTokens <= self.maxTokens",
+                        "schedule band minTokens must not exceed its maxTokens",
+                        ".minTokens",
+                    ),
+                ]
+            }
+        )
+    )
+
+    up_to_batch: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BATCH,
+        description="Largest batch size of the band; the last band has none (every larger one).",
+    )
+    tokens: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SPECULATIVE_TOKENS,
+        description="Fixed: K at these batch sizes (0: no drafting).",
+    )
+    min_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SPECULATIVE_TOKENS,
+        description="Learned: lowest K the tuner may choose here (0 lets it stop drafting).",
+    )
+    max_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SPECULATIVE_TOKENS,
+        description="Learned: highest K the tuner may choose here.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleBand:
+        if (
+            self.min_tokens is not None
+            and self.max_tokens is not None
+            and self.min_tokens > self.max_tokens
+        ):
+            raise ValueError(
+                f"schedule band minTokens ({self.min_tokens}) must not exceed its maxTokens "
+                f"({self.max_tokens})"
+            )
+        return self
+
+
+_FIXED_KS = "self.bands.filter(b, has(b.tokens) && b.tokens > 0).map(b, b.tokens)"
+
+
+class Schedule(SpecModel):
+    """K by batch size (vLLM's num_speculative_tokens_per_batch_size)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_schema_extra(
+            **{
+                "x-kubernetes-validations": [
+                    _cel(
+                        "self.mode != 'Off' || size(self.bands) == 0",
+                        "schedule.bands are for mode Learned or Fixed",
+                        ".bands",
+                    ),
+                    _cel(
+                        "self.mode != 'Fixed' || "
+                        "(size(self.bands) > 0 && self.bands.all(b, has(b.tokens)))",
+                        "schedule mode Fixed needs bands, each with tokens",
+                        ".bands",
+                    ),
+                    _cel(
+                        "self.mode != 'Fixed' || self.bands.exists(b, has(b.tokens) && "
+                        "b.tokens > 0)",
+                        "a Fixed schedule needs a band with tokens above 0 (for no drafting "
+                        "at all, draft.method is none)",
+                        ".bands",
+                    ),
+                    _cel(
+                        "self.mode == 'Fixed' || self.bands.all(b, !has(b.tokens))",
+                        "schedule band tokens are for mode Fixed (Learned takes minTokens "
+                        "and maxTokens)",
+                        ".bands",
+                    ),
+                    _cel(
+                        "size(self.bands) == 0 || "
+                        "(!has(self.bands[size(self.bands) - 1].upToBatch) && "
+                        "self.bands.filter(b, !has(b.upToBatch)).size() == 1)",
+                        "schedule bands: every band but the last needs upToBatch, and the "
+                        "last has none (it takes every larger batch size)",
+                        ".bands",
+                    ),
+                    _cel(
+                        "self.bands.filter(b, has(b.upToBatch)).map(b, b.upToBatch).isSorted() "
+                        "&& self.bands.filter(b, has(b.upToBatch)).all(b, self.bands.filter(c, "
+                        "has(c.upToBatch) && c.upToBatch == b.upToBatch).size() == 1)",
+                        "schedule bands' upToBatch must increase from band to band",
+                        ".bands",
+                    ),
+                    _cel(
+                        f"{_FIXED_KS}.all(x, {_FIXED_KS}.all(y, {_FIXED_KS}.all(z, "
+                        "x == y || y == z || x == z)))",
+                        f"a schedule may use at most {MAX_SCHEDULE_KS} K values above 0: vLLM "
+                        "counts drafts and draft tokens, not drafts per K, so acceptance "
+                        "per position could not be measured with more",
+                        ".bands",
+                    ),
+                ]
+            }
+        )
+    )
+
+    mode: Annotated[ScheduleMode, Lax] = Field(
+        default=ScheduleMode.OFF,
+        description="Off: one K at every load; Learned: the tuner learns K per band of batch "
+        "sizes from the measured step cost and acceptance; Fixed: the bands as written.",
+    )
+    bands: list[ScheduleBand] = Field(
+        default_factory=list,
+        max_length=MAX_SCHEDULE_BANDS,
+        description="Learned: band edges and per-band bounds (optional: without them the "
+        "tuner places one edge where the load it sees splits); Fixed: K per band.",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Schedule:
+        bands = self.bands
+        if self.mode is ScheduleMode.OFF and bands:
+            raise ValueError("schedule.bands are for mode Learned or Fixed")
+        if self.mode is ScheduleMode.FIXED and (not bands or any(b.tokens is None for b in bands)):
+            raise ValueError("schedule mode Fixed needs bands, each with tokens")
+        if self.mode is ScheduleMode.FIXED and not any(b.tokens for b in bands):
+            raise ValueError(
+                "a Fixed schedule needs a band with tokens above 0 (for no drafting at all, "
+                "draft.method is none)"
+            )
+        if self.mode is not ScheduleMode.FIXED and any(b.tokens is not None for b in bands):
+            raise ValueError(
+                "schedule band tokens are for mode Fixed (Learned takes minTokens and maxTokens)"
+            )
+        if bands and (
+            bands[-1].up_to_batch is not None or any(b.up_to_batch is None for b in bands[:-1])
+        ):
+            raise ValueError(
+                "schedule bands: every band but the last needs upToBatch, and the last has "
+                "none (it takes every larger batch size)"
+            )
+        edges = [b.up_to_batch for b in bands[:-1]]
+        if edges != sorted(set(edges)):  # type: ignore[type-var]
+            raise ValueError(f"schedule bands' upToBatch must increase from band to band: {edges}")
+        ks = {b.tokens for b in bands if b.tokens}
+        if len(ks) > MAX_SCHEDULE_KS:
+            raise ValueError(
+                f"a schedule may use at most {MAX_SCHEDULE_KS} K values above 0, not "
+                f"{sorted(ks)}: vLLM counts drafts and draft tokens, not drafts per K, so "
+                "acceptance per position could not be measured with more"
+            )
+        return self
+
+
 class Speculation(SpecModel):
     """K, the number of speculative tokens, and the range the tuner may move it in."""
 
@@ -374,6 +555,13 @@ class Speculation(SpecModel):
                         "speculation.tokens must be between speculation.minTokens and "
                         "speculation.maxTokens",
                         ".tokens",
+                    ),
+                    _cel(
+                        "self.schedule.bands.all(b, (!has(b.tokens) || b.tokens <= "
+                        "self.maxTokens) && (!has(b.maxTokens) || b.maxTokens <= "
+                        "self.maxTokens))",
+                        "schedule band tokens and maxTokens must not exceed speculation.maxTokens",
+                        ".schedule",
                     ),
                 ]
             }
@@ -395,6 +583,10 @@ class Speculation(SpecModel):
         le=MAX_SPECULATIVE_TOKENS,
         description=f"Highest K the tuner may choose (at most {MAX_SPECULATIVE_TOKENS}).",
     )
+    schedule: Schedule = Field(
+        default_factory=Schedule,
+        description="K by batch size: off, learned from measurements, or fixed.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Speculation:
@@ -408,6 +600,13 @@ class Speculation(SpecModel):
                 f"speculation.tokens ({self.tokens}) must be between speculation.minTokens "
                 f"({self.min_tokens}) and speculation.maxTokens ({self.max_tokens})"
             )
+        for band in self.schedule.bands:
+            for name, value in (("tokens", band.tokens), ("maxTokens", band.max_tokens)):
+                if value is not None and value > self.max_tokens:
+                    raise ValueError(
+                        f"schedule band {name} ({value}) must not exceed speculation.maxTokens "
+                        f"({self.max_tokens})"
+                    )
         return self
 
 
@@ -718,6 +917,13 @@ class Condition(ApiModel):
     observed_generation: int | None = None
 
 
+class ScheduledBand(ApiModel):
+    """Batch sizes up to upToBatch (from the band before) run K=tokens."""
+
+    up_to_batch: int | None = Field(default=None, description="None: every larger batch.")
+    tokens: int
+
+
 class SpeculationState(ApiModel):
     """The K in effect and the tuner's memory of it."""
 
@@ -770,6 +976,27 @@ class SpeculationState(ApiModel):
     reprobed_at: datetime | None = Field(
         default=None,
         description="Speculation re-probed and not yet proven: a Disable now is a failed re-probe.",
+    )
+    schedule: list[ScheduledBand] | None = Field(
+        default=None,
+        description="K by batch size on the stable pods (tokens is its largest K); none: K "
+        "at every load.",
+    )
+    candidate_schedule: list[ScheduledBand] | None = Field(
+        default=None, description="K by batch size on the canary, if it tries a schedule."
+    )
+    last_known_good_schedule: list[ScheduledBand] | None = None
+    requested_schedule: Schedule | None = Field(
+        default=None, description="spec.speculation.schedule as last seen (a change resets)."
+    )
+    rejected_schedule: list[ScheduledBand] | None = Field(
+        default=None,
+        description="A schedule whose trial failed: not proposed again before rejectedUntil.",
+    )
+    load: list[float] = Field(
+        default_factory=list,
+        description="Decoding requests per engine step of the latest stable windows (the "
+        "load profile a learned schedule is fitted to).",
     )
 
 
@@ -860,6 +1087,9 @@ class CanaryComparison(ApiModel):
         default=False,
         description="InPlace trial: the stable K itself was changed; `stable` holds the "
         "windows measured before the change.",
+    )
+    previous_schedule: list[ScheduledBand] | None = Field(
+        default=None, description="In place: the schedule before the trial, restored on abort."
     )
     previous_tokens: int | None = Field(
         default=None, description="InPlace: the K before the trial, restored on abort."

@@ -440,6 +440,9 @@ class TrackWindow:
     decode_seconds: float = 0.0
     decode_steps: float = 0.0
     engine_steps: float = 0.0
+    # The Ks its pods drafted with when a schedule gave more than one (set by the tuner,
+    # which knows what it rendered): acceptance per position depends on it.
+    ks: tuple[int, ...] = ()
 
     @property
     def step_seconds(self) -> float | None:

@@ -12,10 +12,12 @@ import hashlib
 import json
 from typing import Any
 
+from specfleet.operator import schedule
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
     DraftMethod,
+    ScheduledBand,
     SpeculativeModel,
 )
 from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
@@ -82,7 +84,23 @@ def track_tokens(model: SpeculativeModel, track: Track) -> int:
     return stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
 
 
-def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) -> RuntimeConfig:
+def track_schedule(model: SpeculativeModel, track: Track) -> list[ScheduledBand] | None:
+    """K by batch size on a track's pods, if it runs a schedule (tokens is then its
+    largest K)."""
+    if _track_method(model, track) is DraftMethod.NONE:
+        return None
+    sp = model.status.speculation
+    if track == "stable":
+        return sp.schedule
+    return sp.candidate_schedule if sp.candidate_tokens else sp.schedule
+
+
+def runtime_config(
+    model: SpeculativeModel,
+    method: DraftMethod,
+    tokens: int,
+    batch_schedule: list[ScheduledBand] | None = None,
+) -> RuntimeConfig:
     """The runtime's config contract for one track; pods bind their own IP."""
     spec = model.spec
     speculates = method is not DraftMethod.NONE
@@ -102,6 +120,7 @@ def runtime_config(model: SpeculativeModel, method: DraftMethod, tokens: int) ->
         host="$(POD_IP)",
         port=spec.runtime.port,
         extra_args=tuple(spec.runtime.args),
+        batch_schedule=schedule.entries(batch_schedule) if batch_schedule and speculates else (),
     )
 
 
@@ -146,13 +165,18 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(model: SpeculativeModel, method: DraftMethod, tokens: int) -> dict[str, Any]:
+def _container(
+    model: SpeculativeModel,
+    method: DraftMethod,
+    tokens: int,
+    batch_schedule: list[ScheduledBand] | None,
+) -> dict[str, Any]:
     runtime = model.spec.runtime
     return {
         "name": CONTAINER_NAME,
         "image": runtime.image,
         "command": ["specfleet-runtime", "serve"],
-        "args": runtime_config(model, method, tokens).to_args(),
+        "args": runtime_config(model, method, tokens, batch_schedule).to_args(),
         "env": _environment(model),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
         "resources": _resources(model),
@@ -177,7 +201,7 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
     tokens = track_tokens(model, track)
     candidate = model.status.speculation.candidate_tokens
     replicas = model.spec.replicas if track == "stable" else (1 if candidate else 0)
-    container = _container(model, method, tokens)
+    container = _container(model, method, tokens, track_schedule(model, track))
     pod_labels = labels(model, track)
     runtime = model.spec.runtime
     pod_spec: dict[str, Any] = {

@@ -51,11 +51,40 @@ def draft_acceptance_rate(window: TrackWindow) -> Estimate:
     return wilson(window.accepted_tokens / window.draft_tokens, window.drafts)
 
 
+def drafts_reaching(drafts: float, draft_tokens: float, ks: Sequence[int]) -> list[float]:
+    """How many drafts reached each position, when the engine drafted with the Ks in `ks`
+    (a schedule picks one per step by batch size; steps at K=0 draft nothing).
+
+    vLLM counts drafts D and draft tokens T, not drafts per K. With one K every draft
+    reaches positions 0..K-1. With two, k1 < k2, the two counts fix how many drafts had
+    k2 tokens, n2 = (T - k1 D) / (k2 - k1): both counts are sums over the same steps, so
+    this is exact, not an estimate; positions k1..k2-1 were drafted by those n2 only.
+    More Ks would leave it open, which is why a schedule may use at most two.
+    """
+    distinct = sorted({k for k in ks if k > 0})
+    if not distinct or drafts <= 0:
+        return []
+    if len(distinct) > 2:
+        raise ValueError(f"drafts per position are unknown with three Ks or more: {distinct}")
+    if len(distinct) == 1:
+        return [drafts] * distinct[0]
+    low, high = distinct
+    deep = min(drafts, max(0.0, (draft_tokens - low * drafts) / (high - low)))
+    return [drafts] * low + [deep] * (high - low)
+
+
 def per_position(window: TrackWindow) -> list[Estimate]:
-    """Acceptance of each draft position (the chance a draft got at least that far)."""
+    """Acceptance of each draft position: the chance a draft that reached it was accepted
+    that far. Under a schedule (`window.ks`) deep positions are reached by fewer drafts:
+    dividing by all of them would read the schedule's shallow steps as rejections."""
     if window.drafts <= 0:
         return []
-    return [wilson(a / window.drafts, window.drafts) for a in window.accepted_per_position]
+    reaching = drafts_reaching(window.drafts, window.draft_tokens, window.ks) if window.ks else []
+    estimates = []
+    for i, accepted in enumerate(window.accepted_per_position):
+        trials = reaching[i] if i < len(reaching) else window.drafts
+        estimates.append(wilson(accepted / trials, trials) if trials > 0 else Estimate(0, 0, 1))
+    return estimates
 
 
 def mean_acceptance_length(window: TrackWindow) -> Estimate:
@@ -97,6 +126,24 @@ def rollback_metric(
     if baseline is None or baseline <= 0:
         return None
     return draft_acceptance_rate(window).scaled(1 / baseline)
+
+
+# Positions never drafted are assumed to be accepted less often than the last measured
+# one, by this factor per extra position: acceptance falls with depth in every published
+# draft, and over-predicting a deep K costs a failed canary while under-predicting only
+# slows the climb by one canary.
+EXTRAPOLATION_DECAY = 0.9
+
+
+def extrapolate(conditional: Sequence[float], length: int) -> list[float]:
+    """Conditional acceptance for positions 0..length-1: measured ones as they are, later
+    ones decaying from the last measured (never above it)."""
+    known = list(conditional[:length])
+    if not known:
+        return [0.0] * length
+    last = known[-1]
+    extra = [last * EXTRAPOLATION_DECAY ** (i + 1) for i in range(length - len(known))]
+    return known + extra
 
 
 def expected_rollback_metric(metric: RollbackMetric, conditional: Sequence[float], k: int) -> float:

@@ -23,13 +23,14 @@ with the margin -> else disable. Inconclusive windows neither pass nor fail.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specfleet.operator import speed
+from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     LEFT_OUT_LIMIT,
@@ -44,6 +45,9 @@ from specfleet.operator.api import (
     OpenWindows,
     PodLeftOut,
     RollbackMetric,
+    Schedule,
+    ScheduledBand,
+    ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     TrackTotals,
@@ -59,17 +63,12 @@ from specfleet.operator.stats import (
     conditional_acceptance,
     draft_acceptance_rate,
     expected_rollback_metric,
+    extrapolate,
     per_position,
     rollback_metric,
     wilson,
 )
 from specfleet.runtime.sim_model import expected_accepted, expected_draft_acceptance_rate
-
-# Positions never drafted are assumed to be accepted less often than the last measured
-# one, by this factor per extra position: acceptance falls with depth in every published
-# draft, and over-predicting a deep K costs a failed canary while under-predicting only
-# slows the climb by one canary.
-EXTRAPOLATION_DECAY = 0.9
 
 # Each re-probe that ends disabled again doubles the next back-off, this many times at most.
 MAX_REPROBE_DOUBLINGS = 4
@@ -78,6 +77,12 @@ MAX_REPROBE_DOUBLINGS = 4
 TRIAL_EXTENSION = 3
 # A window that has not collected minDraftTokens yet: neither conclusive nor a gap.
 COLLECTING = "Collecting"
+# Traffic, no drafts, and a schedule that drafts nothing at this load: not a gap either.
+NOT_DRAFTING = "NotDrafting"
+# The load profile a learned schedule is fitted to: the latest intervals' batch per pod.
+LOAD_SAMPLES = 24
+# Fewer samples than this and a learned schedule waits (one K is tuned meanwhile).
+MIN_LOAD_SAMPLES = 4
 
 
 class ActionKind(StrEnum):
@@ -134,17 +139,6 @@ class Prediction:
     mean_length: float
     metric: float
     goodput: float
-
-
-def extrapolate(conditional: Sequence[float], length: int) -> list[float]:
-    """Conditional acceptance for positions 0..length-1: measured ones as they are, later
-    ones decaying from the last measured (never above it)."""
-    known = list(conditional[:length])
-    if not known:
-        return [0.0] * length
-    last = known[-1]
-    extra = [last * EXTRAPOLATION_DECAY ** (i + 1) for i in range(length - len(known))]
-    return known + extra
 
 
 def goodput_at(mean_length: float, k: int, batch: float, cost: FittedStepCost) -> float:
@@ -393,6 +387,51 @@ def goodput_gain(
     return estimate, basis
 
 
+def schedule_gain(
+    before: TrackTotals,
+    before_schedule: Sequence[ScheduledBand] | None,
+    after: TrackTotals,
+    after_schedule: Sequence[ScheduledBand] | None,
+    cost: FittedStepCost,
+) -> tuple[Estimate, str]:
+    """Relative per-request speed of `after` over `before` when either runs a schedule.
+
+    Each track's own decode: tokens (one a request-step, plus those accepted) over the
+    step time its requests saw, with the candidate moved to the stable track's batch by
+    the fitted cost at the K each schedule runs there. With a K that varies by step
+    `1 + rate * K` has no single K; this count does not need one. Bounds as in
+    `goodput_gain`: acceptance at its bounds, step times apart by their spread.
+    """
+    a, b = _totals_rate(after), _totals_rate(before)
+    matched = before.decode_steps / before.engine_steps
+    after_batch = after.decode_steps / after.engine_steps
+
+    def k_of(bands: Sequence[ScheduledBand] | None, totals: TrackTotals) -> int:
+        if bands:
+            return schedule.k_at(bands, matched)
+        return round(totals.draft_tokens / totals.drafts) if totals.drafts else 0
+
+    k_after = k_of(after_schedule, after)
+    moved = speed.step_ms(cost, k_after, matched) / speed.step_ms(cost, k_after, after_batch)
+    spread = Z_ONE_SIDED_95 * math.hypot(_step_spread(before), _step_spread(after))
+
+    def per_request(totals: TrackTotals, rate: float, scale: float) -> float:
+        tokens = totals.decode_steps + rate * totals.draft_tokens
+        return tokens / (totals.decode_seconds * scale)
+
+    def gain(rate_after: float, rate_before: float, widen: float) -> float:
+        faster = per_request(after, rate_after, moved * (1 + widen))
+        return faster / per_request(before, rate_before, 1 - widen) - 1
+
+    after_ms = 1000.0 * after.decode_seconds / after.decode_steps * moved
+    before_ms = 1000.0 * before.decode_seconds / before.decode_steps
+    basis = f"measured step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {matched:.1f}"
+    estimate = Estimate(
+        gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)
+    )
+    return estimate, basis
+
+
 # ----------------------------------------------------------------------------- decide
 
 
@@ -514,8 +553,12 @@ def decide(
         stable = Judged(None, False, PROMETHEUS_UNAVAILABLE, detail=observation.prometheus_error)
     else:
         k = 0 if sp.disabled or sp.tokens is None else sp.tokens
-        stable = _judge_collected(run, "stable", observation.stable, k, sp.baseline_acceptance)
+        running = None if sp.disabled else sp.schedule
+        stable = _judge_collected(
+            run, "stable", observation.stable, k, sp.baseline_acceptance, running
+        )
     _record_acceptance(run, stable, observation)
+    _record_load(run, observation)
     _speculation_condition(run, observation)
     if sp.disabled:
         if run.status.canary is not None:  # a re-probe on a canary
@@ -563,7 +606,11 @@ def decide(
         and sp.failing_windows == 0
         and sp.windows >= 1
         and (sp.changed_at is None or now - sp.changed_at >= run.seconds(spec.tuning.cooldown))
-        and not _stop_if_plain_is_faster(run, stable)
+        # A schedule decides per load where drafting stops; no switch for the whole model.
+        and (
+            spec.speculation.schedule.mode is not ScheduleMode.OFF
+            or not _stop_if_plain_is_faster(run, stable)
+        )
     ):
         _propose(run, stable)
     return Decided(run.status, run.actions)
@@ -574,18 +621,27 @@ def _learn_speed(run: _Run, observation: Observation) -> None:
     ran for the whole window (not one that straddles a change of K), the canary's at its
     candidate."""
     sp, window = run.sp, observation.stable
-    if window is not None and (
-        sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
+    # A track under a schedule ran several Ks in one window: no single K to learn it at.
+    flat = sp.disabled or sp.schedule is None
+    if (
+        window is not None
+        and flat
+        and (sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at)
     ):
         run.learn_speed(0 if sp.disabled or sp.tokens is None else sp.tokens, window)
     trial = run.status.canary
-    if trial is not None and not trial.in_place:
+    if trial is not None and not trial.in_place and sp.candidate_schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
         run.learn_speed(trial.candidate_tokens, observation.canary)
 
 
 def _judge_collected(
-    run: _Run, track: Track, window: TrackWindow | None, tokens: int, baseline: float | None
+    run: _Run,
+    track: Track,
+    window: TrackWindow | None,
+    tokens: int,
+    baseline: float | None,
+    running: Sequence[ScheduledBand] | None = None,
 ) -> Judged:
     """Judge the track's window added to what it collected before, so that a window with
     too few draft tokens grows over the next intervals instead of being thrown away: at
@@ -599,12 +655,22 @@ def _judge_collected(
         or run.now - collected.since > max_age + run.seconds(run.spec.tuning.interval)
     ):
         collected = None
+    ks = schedule.drafting_ks(running) if running else ()
+    if window is not None and len(ks) > 1:
+        window = dataclasses.replace(window, ks=ks)
     alone = judge(run.spec, window, baseline)
     if window is None or alone.reason in ("NoData", "NotANumber", "NoTraffic"):
         run.keep_collecting(track, collected)
         return alone
+    if alone.reason == "NoDrafts" and running and 0 in (band.tokens for band in running):
+        run.keep_collecting(track, collected)
+        detail = "the schedule drafts nothing at this load (K=0)"
+        return Judged(window, False, NOT_DRAFTING, detail=detail)
     grown = _collect(collected, window, tokens, run.now)
-    judged = judge(run.spec, _window_of(grown), baseline)
+    grown_window = _window_of(grown)
+    if len(ks) > 1:
+        grown_window = dataclasses.replace(grown_window, ks=ks)
+    judged = judge(run.spec, grown_window, baseline)
     age = run.now - grown.since
     if judged.reason == "TooFewDraftTokens" and age < max_age:
         run.keep_collecting(track, grown)
@@ -641,17 +707,35 @@ def _sync_with_spec(run: _Run) -> None:
         run.status.step_cost = None  # measured for the other drafting style
         run.cost = speed.prior(spec.draft.method.parallel_drafting)
     sp.parallel_drafting = spec.draft.method.parallel_drafting
-    if sp.tokens is None or sp.requested_tokens is None or sp.requested_tokens != requested:
+    written = spec.speculation.schedule
+    # A status from before schedules existed saw the default: no change, nothing reset.
+    schedule_changed = (sp.requested_schedule or Schedule()) != written
+    if (
+        sp.tokens is None
+        or sp.requested_tokens is None
+        or sp.requested_tokens != requested
+        or schedule_changed
+    ):
         if sp.tokens is not None and sp.requested_tokens is not None:
+            if schedule_changed:
+                what = f"spec.speculation.schedule is now {written.mode.value}"
+            else:
+                what = f"spec.speculation.tokens is now {requested}"
             run.act(
                 ActionKind.SPEC_CHANGED,
-                "RequestedTokensChanged",
-                f"spec.speculation.tokens is now {requested}; tuning restarts from it",
+                "ScheduleChanged" if schedule_changed else "RequestedTokensChanged",
+                f"{what}; tuning restarts from it",
                 from_tokens=sp.tokens,
                 to_tokens=requested,
             )
         run.status.canary = None
         sp.candidate_tokens = None
+        sp.candidate_schedule = None
+        sp.rejected_schedule = None
+        sp.requested_schedule = written
+        sp.schedule = sp.last_known_good_schedule = schedule.fixed(spec)
+        if sp.schedule is not None:
+            requested = schedule.largest(sp.schedule)
         sp.canary_started_at = None
         sp.disabled = False
         sp.disabled_reason = None
@@ -661,12 +745,12 @@ def _sync_with_spec(run: _Run) -> None:
         sp.failed_reprobes = 0
         sp.reprobed_at = None
         _clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
-        sp.requested_tokens = requested
+        sp.requested_tokens = spec.speculation.tokens
         sp.last_known_good_tokens = requested
         run.changed(requested)
         sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
     assert sp.tokens is not None
-    if not low <= sp.tokens <= high:
+    if sp.schedule is None and not low <= sp.tokens <= high:
         clamped = min(high, max(low, sp.tokens))
         run.act(
             ActionKind.CLAMP,
@@ -683,6 +767,7 @@ def _sync_with_spec(run: _Run) -> None:
         _end_trial(run, promote=False, reason="OutsideRange", message="candidate outside the range")
     if sp.rejected_until is not None and run.now >= sp.rejected_until:
         sp.rejected_tokens = []
+        sp.rejected_schedule = None
         sp.rejected_until = None
 
 
@@ -715,6 +800,14 @@ def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> N
         if len(observation.errors) > LEFT_OUT_LIMIT
         else None,
     )
+
+
+def _record_load(run: _Run, observation: Observation) -> None:
+    """The stable pods' batch this interval, for the load profile a schedule is fitted to."""
+    window = observation.stable
+    if window is None or window.generation_tokens <= 0 or window.batch_per_pod <= 0:
+        return
+    run.sp.load = [*run.sp.load, round(window.batch_per_pod, 2)][-LOAD_SAMPLES:]
 
 
 def _speculation_condition(run: _Run, observation: Observation) -> None:
@@ -752,8 +845,9 @@ def _metrics_condition(run: _Run, judged: Judged) -> None:
         )
         return
     why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
-    if judged.reason == COLLECTING:
-        # Not a gap in the metrics: the window is still growing towards a decision.
+    if judged.reason in (COLLECTING, NOT_DRAFTING):
+        # Not a gap in the metrics: the window is still growing towards a decision, or
+        # the schedule does not draft at this load.
         if not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
             run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, why)
         return
@@ -825,6 +919,9 @@ def _rollback(run: _Run, judged: Judged) -> None:
     if not _floor_caps_k(spec):
         _below_floor(run, judged, why)
         return
+    if sp.schedule is not None:
+        _roll_back_schedule(run, judged, why)
+        return
     # A K that failed the floor is not proposed again, nor any larger one, for a while.
     sp.rejected_tokens = sorted(
         {*sp.rejected_tokens, *range(current, spec.speculation.max_tokens + 1)}
@@ -865,6 +962,36 @@ def _rollback(run: _Run, judged: Judged) -> None:
         run.changed(k)
         return
     _below_floor(run, judged, why)
+
+
+def _roll_back_schedule(run: _Run, judged: Judged, why: str) -> None:
+    """A schedule fails as a whole: back to the last known good schedule if there is
+    one, else to one K (the last known good, else the schedule's smallest drafting K);
+    a failure after that goes down the chain for one K."""
+    sp = run.sp
+    assert sp.schedule is not None and sp.tokens is not None
+    failed = sp.schedule
+    sp.rejected_schedule = failed
+    sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
+    lkg = sp.last_known_good_schedule
+    if lkg is not None and not schedule.same(lkg, failed):
+        sp.schedule, k = lkg, schedule.largest(lkg)
+        target = f"the last known good schedule, {schedule.describe(lkg)}"
+    else:
+        k = sp.last_known_good_tokens or min(schedule.drafting_ks(failed))
+        sp.schedule, sp.last_known_good_schedule = None, None
+        target = f"K={k} at every load"
+    run.act(
+        ActionKind.ROLLBACK,
+        "BelowFloor",
+        f"{why}; schedule {schedule.describe(failed)} back to {target}",
+        warning=True,
+        from_tokens=sp.tokens,
+        to_tokens=k,
+        acceptance=judged.metric.value if judged.metric else None,
+        goodput=judged.goodput,
+    )
+    run.changed(k)
 
 
 def _below_floor(run: _Run, judged: Judged, why: str) -> None:
@@ -1052,7 +1179,95 @@ def _enable(run: _Run, k: int) -> None:
 
 
 def _propose(run: _Run, judged: Judged) -> None:
-    """Pick the best candidate K and start a canary (or an in-place trial)."""
+    """Pick the best candidate K (or schedule) and start a canary (or an in-place trial)."""
+    mode = run.spec.speculation.schedule.mode
+    if mode is ScheduleMode.FIXED:
+        return  # the spec's schedule runs as written
+    if mode is ScheduleMode.LEARNED and len(run.sp.load) >= MIN_LOAD_SAMPLES:
+        _propose_schedule(run, judged)
+        return
+    _propose_k(run, judged)
+
+
+def _propose_schedule(run: _Run, judged: Judged) -> None:
+    """The schedule that fits the load the stable pods saw, tried if it is predicted to
+    be at least minImprovement faster per request than what runs."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    conditional = window_conditional(judged.window)
+    running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
+    best = schedule.learn(spec, sp.load, conditional, run.cost)
+    if best is None or schedule.same(best, running):
+        return
+    if sp.rejected_schedule is not None and schedule.same(best, sp.rejected_schedule):
+        return
+    if _floor_caps_k(spec) and any(
+        predict(conditional, k, 1.0, spec.rollback.metric, run.cost).metric < run.floor + run.margin
+        for k in schedule.drafting_ks(best)
+    ):
+        return
+    now_speed = schedule.speed_over(running, sp.load, conditional, run.cost)
+    best_speed = schedule.speed_over(best, sp.load, conditional, run.cost)
+    gain = best_speed / now_speed - 1 if now_speed > 0 else math.inf
+    if gain < spec.tuning.min_improvement:
+        return
+    candidate = None if schedule.is_flat(best) else best
+    k = schedule.largest(best)
+    message = (
+        f"{schedule.describe(best)} predicted {gain:+.1%} per-request speed over "
+        f"{schedule.describe(running)} across the last {len(sp.load)} intervals' load "
+        f"(batch {min(sp.load):.1f} to {max(sp.load):.1f})"
+    )
+    _start_trial(run, judged, k, candidate, message)
+
+
+def _start_trial(
+    run: _Run, judged: Judged, k: int, candidate: list[ScheduledBand] | None, message: str
+) -> None:
+    """A canary (or in place, the stable pods) running K=k, or the schedule `candidate`."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    strategy = sp.strategy or spec.tuning.strategy
+    acceptance = judged.metric.value if judged.metric else None
+    if strategy is TuningStrategy.IN_PLACE:
+        before = _totals_add(TrackTotals(), judged.window)
+        run.status.canary = CanaryComparison(
+            candidate_tokens=k,
+            in_place=True,
+            previous_tokens=sp.tokens,
+            previous_schedule=sp.schedule,
+            stable=before,
+        )
+        run.act(
+            ActionKind.START_IN_PLACE,
+            "PredictedGain",
+            message,
+            from_tokens=sp.tokens,
+            to_tokens=k,
+            acceptance=acceptance,
+            goodput=judged.goodput,
+        )
+        sp.canary_started_at = run.now
+        sp.schedule = candidate
+        run.changed(k)
+        return
+    run.status.canary = CanaryComparison(candidate_tokens=k)
+    sp.candidate_tokens = k
+    sp.candidate_schedule = candidate
+    sp.canary_started_at = run.now
+    run.act(
+        ActionKind.START_CANARY,
+        "PredictedGain",
+        message,
+        from_tokens=sp.tokens,
+        to_tokens=k,
+        acceptance=acceptance,
+        goodput=judged.goodput,
+    )
+
+
+def _propose_k(run: _Run, judged: Judged) -> None:
+    """The best K at this window's load, tried if predicted minImprovement faster."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     predicted = predictions(spec, judged.window, run.cost)
@@ -1075,36 +1290,7 @@ def _propose(run: _Run, judged: Judged) -> None:
         f"K={best.tokens} predicted {gain:+.1%} goodput over K={sp.tokens} at batch "
         f"{judged.window.batch_per_pod:.1f}, {spec.rollback.metric.value} {best.metric:.3f}"
     )
-    strategy = sp.strategy or spec.tuning.strategy
-    if strategy is TuningStrategy.IN_PLACE:
-        before = _totals_add(TrackTotals(), judged.window)
-        run.status.canary = CanaryComparison(
-            candidate_tokens=best.tokens, in_place=True, previous_tokens=sp.tokens, stable=before
-        )
-        run.act(
-            ActionKind.START_IN_PLACE,
-            "PredictedGain",
-            message,
-            from_tokens=sp.tokens,
-            to_tokens=best.tokens,
-            acceptance=judged.metric.value if judged.metric else None,
-            goodput=judged.goodput,
-        )
-        sp.canary_started_at = run.now
-        run.changed(best.tokens)
-        return
-    run.status.canary = CanaryComparison(candidate_tokens=best.tokens)
-    sp.candidate_tokens = best.tokens
-    sp.canary_started_at = run.now
-    run.act(
-        ActionKind.START_CANARY,
-        "PredictedGain",
-        message,
-        from_tokens=sp.tokens,
-        to_tokens=best.tokens,
-        acceptance=judged.metric.value if judged.metric else None,
-        goodput=judged.goodput,
-    )
+    _start_trial(run, judged, best.tokens, None, message)
 
 
 def _feed_trial(run: _Run, stable: Judged, observation: Observation) -> None:
@@ -1114,7 +1300,14 @@ def _feed_trial(run: _Run, stable: Judged, observation: Observation) -> None:
     canary = (
         None
         if trial.in_place
-        else _judge_collected(run, "canary", observation.canary, trial.candidate_tokens, None)
+        else _judge_collected(
+            run,
+            "canary",
+            observation.canary,
+            trial.candidate_tokens,
+            None,
+            run.sp.candidate_schedule,
+        )
     )
     _advance_trial(run, stable, canary, observation)
 
@@ -1216,12 +1409,28 @@ def _compare(run: _Run, stable: Judged) -> None:
     assert before_k is not None
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
-    gain, basis = goodput_gain(
-        trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
-    )
+    tried = run.sp.schedule if trial.in_place else run.sp.candidate_schedule
+    before = trial.previous_schedule if trial.in_place else run.sp.schedule
+    if tried is not None or before is not None:
+        if not (trial.stable.timed_windows and trial.canary.timed_windows):
+            _end_trial(
+                run,
+                promote=False,
+                reason="NoStepTimes",
+                message="a schedule is judged on the step times its pods measure; they export none",
+                reject=False,
+            )
+            return
+        gain, basis = schedule_gain(trial.stable, before, trial.canary, tried, run.cost)
+    else:
+        gain, basis = goodput_gain(
+            trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
+        )
     metric = _totals_metric(trial.canary, spec.rollback.metric)
+    tried_words = schedule.describe(tried) if tried else f"K={trial.candidate_tokens}"
+    before_words = schedule.describe(before) if before else f"K={before_k}"
     summary = (
-        f"K={trial.candidate_tokens} vs K={before_k}: goodput {gain.value:+.1%} "
+        f"{tried_words} vs {before_words}: goodput {gain.value:+.1%} "
         f"(lower bound {gain.low:+.1%}, needs {spec.tuning.min_improvement:+.1%}; {basis})"
     )
     reason = "GoodputGain"
@@ -1252,8 +1461,12 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
     assert trial is not None and sp.tokens is not None
     candidate = trial.candidate_tokens
     previous = _trial_baseline(run)
+    # The schedule tried (None: one K) and the one it was compared with.
+    tried = sp.schedule if trial.in_place else sp.candidate_schedule
+    before = trial.previous_schedule if trial.in_place else sp.schedule
     run.status.canary = None
     sp.candidate_tokens = None
+    sp.candidate_schedule = None
     sp.canary_started_at = None
     rate = _totals_rate(trial.canary).value if trial.canary.windows else None
     if promote:
@@ -1273,14 +1486,22 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
             )
             return
         sp.last_known_good_tokens = previous
+        sp.last_known_good_schedule = before
+        sp.schedule = tried
+        failing = sp.failing_windows
         run.changed(candidate)
+        if trial.in_place:  # the stable pods ran it through the trial: its failures count on
+            sp.failing_windows = failing
         return
     if sp.disabled:
         sp.failed_reprobes += 1
         sp.reprobe_at = _next_reprobe(run)
         reject = False
     if reject:
-        sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
+        if tried is not None:  # the schedule failed, not its largest K
+            sp.rejected_schedule = tried
+        else:
+            sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
         sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
     run.act(
         ActionKind.ABORT,
@@ -1292,6 +1513,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
         acceptance=rate,
     )
     if trial.in_place and previous:
+        sp.schedule = before
         run.changed(previous)
     else:
         sp.changed_at = run.now

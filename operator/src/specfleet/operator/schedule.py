@@ -1,0 +1,228 @@
+"""K by batch size: vLLM's `num_speculative_tokens_per_batch_size`, as the operator
+learns, renders and judges it.
+
+A schedule is a list of bands: batch sizes up to `upToBatch` (from the band before, or 1)
+run K=`tokens`; the last band has no edge and takes every larger batch. K=0 in a band
+means no drafting there (where no K pays, e.g. at a large batch). It uses at most two Ks
+above 0 (stats.drafts_reaching says why).
+
+Learning one (`learn`) is a pure function of the load the stable pods saw (decoding
+requests per engine step, one sample per window), the measured acceptance per position
+and the fitted step cost: each band gets the K with the best per-request speed (tokens
+per millisecond of a request's decode) summed over the load samples in it, and without
+bands in the spec one edge is placed where the samples split best.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from specfleet.operator import speed
+from specfleet.operator.api import (
+    MAX_BATCH,
+    MAX_SCHEDULE_KS,
+    FittedStepCost,
+    ScheduledBand,
+    ScheduleMode,
+    SpeculativeModelSpec,
+)
+from specfleet.operator.stats import extrapolate
+from specfleet.runtime.config import BatchScheduleEntry
+from specfleet.runtime.sim_model import expected_accepted
+
+Schedule = list[ScheduledBand]
+
+
+def k_at(schedule: Sequence[ScheduledBand], batch: float) -> int:
+    """K at a (mean) batch size: the band holding it, rounded to a whole batch."""
+    size = max(1, round(batch))
+    for band in schedule:
+        if band.up_to_batch is None or size <= band.up_to_batch:
+            return band.tokens
+    return schedule[-1].tokens
+
+
+def largest(schedule: Sequence[ScheduledBand]) -> int:
+    """num_speculative_tokens for a schedule: vLLM sizes the drafter for the largest K."""
+    return max(band.tokens for band in schedule)
+
+
+def drafting_ks(schedule: Sequence[ScheduledBand]) -> tuple[int, ...]:
+    """The Ks above 0 it drafts with, ascending."""
+    return tuple(sorted({band.tokens for band in schedule if band.tokens > 0}))
+
+
+def is_flat(schedule: Sequence[ScheduledBand]) -> bool:
+    return len({band.tokens for band in schedule}) == 1
+
+
+def entries(schedule: Sequence[ScheduledBand]) -> tuple[BatchScheduleEntry, ...]:
+    """The runtime's `--batch-schedule` entries (vLLM's inclusive ranges from 1); the
+    open last band ends at MAX_BATCH, which vLLM clips to its max_num_seqs."""
+    result, start = [], 1
+    for band in schedule:
+        end = band.up_to_batch or max(start, MAX_BATCH)
+        result.append(BatchScheduleEntry(start=start, end=end, k=band.tokens))
+        start = end + 1
+    return tuple(result)
+
+
+def describe(schedule: Sequence[ScheduledBand]) -> str:
+    """E.g. 'K=5 up to batch 4, K=0 above'."""
+    parts = []
+    for band in schedule:
+        where = f"up to batch {band.up_to_batch}" if band.up_to_batch else "above"
+        parts.append(f"K={band.tokens} {where}" if len(schedule) > 1 else f"K={band.tokens}")
+    return ", ".join(parts)
+
+
+def fixed(spec: SpeculativeModelSpec) -> Schedule | None:
+    """The schedule a spec writes out (mode Fixed), else None."""
+    written = spec.speculation.schedule
+    if written.mode is not ScheduleMode.FIXED:
+        return None
+    return [ScheduledBand(up_to_batch=b.up_to_batch, tokens=b.tokens or 0) for b in written.bands]
+
+
+def request_speed(
+    conditional: Sequence[float], k: int, batch: float, cost: FittedStepCost
+) -> float:
+    """Tokens per millisecond one decoding request gets at K=k and this batch."""
+    rates = extrapolate(conditional, k)
+    return (1.0 + expected_accepted(rates, k)) / speed.step_ms(cost, k, max(1.0, batch))
+
+
+def speed_over(
+    schedule: Sequence[ScheduledBand],
+    load: Sequence[float],
+    conditional: Sequence[float],
+    cost: FittedStepCost,
+) -> float:
+    """Mean per-request speed over the load samples (each a window's batch)."""
+    if not load:
+        return 0.0
+    return sum(request_speed(conditional, k_at(schedule, b), b, cost) for b in load) / len(load)
+
+
+Layout = list[tuple[int | None, list[int]]]  # (edge, Ks allowed) per band
+
+
+def _spec_layout(spec: SpeculativeModelSpec) -> Layout:
+    """The bands a Learned spec fixes, with the Ks each may take; [] when the tuner
+    places the edge. A band may choose 0 (no drafting) unless its minTokens says not."""
+    speculation = spec.speculation
+
+    def allowed(low: int | None, high: int | None) -> list[int]:
+        top = speculation.max_tokens if high is None else high
+        bottom = speculation.min_tokens if low is None else max(low, 1)
+        return ([0] if not low else []) + list(range(bottom, top + 1))
+
+    return [
+        (band.up_to_batch, allowed(band.min_tokens, band.max_tokens))
+        for band in speculation.schedule.bands
+    ]
+
+
+def learn(
+    spec: SpeculativeModelSpec,
+    load: Sequence[float],
+    conditional: Sequence[float],
+    cost: FittedStepCost,
+) -> Schedule | None:
+    """The schedule with the best mean per-request speed over `load`, or None when it
+    would draft nowhere (plain decoding everywhere is the tuner's StopSpeculation)."""
+    if not load:
+        return None
+    everything = [0, *range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)]
+    table = {k: [request_speed(conditional, k, b, cost) for b in load] for k in everything}
+    layouts = [_spec_layout(spec)]
+    if not layouts[0]:
+        sizes = sorted({max(1, round(b)) for b in load})
+        # One K everywhere, or one edge between two load levels.
+        layouts = [[(None, everything)]]
+        layouts += [[(edge, everything), (None, everything)] for edge in sizes[:-1]]
+    best: tuple[float, Schedule] | None = None
+    for layout in layouts:
+        scored = _best_ks(layout, load, table)
+        if scored is not None and (best is None or scored[0] > best[0] + 1e-12):
+            best = scored
+    if best is None or not drafting_ks(best[1]):
+        return None
+    return _merged(best[1])
+
+
+def _best_ks(
+    layout: Layout, load: Sequence[float], table: dict[int, list[float]]
+) -> tuple[float, Schedule] | None:
+    """K per band for one layout of edges, with at most MAX_SCHEDULE_KS Ks above 0, and
+    its summed speed. A band no load sample fell in keeps its neighbour's K."""
+    members: list[list[int]] = [[] for _ in layout]
+    for index, batch in enumerate(load):
+        size = max(1, round(batch))
+        band = next(i for i, (edge, _) in enumerate(layout) if edge is None or size <= edge)
+        members[band].append(index)
+
+    def score(band: int, k: int) -> float:
+        return sum(table[k][i] for i in members[band])
+
+    def choose(allowed_pair: Sequence[int] | None) -> tuple[float, list[int | None]] | None:
+        ks: list[int | None] = []
+        total = 0.0
+        for band, (_, allowed) in enumerate(layout):
+            usable = [k for k in allowed if allowed_pair is None or k == 0 or k in allowed_pair]
+            if not usable:
+                return None
+            if not members[band]:
+                ks.append(None)
+                continue
+            k = max(usable, key=lambda k: (score(band, k), -k))
+            total += score(band, k)
+            ks.append(k)
+        return total, ks
+
+    options = [choose(None)]
+    free = options[0]
+    if free is None or len({k for k in free[1] if k}) > MAX_SCHEDULE_KS:
+        drafting = sorted({k for _, allowed in layout for k in allowed if k > 0})
+        pairs = itertools.combinations_with_replacement(drafting, MAX_SCHEDULE_KS)
+        options = [choose(pair) for pair in pairs]
+    found = [o for o in options if o is not None and len({k for k in o[1] if k}) <= MAX_SCHEDULE_KS]
+    if not found:
+        return None
+    total, ks = max(found, key=lambda o: o[0])
+    filled = _fill_unseen(ks, layout)
+    return total, [
+        ScheduledBand(up_to_batch=edge, tokens=k)
+        for (edge, _), k in zip(layout, filled, strict=True)
+    ]
+
+
+def _fill_unseen(ks: list[int | None], layout: Layout) -> list[int]:
+    """Bands without load samples take the K of the nearest band below (else above) that
+    had some, if their bounds allow it, else their smallest allowed K."""
+    seen = [k for k in ks if k is not None]
+    filled: list[int] = []
+    for i, k in enumerate(ks):
+        if k is None:
+            below = [x for x in ks[:i] if x is not None]
+            neighbour = below[-1] if below else (seen[0] if seen else 0)
+            allowed = layout[i][1]
+            k = neighbour if neighbour in allowed else min(allowed)
+        filled.append(k)
+    return filled
+
+
+def _merged(schedule: Schedule) -> Schedule:
+    """Neighbouring bands with one K as one band."""
+    merged: Schedule = []
+    for band in schedule:
+        if merged and merged[-1].tokens == band.tokens:
+            merged[-1] = ScheduledBand(up_to_batch=band.up_to_batch, tokens=band.tokens)
+        else:
+            merged.append(band)
+    return merged
+
+
+def same(a: Sequence[ScheduledBand] | None, b: Sequence[ScheduledBand] | None) -> bool:
+    return [x.model_dump() for x in a or []] == [x.model_dump() for x in b or []]
