@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k
+.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule
 
 test: lint typecheck tools real-engine-tools images pytest
 
@@ -62,13 +62,17 @@ crds: $(INSTALLED)
 bench-tuner: $(INSTALLED)
 	$(BIN)/python benchmarks/tuner.py --seeds 20
 
+# A learned K schedule against one K on load cycling between 1 and 32 in flight.
+bench-schedule: $(INSTALLED)
+	$(BIN)/python benchmarks/schedule.py --seeds 20 --json build/bench/schedule.json
+
 # Each K's speed on real vLLM (the CPU build, tiny models), interleaved over 3 rounds,
 # and the operator's step-cost model fitted to it: about 15 minutes, one vLLM at a time.
 bench-real-engine-k: $(INSTALLED) real-engine-tools
 	$(BIN)/python benchmarks/real_engine_k.py --markdown --json build/bench/real_engine_k.json
 
 # Every benchmark; the scale ones run on the local control plane (docs/benchmarks.md).
-bench: bench-tuner bench-scale
+bench: bench-tuner bench-schedule bench-scale
 
 bench-scale: $(INSTALLED) cluster-up
 	$(BIN)/python benchmarks/scrape_fanout.py --json build/bench/scrape_fanout.json

@@ -22,8 +22,8 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import Observation, PodError, TrackWindow
-from specfleet.operator.stats import rollback_metric
-from specfleet.operator.tuner import decide, extrapolate, predict
+from specfleet.operator.stats import extrapolate, rollback_metric
+from specfleet.operator.tuner import decide, predict
 from specfleet.runtime.sim_model import StepCost, cumulative_acceptance, goodput, step_seconds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -59,13 +59,8 @@ def window(
     """A window of engines following `conditional` exactly; with `engine`, they report
     step times as vLLM does (one inter-token latency per request per step)."""
     per_pos = tuple(drafts * r for r in cumulative_acceptance(conditional, k))
-    timing: dict[str, float] = {}
-    if engine is not None:
-        timing = {
-            "decode_steps": drafts,
-            "engine_steps": drafts / batch,
-            "decode_seconds": drafts * step_seconds(engine, k, batch, True),
-        }
+    steps = drafts if engine is not None else 0.0
+    seconds = drafts * step_seconds(engine, k, batch, True) if engine is not None else 0.0
     return TrackWindow(
         drafts=drafts,
         draft_tokens=drafts * k,
@@ -76,7 +71,9 @@ def window(
         pod_seconds=120,
         pods=2,
         running_requests=2 * batch,
-        **timing,
+        decode_steps=steps,
+        engine_steps=steps / batch,
+        decode_seconds=seconds,
     )
 
 

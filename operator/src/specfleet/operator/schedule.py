@@ -149,7 +149,30 @@ def learn(
             best = scored
     if best is None or not drafting_ks(best[1]):
         return None
-    return _merged(best[1])
+    learned = _merged(best[1])
+    if not layouts[0][0][0] and len(learned) == 2:  # an edge the tuner placed
+        learned = _break_even(learned, load, conditional, cost)
+    return learned
+
+
+def _break_even(
+    learned: Schedule, load: Sequence[float], conditional: Sequence[float], cost: FittedStepCost
+) -> Schedule:
+    """Move the edge to where the fitted cost says the upper band's K starts to win: the
+    load samples fix only which side each measured load is on, not where between them
+    the switch belongs (loads not seen yet fall there)."""
+    low, high = learned
+    assert low.up_to_batch is not None
+    above = min(max(1, round(b)) for b in load if max(1, round(b)) > low.up_to_batch)
+    edge = low.up_to_batch
+    for batch in range(low.up_to_batch, min(above, low.up_to_batch + 1024)):
+        if request_speed(conditional, low.tokens, batch, cost) >= request_speed(
+            conditional, high.tokens, batch, cost
+        ):
+            edge = batch
+        else:
+            break
+    return [ScheduledBand(up_to_batch=edge, tokens=low.tokens), high]
 
 
 def _best_ks(

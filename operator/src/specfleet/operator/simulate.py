@@ -26,8 +26,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from specfleet.operator import schedule
 from specfleet.operator.api import (
     RollbackMetric,
+    ScheduledBand,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     parse_duration,
@@ -354,10 +356,12 @@ def _engine_window(
     batch: int,
     seconds: float,
     parallel: bool,
+    configured: bool,
 ) -> SpecDecodeCounters:
-    """One pod's counters after `seconds` more at K=k (k=0: plain decoding, no spec-decode
-    series). Every engine step serves the whole batch: one draft and one inter-token
-    latency observation per request, one iteration-tokens observation per step."""
+    """One pod's counters after `seconds` more at K=k (k=0: no drafting; the spec-decode
+    series exist only if speculation is `configured`, e.g. a schedule's K=0 band). Every
+    engine step serves the whole batch: one draft and one inter-token latency
+    observation per request, one iteration-tokens observation per step."""
     step = step_seconds(cost, k, batch, parallel) * step_jitter(rng, engine.step_noise)
     engine_steps = round(seconds / step)
     decode_steps = engine_steps * batch
@@ -372,7 +376,7 @@ def _engine_window(
         return replace(
             timed,
             generation_tokens=previous.generation_tokens + decode_steps,
-            speculation_exported=False,
+            speculation_exported=configured,
         )
     conditional = jitter(rng, acceptance, engine.noise)
     counts = sample_positions(rng, conditional, k, decode_steps)
@@ -425,28 +429,38 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
     status = SpeculativeModelStatus()
     tracker = WindowTracker()
     counters: dict[str, SpecDecodeCounters] = {}
-    pod_k: dict[str, int] = {}
+    pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...]]] = {}
     records: list[WindowRecord] = []
     decisions: list[dict[str, Any]] = []
     totals = {name: 0.0 for name in ("achieved", "oracle", "unconstrained", "k3", "k5", "none")}
     steady = dict.fromkeys(totals, 0.0)
+    # Each K held for the whole run, for the best single K in hindsight.
+    per_k = dict.fromkeys(allowed, 0.0)
+    steady_per_k = dict.fromkeys(allowed, 0.0)
     rollbacks = false_rollbacks = wrong_disables = 0
     drift_to_plain: list[int | None] = []
     awaiting_plain: int | None = None  # window index of a drift after which nothing pays
 
-    def pods() -> list[tuple[str, Track, int]]:
+    def pods() -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
+        """Each pod's track, largest K and schedule (empty: that K at every load)."""
         sp = status.speculation
         stable_k = 0 if sp.disabled or sp.tokens is None else sp.tokens
-        result: list[tuple[str, Track, int]] = [
-            (f"stable-{i}", "stable", stable_k) for i in range(scenario.replicas)
+        stable_schedule = tuple(sp.schedule or ()) if stable_k else ()
+        result: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]] = [
+            (f"stable-{i}", "stable", stable_k, stable_schedule) for i in range(scenario.replicas)
         ]
         if sp.candidate_tokens is not None:
-            result.append(("canary-0", "canary", sp.candidate_tokens))
+            canary = tuple(sp.candidate_schedule or ())
+            result.append(("canary-0", "canary", sp.candidate_tokens, canary))
         return result
 
+    def k_in_window(k: int, bands: tuple[ScheduledBand, ...], concurrency: int) -> int:
+        # A window runs at one concurrency, so a schedule gives it one K.
+        return schedule.k_at(bands, concurrency) if bands else k
+
     tracker.observe(
-        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _ in pods()],
-        {track: k for _, track, k in pods()},
+        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _, _ in pods()],
+        {track: k for _, track, k, _ in pods()},
     )
     status = decider(spec, status, Observation(stable=None, canary=None), START).status
     windows = int(scenario.duration // interval)
@@ -470,27 +484,32 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
                     awaiting_plain = index
         samples = []
         running = pods()
-        for name, track, k in running:
-            if pod_k.get(name) != k:
+        for name, track, k, bands in running:
+            if pod_config.get(name) != (k, bands):
                 # A rollout restarts the pod: a new process, its counters from zero.
                 counters[name] = SpecDecodeCounters(process_start_time=start)
-                pod_k[name] = k
+                pod_config[name] = (k, bands)
             counters[name] = _engine_window(
                 rng,
                 scenario.engine,
                 cost,
                 counters[name],
                 phase.acceptance,
-                k,
+                k_in_window(k, bands, phase.concurrency),
                 phase.concurrency,
                 interval,
                 parallel,
+                k > 0,
             )
             samples.append(PodSample(name, track, start + interval, counters[name]))
-        observation = tracker.observe(samples, {track: k for _, track, k in running})
+        observation = tracker.observe(samples, {track: k for _, track, k, _ in running})
         now = START + timedelta(seconds=start + interval)
-        stable_k = running[0][2]
-        canary_k = running[-1][2] if running[-1][1] == "canary" else None
+        stable_k = k_in_window(running[0][2], running[0][3], phase.concurrency)
+        canary_k = (
+            k_in_window(running[-1][2], running[-1][3], phase.concurrency)
+            if running[-1][1] == "canary"
+            else None
+        )
         achieved = (
             (scenario.replicas * good(phase, stable_k) + good(phase, canary_k))
             / (scenario.replicas + 1)
@@ -510,6 +529,10 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
             totals[key] += value
             if is_steady:
                 steady[key] += value
+        for k in allowed:
+            per_k[k] += good(phase, k)
+            if is_steady:
+                steady_per_k[k] += good(phase, k)
         decided = decider(spec, status, observation, now)
         status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
@@ -567,6 +590,8 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
     ]
     count = max(1, windows)
     steady_count = max(1, sum(1 for r in records if in_steady_state(r)))
+    totals["single"] = max(per_k.values())
+    steady["single"] = max(steady_per_k.values())
     return SimulationResult(
         scenario=scenario.name,
         seed=seed,
@@ -590,6 +615,7 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
 LABELS = {
     "achieved": "achieved (tuner)",
     "unconstrained": "best static K per phase, no floor",
+    "single": "best single K for the whole run",
     "oracle": "best static K per phase under the floor",
     "k3": "static K=3",
     "k5": "static K=5",

@@ -1,0 +1,283 @@
+"""K by batch size: the estimator of acceptance per position under a schedule, the
+learner, rendering, and the tuner trying, promoting and rolling back a schedule."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from specfleet.operator import render, schedule, speed
+from specfleet.operator.api import ScheduledBand, SpeculativeModel, SpeculativeModelStatus
+from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.stats import drafts_reaching, per_position
+from specfleet.operator.tuner import ActionKind, decide
+from specfleet.runtime import sim_model
+from specfleet.runtime.sim_engine import SimEngine
+from specfleet.runtime.sim_model import Load, SimProfile, StepCost
+from tests.test_tuner import CODE, DAR, T0, make_spec
+
+PUBLISHED = StepCost()  # the simulator's published-like cost
+
+
+def band(tokens: int, up_to: int | None = None) -> ScheduledBand:
+    return ScheduledBand(up_to_batch=up_to, tokens=tokens)
+
+
+# ------------------------------------------------------------------ the estimator
+
+
+def test_two_counts_tell_how_many_drafts_reached_the_deep_positions() -> None:
+    # 600 drafts at K=2 and 400 at K=5: D = 1000, T = 600*2 + 400*5 = 3200.
+    assert drafts_reaching(1000, 3200, (2, 5)) == [1000, 1000, 400, 400, 400]
+    assert drafts_reaching(1000, 3000, (3,)) == [1000, 1000, 1000]
+    assert drafts_reaching(1000, 3000, (0, 3)) == [1000, 1000, 1000]  # K=0 steps draft nothing
+    with pytest.raises(ValueError, match="three Ks"):
+        drafts_reaching(1000, 3000, (1, 2, 3))
+
+
+def _run_schedule(
+    low_k: int, high_k: int, edge: int, seed: int, seconds: float = 30.0
+) -> tuple[SimEngine, SimProfile]:
+    """A simulated engine drafting high_k up to batch `edge` and low_k above, under load
+    that moves between light and heavy every few seconds (both Ks run)."""
+    profile = SimProfile(acceptance=[0.9, 0.8, 0.75, 0.7, 0.65, 0.6], noise=0.0)
+    sim = SimEngine(
+        profile,
+        k_max=high_k,
+        k_for_batch=lambda b: high_k if b <= edge else low_k,
+        parallel=True,
+        seed=seed,
+    )
+    rng = random.Random(seed)
+    elapsed = 0.0
+    while elapsed < seconds:
+        sim.set_load(Load(requests_per_second=rng.choice([1.0, 40.0]), output_tokens=64))
+        for _ in range(round(3.0 / profile.tick)):
+            sim.advance(profile.tick)
+        elapsed += 3.0
+    return sim, profile
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    low_k=st.integers(1, 3),
+    extra=st.integers(1, 3),
+    edge=st.integers(2, 4),
+    seed=st.integers(0, 10_000),
+)
+def test_per_position_acceptance_under_a_schedule_is_unbiased(
+    low_k: int, extra: int, edge: int, seed: int
+) -> None:
+    """Against the simulator (whose truth is prod(p_0..p_i) for a draft that reached i):
+    dividing by the drafts that reached each position is within 4 standard errors at
+    every position; dividing by all drafts reads the shallow steps as rejections (it
+    lands on truth times the share of deep drafts)."""
+    high_k = low_k + extra
+    sim, profile = _run_schedule(low_k, high_k, edge, seed)
+    c = sim.counters
+    window = TrackWindow(
+        drafts=c.num_drafts,
+        draft_tokens=c.num_draft_tokens,
+        accepted_tokens=c.num_accepted_tokens,
+        accepted_per_position=tuple(c.accepted_per_position),
+        generation_tokens=c.generation_tokens,
+        seconds=60,
+        pod_seconds=60,
+        pods=1,
+        running_requests=0,
+        ks=(low_k, high_k),
+    )
+    reaching = drafts_reaching(c.num_drafts, c.num_draft_tokens, (low_k, high_k))
+    assume(200 < reaching[-1] < c.num_drafts - 200)  # both Ks ran, or nothing is tested
+    truth = sim_model.cumulative_acceptance(profile.acceptance, high_k)
+    measured = per_position(window)
+    naive = per_position(replace(window, ks=()))
+    for i, expected in enumerate(truth):
+        se = math.sqrt(expected * (1 - expected) / reaching[i])
+        assert abs(measured[i].value - expected) < 4 * se, (i, measured[i].value, expected)
+        if i >= low_k:  # positions only the deep drafts reached: all drafts dilute them
+            share = reaching[i] / c.num_drafts
+            assert abs(naive[i].value - expected * share) < 4 * se * share
+
+
+# ------------------------------------------------------------------ the learner
+
+
+def test_learns_a_deep_k_at_light_load_and_no_drafting_where_no_k_pays() -> None:
+    spec = make_spec(speculation={"schedule": {"mode": "Learned"}})
+    cost = speed.prior(True)
+    load = [1.0] * 6 + [32.0] * 6
+    learned = schedule.learn(spec, load, CODE, cost)
+    assert learned is not None and len(learned) == 2
+    light, heavy = learned
+    assert light.tokens >= 4 and heavy.tokens == 0 and heavy.up_to_batch is None
+    # The edge sits where the fitted cost says the deep K stops paying.
+    assert light.up_to_batch is not None and 1 <= light.up_to_batch < 32
+    edge = light.up_to_batch
+    assert schedule.request_speed(CODE, light.tokens, edge, cost) >= schedule.request_speed(
+        CODE, 0, edge, cost
+    )
+    assert schedule.request_speed(CODE, light.tokens, edge + 1, cost) < schedule.request_speed(
+        CODE, 0, edge + 1, cost
+    )
+    flat = schedule.speed_over([band(light.tokens)], load, CODE, cost)
+    assert schedule.speed_over(learned, load, CODE, cost) > flat
+
+
+def test_one_load_learns_one_k() -> None:
+    spec = make_spec(speculation={"schedule": {"mode": "Learned"}})
+    learned = schedule.learn(spec, [2.0] * 8, CODE, speed.prior(True))
+    assert learned is not None and len(learned) == 1 and learned[0].up_to_batch is None
+
+
+def test_spec_bands_fix_the_edges_and_bound_each_band() -> None:
+    spec = make_spec(
+        speculation={
+            "schedule": {
+                "mode": "Learned",
+                "bands": [{"upToBatch": 4, "maxTokens": 3}, {"minTokens": 1, "maxTokens": 2}],
+            }
+        }
+    )
+    learned = schedule.learn(spec, [1.0] * 6 + [32.0] * 6, CODE, speed.prior(True))
+    assert learned is not None
+    assert learned[0].up_to_batch == 4 and learned[0].tokens <= 3
+    assert 1 <= learned[-1].tokens <= 2  # minTokens 1: this band may not stop drafting
+
+
+# ------------------------------------------------------------------ rendering
+
+
+@pytest.mark.parametrize(
+    "bands",
+    [[band(5, 4), band(0)], [band(7, 1), band(3, 16), band(7)], [band(2)]],
+)
+def test_rendered_entries_give_vllm_the_same_k_at_every_batch(
+    bands: list[ScheduledBand], peagle_manifest: dict[str, Any]
+) -> None:
+    model = SpeculativeModel.model_validate(peagle_manifest)
+    config = render.runtime_config(model, model.spec.draft.method, schedule.largest(bands), bands)
+    for batch in range(1, 200):
+        assert config.k_for_batch(batch) == schedule.k_at(bands, batch), batch
+
+
+def test_the_canary_renders_its_schedule_and_the_stable_its_own(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    model = SpeculativeModel.model_validate(peagle_manifest)
+    sp = model.status.speculation
+    sp.tokens, sp.candidate_tokens = 3, 6
+    sp.candidate_schedule = [band(6, 4), band(0)]
+    stable, canary = (render.deployment(model, t) for t in ("stable", "canary"))
+    stable_args = stable["spec"]["template"]["spec"]["containers"][0]["args"]
+    canary_args = canary["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--batch-schedule" not in stable_args
+    assert canary_args[canary_args.index("--num-speculative-tokens") + 1] == "6"
+    entries = [canary_args[i + 1] for i, a in enumerate(canary_args) if a == "--batch-schedule"]
+    assert entries == ["1:4:6", "5:65536:0"]
+
+
+def test_a_fixed_schedule_runs_as_written() -> None:
+    spec = make_spec(
+        speculation={
+            "schedule": {"mode": "Fixed", "bands": [{"upToBatch": 8, "tokens": 6}, {"tokens": 2}]}
+        }
+    )
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    assert status.speculation.schedule == [band(6, 8), band(2)]
+    assert status.speculation.tokens == 6
+
+
+# ------------------------------------------------------------------ the tuner
+
+
+def _window(k_at_batch: int, batch: int, drafts: float = 20_000) -> TrackWindow:
+    """A track's window at one load: K=k_at_batch (0: no drafts), step times from the
+    published-like cost, acceptance CODE."""
+    per_pos = tuple(drafts * r for r in sim_model.cumulative_acceptance(CODE, k_at_batch))
+    step = sim_model.step_seconds(PUBLISHED, k_at_batch, batch, True)
+    return TrackWindow(
+        drafts=drafts if k_at_batch else 0,
+        draft_tokens=drafts * k_at_batch,
+        accepted_tokens=sum(per_pos),
+        accepted_per_position=per_pos if k_at_batch else (),
+        generation_tokens=drafts + sum(per_pos),
+        seconds=60,
+        pod_seconds=120,
+        pods=2,
+        running_requests=2 * batch,
+        decode_seconds=drafts * step,
+        decode_steps=drafts,
+        engine_steps=drafts / batch,
+    )
+
+
+def _k_of(sp_tokens: int, bands: list[ScheduledBand] | None, batch: int) -> int:
+    return schedule.k_at(bands, batch) if bands else sp_tokens
+
+
+def test_learns_tries_and_promotes_a_schedule_on_cycling_load() -> None:
+    spec = make_spec(speculation={"tokens": 3, "schedule": {"mode": "Learned"}})
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    now = T0
+    kinds: list[str] = []
+    for minute in range(60):
+        batch = 1 if (minute // 5) % 2 == 0 else 32
+        sp = status.speculation
+        stable = _window(_k_of(sp.tokens or 3, sp.schedule, batch), batch)
+        canary = None
+        if sp.candidate_tokens is not None:
+            k = _k_of(sp.candidate_tokens, sp.candidate_schedule, batch)
+            canary = replace(_window(k, batch, 10_000), pods=1, pod_seconds=60)
+        now += timedelta(minutes=1)
+        before = sp.tokens
+        decided = decide(spec, status, Observation(stable, canary), now)
+        status = decided.status
+        kinds += [a.kind for a in decided.actions]
+        if ActionKind.PROMOTE in kinds and status.speculation.schedule:
+            break
+    sp = status.speculation
+    assert ActionKind.START_CANARY in kinds and ActionKind.PROMOTE in kinds, kinds
+    assert sp.schedule is not None and len(sp.schedule) == 2
+    assert sp.schedule[0].tokens > 3 and sp.schedule[-1].tokens == 0
+    assert sp.tokens == schedule.largest(sp.schedule)
+    # What ran before it (one K, maybe tuned on the way) is the last known good.
+    assert sp.last_known_good_tokens == before and sp.last_known_good_schedule is None
+    # Windows where the schedule drafts nothing are not a metrics gap.
+    assert ActionKind.METRICS_UNAVAILABLE not in kinds
+
+
+def test_a_failing_schedule_rolls_back_to_one_k_as_a_whole() -> None:
+    spec = make_spec(
+        speculation={"tokens": 3, "schedule": {"mode": "Learned"}},
+        rollback={**DAR, "failureLimit": 2},
+    )
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    sp = status.speculation
+    sp.schedule = [band(6, 4), band(2)]
+    sp.tokens = 6
+    sp.last_known_good_tokens = 3
+    bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
+    now = T0
+    kinds: list[str] = []
+    for _ in range(3):
+        window = _window(6, 1)
+        per_pos = tuple(20_000 * r for r in sim_model.cumulative_acceptance(bad, 6))
+        window = replace(window, accepted_per_position=per_pos, accepted_tokens=sum(per_pos))
+        now += timedelta(minutes=1)
+        decided = decide(spec, status, Observation(window, None), now)
+        status = decided.status
+        kinds += [a.kind for a in decided.actions]
+        if ActionKind.ROLLBACK in kinds:
+            break
+    sp = status.speculation
+    assert ActionKind.ROLLBACK in kinds
+    assert sp.schedule is None and sp.tokens == 3
+    assert sp.rejected_schedule == [band(6, 4), band(2)]
