@@ -24,7 +24,7 @@ from pathlib import Path
 from specfleet.operator.simulate import SimulationResult, load_scenario, phases, simulate
 from specfleet.runtime.sim_model import goodput
 
-SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "load-cycle.yaml"
+SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "schedule" / "load-cycle.yaml"
 
 
 def per_phase_speed(result: SimulationResult, k: int | None) -> float:

@@ -156,6 +156,10 @@ def spec_counters(metrics: str) -> dict[str, float]:
     return totals
 
 
+def counter_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {name: after[name] - before.get(name, 0.0) for name in after}
+
+
 def traffic(
     server: Server, temperature: float, max_tokens: int = 96, rounds: int = 1
 ) -> dict[str, float]:
@@ -164,8 +168,7 @@ def traffic(
     jobs = [(p, 1000 * r + i) for r in range(rounds) for i, p in enumerate(PROMPTS)]
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda job: server.complete(job[0], temperature, max_tokens, job[1]), jobs))
-    after = spec_counters(server.get("/metrics"))
-    return {name: after[name] - before.get(name, 0.0) for name in after}
+    return counter_delta(before, spec_counters(server.get("/metrics")))
 
 
 def acceptance(delta: dict[str, float]) -> float:

@@ -36,11 +36,11 @@ CODE, CHAT = published_profiles()["code"], published_profiles()["chat"]
 
 
 def shipped() -> Iterator[Scenario]:
-    for path in sorted(SCENARIOS.glob("*.yaml")):
+    for path in sorted(SCENARIOS.glob("**/*.yaml")):
         yield from load_scenarios(path)
 
 
-@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("**/*.yaml")), ids=lambda p: p.stem)
 def test_shipped_scenarios_load(path: Path) -> None:
     for scenario in load_scenarios(path):
         assert phases(scenario)[0].start == 0
