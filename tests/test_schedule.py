@@ -281,3 +281,69 @@ def test_a_failing_schedule_rolls_back_to_one_k_as_a_whole() -> None:
     assert ActionKind.ROLLBACK in kinds
     assert sp.schedule is None and sp.tokens == 3
     assert sp.rejected_schedule == [band(6, 4), band(2)]
+
+
+def _cycle(spec: Any, status: Any, minutes: range, batch_of: Any) -> tuple[Any, list[str]]:
+    """Feed windows at the batch `batch_of(minute)`: the stable pods (and a canary) at
+    the K their schedule runs there."""
+    kinds: list[str] = []
+    for minute in minutes:
+        batch = batch_of(minute)
+        sp = status.speculation
+        stable = _window(_k_of(sp.tokens or 3, sp.schedule, batch), batch)
+        canary = None
+        if sp.candidate_tokens is not None:
+            k = _k_of(sp.candidate_tokens, sp.candidate_schedule, batch)
+            canary = replace(_window(k, batch, 10_000), pods=1, pod_seconds=60)
+        decided = decide(spec, status, Observation(stable, canary), T0 + timedelta(minutes=minute))
+        status = decided.status
+        kinds += [a.kind for a in decided.actions]
+    return status, kinds
+
+
+def test_where_the_schedule_drafts_nothing_no_metrics_gap_is_called() -> None:
+    spec = make_spec(speculation={"tokens": 3, "schedule": {"mode": "Learned"}})
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    status.speculation.schedule = [band(6, 8), band(0)]
+    status.speculation.tokens = 6
+    status, kinds = _cycle(spec, status, range(1, 13), lambda minute: 32)
+    assert ActionKind.METRICS_UNAVAILABLE not in kinds
+    assert status.acceptance.reason == "NotDrafting"
+    available = [c for c in status.conditions if c.type == "MetricsAvailable"]
+    assert all(c.status != "False" for c in available)
+
+
+def test_an_in_place_schedule_trial_is_promoted_or_restores_what_ran() -> None:
+    spec = make_spec(
+        speculation={"tokens": 3, "schedule": {"mode": "Learned"}},
+        tuning={"strategy": "InPlace"},
+    )
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    status, kinds = _cycle(spec, status, range(1, 61), lambda m: 1 if (m // 5) % 2 == 0 else 32)
+    assert ActionKind.START_IN_PLACE in kinds
+    sp = status.speculation
+    assert sp.candidate_schedule is None  # in place: no canary
+    assert sp.schedule is not None and len(sp.schedule) == 2  # learned and kept
+
+
+def test_a_failing_schedule_goes_back_to_the_last_known_good_schedule_first() -> None:
+    spec = make_spec(
+        speculation={"tokens": 3, "schedule": {"mode": "Learned"}},
+        rollback={**DAR, "failureLimit": 2},
+    )
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    sp = status.speculation
+    sp.schedule, sp.tokens = [band(6, 4), band(2)], 6
+    sp.last_known_good_schedule = [band(2, 4), band(1)]
+    bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
+    per_pos = tuple(20_000 * r for r in sim_model.cumulative_acceptance(bad, 6))
+    failing = replace(_window(6, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos))
+    kinds: list[str] = []
+    for minute in (1, 2):
+        now = T0 + timedelta(minutes=minute)
+        decided = decide(spec, status, Observation(failing, None), now)
+        status = decided.status
+        kinds += [a.kind for a in decided.actions]
+    assert ActionKind.ROLLBACK in kinds
+    assert status.speculation.schedule == [band(2, 4), band(1)]
+    assert status.speculation.tokens == 2
