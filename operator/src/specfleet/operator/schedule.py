@@ -31,7 +31,7 @@ from specfleet.operator.stats import extrapolate
 from specfleet.runtime.config import BatchScheduleEntry
 from specfleet.runtime.sim_model import expected_accepted
 
-Schedule = list[ScheduledBand]
+Bands = list[ScheduledBand]  # a schedule as the status holds it
 
 
 def k_at(schedule: Sequence[ScheduledBand], batch: float) -> int:
@@ -77,7 +77,7 @@ def describe(schedule: Sequence[ScheduledBand]) -> str:
     return ", ".join(parts)
 
 
-def fixed(spec: SpeculativeModelSpec) -> Schedule | None:
+def fixed(spec: SpeculativeModelSpec) -> Bands | None:
     """The schedule a spec writes out (mode Fixed), else None."""
     written = spec.speculation.schedule
     if written.mode is not ScheduleMode.FIXED:
@@ -129,7 +129,7 @@ def learn(
     load: Sequence[float],
     conditional: Sequence[float],
     cost: FittedStepCost,
-) -> Schedule | None:
+) -> Bands | None:
     """The schedule with the best mean per-request speed over `load`, or None when it
     would draft nowhere (plain decoding everywhere is the tuner's StopSpeculation)."""
     if not load:
@@ -137,12 +137,13 @@ def learn(
     everything = [0, *range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)]
     table = {k: [request_speed(conditional, k, b, cost) for b in load] for k in everything}
     layouts = [_spec_layout(spec)]
-    if not layouts[0]:
+    placed = not layouts[0]  # no bands in the spec: the tuner places the edge
+    if placed:
         sizes = sorted({max(1, round(b)) for b in load})
         # One K everywhere, or one edge between two load levels.
         layouts = [[(None, everything)]]
         layouts += [[(edge, everything), (None, everything)] for edge in sizes[:-1]]
-    best: tuple[float, Schedule] | None = None
+    best: tuple[float, Bands] | None = None
     for layout in layouts:
         scored = _best_ks(layout, load, table)
         if scored is not None and (best is None or scored[0] > best[0] + 1e-12):
@@ -150,14 +151,14 @@ def learn(
     if best is None or not drafting_ks(best[1]):
         return None
     learned = _merged(best[1])
-    if not layouts[0][0][0] and len(learned) == 2:  # an edge the tuner placed
+    if placed and len(learned) == 2:
         learned = _break_even(learned, load, conditional, cost)
     return learned
 
 
 def _break_even(
-    learned: Schedule, load: Sequence[float], conditional: Sequence[float], cost: FittedStepCost
-) -> Schedule:
+    learned: Bands, load: Sequence[float], conditional: Sequence[float], cost: FittedStepCost
+) -> Bands:
     """Move the edge to where the fitted cost says the upper band's K starts to win: the
     load samples fix only which side each measured load is on, not where between them
     the switch belongs (loads not seen yet fall there)."""
@@ -177,7 +178,7 @@ def _break_even(
 
 def _best_ks(
     layout: Layout, load: Sequence[float], table: dict[int, list[float]]
-) -> tuple[float, Schedule] | None:
+) -> tuple[float, Bands] | None:
     """K per band for one layout of edges, with at most MAX_SCHEDULE_KS Ks above 0, and
     its summed speed. A band no load sample fell in keeps its neighbour's K."""
     members: list[list[int]] = [[] for _ in layout]
@@ -236,9 +237,9 @@ def _fill_unseen(ks: list[int | None], layout: Layout) -> list[int]:
     return filled
 
 
-def _merged(schedule: Schedule) -> Schedule:
+def _merged(schedule: Bands) -> Bands:
     """Neighbouring bands with one K as one band."""
-    merged: Schedule = []
+    merged: Bands = []
     for band in schedule:
         if merged and merged[-1].tokens == band.tokens:
             merged[-1] = ScheduledBand(up_to_batch=band.up_to_batch, tokens=band.tokens)
