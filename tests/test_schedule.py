@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -14,7 +15,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from specfleet.operator import render, schedule, speed
-from specfleet.operator.api import ScheduledBand, SpeculativeModel, SpeculativeModelStatus
+from specfleet.operator.api import (
+    ScheduledBand,
+    SpeculativeModel,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.stats import drafts_reaching, per_position
 from specfleet.operator.tuner import ActionKind, decide
@@ -223,70 +229,18 @@ def _k_of(sp_tokens: int, bands: list[ScheduledBand] | None, batch: int) -> int:
     return schedule.k_at(bands, batch) if bands else sp_tokens
 
 
-def test_learns_tries_and_promotes_a_schedule_on_cycling_load() -> None:
-    spec = make_spec(speculation={"tokens": 3, "schedule": {"mode": "Learned"}})
-    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
-    now = T0
-    kinds: list[str] = []
-    for minute in range(60):
-        batch = 1 if (minute // 5) % 2 == 0 else 32
-        sp = status.speculation
-        stable = _window(_k_of(sp.tokens or 3, sp.schedule, batch), batch)
-        canary = None
-        if sp.candidate_tokens is not None:
-            k = _k_of(sp.candidate_tokens, sp.candidate_schedule, batch)
-            canary = replace(_window(k, batch, 10_000), pods=1, pod_seconds=60)
-        now += timedelta(minutes=1)
-        before = sp.tokens
-        decided = decide(spec, status, Observation(stable, canary), now)
-        status = decided.status
-        kinds += [a.kind for a in decided.actions]
-        if ActionKind.PROMOTE in kinds and status.speculation.schedule:
-            break
-    sp = status.speculation
-    assert ActionKind.START_CANARY in kinds and ActionKind.PROMOTE in kinds, kinds
-    assert sp.schedule is not None and len(sp.schedule) == 2
-    assert sp.schedule[0].tokens > 3 and sp.schedule[-1].tokens == 0
-    assert sp.tokens == schedule.largest(sp.schedule)
-    # What ran before it (one K, maybe tuned on the way) is the last known good.
-    assert sp.last_known_good_tokens == before and sp.last_known_good_schedule is None
-    # Windows where the schedule drafts nothing are not a metrics gap.
-    assert ActionKind.METRICS_UNAVAILABLE not in kinds
-
-
-def test_a_failing_schedule_rolls_back_to_one_k_as_a_whole() -> None:
-    spec = make_spec(
-        speculation={"tokens": 3, "schedule": {"mode": "Learned"}},
-        rollback={**DAR, "failureLimit": 2},
-    )
-    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
-    sp = status.speculation
-    sp.schedule = [band(6, 4), band(2)]
-    sp.tokens = 6
-    sp.last_known_good_tokens = 3
-    bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
-    now = T0
-    kinds: list[str] = []
-    for _ in range(3):
-        window = _window(6, 1)
-        per_pos = tuple(20_000 * r for r in sim_model.cumulative_acceptance(bad, 6))
-        window = replace(window, accepted_per_position=per_pos, accepted_tokens=sum(per_pos))
-        now += timedelta(minutes=1)
-        decided = decide(spec, status, Observation(window, None), now)
-        status = decided.status
-        kinds += [a.kind for a in decided.actions]
-        if ActionKind.ROLLBACK in kinds:
-            break
-    sp = status.speculation
-    assert ActionKind.ROLLBACK in kinds
-    assert sp.schedule is None and sp.tokens == 3
-    assert sp.rejected_schedule == [band(6, 4), band(2)]
-
-
-def _cycle(spec: Any, status: Any, minutes: range, batch_of: Any) -> tuple[Any, list[str]]:
+def _cycle(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    minutes: range,
+    batch_of: Callable[[int], int],
+    until: Callable[[SpeculativeModelStatus, list[str]], bool] = lambda status, kinds: False,
+) -> tuple[SpeculativeModelStatus, list[str], int | None]:
     """Feed windows at the batch `batch_of(minute)`: the stable pods (and a canary) at
-    the K their schedule runs there."""
+    the K their schedule runs there; stop early when `until`. Also the stable K before
+    the last window."""
     kinds: list[str] = []
+    before = None
     for minute in minutes:
         batch = batch_of(minute)
         sp = status.speculation
@@ -295,10 +249,38 @@ def _cycle(spec: Any, status: Any, minutes: range, batch_of: Any) -> tuple[Any, 
         if sp.candidate_tokens is not None:
             k = _k_of(sp.candidate_tokens, sp.candidate_schedule, batch)
             canary = replace(_window(k, batch, 10_000), pods=1, pod_seconds=60)
+        before = sp.tokens
         decided = decide(spec, status, Observation(stable, canary), T0 + timedelta(minutes=minute))
         status = decided.status
         kinds += [a.kind for a in decided.actions]
-    return status, kinds
+        if until(status, kinds):
+            break
+    return status, kinds, before
+
+
+def _light_then_heavy(minute: int) -> int:
+    return 1 if (minute // 5) % 2 == 0 else 32
+
+
+def test_learns_tries_and_promotes_a_schedule_on_cycling_load() -> None:
+    spec = make_spec(speculation={"tokens": 3, "schedule": {"mode": "Learned"}})
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    status, kinds, before = _cycle(
+        spec,
+        status,
+        range(1, 61),
+        _light_then_heavy,
+        until=lambda status, kinds: (
+            ActionKind.PROMOTE in kinds and status.speculation.schedule is not None
+        ),
+    )
+    sp = status.speculation
+    assert ActionKind.START_CANARY in kinds and ActionKind.PROMOTE in kinds, kinds
+    assert sp.schedule is not None and len(sp.schedule) == 2
+    assert sp.schedule[0].tokens > 3 and sp.schedule[-1].tokens == 0
+    assert sp.tokens == schedule.largest(sp.schedule)
+    # What ran before it (one K, maybe tuned on the way) is the last known good.
+    assert sp.last_known_good_tokens == before and sp.last_known_good_schedule is None
 
 
 def test_where_the_schedule_drafts_nothing_no_metrics_gap_is_called() -> None:
@@ -306,7 +288,7 @@ def test_where_the_schedule_drafts_nothing_no_metrics_gap_is_called() -> None:
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
     status.speculation.schedule = [band(6, 8), band(0)]
     status.speculation.tokens = 6
-    status, kinds = _cycle(spec, status, range(1, 13), lambda minute: 32)
+    status, kinds, _ = _cycle(spec, status, range(1, 13), lambda minute: 32)
     assert ActionKind.METRICS_UNAVAILABLE not in kinds
     assert status.acceptance.reason == "NotDrafting"
     available = [c for c in status.conditions if c.type == "MetricsAvailable"]
@@ -319,22 +301,33 @@ def test_an_in_place_schedule_trial_is_promoted_or_restores_what_ran() -> None:
         tuning={"strategy": "InPlace"},
     )
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
-    status, kinds = _cycle(spec, status, range(1, 61), lambda m: 1 if (m // 5) % 2 == 0 else 32)
+    status, kinds, _ = _cycle(spec, status, range(1, 61), _light_then_heavy)
     assert ActionKind.START_IN_PLACE in kinds
     sp = status.speculation
     assert sp.candidate_schedule is None  # in place: no canary
     assert sp.schedule is not None and len(sp.schedule) == 2  # learned and kept
 
 
-def test_a_failing_schedule_goes_back_to_the_last_known_good_schedule_first() -> None:
+@pytest.mark.parametrize(
+    ("good", "to_schedule", "to_tokens"),
+    [
+        # A last known good schedule first ...
+        ([band(2, 4), band(1)], [band(2, 4), band(1)], 2),
+        # ... else one K, the last known good.
+        (None, None, 3),
+    ],
+)
+def test_a_failing_schedule_rolls_back_as_a_whole(
+    good: list[ScheduledBand] | None, to_schedule: list[ScheduledBand] | None, to_tokens: int
+) -> None:
     spec = make_spec(
         speculation={"tokens": 3, "schedule": {"mode": "Learned"}},
         rollback={**DAR, "failureLimit": 2},
     )
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
     sp = status.speculation
-    sp.schedule, sp.tokens = [band(6, 4), band(2)], 6
-    sp.last_known_good_schedule = [band(2, 4), band(1)]
+    failed = [band(6, 4), band(2)]
+    sp.schedule, sp.tokens, sp.last_known_good_schedule = failed, 6, good
     bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
     per_pos = tuple(20_000 * r for r in sim_model.cumulative_acceptance(bad, 6))
     failing = replace(_window(6, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos))
@@ -344,6 +337,7 @@ def test_a_failing_schedule_goes_back_to_the_last_known_good_schedule_first() ->
         decided = decide(spec, status, Observation(failing, None), now)
         status = decided.status
         kinds += [a.kind for a in decided.actions]
-    assert ActionKind.ROLLBACK in kinds
-    assert status.speculation.schedule == [band(2, 4), band(1)]
-    assert status.speculation.tokens == 2
+    assert kinds.count(ActionKind.ROLLBACK) == 1
+    assert status.speculation.schedule == to_schedule
+    assert status.speculation.tokens == to_tokens
+    assert status.speculation.rejected_schedule == failed
