@@ -37,7 +37,7 @@ def test_examples_are_admitted(crds: None, namespace: str) -> None:
     result = cluster.kubectl(
         "apply", "--dry-run=server", "-n", namespace, "-f", str(REPO / "examples")
     )
-    assert result.stdout.count("(server dry run)") == 3
+    assert result.stdout.count("(server dry run)") == len(list((REPO / "examples").glob("*.yaml")))
 
 
 @pytest.mark.parametrize("case", INVALID_CASES, ids=lambda c: c.id)
