@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client
 
-from e2e import cluster
+from e2e import cluster, real_engine
 from e2e.models import apply, condition, get_model, sim_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
@@ -282,3 +283,34 @@ def test_reapplying_the_same_manifest_changes_nothing(
         status_before.pop(volatile, None)
         status_after.pop(volatile, None)
     assert yaml.safe_dump(status_after) == yaml.safe_dump(status_before)
+
+
+def test_a_fixed_schedule_reaches_the_pods_and_they_follow_it(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    schedule = {"mode": "Fixed", "bands": [{"upToBatch": 2, "tokens": 6}, {"tokens": 1}]}
+    speculation = {"tokens": 3, "minTokens": 1, "maxTokens": 6, "schedule": schedule}
+    apply(sim_model("sched", speculation=speculation, tuning={"enabled": False}), model_namespace)
+    body = _ready(api_client, model_namespace, "sched", generation=1)
+    sp = body["status"]["speculation"]
+    assert sp["tokens"] == 6
+    assert sp["schedule"] == [{"upToBatch": 2, "tokens": 6}, {"tokens": 1}]
+    stable = client.AppsV1Api(api_client).read_namespaced_deployment("sched", model_namespace)
+    args = _args(stable)
+    assert args[args.index("--num-speculative-tokens") + 1] == "6"
+    entries = [args[i + 1] for i, a in enumerate(args) if a == "--batch-schedule"]
+    assert entries == ["1:2:6", "3:65536:1"]
+    # The simulated engine under its default load decodes many requests at once: mostly
+    # K=1 steps, so fewer than 6 draft tokens a draft (one K of 6 would give exactly 6).
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(
+        model_namespace, label_selector="app.kubernetes.io/instance=sched"
+    )
+    ip = next(p.status.pod_ip for p in pods.items if p.status.pod_ip)
+
+    def drafting() -> dict[str, float] | None:
+        with urllib.request.urlopen(f"http://{ip}:8000/metrics", timeout=5) as reply:
+            counters = real_engine.spec_counters(reply.read().decode())
+        return counters if counters.get("num_drafts", 0) > 1000 else None
+
+    counters = wait_for("the sched pod drafting", drafting, timeout=60)
+    assert 1.0 <= counters["num_draft_tokens"] / counters["num_drafts"] < 6.0, counters
