@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from e2e import oci
+from e2e.real_engine import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 VERSION = importlib.metadata.version("specfleet-operator")
@@ -189,17 +190,9 @@ def run_once(image: Image, spec: oci.ContainerSpec, timeout: float = 120) -> str
     return result.stdout
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def serve_sim_metrics(timeout: float = 60) -> str:
     """Start the runtime image's `serve --engine sim` with runc and return its /metrics."""
-    port = _free_port()
+    port = free_port()
     spec = oci.ContainerSpec(
         args=["--model", "smoke", "--engine", "sim", "--host", "127.0.0.1", f"--port={port}"],
         user=NON_ROOT,

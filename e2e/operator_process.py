@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,12 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from e2e import cluster
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from e2e.real_engine import free_port
 
 
 class OperatorProcess:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from e2e.operator_process import free_port
+from e2e.real_engine import free_port
 
 # Short windows so the alerts can fire within a test; everything else is the default.
 ALERT_VALUES = [

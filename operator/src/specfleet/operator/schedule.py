@@ -34,9 +34,14 @@ from specfleet.runtime.sim_model import expected_accepted
 Bands = list[ScheduledBand]  # a schedule as the status holds it
 
 
+def _size(batch: float) -> int:
+    """A (mean) batch size as the whole batch a band holds."""
+    return max(1, round(batch))
+
+
 def k_at(schedule: Sequence[ScheduledBand], batch: float) -> int:
-    """K at a (mean) batch size: the band holding it, rounded to a whole batch."""
-    size = max(1, round(batch))
+    """K at a (mean) batch size: the band holding it."""
+    size = _size(batch)
     for band in schedule:
         if band.up_to_batch is None or size <= band.up_to_batch:
             return band.tokens
@@ -139,7 +144,7 @@ def learn(
     layouts = [_spec_layout(spec)]
     placed = not layouts[0]  # no bands in the spec: the tuner places the edge
     if placed:
-        sizes = sorted({max(1, round(b)) for b in load})
+        sizes = sorted({_size(b) for b in load})
         # One K everywhere, or one edge between two load levels.
         layouts = [[(None, everything)]]
         layouts += [[(edge, everything), (None, everything)] for edge in sizes[:-1]]
@@ -164,7 +169,7 @@ def _break_even(
     the switch belongs (loads not seen yet fall there)."""
     low, high = learned
     assert low.up_to_batch is not None
-    above = min(max(1, round(b)) for b in load if max(1, round(b)) > low.up_to_batch)
+    above = min(_size(b) for b in load if _size(b) > low.up_to_batch)
     edge = low.up_to_batch
     for batch in range(low.up_to_batch, min(above, low.up_to_batch + 1024)):
         if request_speed(conditional, low.tokens, batch, cost) >= request_speed(
@@ -183,7 +188,7 @@ def _best_ks(
     its summed speed. A band no load sample fell in keeps its neighbour's K."""
     members: list[list[int]] = [[] for _ in layout]
     for index, batch in enumerate(load):
-        size = max(1, round(batch))
+        size = _size(batch)
         band = next(i for i, (edge, _) in enumerate(layout) if edge is None or size <= edge)
         members[band].append(index)
 
@@ -246,7 +251,3 @@ def _merged(schedule: Bands) -> Bands:
         else:
             merged.append(band)
     return merged
-
-
-def same(a: Sequence[ScheduledBand] | None, b: Sequence[ScheduledBand] | None) -> bool:
-    return [x.model_dump() for x in a or []] == [x.model_dump() for x in b or []]

@@ -79,7 +79,7 @@ def per_position(window: TrackWindow) -> list[Estimate]:
     dividing by all of them would read the schedule's shallow steps as rejections."""
     if window.drafts <= 0:
         return []
-    reaching = drafts_reaching(window.drafts, window.draft_tokens, window.ks) if window.ks else []
+    reaching = drafts_reaching(window.drafts, window.draft_tokens, window.ks)
     estimates = []
     for i, accepted in enumerate(window.accepted_per_position):
         trials = reaching[i] if i < len(reaching) else window.drafts

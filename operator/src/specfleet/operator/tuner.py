@@ -389,16 +389,15 @@ def goodput_gain(
 
 def schedule_gain(
     before: TrackTotals,
-    before_schedule: Sequence[ScheduledBand] | None,
     after: TrackTotals,
-    after_schedule: Sequence[ScheduledBand] | None,
+    after_bands: Sequence[ScheduledBand],
     cost: FittedStepCost,
 ) -> tuple[Estimate, str]:
     """Relative per-request speed of `after` over `before` when either runs a schedule.
 
     Each track's own decode: tokens (one a request-step, plus those accepted) over the
     step time its requests saw, with the candidate moved to the stable track's batch by
-    the fitted cost at the K each schedule runs there. With a K that varies by step
+    the fitted cost at the K its bands (one band: one K) run there. With a K that varies by step
     `1 + rate * K` has no single K; this count does not need one. Bounds as in
     `goodput_gain`: acceptance at its bounds, step times apart by their spread.
     """
@@ -406,12 +405,7 @@ def schedule_gain(
     matched = before.decode_steps / before.engine_steps
     after_batch = after.decode_steps / after.engine_steps
 
-    def k_of(bands: Sequence[ScheduledBand] | None, totals: TrackTotals) -> int:
-        if bands:
-            return schedule.k_at(bands, matched)
-        return round(totals.draft_tokens / totals.drafts) if totals.drafts else 0
-
-    k_after = k_of(after_schedule, after)
+    k_after = schedule.k_at(after_bands, matched)
     moved = speed.step_ms(cost, k_after, matched) / speed.step_ms(cost, k_after, after_batch)
     spread = Z_ONE_SIDED_95 * math.hypot(_step_spread(before), _step_spread(after))
 
@@ -655,9 +649,6 @@ def _judge_collected(
         or run.now - collected.since > max_age + run.seconds(run.spec.tuning.interval)
     ):
         collected = None
-    ks = schedule.drafting_ks(running) if running else ()
-    if window is not None and len(ks) > 1:
-        window = dataclasses.replace(window, ks=ks)
     alone = judge(run.spec, window, baseline)
     if window is None or alone.reason in ("NoData", "NotANumber", "NoTraffic"):
         run.keep_collecting(track, collected)
@@ -667,10 +658,9 @@ def _judge_collected(
         detail = "the schedule drafts nothing at this load (K=0)"
         return Judged(window, False, NOT_DRAFTING, detail=detail)
     grown = _collect(collected, window, tokens, run.now)
-    grown_window = _window_of(grown)
-    if len(ks) > 1:
-        grown_window = dataclasses.replace(grown_window, ks=ks)
-    judged = judge(run.spec, grown_window, baseline)
+    # Its acceptance per position depends on the Ks the schedule drafted with.
+    ks = schedule.drafting_ks(running) if running else ()
+    judged = judge(run.spec, dataclasses.replace(_window_of(grown), ks=ks), baseline)
     age = run.now - grown.since
     if judged.reason == "TooFewDraftTokens" and age < max_age:
         run.keep_collecting(track, grown)
@@ -734,8 +724,7 @@ def _sync_with_spec(run: _Run) -> None:
         sp.rejected_schedule = None
         sp.requested_schedule = written
         sp.schedule = sp.last_known_good_schedule = schedule.fixed(spec)
-        if sp.schedule is not None:
-            requested = schedule.largest(sp.schedule)
+        start = schedule.largest(sp.schedule) if sp.schedule else requested
         sp.canary_started_at = None
         sp.disabled = False
         sp.disabled_reason = None
@@ -745,9 +734,9 @@ def _sync_with_spec(run: _Run) -> None:
         sp.failed_reprobes = 0
         sp.reprobed_at = None
         _clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
-        sp.requested_tokens = spec.speculation.tokens
-        sp.last_known_good_tokens = requested
-        run.changed(requested)
+        sp.requested_tokens = requested
+        sp.last_known_good_tokens = start
+        run.changed(start)
         sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
     assert sp.tokens is not None
     if sp.schedule is None and not low <= sp.tokens <= high:
@@ -974,7 +963,7 @@ def _roll_back_schedule(run: _Run, judged: Judged, why: str) -> None:
     sp.rejected_schedule = failed
     sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
     lkg = sp.last_known_good_schedule
-    if lkg is not None and not schedule.same(lkg, failed):
+    if lkg is not None and lkg != failed:
         sp.schedule, k = lkg, schedule.largest(lkg)
         target = f"the last known good schedule, {schedule.describe(lkg)}"
     else:
@@ -1197,9 +1186,9 @@ def _propose_schedule(run: _Run, judged: Judged) -> None:
     conditional = window_conditional(judged.window)
     running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
     best = schedule.learn(spec, sp.load, conditional, run.cost)
-    if best is None or schedule.same(best, running):
+    if best is None or best == running:
         return
-    if sp.rejected_schedule is not None and schedule.same(best, sp.rejected_schedule):
+    if best == sp.rejected_schedule:
         return
     if _floor_caps_k(spec) and any(
         predict(conditional, k, 1.0, spec.rollback.metric, run.cost).metric < run.floor + run.margin
@@ -1402,6 +1391,15 @@ def _trial_baseline(run: _Run) -> int | None:
     return trial.previous_tokens if trial.in_place else run.sp.tokens
 
 
+def _trial_schedules(run: _Run) -> tuple[list[ScheduledBand] | None, list[ScheduledBand] | None]:
+    """The schedule a trial tries and the one it is compared with (None: one K)."""
+    trial = run.status.canary
+    assert trial is not None
+    if trial.in_place:
+        return run.sp.schedule, trial.previous_schedule
+    return run.sp.candidate_schedule, run.sp.schedule
+
+
 def _compare(run: _Run, stable: Judged) -> None:
     spec, trial = run.spec, run.status.canary
     assert trial is not None
@@ -1409,8 +1407,7 @@ def _compare(run: _Run, stable: Judged) -> None:
     assert before_k is not None
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
-    tried = run.sp.schedule if trial.in_place else run.sp.candidate_schedule
-    before = trial.previous_schedule if trial.in_place else run.sp.schedule
+    tried, before = _trial_schedules(run)
     if tried is not None or before is not None:
         if not (trial.stable.timed_windows and trial.canary.timed_windows):
             _end_trial(
@@ -1421,7 +1418,8 @@ def _compare(run: _Run, stable: Judged) -> None:
                 reject=False,
             )
             return
-        gain, basis = schedule_gain(trial.stable, before, trial.canary, tried, run.cost)
+        after = tried or [ScheduledBand(tokens=trial.candidate_tokens)]
+        gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
     else:
         gain, basis = goodput_gain(
             trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
@@ -1461,9 +1459,7 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
     assert trial is not None and sp.tokens is not None
     candidate = trial.candidate_tokens
     previous = _trial_baseline(run)
-    # The schedule tried (None: one K) and the one it was compared with.
-    tried = sp.schedule if trial.in_place else sp.candidate_schedule
-    before = trial.previous_schedule if trial.in_place else sp.schedule
+    tried, before = _trial_schedules(run)
     run.status.canary = None
     sp.candidate_tokens = None
     sp.candidate_schedule = None
