@@ -427,6 +427,8 @@ class ScheduleBand(SpecModel):
 
 
 _FIXED_KS = "self.bands.filter(b, has(b.tokens) && b.tokens > 0).map(b, b.tokens)"
+# CEL has no set: "any three of them hold at most two values" is MAX_SCHEDULE_KS == 2.
+assert MAX_SCHEDULE_KS == 2, "the CEL rule below counts distinct Ks for two only"
 
 
 class Schedule(SpecModel):
