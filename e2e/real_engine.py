@@ -100,13 +100,19 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def complete(
-    url: str, prompt: str, temperature: float, max_tokens: int, seed: int, timeout: float = 300
-) -> str:
-    """One completion from the OpenAI-compatible server at `url`; its text."""
+def complete_batch(
+    url: str,
+    prompts: Sequence[str],
+    temperature: float,
+    max_tokens: int,
+    seed: int,
+    timeout: float = 300,
+) -> list[str]:
+    """Completions of `prompts` in one request to the OpenAI-compatible server at `url`: the
+    server hands them to the engine together, so they decode in the same steps."""
     body = {
         "model": SERVED_NAME,
-        "prompt": prompt,
+        "prompt": list(prompts),
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,
@@ -118,7 +124,15 @@ def complete(
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        return str(json.load(response)["choices"][0]["text"])
+        choices = sorted(json.load(response)["choices"], key=lambda choice: choice["index"])
+    return [str(choice["text"]) for choice in choices]
+
+
+def complete(
+    url: str, prompt: str, temperature: float, max_tokens: int, seed: int, timeout: float = 300
+) -> str:
+    """One completion from the OpenAI-compatible server at `url`; its text."""
+    return complete_batch(url, [prompt], temperature, max_tokens, seed, timeout)[0]
 
 
 @dataclass
@@ -134,6 +148,11 @@ class Server:
 
     def complete(self, prompt: str, temperature: float, max_tokens: int, seed: int) -> str:
         return complete(self.url, prompt, temperature, max_tokens, seed)
+
+    def complete_batch(
+        self, prompts: Sequence[str], temperature: float, max_tokens: int, seed: int
+    ) -> list[str]:
+        return complete_batch(self.url, prompts, temperature, max_tokens, seed)
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

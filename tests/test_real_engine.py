@@ -239,13 +239,15 @@ def test_vllm_runs_a_rendered_schedule_and_its_k_shows_per_position(peagle_serve
     # Four at once: every step decodes at most 4 requests, K=3 every time.
     alone = traffic(server, 0.0, max_tokens=32)
     assert alone["num_draft_tokens"] == PEAGLE_K * alone["num_drafts"]
-    # Eight at once, of different lengths: steps with 5 or more requests draft K=1; once
-    # the short ones finish, the rest decode at K=3, and only those reach positions 1, 2.
+    # One long request and, in one request, eight short ones, so those eight decode in the same
+    # steps however the two requests are timed: steps with 5 or more requests draft K=1, and
+    # the long one decodes alone at K=3 before or after them; only K=3 steps reach positions 1, 2.
     before = real_engine.spec_counters(server.get("/metrics"))
-    lengths = (16, 16, 24, 24, 32, 32, 96, 160)
-    with ThreadPoolExecutor(len(lengths)) as pool:
-        jobs = zip(real_engine.PROMPTS, lengths, strict=True)
-        list(pool.map(lambda job: server.complete(job[0], 0.0, job[1], 7), jobs))
+    with ThreadPoolExecutor(2) as pool:
+        long = pool.submit(server.complete, real_engine.PROMPTS[0], 0.0, 160, 7)
+        short = pool.submit(server.complete_batch, real_engine.PROMPTS, 0.0, 16, 7)
+        for request in (long, short):
+            request.result()
     together = real_engine.counter_delta(before, real_engine.spec_counters(server.get("/metrics")))
     drafts, draft_tokens = together["num_drafts"], together["num_draft_tokens"]
     assert drafts < draft_tokens < PEAGLE_K * drafts, together
@@ -254,7 +256,7 @@ def test_vllm_runs_a_rendered_schedule_and_its_k_shows_per_position(peagle_serve
     for position in (1, 2):
         assert together[f"accepted_per_pos_{position}"] <= reaching[position]
     print(
-        f"4 at once: {alone['num_draft_tokens'] / alone['num_drafts']:.2f} tokens a draft; 8 "
+        f"4 at once: {alone['num_draft_tokens'] / alone['num_drafts']:.2f} tokens a draft; 1 + 8 "
         f"at once: {draft_tokens / drafts:.2f}, {reaching[1]:.0f} of {drafts:.0f} drafts "
         f"reached position 1"
     )
