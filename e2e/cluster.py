@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -40,6 +41,29 @@ SCHEDULER_PORT = 16259
 NODE_AGENT_HEALTH_PORT = 16300
 SERVER = f"https://127.0.0.1:{API_PORT}"
 SERVICE_CIDR = "10.0.0.0/24"
+AUDIT_LOG = STATE / "audit.log"
+# Who wrote what: the writes to the kinds the operator writes, at Metadata level (the
+# request's user agent names the operator replica). Node leases and the system's own
+# namespace would drown them.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "namespaces": ["kube-node-lease", "kube-system"]},
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch", "delete"],
+            "resources": [
+                {"group": "specfleet.io"},
+                {"group": "apps", "resources": ["deployments"]},
+                {"group": "", "resources": ["services", "events"]},
+                {"group": "coordination.k8s.io", "resources": ["leases"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
 CLIENTS = {
     "admin": "admin/system:masters",
     "controller-manager": "system:kube-controller-manager",
@@ -165,6 +189,10 @@ def components(binaries: Path) -> list[Component]:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--profiling=false",
+                f"--audit-policy-file={STATE / 'audit-policy.yaml'}",
+                f"--audit-log-path={AUDIT_LOG}",
+                "--audit-log-maxsize=100",
+                "--audit-log-maxbackup=1",
                 "--v=1",
             ],
             f"{SERVER}/readyz",
@@ -321,6 +349,13 @@ def _wait_for_workloads(timeout: float = 120) -> None:
     raise TimeoutError("no node became schedulable; see the node-agent log")
 
 
+def audit_events() -> list[dict[str, Any]]:
+    """The API server's audit events so far (see AUDIT_POLICY), oldest first."""
+    if not AUDIT_LOG.exists():
+        return []
+    return [json.loads(line) for line in AUDIT_LOG.read_text().splitlines() if line.strip()]
+
+
 def up() -> None:
     started = time.monotonic()
     binaries = build_binaries()
@@ -335,6 +370,7 @@ def up() -> None:
         pki.create(STATE / "pki", CLIENTS)
         for user in CLIENTS:
             _write_kubeconfig(user)
+    (STATE / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
     for component in components(binaries):
         _wait_healthy(component, _start(component))
     _wait_for_workloads()

@@ -74,6 +74,12 @@ def model_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest
     yield from _fresh_namespace(api_client, request, "t-op-")
 
 
+@pytest.fixture
+def ha_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A namespace no session operator watches, for tests that run their own replicas."""
+    yield from _fresh_namespace(api_client, request, "t-ha-")
+
+
 @pytest.fixture(scope="session")
 def operator(crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     log = tmp_path_factory.mktemp("operator") / "operator.log"

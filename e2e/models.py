@@ -65,3 +65,16 @@ def condition(body: dict[str, Any], kind: str) -> dict[str, Any] | None:
         if c["type"] == kind:
             return dict(c)
     return None
+
+
+def history(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((body.get("status") or {}).get("history") or [])
+
+
+def canary_running(
+    api_client: client.ApiClient, namespace: str, name: str
+) -> dict[str, Any] | None:
+    """The model while a canary runs, else None."""
+    body = get_model(api_client, namespace, name)
+    speculation = (body.get("status") or {}).get("speculation") or {}
+    return body if speculation.get("candidateTokens") else None

@@ -17,10 +17,21 @@ from e2e.real_engine import free_port
 class OperatorProcess:
     """One operator process; `kill` and `start` again to test resuming from status."""
 
-    def __init__(self, namespaces: list[str], log_file: Path, period: float = 1.0) -> None:
+    def __init__(
+        self,
+        namespaces: list[str],
+        log_file: Path,
+        period: float = 1.0,
+        lease: tuple[str, str] | None = None,
+        identity: str | None = None,
+    ) -> None:
+        """`lease`: (namespace, name) of the leader Lease to stand for; `identity`: the
+        replica's name (as the chart's POD_ID), in the Lease and in its user agent."""
         self.namespaces = namespaces
         self.log_file = log_file
         self.period = period
+        self.lease = lease
+        self.identity = identity
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -35,7 +46,12 @@ class OperatorProcess:
         ]
         for namespace in self.namespaces:
             argv.append(f"--namespace={namespace}")
+        if self.lease is not None:
+            argv += ["--leader-elect", f"--lease-namespace={self.lease[0]}"]
+            argv.append(f"--lease-name={self.lease[1]}")
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path())}
+        if self.identity is not None:
+            env["POD_ID"] = self.identity
         with self.log_file.open("ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
@@ -57,8 +73,18 @@ class OperatorProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
+    def freeze(self) -> None:
+        """SIGSTOP: it neither writes nor lets go, as a hung node would leave it."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a frozen process cannot take SIGTERM
             self.process.terminate()
             try:
                 self.process.wait(timeout=20)
@@ -69,3 +95,6 @@ class OperatorProcess:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as reply:
             return str(reply.read().decode())
+
+    def leading(self) -> bool:
+        return "specfleet_leader 1.0" in self.metrics()

@@ -129,6 +129,11 @@ class Story:
             f"watch.namespaces[0]={self.namespace}",
             "--set",
             "image.pullPolicy=Never",
+            # One replica, still behind the Lease: the node agent runs pods on the host's
+            # network, where two replicas would contend for one metrics port.
+            # Two replicas failing over: e2e/test_leader_election.py.
+            "--set",
+            "replicas=1",
             "--set-json",
             'extraArgs=["--period", "1"]',
             "--wait",

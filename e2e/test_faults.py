@@ -1,5 +1,6 @@
-"""Faults: the operator killed mid-canary, the API server restarted, a pod serving
-garbage, timing out or serving a hostile page, and the spec edited while a canary runs."""
+"""Faults: the API server restarted, a pod serving garbage, timing out or serving a
+hostile page, and the spec edited while a canary runs. The operator killed or frozen
+mid-canary: e2e/test_leader_election.py."""
 
 from __future__ import annotations
 
@@ -13,21 +14,11 @@ from typing import Any
 from kubernetes import client
 
 from e2e import cluster
-from e2e.models import apply, condition, get_model, sim_admin
+from e2e.models import apply, canary_running, condition, get_model, history, sim_admin
 from e2e.operator_process import OperatorProcess
 from e2e.story import INTERVAL_SECONDS, MODEL, story_model
 from e2e.waiting import wait_for
 from specfleet.operator.tuner import ROLLBACK_ACTIONS
-
-
-def _history(body: dict[str, Any]) -> list[dict[str, Any]]:
-    return list((body.get("status") or {}).get("history") or [])
-
-
-def _candidate(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | None:
-    body = get_model(api_client, namespace, MODEL)
-    speculation = (body.get("status") or {}).get("speculation") or {}
-    return body if speculation.get("candidateTokens") else None
 
 
 def _two_ready_stable_pods(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str]]:
@@ -50,35 +41,13 @@ def _two_ready_stable_pods(api_client: client.ApiClient, namespace: str) -> list
     return wait_for("two ready pods", ready, timeout=240)
 
 
-def test_operator_killed_during_a_canary_resumes_it(
-    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
-) -> None:
-    apply(story_model(), model_namespace)
-    during = wait_for("a canary", lambda: _candidate(api_client, model_namespace), timeout=180)
-    candidate = during["status"]["speculation"]["candidateTokens"]
-
-    operator.kill()
-    operator.start()
-
-    def decided() -> dict[str, Any] | None:
-        body = get_model(api_client, model_namespace, MODEL)
-        actions = [h["action"] for h in _history(body)]
-        return body if {"Promote", "Abort"} & set(actions) else None
-
-    after = wait_for("the canary's decision", decided, timeout=180)
-    history = _history(after)
-    assert history[: len(_history(during))] == _history(during)  # nothing lost
-    decision = next(i for i, h in enumerate(history) if h["action"] in ("Promote", "Abort"))
-    # The restarted operator carried on with the same canary rather than starting another.
-    starts = [h["toTokens"] for h in history[:decision] if h["action"] == "StartCanary"]
-    assert starts == [candidate]
-
-
 def test_spec_edit_during_a_canary_drops_it_cleanly(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
     apply(story_model(), model_namespace)
-    during = wait_for("a canary", lambda: _candidate(api_client, model_namespace), timeout=180)
+    during = wait_for(
+        "a canary", lambda: canary_running(api_client, model_namespace, MODEL), timeout=180
+    )
     candidate = during["status"]["speculation"]["candidateTokens"]
     ceiling = candidate - 1
     cluster.kubectl(
@@ -110,7 +79,7 @@ def test_spec_edit_during_a_canary_drops_it_cleanly(
         canary.spec.replicas == 0
         or int(args[args.index("--num-speculative-tokens") + 1]) <= ceiling
     )
-    assert _history(body)[: len(_history(during))] == _history(during)
+    assert history(body)[: len(history(during))] == history(during)
 
 
 def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
@@ -136,7 +105,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
     time.sleep(8 * 5)  # eight intervals with no good data at all
     body = get_model(api_client, model_namespace, MODEL)
     assert measured_at() != start, "evaluations stopped"
-    assert not ROLLBACK_ACTIONS & {h["action"] for h in _history(body)}
+    assert not ROLLBACK_ACTIONS & {h["action"] for h in history(body)}
     assert body["status"]["acceptance"]["conclusive"] is False
     assert body["status"]["speculation"]["failingWindows"] == 0
     available = condition(body, "MetricsAvailable")
@@ -242,7 +211,7 @@ def test_a_hostile_page_leaves_out_its_pod_while_the_healthy_pod_keeps_deciding(
     ], window
     assert "1000000" in window["podsLeftOut"][0]["message"]
     body = get_model(api_client, model_namespace, MODEL)
-    assert not ROLLBACK_ACTIONS & {h["action"] for h in _history(body)}
+    assert not ROLLBACK_ACTIONS & {h["action"] for h in history(body)}
 
     sim_admin(bad_ip, "/admin/metrics", {"text": None})  # the pod serves its counters again
     wait_for(

@@ -12,10 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import cluster
 from e2e.prometheus import Prometheus
+from e2e.waiting import wait_for
 from e2e.story import (
     BELOW_FLOOR_ACCEPTANCE,
     FAILURE_LIMIT,
     MODEL,
+    RELEASE,
     STALE_ACCEPTANCE,
     Story,
 )
@@ -40,6 +42,20 @@ def test_tuning_drift_rollback_and_alerts(
     story.on_tick = tick
     try:
         story.install_chart()
+        # The chart's pod, with the chart's RBAC, holds the chart's Lease under its pod name.
+        operator_pods = client.CoreV1Api(api_client).list_namespaced_pod(
+            namespace, label_selector="app.kubernetes.io/component=operator"
+        )
+        leases = client.CoordinationV1Api(api_client)
+
+        def holder() -> str | None:
+            found = leases.list_namespaced_lease(
+                namespace, field_selector=f"metadata.name={RELEASE}"
+            )
+            return found.items[0].spec.holder_identity if found.items else None
+
+        leader = wait_for("the operator pod to hold the Lease", holder, timeout=30)
+        assert [p.metadata.name for p in operator_pods.items] == [leader]
         story.apply_model()
         story.wait_until_serving()
 

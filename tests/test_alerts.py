@@ -49,6 +49,7 @@ ALERTS = {
     "SpecfleetTunerFlapping",
     "SpecfleetMetricsUnavailable",
     "SpecfleetOperatorDown",
+    "SpecfleetNoLeader",
 }
 # The metrics the rules and the dashboard may use: vLLM's and the operator's contract.
 KNOWN_METRICS = {
@@ -76,6 +77,7 @@ KNOWN_METRICS = {
     "specfleet_speculation_active",
     "specfleet_speculation_disabled",
     "specfleet_plain_decoding_chosen",
+    "specfleet_leader",
 }
 
 
@@ -227,8 +229,13 @@ def test_windows_floor_and_pending_periods_follow_the_values() -> None:
     assert rules["SpecfleetMetricsUnavailable"]["for"] == "30s"
     groups = yaml.safe_load(rule_groups(values=(CUSTOM_VALUES,)))["groups"]
     assert groups[0]["interval"] == "5s"
-    job = rules_of(rule_groups(set_json=('alerts.operatorJob="ops/specfleet"',)))
-    assert 'up{job="ops/specfleet"}' in job[-1]["expr"]
+    job = {
+        r["alert"]: r["expr"]
+        for r in rules_of(rule_groups(set_json=('alerts.operatorJob="ops/specfleet"',)))
+    }
+    assert 'up{job="ops/specfleet"}' in job["SpecfleetOperatorDown"]
+    assert 'specfleet_leader{job="ops/specfleet"}' in job["SpecfleetNoLeader"]
+    assert rules["SpecfleetNoLeader"]["for"] == "30s"
 
 
 def test_disabled_alerts_are_left_out() -> None:

@@ -174,7 +174,10 @@ def test_default_rendering_has_the_expected_objects() -> None:
             "ServiceAccount",
             "ClusterRole",
             "ClusterRoleBinding",
+            "Role",  # the leader Lease
+            "RoleBinding",
             "Deployment",
+            "PodDisruptionBudget",
             "Service",
             "ConfigMap",  # the Grafana dashboard
         ]
@@ -297,14 +300,40 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs() -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
     ]
-    assert not [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
+    assert [d["metadata"]["name"] for d in documents if d["kind"] in ("Role", "RoleBinding")] == [
+        LEASE_ROLE
+    ] * 2
+
+
+LEASE_ROLE = f"{RELEASE}-leader-election"
+
+
+def test_the_lease_role_reaches_only_the_operators_own_lease() -> None:
+    documents = rendered()
+    role = next(d for d in documents if d["kind"] == "Role")
+    assert role["metadata"] == {**role["metadata"], "name": LEASE_ROLE, "namespace": NAMESPACE}
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [RELEASE],
+            "verbs": ["get", "update"],
+        },
+    ]
+    args = container(documents)["args"]
+    assert args[args.index("--lease-name") + 1] == RELEASE
+    binding = next(d for d in documents if d["kind"] == "RoleBinding")
+    assert binding["roleRef"]["name"] == LEASE_ROLE
 
 
 def test_namespaced_rbac_has_a_role_per_namespace_and_nothing_cluster_wide() -> None:
     documents = rendered(set_json=['watch.namespaces=["team-a","team-b"]'])
     assert not [d for d in documents if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    roles = [d for d in documents if d["kind"] == "Role"]
-    bindings = [d for d in documents if d["kind"] == "RoleBinding"]
+    roles = [d for d in documents if d["kind"] == "Role" and d["metadata"]["name"] != LEASE_ROLE]
+    bindings = [
+        d for d in documents if d["kind"] == "RoleBinding" and d["metadata"]["name"] != LEASE_ROLE
+    ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for role in roles:
@@ -322,7 +351,10 @@ def test_rbac_never_grants_secrets_delete_or_wildcards() -> None:
             for group, resource, verb in permissions(document["rules"]):
                 assert "*" not in (group, resource, verb)
                 assert resource != "secrets"
-                assert verb not in ("delete", "deletecollection", "update", "escalate", "bind")
+                # A Lease is renewed by update (at the resourceVersion read), as client-go does.
+                if not (resource == "leases" and verb == "update"):
+                    assert verb not in ("update",)
+                assert verb not in ("delete", "deletecollection", "escalate", "bind")
                 assert verb not in ("impersonate",)
                 # The operator reads SpeculativeModels and writes only their status.
                 assert not (resource == "speculativemodels" and verb not in ("list", "watch"))
@@ -355,8 +387,11 @@ def test_operator_deployment_follows_the_contract() -> None:
     documents = rendered()
     deployment = one(documents, "Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
     assert pod["serviceAccountName"] == one(documents, "ServiceAccount")["metadata"]["name"]
     main = container(documents)
@@ -370,6 +405,15 @@ def test_operator_deployment_follows_the_contract() -> None:
         "--health-port",
         "8081",
         "--standalone",
+        "--leader-elect",
+        "--lease-name",
+        RELEASE,
+        "--lease-duration",
+        "15",
+        "--renew-deadline",
+        "10",
+        "--retry-period",
+        "2",
     ]
     assert {p["name"]: p["containerPort"] for p in main["ports"]} == {
         "metrics": 8080,

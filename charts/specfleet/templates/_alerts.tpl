@@ -148,4 +148,24 @@ groups:
           runbook_url: {{ printf "%s#specfleetoperatordown" $runbook }}
       {{- end }}
       {{- end }}
+      {{- with $a.noLeader }}
+      {{- if .enabled }}
+      - alert: SpecfleetNoLeader
+        # Replicas up but none holding the Lease (or none exporting the gauge at all).
+        expr: |-
+          max by (job) (specfleet_leader{job={{ $a.operatorJob | quote }}}) < 1
+          or
+          absent(specfleet_leader{job={{ $a.operatorJob | quote }}})
+        for: {{ .for }}
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: "No specfleet operator replica leads"
+          description: {{ printf "No replica of the scrape job %s has held the leader Lease for %s. Inference pods keep serving with the K they have, but nothing tunes K or rolls back on low acceptance until one does: check the replicas' logs for Lease errors (RBAC on leases, the API server)." $a.operatorJob .for | quote }}
+          runbook_url: {{ printf "%s#specfleetnoleader" $runbook }}
+      {{- end }}
+      {{- end }}
 {{- end -}}

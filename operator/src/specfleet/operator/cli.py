@@ -123,22 +123,66 @@ def operator_command(
     period: Annotated[
         float, typer.Option(help="Seconds between status refreshes of each model.")
     ] = 5.0,
+    leader_elect: Annotated[
+        bool,
+        typer.Option(
+            "--leader-elect/--no-leader-elect",
+            help="Write only while holding a Lease, so that replicas can run side by side.",
+        ),
+    ] = False,
+    lease_name: Annotated[str, typer.Option(help="The leader Lease's name.")] = (
+        "specfleet-operator"
+    ),
+    lease_namespace: Annotated[
+        str,
+        typer.Option(envvar="POD_NAMESPACE", help="The leader Lease's namespace."),
+    ] = "",
+    lease_duration: Annotated[
+        float, typer.Option(help="Seconds a standby waits on an unrenewed Lease.")
+    ] = 15.0,
+    renew_deadline: Annotated[
+        float, typer.Option(help="Seconds a leader may write after its last renew.")
+    ] = 10.0,
+    retry_period: Annotated[float, typer.Option(help="Seconds between Lease tries.")] = 2.0,
 ) -> None:
     """Run the operator."""
     import asyncio
     import logging
+    import os
+    import socket
+    import uuid
 
     import kopf
     from prometheus_client import start_http_server
 
-    from specfleet.operator import handlers, kube
+    from specfleet.operator import handlers, kube, leadership, observability
     from specfleet.operator.evaluation import Evaluator
     from specfleet.operator.fleet import Fleet
 
+    # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
+    instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+    election_config = leadership.ElectionConfig(
+        lease_name, lease_namespace, instance, lease_duration, renew_deadline, retry_period
+    )
+    if leader_elect and election_config.problems():
+        for problem in election_config.problems():
+            typer.echo(f"--leader-elect: {problem}", err=True)
+        raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     start_http_server(metrics_port)
+    api = kube.api_client(instance)
+    stop_flag = asyncio.Event()
+    election = None
+    if leader_elect:
+        store = leadership.LeaseStore(api, lease_namespace, lease_name)
+        election = leadership.Election(election_config, store, on_lost=stop_flag.set)
+    else:
+        observability.LEADER.set(1)  # alone, it always writes
+    handlers.HandlerContext.election = election
     handlers.HandlerContext.fleet = Fleet(
-        kube.Cluster(kube.api_client()), Evaluator(), period=period
+        kube.Cluster(api, instance, election.may_write if election else kube.always),
+        Evaluator(),
+        period=period,
     )
     namespaces = namespace or []
     handlers.HandlerContext.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
@@ -148,8 +192,12 @@ def operator_command(
             namespaces=namespaces,
             standalone=standalone,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
+            stop_flag=stop_flag,
         )
     )
+    if election is not None and election.lost:
+        # A restart comes back as a standby, with nothing stale in memory.
+        raise typer.Exit(1)
 
 
 @app.command("simulate")

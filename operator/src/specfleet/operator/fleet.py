@@ -35,6 +35,7 @@ from specfleet.operator.children import DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.kube import Cluster
+from specfleet.operator.leadership import NotLeading
 from specfleet.operator.status import ObservedChildren, ReconcileFailure, summarize
 from specfleet.operator.tuner import Action
 
@@ -442,6 +443,8 @@ class Fleet:
             self.queued.discard(key)
             try:
                 await self.reconcile(key)
+            except NotLeading:
+                log.info("%s/%s: not reconciled: this replica lost the Lease", *key)
             except Exception:
                 log.exception("reconciling %s/%s failed", *key)
 

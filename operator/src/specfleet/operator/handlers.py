@@ -21,6 +21,7 @@ from specfleet.operator import render
 from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.children import CHILD_KINDS
 from specfleet.operator.fleet import Fleet
+from specfleet.operator.leadership import Election
 
 log = logging.getLogger("specfleet.handlers")
 MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
@@ -47,6 +48,9 @@ class HandlerContext:
     """The fleet the handlers talk to; set by `specfleet operator` before kopf starts."""
 
     fleet: Fleet | None = None
+    # With leader election, the fleet runs only while this replica holds the Lease.
+    election: Election | None = None
+    election_task: asyncio.Task[None] | None = None
     # Namespace globs (e.g. "team-*") need kopf to list and watch Namespaces.
     scan_namespaces: bool = False
     loop_task: asyncio.Task[None] | None = None
@@ -71,7 +75,25 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # names or cluster-wide watching kopf takes them as given instead of scanning.
     settings.scanning.disabled = not HandlerContext.scan_namespaces
     HandlerContext.stop = asyncio.Event()
-    HandlerContext.loop_task = asyncio.create_task(fleet().run(HandlerContext.stop))
+    HandlerContext.loop_task = asyncio.create_task(lead_then_run(settings, HandlerContext.stop))
+
+
+async def lead_then_run(settings: kopf.OperatorSettings, stop: asyncio.Event) -> None:
+    """Run the fleet; with leader election, only once this replica holds the Lease. Until
+    then the watches keep filling the cache, and kopf posts no Events either."""
+    election = HandlerContext.election
+    if election is not None:
+        settings.posting.enabled = False
+        HandlerContext.election_task = asyncio.create_task(election.run(stop))
+        leading = asyncio.ensure_future(election.acquired.wait())
+        await asyncio.wait(
+            [leading, HandlerContext.election_task], return_when=asyncio.FIRST_COMPLETED
+        )
+        leading.cancel()
+        if not election.may_write():
+            return  # stopped (or lost) before leading
+        settings.posting.enabled = True
+    await fleet().run(stop)
 
 
 @kopf.on.cleanup()
@@ -80,6 +102,10 @@ async def shutdown(**_: Any) -> None:
         HandlerContext.stop.set()
     if HandlerContext.loop_task is not None:
         await HandlerContext.loop_task
+    if HandlerContext.election_task is not None:
+        await HandlerContext.election_task
+    if HandlerContext.election is not None:
+        await asyncio.to_thread(HandlerContext.election.release)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

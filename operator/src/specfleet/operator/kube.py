@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,27 +16,46 @@ from kubernetes.client.rest import ApiException
 
 from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.children import child_kind
+from specfleet.operator.leadership import NotLeading
 
 FIELD_MANAGER = "specfleet-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 
 
-def api_client() -> Any:
-    """In-cluster credentials when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+def api_client(instance: str) -> Any:
+    """In-cluster credentials when running in a pod, else $KUBECONFIG / ~/.kube/config.
+    The user agent names this replica, so the API server's audit log says which one wrote."""
     try:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
     api = client.ApiClient()
     api.configuration.connection_pool_maxsize = 32
+    api.user_agent = f"{FIELD_MANAGER}/{instance}"
     return api
 
 
+def always() -> bool:
+    return True
+
+
 class Cluster:
-    def __init__(self, api: Any) -> None:
+    """`may_write` is the leader election's fence (always true for a replica running
+    alone): it is checked just before each write leaves, so a replica that lost the Lease
+    while a reconcile was in flight sends nothing."""
+
+    def __init__(
+        self, api: Any, instance: str | None = None, may_write: Callable[[], bool] = always
+    ) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
+        self.instance = instance or socket.gethostname()
+        self.may_write = may_write
+
+    def _fence(self) -> None:
+        if not self.may_write():
+            raise NotLeading("this replica does not hold the leader Lease")
 
     def _request(
         self,
@@ -46,6 +66,7 @@ class Cluster:
     ) -> dict[str, Any]:
         """One PATCH, its response as raw JSON: the fleet keeps dicts, and the client's
         model classes cost CPU. Raises ApiException on an error status."""
+        self._fence()
         request = self.api.param_serialize(
             method="PATCH",
             resource_path=path,
@@ -80,6 +101,7 @@ class Cluster:
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
     ) -> None:
         """A core/v1 Event on `involved` (an object reference)."""
+        self._fence()
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self.core.create_namespaced_event(
             involved["namespace"],
@@ -94,7 +116,7 @@ class Cluster:
                 "message": message[:1000],
                 "source": {"component": FIELD_MANAGER},
                 "reportingComponent": FIELD_MANAGER,
-                "reportingInstance": socket.gethostname(),
+                "reportingInstance": self.instance,
                 "firstTimestamp": now,
                 "lastTimestamp": now,
                 "count": 1,

@@ -12,6 +12,10 @@ RECONCILES = Counter(
 RECONCILE_SECONDS = Histogram(
     "specfleet_reconcile_duration_seconds", "Reconcile duration by handler.", ["handler"]
 )
+LEADER = Gauge(
+    "specfleet_leader",
+    "1 while this replica holds the leader Lease and may write, 0 on a standby.",
+)
 MODEL = ["namespace", "model"]
 SPECULATIVE_TOKENS = Gauge(
     "specfleet_speculative_tokens", "K per track (0: no pods of that track).", [*MODEL, "track"]
