@@ -12,7 +12,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import cluster
 from e2e.prometheus import Prometheus
-from e2e.waiting import wait_for
 from e2e.story import (
     BELOW_FLOOR_ACCEPTANCE,
     FAILURE_LIMIT,
@@ -21,6 +20,7 @@ from e2e.story import (
     STALE_ACCEPTANCE,
     Story,
 )
+from e2e.waiting import wait_for
 from specfleet.operator.metrics import query_prometheus
 from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 
