@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule
+.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
 
 test: lint typecheck tools real-engine-tools images pytest
 
@@ -72,7 +72,10 @@ bench-real-engine-k: $(INSTALLED) real-engine-tools
 	$(BIN)/python benchmarks/real_engine_k.py --markdown --json build/bench/real_engine_k.json
 
 # Every benchmark; the scale ones run on the local control plane (docs/benchmarks.md).
-bench: bench-tuner bench-schedule bench-scale
+bench: bench-tuner bench-schedule bench-scale bench-failover
+
+bench-failover: $(INSTALLED) cluster-up
+	timeout 1200 $(BIN)/python benchmarks/failover.py --runs 10 --json build/bench/failover.json
 
 bench-scale: $(INSTALLED) cluster-up
 	$(BIN)/python benchmarks/scrape_fanout.py --json build/bench/scrape_fanout.json

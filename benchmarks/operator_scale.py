@@ -1,7 +1,7 @@
 """Operator scale on the local control plane: N SpeculativeModels applied at once.
 
     .venv/bin/python benchmarks/operator_scale.py [--counts 100,500,1000] [--repeats 3]
-        [--json build/bench/operator_scale.json]
+        [--json build/bench/operator_scale.json] [--standby]
 
 Needs the local control plane (`make cluster-up`). For each N and repeat, in fresh
 namespaces (`bench-scale-*`, deleted afterwards):
@@ -15,7 +15,8 @@ namespaces (`bench-scale-*`, deleted afterwards):
   time from the start of that apply until every model has its three children and a
   status with `observedGeneration` equal to its generation, as seen by a watch. Also the
   operator's CPU seconds over that time and its peak RSS (VmHWM) once every pod is
-  Running and the fleet has settled. Per model, the watch gives apply -> children
+  Running and the fleet has settled. With `--standby`, two replicas run behind a Lease
+  (the first leads); the standby's peak RSS and CPU seconds are measured too. Per model, the watch gives apply -> children
   created and apply -> status written (p50, p99).
 
 An extra ServiceCIDR `specfleet-bench` (10.100.0.0/20) gives the 1,000 Services their
@@ -55,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from e2e import cluster  # noqa: E402
 from e2e.models import sim_model  # noqa: E402
-from e2e.operator_process import OperatorProcess  # noqa: E402
+from e2e.operator_process import LEASE, OperatorProcess  # noqa: E402
 from specfleet.operator import render  # noqa: E402
 from specfleet.operator.api import GROUP, PLURAL, VERSION, SpeculativeModel  # noqa: E402
 from specfleet.operator.tuner import sync_with_spec  # noqa: E402
@@ -410,14 +411,27 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
         delete_namespace(namespace)
 
 
-def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, Any]:
+def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool) -> dict[str, Any]:
     namespace = f"bench-scale-op-{count}-{tag}"
     create_namespace(namespace)
-    operator = OperatorProcess([namespace], logs / f"operator-{count}-{tag}.log", period=5.0)
+    log_file = logs / f"operator-{count}-{tag}.log"
+    if standby:
+        # Two replicas behind a Lease, as the chart runs them: the first leads.
+        operator = OperatorProcess([namespace], log_file, 5.0, (namespace, LEASE), "leader")
+        second = OperatorProcess(
+            [namespace], logs / f"standby-{count}-{tag}.log", 5.0, (namespace, LEASE), "standby"
+        )
+    else:
+        operator, second = OperatorProcess([namespace], log_file, period=5.0), None
     try:
         operator.start()
         assert operator.process is not None
         pid = operator.process.pid
+        if second is not None:
+            wait_until("the first replica to lead", operator.leading, 30)
+            second.start()
+            assert second.process is not None
+            standby_cpu_before = cpu_seconds(second.process.pid)
         time.sleep(2)  # kopf's initial listing is done
         watcher = Watcher(namespace)
         try:
@@ -451,6 +465,14 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, 
             time.sleep(10)
             rss = peak_rss_mb(pid)
             cpu_settled = cpu_seconds(pid) - cpu_before
+            standby_figures = {}
+            if second is not None and second.process is not None:
+                assert not second.leading()
+                standby_figures = {
+                    "standby_peak_rss_mb": peak_rss_mb(second.process.pid),
+                    "standby_cpu_seconds_settled": cpu_seconds(second.process.pid)
+                    - standby_cpu_before,
+                }
             writes_settled = api_writes()
             children = [max(seen.children[n].values()) - seen.applied[n] for n in names]
             status = [seen.status[n] - seen.applied[n] for n in names]
@@ -477,9 +499,12 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path) -> dict[str, 
             # Until every model was done, and until the fleet settled (pods Running).
             "writes_per_model": writes_per_model(writes_before, writes_done, count),
             "writes_per_model_settled": writes_per_model(writes_before, writes_settled, count),
+            **standby_figures,
         }
     finally:
         operator.stop()
+        if second is not None:
+            second.stop()
         delete_namespace(namespace)
 
 
@@ -491,6 +516,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=ROOT / "build/bench/operator_scale.json")
     parser.add_argument("--append", action="store_true", help="keep the runs already in --json")
     parser.add_argument("--attempts", type=int, default=2, help="per run (shared API server)")
+    parser.add_argument(
+        "--standby", action="store_true", help="run a second replica behind a Lease"
+    )
     args = parser.parse_args()
     # `timeout` and Ctrl-C still clean up: namespaces, the operator, the agent, its nodes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -507,7 +535,7 @@ def main() -> None:
                     tag = f"{repeat}-{int(time.time()) % 100000}"
                     try:
                         base = run_baseline(count, tag, args.timeout)
-                        op = run_operator(count, tag, args.timeout, logs)
+                        op = run_operator(count, tag, args.timeout, logs, args.standby)
                         break
                     except (RuntimeError, TimeoutError) as error:
                         # Other engineers' tests share this API server (and restart it).
@@ -524,6 +552,12 @@ def main() -> None:
                     f"cpu {op['cpu_seconds']:.1f} s, peak RSS {op['peak_rss_mb']:.0f} MB, "
                     f"children p50/p99 {op['children_latency']['p50']:.2f}/"
                     f"{op['children_latency']['p99']:.2f} s"
+                    + (
+                        f"; standby peak RSS {op['standby_peak_rss_mb']:.0f} MB, cpu "
+                        f"{op['standby_cpu_seconds_settled']:.1f} s"
+                        if "standby_peak_rss_mb" in op
+                        else ""
+                    )
                 )
                 results["runs"].append({"count": count, "baseline": base, "operator": op})
                 args.json.write_text(json.dumps(results, indent=2))

@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -354,6 +355,33 @@ def audit_events() -> list[dict[str, Any]]:
     if not AUDIT_LOG.exists():
         return []
     return [json.loads(line) for line in AUDIT_LOG.read_text().splitlines() if line.strip()]
+
+
+@dataclass(frozen=True)
+class AuditedWrite:
+    received: datetime
+    verb: str
+    resource: str  # e.g. "speculativemodels/status"
+
+
+def accepted_writes(
+    user_agent: str, namespace: str, after: datetime | None = None
+) -> list[AuditedWrite]:
+    """The writes the API server accepted from `user_agent` in `namespace` (received after
+    `after`), oldest first."""
+    found = []
+    for event in audit_events():
+        received = datetime.fromisoformat(event["requestReceivedTimestamp"])
+        ref = event.get("objectRef") or {}
+        if (
+            event.get("userAgent") == user_agent
+            and ref.get("namespace") == namespace
+            and event["responseStatus"]["code"] < 300
+            and (after is None or received > after)
+        ):
+            resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
+            found.append(AuditedWrite(received, event["verb"], resource))
+    return found
 
 
 def up() -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from e2e import cluster
 from e2e.real_engine import free_port
 
+LEASE = "specfleet-operator"
+
 
 class OperatorProcess:
     """One operator process; `kill` and `start` again to test resuming from status."""
@@ -98,3 +100,10 @@ class OperatorProcess:
 
     def leading(self) -> bool:
         return "specfleet_leader 1.0" in self.metrics()
+
+
+def replica(namespace: str, logs: Path, name: str) -> OperatorProcess:
+    """One of several replicas watching `namespace`, behind a Lease there."""
+    return OperatorProcess(
+        [namespace], logs / f"{name}.log", lease=(namespace, LEASE), identity=name
+    )

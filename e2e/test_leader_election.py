@@ -11,41 +11,23 @@ from typing import Any
 from kubernetes import client
 
 from e2e import cluster
+from e2e.cluster import AuditedWrite
 from e2e.models import apply, canary_running, get_model, history
-from e2e.operator_process import OperatorProcess
+from e2e.operator_process import OperatorProcess, replica
 from e2e.story import MODEL, story_model
 from e2e.waiting import wait_for
-from specfleet.operator.kube import FIELD_MANAGER
-
-LEASE = "specfleet-operator"
+from specfleet.operator.kube import user_agent
 
 
-def replica(namespace: str, logs: Path, name: str) -> OperatorProcess:
-    return OperatorProcess(
-        [namespace], logs / f"{name}.log", lease=(namespace, LEASE), identity=name
-    )
-
-
-def received(event: dict[str, Any]) -> datetime:
-    return datetime.fromisoformat(event["requestReceivedTimestamp"])
-
-
-def writes(namespace: str, name: str, after: datetime | None = None) -> list[dict[str, Any]]:
-    """The writes the API server accepted from replica `name` in `namespace`, oldest first."""
-    return [
-        event
-        for event in cluster.audit_events()
-        if event.get("userAgent") == f"{FIELD_MANAGER}/{name}"
-        and (event.get("objectRef") or {}).get("namespace") == namespace
-        and event["responseStatus"]["code"] < 300
-        and (after is None or received(event) > after)
-    ]
+def writes(namespace: str, name: str, after: datetime | None = None) -> list[AuditedWrite]:
+    """The writes the API server accepted from replica `name` in `namespace`."""
+    return cluster.accepted_writes(user_agent(name), namespace, after)
 
 
 def first_write(namespace: str, name: str, after: datetime) -> datetime:
     return wait_for(
         f"a write by {name}",
-        lambda: next((received(e) for e in writes(namespace, name, after)), None),
+        lambda: next((w.received for w in writes(namespace, name, after)), None),
         timeout=30,
     )
 

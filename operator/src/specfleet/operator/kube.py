@@ -23,6 +23,10 @@ APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 
 
+def user_agent(instance: str) -> str:
+    return f"{FIELD_MANAGER}/{instance}"
+
+
 def api_client(instance: str) -> Any:
     """In-cluster credentials when running in a pod, else $KUBECONFIG / ~/.kube/config.
     The user agent names this replica, so the API server's audit log says which one wrote."""
@@ -32,7 +36,7 @@ def api_client(instance: str) -> Any:
         config.load_kube_config()
     api = client.ApiClient()
     api.configuration.connection_pool_maxsize = 32
-    api.user_agent = f"{FIELD_MANAGER}/{instance}"
+    api.user_agent = user_agent(instance)
     return api
 
 
