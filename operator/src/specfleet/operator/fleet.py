@@ -444,7 +444,7 @@ class Fleet:
             try:
                 await self.reconcile(key)
             except NotLeading:
-                log.info("%s/%s: not reconciled: this replica lost the Lease", *key)
+                log.info("%s/%s: not reconciled: this replica no longer holds the Lease", *key)
             except Exception:
                 log.exception("reconciling %s/%s failed", *key)
 
