@@ -10,6 +10,7 @@ checks that both refuse the same manifests.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -33,7 +34,12 @@ from pydantic_core import CoreSchema, core_schema
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
-from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, Method
+from specfleet.runtime.config import (
+    MAX_SPECULATIVE_TOKENS,
+    DraftSampleMethod,
+    Method,
+    RejectionSampleMethod,
+)
 from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN, OWNED_FLAGS, refuse_collisions
 
 GROUP = "specfleet.io"
@@ -248,13 +254,19 @@ class SpecModel(ApiModel):
 Lax = Strict(False)
 
 
-# The methods the operator offers: the runtime's (Method) less draft_model. (A comment,
-# not a docstring: an enum's docstring would become a description in the CRD schema.)
+# The runtime's methods (Method), as the CRD's enum. (A comment, not a docstring: an
+# enum's docstring would become a description in the CRD schema.)
 class DraftMethod(StrEnum):
     PEAGLE = Method.PEAGLE.value
     EAGLE3 = Method.EAGLE3.value
     EAGLE = Method.EAGLE.value
+    MTP = Method.MTP.value
+    DRAFT_MODEL = Method.DRAFT_MODEL.value
+    DFLASH = Method.DFLASH.value
+    DSPARK = Method.DSPARK.value
     NGRAM = Method.NGRAM.value
+    NGRAM_GPU = Method.NGRAM_GPU.value
+    SUFFIX = Method.SUFFIX.value
     NONE = Method.NONE.value
 
     @property
@@ -262,12 +274,30 @@ class DraftMethod(StrEnum):
         return Method(self.value)
 
     @property
-    def uses_draft_model(self) -> bool:
-        return self.runtime.uses_draft_model
-
-    @property
     def parallel_drafting(self) -> bool:
         return self.runtime.parallel_drafting
+
+    @property
+    def tuned(self) -> bool:
+        return self.runtime.tuned
+
+
+def _methods(test: Callable[[Method], bool]) -> list[str]:
+    return [m.value for m in Method if test(m)]
+
+
+def _cel_list(values: list[str]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _words(values: list[str]) -> str:
+    return ", ".join(values[:-1]) + f" or {values[-1]}" if len(values) > 1 else values[0]
+
+
+NEEDS_DRAFT_MODEL = _methods(lambda m: m.needs_draft_model)
+TAKES_DRAFT_MODEL = _methods(lambda m: m.takes_draft_model)
+LEARNED_DRAFT = _methods(lambda m: m.learned_draft)
+NO_DRAFT_MODEL = _methods(lambda m: not m.takes_draft_model)
 
 
 class TuningStrategy(StrEnum):
@@ -302,17 +332,63 @@ class TargetModel(SpecModel):
     )
 
 
+class SuffixDecoding(SpecModel):
+    """Suffix decoding's knobs (vLLM's suffix_decoding_*); vLLM's defaults when unset."""
+
+    max_tree_depth: int | None = Field(
+        default=None, ge=1, description="Depth of the suffix trees (vLLM: 24)."
+    )
+    max_cached_requests: int | None = Field(
+        default=None,
+        ge=0,
+        description="Requests kept in the global suffix tree; 0 turns it off (vLLM: 10000).",
+    )
+    max_spec_factor: float | None = Field(
+        default=None,
+        ge=0,
+        description="Draft at most this many tokens per token of matched prefix (vLLM: 1.0).",
+    )
+    min_token_prob: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Draft only tokens at least this likely by the tree's counts (vLLM: 0.1).",
+    )
+
+
 class DraftModel(SpecModel):
-    """The draft (speculator) and how it drafts."""
+    """The draft (speculator) and how it drafts and is verified."""
 
     model_config = ConfigDict(
         json_schema_extra=_schema_extra(
             **{
                 "x-kubernetes-validations": [
                     _cel(
-                        "!(self.method in ['peagle', 'eagle3', 'eagle']) || has(self.model)",
-                        "draft.model is required unless draft.method is ngram or none",
+                        f"!(self.method in {_cel_list(NEEDS_DRAFT_MODEL)}) || has(self.model)",
+                        f"draft.model is required when draft.method is {_words(NEEDS_DRAFT_MODEL)}",
                         ".model",
+                    ),
+                    _cel(
+                        f"!has(self.model) || self.method in {_cel_list(TAKES_DRAFT_MODEL)}",
+                        f"draft.model is not used by draft.method {_words(NO_DRAFT_MODEL)}: "
+                        "remove it",
+                        ".model",
+                    ),
+                    _cel(
+                        f"!has(self.sampleMethod) || self.method in {_cel_list(LEARNED_DRAFT)}",
+                        "draft.sampleMethod needs a draft network (draft.method "
+                        f"{_words(LEARNED_DRAFT)}); lookups have no distribution to sample",
+                        ".sampleMethod",
+                    ),
+                    _cel(
+                        "!has(self.rejectionSampleMethod) || self.method != 'none'",
+                        "draft.rejectionSampleMethod needs speculation (draft.method is none)",
+                        ".rejectionSampleMethod",
+                    ),
+                    _cel(
+                        "!has(self.suffix) || self.method == 'suffix'",
+                        "draft.suffix applies to draft.method suffix only",
+                        ".suffix",
                     ),
                     _cel(
                         "self.promptLookupMin <= self.promptLookupMax",
@@ -327,29 +403,67 @@ class DraftModel(SpecModel):
     method: Annotated[DraftMethod, Lax] = Field(
         default=DraftMethod.PEAGLE,
         description=(
-            "peagle: EAGLE-3 draft with parallel drafting (all K tokens in one pass); "
-            "eagle3 / eagle: sequential drafting; ngram: prompt lookup, no draft model; "
-            "none: plain decoding."
+            "peagle: an EAGLE-3 head drafting all K tokens in one pass; eagle3 / eagle: "
+            "sequential drafting; mtp: the target's own multi-token-prediction layers; "
+            "draft_model: a small LM of the target's vocabulary; dflash: a block-diffusion "
+            "draft (one pass); dspark: parallel drafting with confidence-scheduled "
+            "verification (K is its upper bound); ngram / ngram_gpu: prompt lookup; suffix: "
+            "suffix-tree decoding, its draft length adapting per step (not tuned); none: "
+            "plain decoding."
         ),
     )
     model: NonEmptyString | None = Field(
-        default=None, description="Hub name or local path of the draft model."
+        default=None,
+        description=(
+            "Hub name or local path of the draft: required by peagle, eagle3, eagle, "
+            "draft_model and dflash; for mtp and dspark only when the heads are a separate "
+            "checkpoint (otherwise they ship inside the target)."
+        ),
     )
     tensor_parallel_size: int | None = Field(
         default=None,
         ge=1,
         description="Draft tensor parallel size: 1 or the target's (vLLM's default).",
     )
+    sample_method: Annotated[DraftSampleMethod, Lax] | None = Field(
+        default=None,
+        description=(
+            "How the draft picks tokens: greedy (argmax; vLLM's default) or probabilistic "
+            "(sampled, verified against its probabilities: higher acceptance at temperature "
+            "> 0). Draft networks only."
+        ),
+    )
+    rejection_sample_method: Annotated[RejectionSampleMethod, Lax] | None = Field(
+        default=None,
+        description=(
+            "How vLLM verifies drafts: standard (its default), block (jointly; model runner "
+            "v2) or fly (deferred over a window; needs K >= 2, not on vLLM's CPU build)."
+        ),
+    )
     prompt_lookup_min: int = Field(default=1, ge=1, description="ngram: shortest match.")
     prompt_lookup_max: int = Field(default=4, ge=1, description="ngram: longest match.")
+    suffix: SuffixDecoding | None = Field(default=None, description="suffix: its knobs.")
 
     @model_validator(mode="after")
     def _check(self) -> DraftModel:
-        if self.method.uses_draft_model and self.model is None:
+        method = self.method.runtime
+        if method.needs_draft_model and self.model is None:
             raise ValueError(
-                f"draft.model is required when draft.method is {self.method.value}"
-                " (only ngram and none run without a draft model)"
+                f"draft.model is required when draft.method is {_words(NEEDS_DRAFT_MODEL)}"
             )
+        if self.model is not None and not method.takes_draft_model:
+            raise ValueError(
+                f"draft.model is not used by draft.method {_words(NO_DRAFT_MODEL)}: remove it"
+            )
+        if self.sample_method is not None and not method.learned_draft:
+            raise ValueError(
+                "draft.sampleMethod needs a draft network (draft.method "
+                f"{_words(LEARNED_DRAFT)}); lookups have no distribution to sample"
+            )
+        if self.rejection_sample_method is not None and not method.speculates:
+            raise ValueError("draft.rejectionSampleMethod needs speculation (draft.method is none)")
+        if self.suffix is not None and method is not Method.SUFFIX:
+            raise ValueError("draft.suffix applies to draft.method suffix only")
         if self.prompt_lookup_min > self.prompt_lookup_max:
             raise ValueError("draft.promptLookupMin must be <= draft.promptLookupMax")
         return self
@@ -851,6 +965,16 @@ class Metrics(SpecModel):
         return self
 
 
+SUFFIX_NOT_TUNED = (
+    "speculation: draft.method suffix is not tuned (suffix decoding picks its draft length "
+    "per step, up to K): set speculation.minTokens and maxTokens to speculation.tokens"
+)
+FLY_NEEDS_TWO = (
+    "speculation.minTokens must be at least 2 with draft.rejectionSampleMethod fly "
+    "(FLy defers rejection over a window shorter than K)"
+)
+
+
 class SpeculativeModelSpec(SpecModel):
     """What the user (or Git) wants. The operator never writes it."""
 
@@ -864,6 +988,26 @@ class SpeculativeModelSpec(SpecModel):
                         "self.draft.tensorParallelSize == self.runtime.tensorParallelSize",
                         "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
                         ".draft.tensorParallelSize",
+                    ),
+                    _cel(
+                        "self.draft.method != 'suffix' || "
+                        "(self.speculation.minTokens == self.speculation.tokens && "
+                        "self.speculation.maxTokens == self.speculation.tokens)",
+                        SUFFIX_NOT_TUNED,
+                        ".speculation",
+                    ),
+                    _cel(
+                        "self.draft.method != 'suffix' || self.speculation.schedule.mode == 'Off'",
+                        "speculation.schedule needs a tuned method: suffix decoding sets its "
+                        "draft length per step itself",
+                        ".speculation.schedule",
+                    ),
+                    _cel(
+                        "!has(self.draft.rejectionSampleMethod) || "
+                        "self.draft.rejectionSampleMethod != 'fly' || "
+                        "self.speculation.minTokens >= 2",
+                        FLY_NEEDS_TWO,
+                        ".speculation.minTokens",
                     ),
                 ]
             }
@@ -887,6 +1031,17 @@ class SpeculativeModelSpec(SpecModel):
                 f"draft.tensorParallelSize ({draft_tp}) must be 1 or runtime.tensorParallelSize "
                 f"({self.runtime.tensor_parallel_size})"
             )
+        sp = self.speculation
+        if self.draft.method is DraftMethod.SUFFIX:
+            if not sp.min_tokens == sp.tokens == sp.max_tokens:
+                raise ValueError(SUFFIX_NOT_TUNED)
+            if sp.schedule.mode is not ScheduleMode.OFF:
+                raise ValueError(
+                    "speculation.schedule needs a tuned method: suffix decoding sets its "
+                    "draft length per step itself"
+                )
+        if self.draft.rejection_sample_method is RejectionSampleMethod.FLY and sp.min_tokens < 2:
+            raise ValueError(FLY_NEEDS_TWO)
         return self
 
 

@@ -19,9 +19,10 @@ from specfleet.operator.api import (
     DraftMethod,
     ScheduledBand,
     SpeculativeModel,
+    SuffixDecoding,
 )
 from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
-from specfleet.runtime.config import RuntimeConfig
+from specfleet.runtime.config import Method, RuntimeConfig
 
 Manifest = dict[str, Any]
 
@@ -103,24 +104,31 @@ def runtime_config(
 ) -> RuntimeConfig:
     """The runtime's config contract for one track; pods bind their own IP."""
     spec = model.spec
-    speculates = method is not DraftMethod.NONE
-    ngram = method is DraftMethod.NGRAM
+    draft = spec.draft
+    runtime = method.runtime
+    suffix = draft.suffix if runtime is Method.SUFFIX and draft.suffix else SuffixDecoding()
     return RuntimeConfig(
         model=spec.model.name,
         served_model_name=spec.model.served_name or spec.model.name,
-        method=method.runtime,
-        draft_model=spec.draft.model if method.uses_draft_model else None,
-        num_speculative_tokens=tokens if speculates else None,
-        draft_tensor_parallel_size=(
-            spec.draft.tensor_parallel_size if method.uses_draft_model else None
-        ),
-        prompt_lookup_min=spec.draft.prompt_lookup_min if ngram else None,
-        prompt_lookup_max=spec.draft.prompt_lookup_max if ngram else None,
+        method=runtime,
+        draft_model=draft.model if runtime.takes_draft_model else None,
+        num_speculative_tokens=tokens if runtime.speculates else None,
+        draft_tensor_parallel_size=draft.tensor_parallel_size if runtime.learned_draft else None,
+        draft_sample_method=draft.sample_method if runtime.learned_draft else None,
+        rejection_sample_method=draft.rejection_sample_method if runtime.speculates else None,
+        prompt_lookup_min=draft.prompt_lookup_min if runtime.prompt_lookup else None,
+        prompt_lookup_max=draft.prompt_lookup_max if runtime.prompt_lookup else None,
+        suffix_max_tree_depth=suffix.max_tree_depth,
+        suffix_max_cached_requests=suffix.max_cached_requests,
+        suffix_max_spec_factor=suffix.max_spec_factor,
+        suffix_min_token_prob=suffix.min_token_prob,
         tensor_parallel_size=spec.runtime.tensor_parallel_size,
         host="$(POD_IP)",
         port=spec.runtime.port,
         extra_args=tuple(spec.runtime.args),
-        batch_schedule=schedule.entries(batch_schedule) if batch_schedule and speculates else (),
+        batch_schedule=(
+            schedule.entries(batch_schedule) if batch_schedule and runtime.speculates else ()
+        ),
     )
 
 

@@ -30,27 +30,61 @@ class ConfigError(ValueError):
 
 
 class Method(StrEnum):
-    PEAGLE = "peagle"
+    """How a pod speculates: vLLM 0.33's methods, P-EAGLE named on its own."""
+
+    PEAGLE = "peagle"  # an EAGLE-3 head drafting all K tokens in one pass
     EAGLE3 = "eagle3"
     EAGLE = "eagle"
-    NGRAM = "ngram"
+    MTP = "mtp"  # the target's own multi-token-prediction layers
+    DRAFT_MODEL = "draft_model"  # a small LM of the target's vocabulary
+    DFLASH = "dflash"  # a block-diffusion draft: all K tokens in one pass
+    DSPARK = "dspark"  # parallel drafting, confidence-scheduled verification
+    NGRAM = "ngram"  # prompt lookup
+    NGRAM_GPU = "ngram_gpu"  # prompt lookup on the GPU
+    SUFFIX = "suffix"  # suffix-tree decoding: the draft length adapts per step
     NONE = "none"
-    # A separate small LM of the target's vocabulary drafting sequentially (vLLM's
-    # method of that name). The runtime runs it (the real-engine tests use the target as
-    # its own draft); the operator does not offer it (specfleet.operator.api.DraftMethod).
-    DRAFT_MODEL = "draft_model"
 
     @property
-    def uses_draft_model(self) -> bool:
-        return self in (Method.PEAGLE, Method.EAGLE3, Method.EAGLE, Method.DRAFT_MODEL)
+    def vllm_name(self) -> str:
+        # P-EAGLE is EAGLE-3 with parallel drafting; vLLM has no "peagle" method.
+        return Method.EAGLE3.value if self is Method.PEAGLE else self.value
 
     @property
     def speculates(self) -> bool:
         return self is not Method.NONE
 
     @property
+    def needs_draft_model(self) -> bool:
+        """A draft checkpoint of its own is required."""
+        return self in (
+            Method.PEAGLE, Method.EAGLE3, Method.EAGLE, Method.DRAFT_MODEL, Method.DFLASH
+        )  # fmt: skip
+
+    @property
+    def takes_draft_model(self) -> bool:
+        """A draft checkpoint may be given: MTP heads and DSpark drafts may ship inside the
+        target (then none is), or separately (a Gemma-4 assistant, a Qwen3 DSpark draft)."""
+        return self.needs_draft_model or self in (Method.MTP, Method.DSPARK)
+
+    @property
+    def learned_draft(self) -> bool:
+        """A network drafts, with a distribution to sample from (not a lookup)."""
+        return self.takes_draft_model
+
+    @property
     def parallel_drafting(self) -> bool:
-        return self is Method.PEAGLE
+        """All K draft tokens in one forward pass: a draft's cost hardly grows with K."""
+        return self in (Method.PEAGLE, Method.DFLASH, Method.DSPARK)
+
+    @property
+    def prompt_lookup(self) -> bool:
+        return self in (Method.NGRAM, Method.NGRAM_GPU)
+
+    @property
+    def tuned(self) -> bool:
+        """K means the same every step, so the operator tunes it. Suffix decoding picks
+        its draft length per step up to K (its cap), so K stays where the spec puts it."""
+        return self.speculates and self is not Method.SUFFIX
 
 
 class DraftSampleMethod(StrEnum):
@@ -58,6 +92,15 @@ class DraftSampleMethod(StrEnum):
 
     GREEDY = "greedy"  # argmax; verification treats the draft as one-hot (vLLM's default)
     PROBABILISTIC = "probabilistic"  # samples; verification uses the draft's probabilities
+
+
+class RejectionSampleMethod(StrEnum):
+    """How vLLM verifies drafts (its `rejection_sample_method`; `synthetic` is a test mode
+    and not offered)."""
+
+    STANDARD = "standard"
+    BLOCK = "block"  # accepts a block of drafts jointly (vLLM's model runner v2)
+    FLY = "fly"  # FLy: defers rejection over a window; needs K >= 2, not on CPU
 
 
 class Engine(StrEnum):
@@ -107,8 +150,13 @@ class RuntimeConfig(BaseModel):
     num_speculative_tokens: Annotated[int, Field(ge=1, le=MAX_SPECULATIVE_TOKENS)] | None = None
     draft_tensor_parallel_size: PositiveInt | None = None
     draft_sample_method: DraftSampleMethod | None = None
+    rejection_sample_method: RejectionSampleMethod | None = None
     prompt_lookup_min: PositiveInt | None = None
     prompt_lookup_max: PositiveInt | None = None
+    suffix_max_tree_depth: PositiveInt | None = None
+    suffix_max_cached_requests: Annotated[int, Field(ge=0)] | None = None
+    suffix_max_spec_factor: Annotated[float, Field(ge=0)] | None = None
+    suffix_min_token_prob: Annotated[float, Field(ge=0, le=1)] | None = None
     batch_schedule: tuple[BatchScheduleEntry, ...] = ()
     tensor_parallel_size: PositiveInt = 1
     host: str | None = None
@@ -122,18 +170,28 @@ class RuntimeConfig(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> RuntimeConfig:
         method = self.method
-        if method.uses_draft_model and not self.draft_model:
+        if method.needs_draft_model and not self.draft_model:
             raise ValueError(f"method {method} needs --draft-model")
-        if method.speculates and self.num_speculative_tokens is None:
+        if self.draft_model and method.speculates and not method.takes_draft_model:
+            raise ValueError(f"method {method} takes no --draft-model")
+        # Suffix decoding's K is optional: vLLM caps it at the tree depth.
+        if method.tuned and self.num_speculative_tokens is None:
             raise ValueError(f"method {method} needs --num-speculative-tokens")
+        if self.draft_sample_method is not None and method.speculates and not method.learned_draft:
+            raise ValueError(
+                f"--draft-sample-method needs a draft network (method {method} looks drafts up)"
+            )
         if (
-            self.draft_sample_method is not None
-            and method.speculates
-            and not (method.uses_draft_model)
+            self.rejection_sample_method is RejectionSampleMethod.FLY
+            and (self.num_speculative_tokens or 0) < 2
         ):
-            raise ValueError(f"--draft-sample-method needs a draft model (method {method})")
-        if method is not Method.NGRAM and method.speculates and self.prompt_lookup_given:
-            raise ValueError("--prompt-lookup-min/--prompt-lookup-max apply to method ngram only")
+            raise ValueError("--rejection-sample-method fly needs --num-speculative-tokens >= 2")
+        if not method.prompt_lookup and method.speculates and self.prompt_lookup_given:
+            raise ValueError(
+                "--prompt-lookup-min/--prompt-lookup-max apply to methods ngram and ngram_gpu only"
+            )
+        if method is not Method.SUFFIX and self.suffix_given:
+            raise ValueError("--suffix-* options apply to method suffix only")
         if (
             self.prompt_lookup_min is not None
             and self.prompt_lookup_max is not None
@@ -171,6 +229,18 @@ class RuntimeConfig(BaseModel):
         return self.prompt_lookup_min is not None or self.prompt_lookup_max is not None
 
     @property
+    def suffix_given(self) -> bool:
+        return any(
+            value is not None
+            for value in (
+                self.suffix_max_tree_depth,
+                self.suffix_max_cached_requests,
+                self.suffix_max_spec_factor,
+                self.suffix_min_token_prob,
+            )
+        )
+
+    @property
     def name_served(self) -> str:
         """The name clients and metrics use: the served name, else the model."""
         return self.served_model_name or self.model
@@ -199,8 +269,13 @@ class RuntimeConfig(BaseModel):
             ("--num-speculative-tokens", self.num_speculative_tokens),
             ("--draft-tensor-parallel-size", self.draft_tensor_parallel_size),
             ("--draft-sample-method", self.draft_sample_method),
+            ("--rejection-sample-method", self.rejection_sample_method),
             ("--prompt-lookup-min", self.prompt_lookup_min),
             ("--prompt-lookup-max", self.prompt_lookup_max),
+            ("--suffix-max-tree-depth", self.suffix_max_tree_depth),
+            ("--suffix-max-cached-requests", self.suffix_max_cached_requests),
+            ("--suffix-max-spec-factor", self.suffix_max_spec_factor),
+            ("--suffix-min-token-prob", self.suffix_min_token_prob),
             *(("--batch-schedule", entry) for entry in self.batch_schedule),
             ("--tensor-parallel-size", self.tensor_parallel_size),
             ("--host", self.host),
@@ -237,8 +312,13 @@ def _parser() -> _Parser:
     add("--num-speculative-tokens", type=int)
     add("--draft-tensor-parallel-size", type=int)
     add("--draft-sample-method", choices=[m.value for m in DraftSampleMethod])
+    add("--rejection-sample-method", choices=[m.value for m in RejectionSampleMethod])
     add("--prompt-lookup-min", type=int)
     add("--prompt-lookup-max", type=int)
+    add("--suffix-max-tree-depth", type=int)
+    add("--suffix-max-cached-requests", type=int)
+    add("--suffix-max-spec-factor", type=float)
+    add("--suffix-min-token-prob", type=float)
     add("--batch-schedule", action="append", default=[])
     add("--tensor-parallel-size", type=int, default=1)
     add("--host")
@@ -304,8 +384,13 @@ def parse_serve_args(
             num_speculative_tokens=namespace.num_speculative_tokens,
             draft_tensor_parallel_size=namespace.draft_tensor_parallel_size,
             draft_sample_method=namespace.draft_sample_method,
+            rejection_sample_method=namespace.rejection_sample_method,
             prompt_lookup_min=namespace.prompt_lookup_min,
             prompt_lookup_max=namespace.prompt_lookup_max,
+            suffix_max_tree_depth=namespace.suffix_max_tree_depth,
+            suffix_max_cached_requests=namespace.suffix_max_cached_requests,
+            suffix_max_spec_factor=namespace.suffix_max_spec_factor,
+            suffix_min_token_prob=namespace.suffix_min_token_prob,
             batch_schedule=schedule,
             tensor_parallel_size=namespace.tensor_parallel_size,
             host=namespace.host,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specfleet.runtime.config import Method, RuntimeConfig
+from specfleet.runtime.config import Method, RejectionSampleMethod, RuntimeConfig
 
 
 class PreflightError(Exception):
@@ -30,6 +30,38 @@ EAGLE3_SPECULATOR_TYPES = ("eagle3", "peagle")
 # Where vLLM 0.33 looks for the parallel-drafting mask token (speculators' peagle
 # configs carry `mask_token_id`, which vLLM maps to `pard_token`).
 MASK_TOKEN_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")
+# Where a target's config.json says how many MTP layers it has, by model family (vLLM
+# 0.33's hf_config_override): DeepSeek, GLM, Qwen3-Next, Kimi and most others;
+# Qwen3.5; MiniMax; the transformers backend. Inkling nests it under mtp_config.
+MTP_LAYER_KEYS = (
+    "num_nextn_predict_layers",
+    "mtp_num_hidden_layers",
+    "num_mtp_modules",
+    "num_mtp_layers",
+)
+# vLLM 0.33 names a DFlash draft `DFlash<architecture>` unless it already says DFlash;
+# these are the names its registry runs.
+DFLASH_ARCHITECTURES = (
+    "DFlashDraftModel",
+    "DFlash2DraftModel",
+    "DFlash2BeamDraftModel",
+    "LiLiCorrDraftModel",
+    "DFlashLagunaForCausalLM",
+    "DFlashMuseGlimmerAssistantModel",
+    "DFlashQwen3XPressModel",
+)
+# DSpark drafts vLLM 0.33 recognizes; any other draft it takes for DeepSeek-V4's own
+# DSpark layers and fails only when loading the weights.
+DSPARK_ARCHITECTURES = (
+    "Qwen3DSparkModel",
+    "Qwen3OmniDSparkModel",
+    "MuseSparkDSparkModel",
+    "Gemma4DSparkModel",
+    "K3DSparkModel",
+    "DSparkDraftModel",
+)
+# Targets whose DSpark layers ship inside the checkpoint (no draft.model needed).
+DSPARK_BUILT_IN_TARGETS = ("deepseek_v4", "deepseek_v41")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 # Files any of which lets transformers load a tokenizer from the directory.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -211,6 +243,65 @@ def check_draft_kind(method: Method, draft: ModelConfigFile) -> None:
             )
 
 
+def mtp_layers(model: ModelConfigFile) -> int | None:
+    """How many multi-token-prediction layers a checkpoint has, if its config says."""
+    scopes = [model, ModelConfigFile(model.path, model.data.get("mtp_config") or {})]
+    for scope in scopes:
+        for key in MTP_LAYER_KEYS:
+            value = scope.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return None
+
+
+def check_mtp(config: RuntimeConfig, target: ModelConfigFile) -> None:
+    """The target carries MTP layers, and K is a count vLLM can run them for."""
+    layers = mtp_layers(target)
+    if not layers:
+        raise PreflightError(
+            f"target {target.path.parent} has no MTP layers (none of "
+            f"{', '.join(MTP_LAYER_KEYS)} > 0 in config.json): method mtp runs the target's "
+            "own multi-token-prediction heads (DeepSeek-V3, Qwen3-Next, GLM-4.5, ...); for "
+            "another target use a separate draft (eagle3, draft_model)"
+        )
+    k = config.num_speculative_tokens or 0
+    if k > layers and k % layers:
+        raise PreflightError(
+            f"K={k} does not fit the target's {layers} MTP layers: vLLM runs them in turn, "
+            f"so K must be at most {layers} or a multiple of it"
+        )
+
+
+def _dflash_name(architecture: str) -> str:
+    if architecture.startswith("DFlash") or architecture.endswith("DFlash"):
+        return architecture
+    return architecture if architecture == "LiLiCorrDraftModel" else f"DFlash{architecture}"
+
+
+def check_dflash_draft(draft: ModelConfigFile) -> None:
+    if not any(_dflash_name(a) in DFLASH_ARCHITECTURES for a in draft.architectures):
+        raise PreflightError(
+            f"draft {draft.path.parent} is not a DFlash draft (architectures="
+            f"{draft.architectures}; vLLM 0.33 runs {', '.join(DFLASH_ARCHITECTURES)})"
+        )
+
+
+def check_dspark(target: ModelConfigFile | None, draft: ModelConfigFile | None) -> None:
+    if draft is not None:
+        if not set(draft.architectures) & set(DSPARK_ARCHITECTURES):
+            raise PreflightError(
+                f"draft {draft.path.parent} is not a DSpark draft (architectures="
+                f"{draft.architectures}; vLLM 0.33 runs {', '.join(DSPARK_ARCHITECTURES)})"
+            )
+        return
+    if target is not None and target.get("model_type") not in DSPARK_BUILT_IN_TARGETS:
+        raise PreflightError(
+            f"method dspark without a draft model runs the DSpark layers inside the target, "
+            f"which only DeepSeek-V4 checkpoints have (model_type "
+            f"{target.get('model_type')!r}); give draft.model a DSpark draft"
+        )
+
+
 def check_compatible(method: Method, target: ModelConfigFile, draft: ModelConfigFile) -> None:
     """The draft emits the target's tokens; an EAGLE draft reads its hidden states."""
     target_vocab, draft_vocab = target.get("vocab_size"), draft.get("vocab_size")
@@ -224,8 +315,8 @@ def check_compatible(method: Method, target: ModelConfigFile, draft: ModelConfig
             raise PreflightError(
                 f"draft_vocab_size {reduced} must be in 1..target vocabulary size {target_vocab}"
             )
-    if method is Method.DRAFT_MODEL:
-        return  # a separate model: its own width, no hidden states from the target
+    if method not in (Method.PEAGLE, Method.EAGLE3, Method.EAGLE):
+        return  # only EAGLE heads read the target's hidden states by layer
     layers = target.get("num_hidden_layers")
     ids = aux_layer_ids(draft)
     if isinstance(layers, int) and ids is not None:
@@ -287,6 +378,21 @@ def check_gpus(config: RuntimeConfig, gpus: int | None) -> str:
     return f"{gpus} GPU(s) visible for tensor parallel size {config.tensor_parallel_size}"
 
 
+def check_engine_supports(config: RuntimeConfig, use_torch: bool) -> None:
+    """What the installed vLLM cannot run, said before it starts (only where vLLM is)."""
+    if not use_torch:
+        return
+    if config.method is Method.SUFFIX and importlib.util.find_spec("arctic_inference") is None:
+        raise PreflightError(
+            "method suffix needs the arctic-inference package, which this image lacks "
+            "(vLLM 0.33: pip install arctic-inference==0.1.1)"
+        )
+    if config.rejection_sample_method is RejectionSampleMethod.FLY and is_vllm_cpu_build():
+        raise PreflightError(
+            "rejection sample method fly is not supported by vLLM's CPU build; use standard"
+        )
+
+
 def run(
     config: RuntimeConfig,
     env: Mapping[str, str],
@@ -302,15 +408,27 @@ def run(
         target = read_config(config.model, "target")
     else:
         log(f"preflight: target {config.model} is a hub name: file checks skipped")
+    method = config.method
     draft = None
-    if config.method.uses_draft_model and config.draft_model:
+    if config.draft_model and method.takes_draft_model:
         if is_local(config.draft_model):
             draft = read_config(config.draft_model, "draft")
-            check_draft_kind(config.method, draft)
+            check_draft_kind(method, draft)
+            if method is Method.DFLASH:
+                check_dflash_draft(draft)
             if target is not None:
-                check_compatible(config.method, target, draft)
+                check_compatible(method, target, draft)
         else:
             log(f"preflight: draft {config.draft_model} is a hub name: file checks skipped")
+    if method is Method.MTP:
+        mtp_model = draft or (None if config.draft_model else target)
+        if mtp_model is not None:
+            check_mtp(config, mtp_model)
+            layers, k = mtp_layers(mtp_model), config.num_speculative_tokens
+            log(f"preflight: {layers} MTP layer(s) for K={k}")
+    if method is Method.DSPARK and (draft is not None or not config.draft_model):
+        check_dspark(target, draft)
+    check_engine_supports(config, use_torch)
     if target is not None:
         check_target_files(config, target)
         log(f"preflight: target {config.model}: config.json, weights and tokenizer found")

@@ -64,28 +64,38 @@ def owned_flag(arg: str) -> str | None:
 
 
 def speculative_config(config: RuntimeConfig) -> dict[str, Any] | None:
-    """vLLM's `--speculative-config` for the config's method; None for method none."""
+    """vLLM's `--speculative-config` for the config's method; None for method none.
+    `method` is always explicit: vLLM would otherwise guess it from the draft's path."""
     method = config.method
     if not method.speculates:
         return None
-    spec: dict[str, Any] = {
-        # P-EAGLE is EAGLE-3 with parallel drafting; vLLM has no "peagle" method.
-        "method": Method.EAGLE3.value if method is Method.PEAGLE else method.value,
-    }
-    if method.uses_draft_model:
+    spec: dict[str, Any] = {"method": method.vllm_name}
+    if config.draft_model and method.takes_draft_model:
         spec["model"] = config.draft_model
-    spec["num_speculative_tokens"] = config.num_speculative_tokens
+    if config.num_speculative_tokens is not None:
+        spec["num_speculative_tokens"] = config.num_speculative_tokens
     if method.parallel_drafting:
-        spec["parallel_drafting"] = True
-    if method is Method.NGRAM:
+        spec["parallel_drafting"] = True  # vLLM sets it itself for dflash and dspark
+    if method.prompt_lookup:
         if config.prompt_lookup_min is not None:
             spec["prompt_lookup_min"] = config.prompt_lookup_min
         if config.prompt_lookup_max is not None:
             spec["prompt_lookup_max"] = config.prompt_lookup_max
-    if config.draft_tensor_parallel_size is not None and method.uses_draft_model:
+    if method is Method.SUFFIX:
+        for key, value in (
+            ("suffix_decoding_max_tree_depth", config.suffix_max_tree_depth),
+            ("suffix_decoding_max_cached_requests", config.suffix_max_cached_requests),
+            ("suffix_decoding_max_spec_factor", config.suffix_max_spec_factor),
+            ("suffix_decoding_min_token_prob", config.suffix_min_token_prob),
+        ):
+            if value is not None:
+                spec[key] = value
+    if config.draft_tensor_parallel_size is not None and method.learned_draft:
         spec["draft_tensor_parallel_size"] = config.draft_tensor_parallel_size
     if config.draft_sample_method is not None:
         spec["draft_sample_method"] = config.draft_sample_method.value
+    if config.rejection_sample_method is not None:
+        spec["rejection_sample_method"] = config.rejection_sample_method.value
     if config.batch_schedule:
         spec["num_speculative_tokens_per_batch_size"] = [
             [entry.start, entry.end, entry.k] for entry in config.batch_schedule
