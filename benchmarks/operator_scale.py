@@ -15,9 +15,9 @@ namespaces (`bench-scale-*`, deleted afterwards):
   time from the start of that apply until every model has its three children and a
   status with `observedGeneration` equal to its generation, as seen by a watch. Also the
   operator's CPU seconds over that time and its peak RSS (VmHWM) once every pod is
-  Running and the fleet has settled. With `--standby`, two replicas run behind a Lease
-  (the first leads); the standby's peak RSS and CPU seconds are measured too. Per model, the watch gives apply -> children
-  created and apply -> status written (p50, p99).
+  Running and the fleet has settled. Per model, the watch gives apply -> children
+  created and apply -> status written (p50, p99). With `--standby`, two replicas run
+  behind a Lease (the first leads); the standby's peak RSS and CPU seconds are measured too.
 
 An extra ServiceCIDR `specfleet-bench` (10.100.0.0/20) gives the 1,000 Services their
 ClusterIPs (the test cluster's own range is a /24); it is deleted at the end.

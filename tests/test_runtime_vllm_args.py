@@ -285,7 +285,7 @@ def test_the_pattern_refuses_exactly_what_some_owned_flag_refuses(arg: str) -> N
           "--tensor-parallel-size", "4", "--draft-tensor-parallel-size", "2"],
          "must be 1 or the --tensor-parallel-size (4)"),
         (["--method", "ngram", "--num-speculative-tokens", "3", "--draft-sample-method",
-          "probabilistic"], "--draft-sample-method needs a draft network (method ngram looks drafts up)"),
+          "probabilistic"], "--draft-sample-method needs a draft network"),
         (["--method", "ngram", "--num-speculative-tokens", "3", "--draft-model", DRAFT],
          "method ngram takes no --draft-model"),
         (["--method", "dflash", "--num-speculative-tokens", "3"], "needs --draft-model"),
