@@ -52,7 +52,7 @@ from e2e import real_engine  # noqa: E402
 from specfleet.operator.api import FittedStepCost, StepTimeSample  # noqa: E402
 from specfleet.operator.metrics import SpecDecodeCounters, parse_vllm_metrics  # noqa: E402
 from specfleet.operator.speed import fit, prior, relative_error, step_ms  # noqa: E402
-from specfleet.runtime.config import parse_serve_args  # noqa: E402
+from specfleet.runtime.config import Drafting, parse_serve_args  # noqa: E402
 from specfleet.runtime.vllm_args import speculative_config  # noqa: E402
 
 STARTED = time.monotonic()
@@ -449,7 +449,7 @@ def main() -> int:
         }
     summaries = summarise(bursts, ks, concurrencies)
     samples = samples_of(summaries)
-    fitted, base = fit(samples, parallel=True), prior(parallel=True)
+    fitted, base = fit(samples, drafting=Drafting.PARALLEL), prior(drafting=Drafting.PARALLEL)
     results |= {
         "summary": [{**asdict(s), "median_tokens_per_second": s.median} for s in summaries],
         "verdicts": verdicts(summaries, bursts),

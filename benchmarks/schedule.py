@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 
 from specfleet.operator.simulate import SimulationResult, load_scenario, phases, simulate
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import goodput
 
 SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "schedule" / "load-cycle.yaml"
@@ -31,14 +32,14 @@ def per_phase_speed(result: SimulationResult, k: int | None) -> float:
     """Mean over windows of goodput / the phase's best static K's; k=None: achieved."""
     scenario = load_scenario(SCENARIO, "learned")
     cuts = phases(scenario)
-    parallel = True
+    drafting = Drafting.PARALLEL  # the scenario's P-EAGLE
     ratios = []
     for record in result.records:
         phase = cuts[record.phase]
         value = (
             record.goodput
             if k is None
-            else goodput(scenario.engine_cost, phase.acceptance, k, phase.concurrency, parallel)
+            else goodput(scenario.engine_cost, phase.acceptance, k, phase.concurrency, drafting)
         )
         ratios.append(value / record.best_static)
     return statistics.fmean(ratios)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, goodput, mean_acceptance_length
 
 BATCHES = (1, 8, 32)
@@ -101,10 +102,13 @@ class BatchShape:
 
 
 def batch_shape(cost: StepCost, conditional: Sequence[float], batch: int) -> BatchShape:
-    plain = goodput(cost, conditional, 0, batch, parallel=True)
+    plain = goodput(cost, conditional, 0, batch, drafting=Drafting.PARALLEL)
     return BatchShape(
-        [goodput(cost, conditional, k, batch, True) / plain for k in range(MAX_K + 1)],
-        [goodput(cost, conditional, k, batch, False) / plain for k in range(MAX_K + 1)],
+        [goodput(cost, conditional, k, batch, Drafting.PARALLEL) / plain for k in range(MAX_K + 1)],
+        [
+            goodput(cost, conditional, k, batch, Drafting.SEQUENTIAL) / plain
+            for k in range(MAX_K + 1)
+        ],
     )
 
 

@@ -24,6 +24,7 @@ from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.tuner import FLOOR_ACTIONS, ActionKind
+from specfleet.runtime.config import Drafting
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
@@ -88,7 +89,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         sample = real_engine.step_samples(body, 3)[0]
         assert 0.1 < sample["stepMs"] < 500 and sample["steps"] > 0, sample
         fitted = body["status"]["stepCost"]["fitted"]
-        assert fitted != speed.prior(parallel=True).model_dump(by_alias=True), fitted
+        assert fitted != speed.prior(drafting=Drafting.PARALLEL).model_dump(by_alias=True), fitted
 
         # Then what runs changes on that measured speed: another K, or plain decoding
         # (on this CPU the tiny head's 1.7 tokens a step cost 1.8x a plain step:

@@ -303,4 +303,69 @@ INVALID_CASES = [
         True,
     ),
     InvalidCase("name-not-dns-label", {"metadata.name": "Llama_8B"}, "metadata.name", True),
+    # Each method takes the fields it needs and none it does not.
+    InvalidCase("ngram-with-draft-model", {"spec.draft.method": "ngram"}, "draft.model", True),
+    InvalidCase("suffix-with-draft-model", {"spec.draft.method": "suffix"}, "draft.model", True),
+    InvalidCase(
+        "dflash-without-draft-model",
+        {"spec.draft.method": "dflash", "spec.draft.model": DELETE},
+        "draft.model",
+        True,
+    ),
+    InvalidCase(
+        "draft-model-method-without-draft-model",
+        {"spec.draft.method": "draft_model", "spec.draft.model": DELETE},
+        "draft.model",
+        True,
+    ),
+    InvalidCase(
+        "sample-method-on-a-lookup",
+        {
+            "spec.draft.method": "ngram",
+            "spec.draft.model": DELETE,
+            "spec.draft.sampleMethod": "probabilistic",
+        },
+        "draft.sampleMethod",
+        True,
+    ),
+    InvalidCase("sample-method-unknown", {"spec.draft.sampleMethod": "beam"}, "sampleMethod"),
+    # synthetic is vLLM's test mode, not offered.
+    InvalidCase(
+        "rejection-synthetic", {"spec.draft.rejectionSampleMethod": "synthetic"}, "rejection"
+    ),
+    InvalidCase(
+        "rejection-on-plain-decoding",
+        {
+            "spec.draft.method": "none",
+            "spec.draft.model": DELETE,
+            "spec.draft.rejectionSampleMethod": "block",
+        },
+        "draft.rejectionSampleMethod",
+        True,
+    ),
+    InvalidCase(
+        "fly-with-k-one",
+        {"spec.draft.rejectionSampleMethod": "fly", "spec.speculation.minTokens": 1},
+        "speculation.minTokens",
+        True,
+    ),
+    InvalidCase(
+        "suffix-knobs-on-eagle3", {"spec.draft.suffix": {"maxTreeDepth": 8}}, "draft.suffix", True
+    ),
+    InvalidCase(
+        "suffix-with-a-k-range",
+        {"spec.draft.method": "suffix", "spec.draft.model": DELETE},
+        "speculation",
+        True,
+    ),
+    InvalidCase(
+        "suffix-min-token-prob-above-one",
+        {
+            "spec.draft.method": "suffix",
+            "spec.draft.model": DELETE,
+            "spec.speculation": {"tokens": 8, "minTokens": 8, "maxTokens": 8},
+            "spec.draft.suffix": {"minTokenProb": 1.5},
+        },
+        "minTokenProb",
+    ),
 ]

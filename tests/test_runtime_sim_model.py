@@ -9,12 +9,15 @@ import pytest
 from pydantic import ValidationError
 
 from specfleet.runtime import sim_model
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_engine import SimEngine
 from specfleet.runtime.sim_model import Load, SimProfile, StepCost
 
 
-def engine(profile: SimProfile, k: int, seed: int = 1, parallel: bool = True) -> SimEngine:
-    return SimEngine(profile, k_max=k, k_for_batch=lambda _: k, parallel=parallel, seed=seed)
+def engine(
+    profile: SimProfile, k: int, seed: int = 1, drafting: Drafting = Drafting.PARALLEL
+) -> SimEngine:
+    return SimEngine(profile, k_max=k, k_for_batch=lambda _: k, drafting=drafting, seed=seed)
 
 
 def run(sim: SimEngine, seconds: float) -> None:
@@ -33,26 +36,30 @@ def test_expected_values_follow_prefix_acceptance() -> None:
 
 def test_step_time_shapes() -> None:
     cost = StepCost()
-    parallel = [sim_model.step_seconds(cost, k, 1, parallel=True) for k in (1, 8)]
-    sequential = [sim_model.step_seconds(cost, k, 1, parallel=False) for k in (1, 8)]
+    parallel = [sim_model.step_seconds(cost, k, 1, drafting=Drafting.PARALLEL) for k in (1, 8)]
+    sequential = [sim_model.step_seconds(cost, k, 1, drafting=Drafting.SEQUENTIAL) for k in (1, 8)]
+    lookup = [sim_model.step_seconds(cost, k, 1, drafting=Drafting.LOOKUP) for k in (0, 1, 8)]
+    assert lookup[0] == lookup[1] == lookup[2]  # below the knee: a lookup costs nothing
     # P-EAGLE drafts all K in one pass: nearly flat; EAGLE-3 pays per token.
     assert parallel[1] - parallel[0] < 0.1 * parallel[0]
     assert sequential[1] - sequential[0] == pytest.approx(7 * cost.draft_ms_per_token / 1000)
     # Below the compute-bound knee (8 x 4 tokens here) the target forward is flat in batch;
     # past it, it grows.
-    assert sim_model.step_seconds(cost, 3, 8, True) == sim_model.step_seconds(cost, 3, 1, True)
-    assert sim_model.step_seconds(cost, 3, 64, True) > 1.5 * sim_model.step_seconds(
-        cost, 3, 1, True
+    assert sim_model.step_seconds(cost, 3, 8, Drafting.PARALLEL) == sim_model.step_seconds(
+        cost, 3, 1, Drafting.PARALLEL
+    )
+    assert sim_model.step_seconds(cost, 3, 64, Drafting.PARALLEL) > 1.5 * sim_model.step_seconds(
+        cost, 3, 1, Drafting.PARALLEL
     )
 
 
 def test_speculation_stops_paying_at_high_batch() -> None:
     cost, conditional = StepCost(), SimProfile().acceptance
-    assert sim_model.goodput(cost, conditional, 7, 1, True) > sim_model.goodput(
-        cost, conditional, 3, 1, True
+    assert sim_model.goodput(cost, conditional, 7, 1, Drafting.PARALLEL) > sim_model.goodput(
+        cost, conditional, 3, 1, Drafting.PARALLEL
     )
-    assert sim_model.goodput(cost, conditional, 7, 256, True) < sim_model.goodput(
-        cost, conditional, 1, 256, True
+    assert sim_model.goodput(cost, conditional, 7, 256, Drafting.PARALLEL) < sim_model.goodput(
+        cost, conditional, 1, 256, Drafting.PARALLEL
     )
 
 
@@ -167,7 +174,11 @@ def test_admin_switches_take_effect_now() -> None:
 def test_batch_schedule_lowers_k_at_large_batches() -> None:
     profile = SimProfile(load=Load(requests_per_second=40))
     sim = SimEngine(
-        profile, k_max=4, k_for_batch=lambda b: 4 if b <= 4 else 1, parallel=True, seed=2
+        profile,
+        k_max=4,
+        k_for_batch=lambda b: 4 if b <= 4 else 1,
+        drafting=Drafting.PARALLEL,
+        seed=2,
     )
     run(sim, 10.0)
     counters = sim.counters
@@ -176,7 +187,9 @@ def test_batch_schedule_lowers_k_at_large_batches() -> None:
 
 
 def test_no_speculation_still_generates() -> None:
-    sim = SimEngine(SimProfile(), k_max=0, k_for_batch=lambda _: 0, parallel=False, seed=1)
+    sim = SimEngine(
+        SimProfile(), k_max=0, k_for_batch=lambda _: 0, drafting=Drafting.SEQUENTIAL, seed=1
+    )
     run(sim, 10.0)
     assert sim.counters.num_drafts == 0 and sim.counters.generation_tokens > 0
 

@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.operator.metrics import SpecDecodeCounters, parse_vllm_metrics
-from specfleet.runtime.config import parse_serve_args
+from specfleet.runtime.config import Drafting, parse_serve_args
 from specfleet.runtime.sim_engine import SimRequest
 from specfleet.runtime.sim_model import SimProfile, load_profile, step_seconds
 from specfleet.runtime.sim_server import SimServer, build_app, metrics_page
@@ -133,13 +133,17 @@ SEQUENTIAL = ["--method", "eagle3", "--draft-model", "org/d", "--num-speculative
 
 
 @pytest.mark.parametrize(
-    ("args", "k", "parallel"),
-    [(PEAGLE, 3, True), (SEQUENTIAL, 5, False), (["--method", "none", "--seed", "3"], 0, False)],
+    ("args", "k", "drafting"),
+    [
+        (PEAGLE, 3, Drafting.PARALLEL),
+        (SEQUENTIAL, 5, Drafting.SEQUENTIAL),
+        (["--method", "none", "--seed", "3"], 0, Drafting.SEQUENTIAL),
+    ],
     ids=["peagle", "eagle3", "none"],
 )
 @pytest.mark.parametrize("batch", [1, 8, 32])
 def test_operator_reads_the_batch_and_the_step_time_from_the_page(
-    args: list[str], k: int, parallel: bool, batch: int
+    args: list[str], k: int, drafting: Drafting, batch: int
 ) -> None:
     """What the operator's parser makes of two scrapes of the sim: decoding requests per
     engine step = the running batch; decode seconds per decode step = the model's step."""
@@ -164,7 +168,7 @@ def test_operator_reads_the_batch_and_the_step_time_from_the_page(
     # The step time jitters by profile.step_noise (2%) per step: over more than 100 steps
     # the mean is within 0.5% of the model's.
     assert (after.decode_seconds - before.decode_seconds) / decode_steps == pytest.approx(
-        step_seconds(profile.cost, k, batch, parallel), rel=0.005
+        step_seconds(profile.cost, k, batch, drafting), rel=0.005
     )
 
 

@@ -25,6 +25,7 @@ from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.stats import drafts_reaching, per_position
 from specfleet.operator.tuner import ActionKind, decide
 from specfleet.runtime import sim_model
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_engine import SimEngine
 from specfleet.runtime.sim_model import Load, SimProfile, StepCost
 from tests.test_tuner import CODE, DAR, T0, make_spec
@@ -58,7 +59,7 @@ def _run_schedule(
         profile,
         k_max=high_k,
         k_for_batch=lambda b: high_k if b <= edge else low_k,
-        parallel=True,
+        drafting=Drafting.PARALLEL,
         seed=seed,
     )
     rng = random.Random(seed)
@@ -118,7 +119,7 @@ def test_per_position_acceptance_under_a_schedule_is_unbiased(
 
 def test_learns_a_deep_k_at_light_load_and_no_drafting_where_no_k_pays() -> None:
     spec = make_spec(speculation={"schedule": {"mode": "Learned"}})
-    cost = speed.prior(True)
+    cost = speed.prior(Drafting.PARALLEL)
     load = [1.0] * 6 + [32.0] * 6
     learned = schedule.learn(spec, load, CODE, cost)
     assert learned is not None and len(learned) == 2
@@ -139,7 +140,7 @@ def test_learns_a_deep_k_at_light_load_and_no_drafting_where_no_k_pays() -> None
 
 def test_one_load_learns_one_k() -> None:
     spec = make_spec(speculation={"schedule": {"mode": "Learned"}})
-    learned = schedule.learn(spec, [2.0] * 8, CODE, speed.prior(True))
+    learned = schedule.learn(spec, [2.0] * 8, CODE, speed.prior(Drafting.PARALLEL))
     assert learned is not None and len(learned) == 1 and learned[0].up_to_batch is None
 
 
@@ -152,7 +153,7 @@ def test_spec_bands_fix_the_edges_and_bound_each_band() -> None:
             }
         }
     )
-    learned = schedule.learn(spec, [1.0] * 6 + [32.0] * 6, CODE, speed.prior(True))
+    learned = schedule.learn(spec, [1.0] * 6 + [32.0] * 6, CODE, speed.prior(Drafting.PARALLEL))
     assert learned is not None
     assert learned[0].up_to_batch == 4 and learned[0].tokens <= 3
     assert 1 <= learned[-1].tokens <= 2  # minTokens 1: this band may not stop drafting
@@ -208,7 +209,7 @@ def _window(k_at_batch: int, batch: int, drafts: float = 20_000) -> TrackWindow:
     """A track's window at one load: K=k_at_batch (0: no drafts), step times from the
     published-like cost, acceptance CODE."""
     per_pos = tuple(drafts * r for r in sim_model.cumulative_acceptance(CODE, k_at_batch))
-    step = sim_model.step_seconds(PUBLISHED, k_at_batch, batch, True)
+    step = sim_model.step_seconds(PUBLISHED, k_at_batch, batch, Drafting.PARALLEL)
     return TrackWindow(
         drafts=drafts if k_at_batch else 0,
         draft_tokens=drafts * k_at_batch,

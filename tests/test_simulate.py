@@ -28,6 +28,7 @@ from specfleet.operator.simulate import (
     simulate,
 )
 from specfleet.operator.tuner import Action, ActionKind, Decided
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import SimProfile, StepCost, step_seconds
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
@@ -145,13 +146,15 @@ def test_an_engine_window_times_every_step_of_the_batch(k: int, batch: int) -> N
     rng, tracker = random.Random(1), WindowTracker()
     counters = SpecDecodeCounters(process_start_time=0.0)
     for at in (60.0, 120.0):
-        counters = _engine_window(rng, engine, cost, counters, CHAT, k, batch, 60.0, True, k > 0)
+        counters = _engine_window(
+            rng, engine, cost, counters, CHAT, k, batch, 60.0, Drafting.PARALLEL, k > 0
+        )
         observation = tracker.observe([PodSample("p", "stable", at, counters)], {"stable": k})
     window = observation.stable
     assert window is not None
     assert window.batch_per_pod == batch
-    assert window.step_seconds == pytest.approx(step_seconds(cost, k, batch, True))
-    assert window.engine_steps == round(60.0 / step_seconds(cost, k, batch, True))
+    assert window.step_seconds == pytest.approx(step_seconds(cost, k, batch, Drafting.PARALLEL))
+    assert window.engine_steps == round(60.0 / step_seconds(cost, k, batch, Drafting.PARALLEL))
     assert window.drafts == (window.decode_steps if k else 0)
 
 
@@ -159,10 +162,12 @@ def test_step_noise_jitters_each_window_around_the_model() -> None:
     import random
 
     engine, cost = SimProfile(acceptance=CHAT, step_noise=0.05), StepCost()
-    rng, seconds = random.Random(2), step_seconds(cost, 3, 8, True)
+    rng, seconds = random.Random(2), step_seconds(cost, 3, 8, Drafting.PARALLEL)
     steps = []
     for _ in range(200):
-        c = _engine_window(rng, engine, cost, SpecDecodeCounters(), CHAT, 3, 8, 60.0, True, True)
+        c = _engine_window(
+            rng, engine, cost, SpecDecodeCounters(), CHAT, 3, 8, 60.0, Drafting.PARALLEL, True
+        )
         steps.append(c.decode_seconds / c.decode_steps)
     assert len(set(steps)) > 100  # every window its own
     assert sum(steps) / len(steps) == pytest.approx(seconds, rel=0.01)

@@ -7,6 +7,7 @@ from typing import Any
 
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.tuner import sync_with_spec
+from specfleet.runtime.config import Drafting
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -22,7 +23,7 @@ def test_first_sight_takes_k_from_the_spec_quietly(peagle_manifest: dict[str, An
     assert status.speculation.tokens == 3
     assert status.speculation.requested_tokens == 3
     assert status.speculation.last_known_good_tokens == 3
-    assert status.speculation.parallel_drafting is True
+    assert status.speculation.drafting is Drafting.PARALLEL
     assert actions == [] and status.history == []
 
 
@@ -73,3 +74,17 @@ def test_narrowed_bounds_clamp_the_tuned_k_and_say_so(peagle_manifest: dict[str,
     status, actions = synced(peagle_manifest, **tuned)
     assert status.speculation.tokens == 5 and actions == ["Clamp"]
     assert status.history[-1].to_tokens == 5
+
+
+def test_a_status_from_before_drafting_styles_keeps_its_learned_cost(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    fitted = {"targetForwardMs": 20.0, "draftMs": 1.0, "draftMsPerToken": 0.1,
+              "verifyMsPerToken": 0.01, "computeBoundTokens": 64}  # fmt: skip
+    old: dict[str, Any] = {
+        "speculation": {"tokens": 3, "requestedTokens": 3, "parallelDrafting": True},
+        "stepCost": {"fitted": fitted, "samples": []},
+    }
+    status, _ = synced(peagle_manifest, **old)
+    assert status.speculation.drafting is Drafting.PARALLEL
+    assert status.step_cost is not None and status.step_cost.fitted.target_forward_ms == 20.0

@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 from specfleet.operator import speed
 from specfleet.operator.api import StepTimeSample
 from specfleet.operator.metrics import TrackWindow
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, step_seconds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def sample(cost: StepCost, k: int, batch: float, windows: int = 3) -> StepTimeSample:
-    ms = 1000 * step_seconds(cost, k, round(batch), True)
+    ms = 1000 * step_seconds(cost, k, round(batch), Drafting.PARALLEL)
     return StepTimeSample(
         tokens=k, batch=batch, step_ms=ms, steps=1000, windows=windows, measured_at=T0
     )
@@ -41,9 +42,9 @@ def timed(k_ms: float, batch: float, engine_steps: float = 1000) -> TrackWindow:
 
 
 def test_without_measurements_the_fit_is_the_prior() -> None:
-    assert speed.fit([], parallel=True) == speed.prior(parallel=True)
-    assert speed.step_ms(speed.prior(True), 3, 4) == pytest.approx(
-        1000 * step_seconds(speed.PRIOR, 3, 4, True)
+    assert speed.fit([], drafting=Drafting.PARALLEL) == speed.prior(drafting=Drafting.PARALLEL)
+    assert speed.step_ms(speed.prior(Drafting.PARALLEL), 3, 4) == pytest.approx(
+        1000 * step_seconds(speed.PRIOR, 3, 4, Drafting.PARALLEL)
     )
 
 
@@ -59,17 +60,17 @@ def test_two_measured_ks_predict_the_ones_between(name: str) -> None:
     """Measured at K=3 and K=7, the fit predicts K=3..7 at that batch within 3%, whatever
     the engine. (Beyond them a knee it has not seen may lie: a trial there measures it.)"""
     engine = ENGINES[name]
-    fitted = speed.fit([sample(engine, 3, 4), sample(engine, 7, 4)], parallel=True)
+    fitted = speed.fit([sample(engine, 3, 4), sample(engine, 7, 4)], drafting=Drafting.PARALLEL)
     for k in range(3, 8):
-        truth = 1000 * step_seconds(engine, k, 4, True)
+        truth = 1000 * step_seconds(engine, k, 4, Drafting.PARALLEL)
         assert speed.step_ms(fitted, k, 4) == pytest.approx(truth, rel=0.03), k
 
 
 def test_the_prior_alone_is_wrong_for_these_engines() -> None:
     """The engines above are ones the prior does not know: the test above can fail."""
-    prior = speed.prior(parallel=True)
+    prior = speed.prior(drafting=Drafting.PARALLEL)
     misses = [
-        abs(speed.step_ms(prior, 5, 4) / (1000 * step_seconds(e, 5, 4, True)) - 1)
+        abs(speed.step_ms(prior, 5, 4) / (1000 * step_seconds(e, 5, 4, Drafting.PARALLEL)) - 1)
         for e in ENGINES.values()
     ]
     assert max(misses) > 0.3
@@ -79,7 +80,9 @@ def test_windows_at_one_k_and_batch_average_into_one_sample_and_old_ones_fade() 
     status = None
     for minute in range(20):
         ms = 30.0 if minute < 10 else 40.0
-        status = speed.record(status, 3, timed(ms, 4.0), T0 + timedelta(minutes=minute), True)
+        status = speed.record(
+            status, 3, timed(ms, 4.0), T0 + timedelta(minutes=minute), Drafting.PARALLEL
+        )
     assert status is not None and len(status.samples) == 1
     only = status.samples[0]
     assert only.windows == 20
@@ -88,8 +91,8 @@ def test_windows_at_one_k_and_batch_average_into_one_sample_and_old_ones_fade() 
 
 
 def test_a_window_with_few_engine_steps_teaches_nothing() -> None:
-    status = speed.record(None, 3, timed(30.0, 4.0, engine_steps=10), T0, True)
-    assert status.samples == [] and status.fitted == speed.prior(True)
+    status = speed.record(None, 3, timed(30.0, 4.0, engine_steps=10), T0, Drafting.PARALLEL)
+    assert status.samples == [] and status.fitted == speed.prior(Drafting.PARALLEL)
 
 
 @settings(max_examples=60, deadline=None)
@@ -105,7 +108,7 @@ def test_the_fit_is_never_negative_and_never_nan(points: list[tuple[int, float, 
         StepTimeSample(tokens=k, batch=b, step_ms=ms, steps=100, windows=1, measured_at=T0)
         for k, b, ms in points
     ]
-    fitted = speed.fit(samples, parallel=True)
+    fitted = speed.fit(samples, drafting=Drafting.PARALLEL)
     values = fitted.model_dump().values()
     assert all(v >= 0 for v in values)
     assert fitted.target_forward_ms > 0

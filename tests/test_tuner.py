@@ -24,6 +24,7 @@ from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import Observation, PodError, TrackWindow
 from specfleet.operator.stats import extrapolate, rollback_metric
 from specfleet.operator.tuner import decide, predict
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, cumulative_acceptance, goodput, step_seconds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,7 +61,9 @@ def window(
     step times as vLLM does (one inter-token latency per request per step)."""
     per_pos = tuple(drafts * r for r in cumulative_acceptance(conditional, k))
     steps = drafts if engine is not None else 0.0
-    seconds = drafts * step_seconds(engine, k, batch, True) if engine is not None else 0.0
+    seconds = (
+        drafts * step_seconds(engine, k, batch, Drafting.PARALLEL) if engine is not None else 0.0
+    )
     return TrackWindow(
         drafts=drafts,
         draft_tokens=drafts * k,
@@ -122,8 +125,8 @@ def test_parallel_drafting_makes_deep_k_cheaper() -> None:
     from specfleet.operator.api import RollbackMetric
 
     metric = RollbackMetric.DRAFT_ACCEPTANCE_RATE
-    parallel = predict(CODE, 6, 1, metric, speed.prior(parallel=True))
-    sequential = predict(CODE, 6, 1, metric, speed.prior(parallel=False))
+    parallel = predict(CODE, 6, 1, metric, speed.prior(drafting=Drafting.PARALLEL))
+    sequential = predict(CODE, 6, 1, metric, speed.prior(drafting=Drafting.SEQUENTIAL))
     assert parallel.goodput > sequential.goodput
     assert parallel.acceptance_rate == sequential.acceptance_rate
 
@@ -347,14 +350,14 @@ def test_the_step_cost_is_fitted_from_measured_step_times() -> None:
     fitted = fleet.status.step_cost
     assert fitted is not None and len({s.tokens for s in fitted.samples}) >= 2
     for sample in fitted.samples:
-        truth = 1000 * step_seconds(DEAR_VERIFY, sample.tokens, 4, True)
+        truth = 1000 * step_seconds(DEAR_VERIFY, sample.tokens, 4, Drafting.PARALLEL)
         assert sample.step_ms == pytest.approx(truth, rel=1e-3)
         assert speed.step_ms(fitted.fitted, sample.tokens, 4) == pytest.approx(truth, rel=0.02)
 
 
 def test_trials_are_judged_on_measured_step_times_and_settle_on_the_fastest_k() -> None:
     def true_goodput(k: int) -> float:
-        return goodput(DEAR_VERIFY, CODE, k, 4, True)
+        return goodput(DEAR_VERIFY, CODE, k, 4, Drafting.PARALLEL)
 
     best = max(true_goodput(k) for k in range(1, 9))
     fleet = Fleet(make_spec(), engine=DEAR_VERIFY)

@@ -36,6 +36,7 @@ from pydantic_core import CoreSchema, core_schema
 # vocabulary rather than keeping a second copy.
 from specfleet.runtime.config import (
     MAX_SPECULATIVE_TOKENS,
+    Drafting,
     DraftSampleMethod,
     Method,
     RejectionSampleMethod,
@@ -1092,7 +1093,21 @@ class SpeculationState(ApiModel):
     )
     candidate_tokens: int | None = Field(default=None, description="K on the canary, if any.")
     last_known_good_tokens: int | None = None
-    parallel_drafting: bool = False
+    drafting: Annotated[Drafting, Lax] | None = Field(
+        default=None, description="The drafting style the step cost was measured for."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_parallel_drafting(cls, data: Any) -> Any:
+        """A status written before drafting styles had `parallelDrafting`: read it as its
+        style, so the step cost learned for it is kept."""
+        if isinstance(data, dict) and "parallelDrafting" in data:
+            data = dict(data)
+            parallel = data.pop("parallelDrafting")
+            data.setdefault("drafting", Drafting.PARALLEL if parallel else Drafting.SEQUENTIAL)
+        return data
+
     disabled: bool = Field(default=False, description="Speculation switched off by rollback.")
     disabled_reason: str | None = None
     reprobe_at: datetime | None = None

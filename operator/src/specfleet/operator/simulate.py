@@ -43,6 +43,7 @@ from specfleet.operator.metrics import (
 )
 from specfleet.operator.stats import expected_rollback_metric
 from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind, Decided, decide
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import (
     Seconds,
     SimProfile,
@@ -77,7 +78,11 @@ class Scenario(_Strict):
     description: str = ""
     duration: Seconds = Field(gt=0)
     replicas: int = Field(2, ge=1, description="stable pods; a canary adds one")
-    method: str = Field("peagle", description="draft.method: peagle drafts in parallel")
+    method: str = Field(
+        "peagle",
+        description="draft.method: its drafting style (parallel, sequential, lookup) sets "
+        "the engine's step cost",
+    )
     engine: SimProfile = Field(default_factory=SimProfile)
     draft_cost_scale: float = Field(
         1.0,
@@ -355,14 +360,14 @@ def _engine_window(
     k: int,
     batch: int,
     seconds: float,
-    parallel: bool,
+    drafting: Drafting,
     configured: bool,
 ) -> SpecDecodeCounters:
     """One pod's counters after `seconds` more at K=k (k=0: no drafting; the spec-decode
     series exist only if speculation is `configured`, e.g. a schedule's K=0 band). Every
     engine step serves the whole batch: one draft and one inter-token latency
     observation per request, one iteration-tokens observation per step."""
-    step = step_seconds(cost, k, batch, parallel) * step_jitter(rng, engine.step_noise)
+    step = step_seconds(cost, k, batch, drafting) * step_jitter(rng, engine.step_noise)
     engine_steps = round(seconds / step)
     decode_steps = engine_steps * batch
     timed = replace(
@@ -397,7 +402,7 @@ def _engine_window(
 def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> SimulationResult:
     """Run the scenario window by window through WindowTracker and `decider`."""
     spec = scenario_spec(scenario)
-    parallel = spec.draft.method.parallel_drafting
+    drafting = spec.draft.method.runtime.drafting
     cost = scenario.engine_cost
     interval = parse_duration(spec.tuning.interval).total_seconds()
     floor = spec.rollback.min_acceptance
@@ -406,7 +411,7 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
     low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
 
     def good(p: Phase, k: int) -> float:
-        return goodput(cost, p.acceptance, k, p.concurrency, parallel)
+        return goodput(cost, p.acceptance, k, p.concurrency, drafting)
 
     def pays(p: Phase, k: int) -> bool:
         return k > 0 and good(p, k) > good(p, 0)
@@ -498,7 +503,7 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
                 k_in_window(k, bands, phase.concurrency),
                 phase.concurrency,
                 interval,
-                parallel,
+                drafting,
                 k > 0,
             )
             samples.append(PodSample(name, track, start + interval, counters[name]))

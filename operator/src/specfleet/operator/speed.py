@@ -23,6 +23,7 @@ from datetime import datetime
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.metrics import TrackWindow
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost
 
 PRIOR = StepCost()
@@ -46,13 +47,18 @@ KNEE_RANGE = (1, 2**16)
 KNEE_PENALTY = 0.1
 
 
-def prior(parallel: bool) -> FittedStepCost:
+def prior(drafting: Drafting) -> FittedStepCost:
     """The built-in cost for a drafting style, in the fitted form."""
+    parallel = drafting is Drafting.PARALLEL
     return FittedStepCost(
         target_forward_ms=PRIOR.target_forward_ms,
         draft_ms=PRIOR.parallel_draft_ms if parallel else 0.0,
         draft_ms_per_token=(
-            PRIOR.parallel_draft_ms_per_token if parallel else PRIOR.draft_ms_per_token
+            0.0
+            if drafting is Drafting.LOOKUP
+            else PRIOR.parallel_draft_ms_per_token
+            if parallel
+            else PRIOR.draft_ms_per_token
         ),
         verify_ms_per_token=PRIOR.verify_ms_per_token,
         compute_bound_tokens=PRIOR.compute_bound_tokens,
@@ -137,9 +143,9 @@ def _fit_at_knee(
     return theta, objective
 
 
-def fit(samples: Sequence[StepTimeSample], parallel: bool) -> FittedStepCost:
+def fit(samples: Sequence[StepTimeSample], drafting: Drafting) -> FittedStepCost:
     """The step-time model closest to the samples, pulled towards the prior."""
-    base = prior(parallel)
+    base = prior(drafting)
     if not samples:
         return base
     best: tuple[float, list[float], int] | None = None
@@ -183,7 +189,7 @@ def record(
     k: int,
     window: TrackWindow | None,
     now: datetime,
-    parallel: bool,
+    drafting: Drafting,
 ) -> StepCostStatus:
     """Status with a window's step time at K=k added (if it has one) and the fit redone."""
     samples = list(status.samples) if status is not None else []
@@ -225,12 +231,12 @@ def record(
         samples.sort(key=lambda s: (s.tokens, s.batch))
     elif status is not None:
         return status
-    cost = fit(samples, parallel)
+    cost = fit(samples, drafting)
     return StepCostStatus(
         fitted=cost, samples=samples, relative_error=relative_error(cost, samples)
     )
 
 
-def cost_in(status: StepCostStatus | None, parallel: bool) -> FittedStepCost:
+def cost_in(status: StepCostStatus | None, drafting: Drafting) -> FittedStepCost:
     """The cost to predict with: the fit, or the prior before any measurement."""
-    return status.fitted if status is not None else prior(parallel)
+    return status.fitted if status is not None else prior(drafting)

@@ -445,8 +445,8 @@ class _Run:
         self.now = now
         self.generation = generation
         self.actions: list[Action] = []
-        self.parallel = spec.draft.method.parallel_drafting
-        self.cost = speed.cost_in(status.step_cost, self.parallel)
+        self.drafting = spec.draft.method.runtime.drafting
+        self.cost = speed.cost_in(status.step_cost, self.drafting)
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
 
@@ -503,7 +503,7 @@ class _Run:
         if window is None:
             return
         self.status.step_cost = speed.record(
-            self.status.step_cost, tokens, window, self.now, self.parallel
+            self.status.step_cost, tokens, window, self.now, self.drafting
         )
         self.cost = self.status.step_cost.fitted
 
@@ -693,10 +693,10 @@ def _sync_with_spec(run: _Run) -> None:
     spec, sp = run.spec, run.sp
     low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
     requested = spec.speculation.tokens
-    if sp.parallel_drafting != spec.draft.method.parallel_drafting:
-        run.status.step_cost = None  # measured for the other drafting style
-        run.cost = speed.prior(spec.draft.method.parallel_drafting)
-    sp.parallel_drafting = spec.draft.method.parallel_drafting
+    if sp.drafting != run.drafting:
+        run.status.step_cost = None  # measured for another drafting style
+        run.cost = speed.prior(run.drafting)
+    sp.drafting = run.drafting
     written = spec.speculation.schedule
     # A status from before schedules existed saw the default: no change, nothing reset.
     schedule_changed = (sp.requested_schedule or Schedule()) != written

@@ -29,6 +29,14 @@ class ConfigError(ValueError):
     """An invalid runtime config; its message is one line, fit for a termination log."""
 
 
+class Drafting(StrEnum):
+    """How a draft's cost grows with K: the shape of a step's time."""
+
+    PARALLEL = "Parallel"  # all K tokens in one pass: nearly flat in K
+    SEQUENTIAL = "Sequential"  # one draft pass per token
+    LOOKUP = "Lookup"  # looked up (n-grams, suffix trees): next to nothing
+
+
 class Method(StrEnum):
     """How a pod speculates: vLLM 0.33's methods, P-EAGLE named on its own."""
 
@@ -75,6 +83,12 @@ class Method(StrEnum):
     def parallel_drafting(self) -> bool:
         """All K draft tokens in one forward pass: a draft's cost hardly grows with K."""
         return self in (Method.PEAGLE, Method.DFLASH, Method.DSPARK)
+
+    @property
+    def drafting(self) -> Drafting:
+        if self.parallel_drafting:
+            return Drafting.PARALLEL
+        return Drafting.SEQUENTIAL if self.learned_draft else Drafting.LOOKUP
 
     @property
     def prompt_lookup(self) -> bool:

@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import (
     Load,
     SimProfile,
@@ -90,12 +91,12 @@ class SimEngine:
         profile: SimProfile,
         k_max: int,
         k_for_batch: Callable[[int], int],
-        parallel: bool,
+        drafting: Drafting,
         seed: int | None,
     ) -> None:
         self.k_max = k_max
         self.k_for_batch = k_for_batch
-        self.parallel = parallel
+        self.drafting = drafting
         self.rng = random.Random(seed)
         self.elapsed = 0.0  # simulated seconds since start
         self.counters = Counters(accepted_per_position=[0] * k_max)
@@ -152,7 +153,7 @@ class SimEngine:
                 break
             batch = len(self.running)
             k = min(self.k_for_batch(batch), self.k_max)
-            step = step_seconds(self._profile.cost, k, batch, self.parallel) * self._step_factor
+            step = step_seconds(self._profile.cost, k, batch, self.drafting) * self._step_factor
             step += self._pending_prefill_ms / 1000.0
             if step > self._budget:
                 break

@@ -16,6 +16,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from specfleet.runtime.config import Drafting
+
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -166,11 +168,11 @@ def expected_draft_acceptance_rate(conditional: Sequence[float], k: int) -> floa
     return expected_accepted(conditional, k) / k if k else 0.0
 
 
-def step_seconds(cost: StepCost, k: int, batch: int, parallel: bool) -> float:
+def step_seconds(cost: StepCost, k: int, batch: int, drafting: Drafting) -> float:
     """Seconds for one step of `batch` running requests drafting k tokens each."""
-    if k <= 0:
+    if k <= 0 or drafting is Drafting.LOOKUP:
         draft_ms = 0.0
-    elif parallel:
+    elif drafting is Drafting.PARALLEL:
         draft_ms = cost.parallel_draft_ms + cost.parallel_draft_ms_per_token * k
     else:
         draft_ms = cost.draft_ms_per_token * k
@@ -182,11 +184,11 @@ def step_seconds(cost: StepCost, k: int, batch: int, parallel: bool) -> float:
 
 
 def goodput(
-    cost: StepCost, conditional: Sequence[float], k: int, batch: int, parallel: bool
+    cost: StepCost, conditional: Sequence[float], k: int, batch: int, drafting: Drafting
 ) -> float:
     """Expected generated tokens per second at a batch size (k=0: no speculation)."""
     tokens_per_step = batch * (mean_acceptance_length(conditional, k) if k else 1.0)
-    return tokens_per_step / step_seconds(cost, k, batch, parallel)
+    return tokens_per_step / step_seconds(cost, k, batch, drafting)
 
 
 def sample_accepted(rng: random.Random, conditional: Sequence[float], k: int) -> int:

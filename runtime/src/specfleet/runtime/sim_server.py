@@ -53,7 +53,7 @@ class SimServer:
             profile,
             k_max=k_max,
             k_for_batch=config.k_for_batch,
-            parallel=config.method.parallel_drafting,
+            drafting=config.method.drafting,
             seed=config.seed,
         )
         self.created = time.time()
