@@ -375,3 +375,18 @@ def test_bad_scenario_is_refused(tmp_path: Path) -> None:
     many = SCENARIOS / "steady.yaml"
     result = CliRunner().invoke(app, ["simulate", "--scenario", str(many)])
     assert result.exit_code == 2 and "chat/c8/published" in result.output
+
+
+def test_each_tuned_method_settles_at_its_own_best_k() -> None:
+    """Code traffic at one request in flight under each drafting style: the tuner starts
+    from the style's prior and settles near the best static K of each, and the styles' best
+    Ks differ (a parallel or looked-up draft goes deeper than a sequential one)."""
+    path = SCENARIOS / "methods.yaml"
+    settled: dict[str, int] = {}
+    for method in ("dflash", "dspark", "mtp", "draft-model", "ngram"):
+        result = simulate(load_scenario(path, f"{method}/c1"), seed=0)
+        # Within the 3% minImprovement of the best static K: closer is not worth a canary.
+        assert result.steady_ratio >= 0.97, (method, result.steady_ratio)
+        settled[method] = result.records[-1].tokens
+    assert settled["mtp"] == settled["draft-model"]  # both sequential
+    assert settled["dflash"] > settled["mtp"] and settled["ngram"] > settled["mtp"]

@@ -43,7 +43,7 @@ from specfleet.operator.metrics import (
 )
 from specfleet.operator.stats import expected_rollback_metric
 from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind, Decided, decide
-from specfleet.runtime.config import Drafting
+from specfleet.runtime.config import Drafting, Method
 from specfleet.runtime.sim_model import (
     Seconds,
     SimProfile,
@@ -243,7 +243,8 @@ def load_scenario(path: Path, variant: str | None = None) -> Scenario:
 def scenario_spec(scenario: Scenario) -> SpeculativeModelSpec:
     manifest: dict[str, Any] = {
         "model": {"name": "sim/target"},
-        "draft": {"method": scenario.method, "model": "sim/draft"},
+        "draft": {"method": scenario.method}
+        | ({"model": "sim/draft"} if Method(scenario.method).needs_draft_model else {}),
         "replicas": scenario.replicas,
         **scenario.policy,
     }
