@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
 SELF_DRAFT_K = 3
 PEAGLE_K = 3
+NGRAM_K = 3
 TEMPERATURES = (0.0, 1.0, 2.0)
 
 
@@ -46,11 +48,33 @@ def models(vllm_python: Path) -> tuple[Path, Path]:
     return real_engine.tiny_models(vllm_python)
 
 
+def rendered_args(
+    target: Path, draft: dict[str, Any], tokens: int, bands: list[ScheduledBand] | None = None
+) -> list[str]:
+    """The runtime args the operator renders for a model on `target` with this draft (the
+    pod's address, port and served name are the serve helper's; so are vLLM's own args)."""
+    manifest = {
+        "apiVersion": "specfleet.io/v1alpha1",
+        "kind": "SpeculativeModel",
+        "metadata": {"name": "tiny"},
+        "spec": {
+            "model": {"name": str(target)},
+            "draft": draft,
+            "speculation": {"tokens": tokens, "minTokens": 1, "maxTokens": tokens},
+        },
+    }
+    model = SpeculativeModel.model_validate(manifest)
+    args = render.runtime_config(model, model.spec.draft.method, tokens, bands).to_args()
+    for flag in ("--host", "--port", "--served-model-name"):
+        index = args.index(flag)
+        del args[index : index + 2]
+    return args[: args.index("--")] if "--" in args else args
+
+
 def self_draft_args(target: Path) -> list[str]:
     """The target drafting for itself, sampling its drafts: every draft must be accepted."""
-    return ["--model", str(target), "--method", "draft_model", "--draft-model", str(target),
-            "--num-speculative-tokens", str(SELF_DRAFT_K),
-            "--draft-sample-method", "probabilistic"]  # fmt: skip
+    draft = {"method": "draft_model", "model": str(target), "sampleMethod": "probabilistic"}
+    return rendered_args(target, draft, SELF_DRAFT_K)
 
 
 @pytest.fixture(scope="module")
@@ -73,27 +97,10 @@ def peagle_server(
 ) -> Iterator[Server]:
     """P-EAGLE on the tiny models, with the args the operator renders for SCHEDULE."""
     target, draft = models
-    manifest = {
-        "apiVersion": "specfleet.io/v1alpha1",
-        "kind": "SpeculativeModel",
-        "metadata": {"name": "tiny"},
-        "spec": {
-            "model": {"name": str(target)},
-            "draft": {"method": "peagle", "model": str(draft)},
-            "speculation": {"tokens": PEAGLE_K, "minTokens": 1, "maxTokens": PEAGLE_K},
-        },
-    }
-    model = SpeculativeModel.model_validate(manifest)
-    config = render.runtime_config(model, model.spec.draft.method, PEAGLE_K, SCHEDULE)
-    args = config.to_args()
-    # The pod's address and port are the serve helper's; the rest is what a pod runs.
-    for flag in ("--host", "--port", "--served-model-name"):
-        index = args.index(flag)
-        del args[index : index + 2]
+    args = rendered_args(target, {"method": "peagle", "model": str(draft)}, PEAGLE_K, SCHEDULE)
     assert args.count("--batch-schedule") == 2
-    vllm_extra = args.index("--") if "--" in args else len(args)  # the helper adds its own
     log = tmp_path_factory.mktemp("peagle") / "vllm.log"
-    with real_engine.serve(vllm_python, args[:vllm_extra], log) as server:
+    with real_engine.serve(vllm_python, args, log) as server:
         yield server
 
 
@@ -209,6 +216,28 @@ def test_without_the_fix_sampling_acceptance_is_wrong(
     assert "specfleet: replaced" not in log.read_text()
     assert greedy == 1.0
     assert sampled < 0.99
+
+
+def test_ngram_as_the_operator_renders_it_drafts_from_the_prompt(
+    vllm_python: Path, models: tuple[Path, Path], tmp_path: Path, self_draft_server: Server
+) -> None:
+    """Prompt lookup rendered from a SpeculativeModel: vLLM drafts from the prompt's own
+    n-grams (no draft model), at most K a step, and greedy decoding of a text that repeats
+    the prompt accepts some."""
+    del self_draft_server  # started first, so at most two servers run at once
+    draft = {"method": "ngram", "promptLookupMin": 1, "promptLookupMax": 3}
+    args = rendered_args(models[0], draft, NGRAM_K)
+    assert "--draft-model" not in args
+    with real_engine.serve(vllm_python, args, tmp_path / "vllm.log") as server:
+        delta = traffic(server, 0.0, max_tokens=48)
+        positions = sorted(n for n in delta if n.startswith("accepted_per_pos_"))
+    assert positions == [f"accepted_per_pos_{i}" for i in range(NGRAM_K)]
+    assert delta["num_drafts"] > 0
+    assert delta["num_draft_tokens"] <= NGRAM_K * delta["num_drafts"]
+    assert 0 < delta["num_accepted_tokens"] <= delta["num_draft_tokens"]
+    print(
+        f"ngram K={NGRAM_K}: {delta['num_drafts']:.0f} drafts, acceptance {acceptance(delta):.3f}"
+    )
 
 
 def test_peagle_exports_the_spec_decode_counters_per_position(peagle_server: Server) -> None:

@@ -205,6 +205,24 @@ def test_missing_directory_and_config(tmp_path: Path) -> None:
         check(["--model", str(tmp_path / "empty")])
 
 
+@pytest.mark.parametrize(
+    ("method", "draft_path", "runs_as"),
+    [
+        ("draft_model", "org/llama-eagle3-distilled", "eagle3"),
+        ("draft_model", "/models/EAGLE-llama", "eagle"),
+        ("mtp", "/cache/dspark/assistant", "dspark"),
+    ],
+)
+def test_a_draft_whose_path_names_another_method_is_refused(
+    method: str, draft_path: str, runs_as: str
+) -> None:
+    """vLLM 0.33 picks the method from these words in the draft's path, even when the
+    spec names another; a hub name is checked as well as a directory."""
+    with pytest.raises(preflight.PreflightError, match=f"would run it as method {runs_as}"):
+        check(["--model", "org/target", "--method", method, "--draft-model", draft_path,
+               "--num-speculative-tokens", "2"])  # fmt: skip
+
+
 def test_hub_names_skip_the_file_checks_and_say_so() -> None:
     lines = check(["--model", "meta-llama/Llama-3.1-8B-Instruct", "--method", "peagle",
                    "--draft-model", "org/draft", "--num-speculative-tokens", "3"])  # fmt: skip

@@ -62,6 +62,16 @@ DSPARK_ARCHITECTURES = (
 )
 # Targets whose DSpark layers ship inside the checkpoint (no draft.model needed).
 DSPARK_BUILT_IN_TARGETS = ("deepseek_v4", "deepseek_v41")
+# DeepSeek-V4.1's mtp.* layers are DSpark stages: vLLM refuses method mtp on it.
+NO_CLASSIC_MTP = ("deepseek_v41",)
+# Words vLLM 0.33 looks for in a draft's path to pick the method itself, overriding an
+# explicit draft_model or mtp, and the method each picks.
+PATH_METHODS = (
+    ("eagle-", "eagle"),
+    ("eagle3", "eagle3"),
+    ("dflash", "dflash"),
+    ("dspark", "dspark"),
+)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 # Files any of which lets transformers load a tokenizer from the directory.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
@@ -256,6 +266,11 @@ def mtp_layers(model: ModelConfigFile) -> int | None:
 
 def check_mtp(config: RuntimeConfig, target: ModelConfigFile) -> None:
     """The target carries MTP layers, and K is a count vLLM can run them for."""
+    if target.get("model_type") in NO_CLASSIC_MTP:
+        raise PreflightError(
+            f"target {target.path.parent} is DeepSeek-V4.1, whose MTP layers are DSpark "
+            "stages: vLLM refuses method mtp on it; use method dspark"
+        )
     layers = mtp_layers(target)
     if not layers:
         raise PreflightError(
@@ -276,6 +291,36 @@ def _dflash_name(architecture: str) -> str:
     if architecture.startswith("DFlash") or architecture.endswith("DFlash"):
         return architecture
     return architecture if architecture == "LiLiCorrDraftModel" else f"DFlash{architecture}"
+
+
+# vLLM 0.33 overrides an explicit draft_model (or mtp) by what it finds in the draft: a
+# word in its path, MTP layers, a DSpark architecture. These refuse what would run as
+# another method than the one the spec names.
+def check_path_names_no_other_method(method: Method, draft_path: str) -> None:
+    if method not in (Method.DRAFT_MODEL, Method.MTP):
+        return
+    lowered = draft_path.lower()
+    for word, other in PATH_METHODS:
+        if word in lowered:
+            raise PreflightError(
+                f"draft path {draft_path} contains {word!r}: vLLM 0.33 would run it as "
+                f"method {other}, not {method}; serve it from a path without that word"
+            )
+
+
+def check_draft_is_no_other_method(method: Method, draft: ModelConfigFile) -> None:
+    if method is not Method.DRAFT_MODEL:
+        return
+    if mtp_layers(draft):
+        raise PreflightError(
+            f"draft {draft.path.parent} has MTP layers: vLLM 0.33 would run it as method "
+            "mtp, not draft_model; use method mtp with it as draft.model"
+        )
+    if set(draft.architectures) & set(DSPARK_ARCHITECTURES):
+        raise PreflightError(
+            f"draft {draft.path.parent} is a DSpark draft: vLLM 0.33 would run it as method "
+            "dspark, not draft_model; use method dspark"
+        )
 
 
 def check_dflash_draft(draft: ModelConfigFile) -> None:
@@ -411,8 +456,10 @@ def run(
     method = config.method
     draft = None
     if config.draft_model and method.takes_draft_model:
+        check_path_names_no_other_method(method, config.draft_model)
         if is_local(config.draft_model):
             draft = read_config(config.draft_model, "draft")
+            check_draft_is_no_other_method(method, draft)
             check_draft_kind(method, draft)
             if method is Method.DFLASH:
                 check_dflash_draft(draft)
