@@ -99,6 +99,14 @@ class ModelConfigFile:
                 return scope[key]
         return None
 
+    def first_int(self, keys: tuple[str, ...]) -> int | None:
+        """The first of these keys set to an integer (not a boolean)."""
+        for key in keys:
+            value = self.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
+
     @property
     def architectures(self) -> list[str]:
         found = self.get("architectures")
@@ -215,11 +223,7 @@ def _is_eagle(draft: ModelConfigFile) -> bool:
 
 
 def mask_token(draft: ModelConfigFile) -> int | None:
-    for key in MASK_TOKEN_KEYS:
-        value = draft.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
+    return draft.first_int(MASK_TOKEN_KEYS)
 
 
 def check_draft_kind(method: Method, draft: ModelConfigFile) -> None:
@@ -255,13 +259,11 @@ def check_draft_kind(method: Method, draft: ModelConfigFile) -> None:
 
 def mtp_layers(model: ModelConfigFile) -> int | None:
     """How many multi-token-prediction layers a checkpoint has, if its config says."""
-    scopes = [model, ModelConfigFile(model.path, model.data.get("mtp_config") or {})]
-    for scope in scopes:
-        for key in MTP_LAYER_KEYS:
-            value = scope.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-    return None
+    layers = model.first_int(MTP_LAYER_KEYS)
+    if layers is None:  # Inkling nests them under mtp_config
+        nested = ModelConfigFile(model.path, model.data.get("mtp_config") or {})
+        layers = nested.first_int(MTP_LAYER_KEYS)
+    return layers
 
 
 def check_mtp(config: RuntimeConfig, target: ModelConfigFile) -> None:
