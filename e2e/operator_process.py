@@ -26,6 +26,7 @@ class OperatorProcess:
         period: float = 1.0,
         lease: tuple[str, str] | None = None,
         identity: str | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         """`lease`: (namespace, name) of the leader Lease to stand for; `identity`: the
         replica's name (as the chart's POD_ID), in the Lease and in its user agent."""
@@ -34,6 +35,7 @@ class OperatorProcess:
         self.period = period
         self.lease = lease
         self.identity = identity
+        self.extra_args = extra_args
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -51,6 +53,7 @@ class OperatorProcess:
         if self.lease is not None:
             argv += ["--leader-elect", f"--lease-namespace={self.lease[0]}"]
             argv.append(f"--lease-name={self.lease[1]}")
+        argv += self.extra_args
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path())}
         if self.identity is not None:
             env["POD_ID"] = self.identity
@@ -102,8 +105,12 @@ class OperatorProcess:
         return "specfleet_leader 1.0" in self.metrics()
 
 
-def replica(namespace: str, logs: Path, name: str) -> OperatorProcess:
+def replica(namespace: str, logs: Path, name: str, *extra_args: str) -> OperatorProcess:
     """One of several replicas watching `namespace`, behind a Lease there."""
     return OperatorProcess(
-        [namespace], logs / f"{name}.log", lease=(namespace, LEASE), identity=name
+        [namespace],
+        logs / f"{name}.log",
+        lease=(namespace, LEASE),
+        identity=name,
+        extra_args=extra_args,
     )

@@ -202,22 +202,6 @@ def test_target_as_its_own_draft_is_always_accepted(
     assert acceptance(delta) == 1.0, (temperature, delta)
 
 
-def test_without_the_fix_sampling_acceptance_is_wrong(
-    vllm_python: Path, models: tuple[Path, Path], tmp_path: Path, self_draft_server: Server
-) -> None:
-    """The same server without our plugin (VLLM_PLUGINS names none): the bug shows."""
-    del self_draft_server  # started first, so at most two servers run at once
-    log = tmp_path / "vllm.log"
-    with real_engine.serve(
-        vllm_python, self_draft_args(models[0]), log, env={"VLLM_PLUGINS": "none"}
-    ) as server:
-        greedy = acceptance(traffic(server, 0.0, max_tokens=48))
-        sampled = acceptance(traffic(server, 1.0, max_tokens=48))
-    assert "specfleet: replaced" not in log.read_text()
-    assert greedy == 1.0
-    assert sampled < 0.99
-
-
 def test_ngram_as_the_operator_renders_it_drafts_from_the_prompt(
     vllm_python: Path, models: tuple[Path, Path], tmp_path: Path, self_draft_server: Server
 ) -> None:
