@@ -164,9 +164,10 @@ def operator_command(
     election_config = leadership.ElectionConfig(
         lease_name, lease_namespace, instance, lease_duration, renew_deadline, retry_period
     )
-    if leader_elect and election_config.problems():
-        for problem in election_config.problems():
-            typer.echo(f"--leader-elect: {problem}", err=True)
+    problems = election_config.problems() if leader_elect else []
+    for problem in problems:
+        typer.echo(f"--leader-elect: {problem}", err=True)
+    if problems:
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     start_http_server(metrics_port)

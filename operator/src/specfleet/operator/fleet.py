@@ -34,8 +34,7 @@ from specfleet.operator.api import (
 from specfleet.operator.children import DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.evaluation import Evaluator
-from specfleet.operator.kube import Cluster
-from specfleet.operator.leadership import NotLeading
+from specfleet.operator.kube import Cluster, NotLeading
 from specfleet.operator.status import ObservedChildren, ReconcileFailure, summarize
 from specfleet.operator.tuner import Action
 

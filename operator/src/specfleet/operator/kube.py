@@ -6,7 +6,6 @@ Blocking calls of the generated client; the fleet runs them in worker threads.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -16,11 +15,14 @@ from kubernetes.client.rest import ApiException
 
 from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.children import child_kind
-from specfleet.operator.leadership import NotLeading
 
 FIELD_MANAGER = "specfleet-operator"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
+
+
+class NotLeading(Exception):
+    """A write was refused because this replica does not hold the leader Lease."""
 
 
 def user_agent(instance: str) -> str:
@@ -40,6 +42,33 @@ def api_client(instance: str) -> Any:
     return api
 
 
+def call(
+    api: Any,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None,
+    content_type: str = "application/json",
+    query: list[tuple[str, Any]] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """One request, its response as raw JSON: callers keep dicts, and the client's model
+    classes cost CPU. Raises ApiException on an error status."""
+    request = api.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=query or [],
+        header_params={"Content-Type": content_type, "Accept": "application/json"},
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api.call_api(*request, _request_timeout=timeout)
+    response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=response)
+    result: dict[str, Any] = json.loads(response.data)
+    return result
+
+
 def always() -> bool:
     return True
 
@@ -49,12 +78,10 @@ class Cluster:
     alone): it is checked just before each write leaves, so a replica that lost the Lease
     while a reconcile was in flight sends nothing."""
 
-    def __init__(
-        self, api: Any, instance: str | None = None, may_write: Callable[[], bool] = always
-    ) -> None:
+    def __init__(self, api: Any, instance: str, may_write: Callable[[], bool]) -> None:
         self.api = api
         self.core = client.CoreV1Api(api)
-        self.instance = instance or socket.gethostname()
+        self.instance = instance
         self.may_write = may_write
 
     def _fence(self) -> None:
@@ -68,23 +95,9 @@ class Cluster:
         content_type: str,
         query: list[tuple[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """One PATCH, its response as raw JSON: the fleet keeps dicts, and the client's
-        model classes cost CPU. Raises ApiException on an error status."""
+        """One PATCH, once the fence lets it leave."""
         self._fence()
-        request = self.api.param_serialize(
-            method="PATCH",
-            resource_path=path,
-            query_params=query or [],
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(*request)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response)
-        result: dict[str, Any] = json.loads(response.data)
-        return result
+        return call(self.api, "PATCH", path, body, content_type, query)
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply of a child; returns the object as the server now has it.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -25,15 +24,14 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 
 from specfleet.operator import observability
+from specfleet.operator.kube import call
 
 log = logging.getLogger("specfleet.leadership")
 # Standbys spread their tries over this much more than the retry period, as client-go does.
 JITTER = 0.2
 MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-class NotLeading(Exception):
-    """A write was refused because this replica does not hold the Lease."""
+# Seconds a Lease read or write may take: a hung request must not outlast the deadline.
+LEASE_REQUEST_TIMEOUT = 5
 
 
 @dataclass(frozen=True)
@@ -146,19 +144,7 @@ class LeaseStore:
         self.name = name
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        request = self.api.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(*request, _request_timeout=5)
-        response.read()
-        if not 200 <= response.status <= 299:
-            raise ApiException(http_resp=response)
-        result: dict[str, Any] = json.loads(response.data)
-        return result
+        return call(self.api, method, path, body, timeout=LEASE_REQUEST_TIMEOUT)
 
     def read(self) -> tuple[LeaseRecord, str] | None:
         """The record and its resourceVersion, or None when there is no Lease yet."""

@@ -49,17 +49,15 @@ KNEE_PENALTY = 0.1
 
 def prior(drafting: Drafting) -> FittedStepCost:
     """The built-in cost for a drafting style, in the fitted form."""
-    parallel = drafting is Drafting.PARALLEL
+    per_token = {
+        Drafting.PARALLEL: PRIOR.parallel_draft_ms_per_token,
+        Drafting.SEQUENTIAL: PRIOR.draft_ms_per_token,
+        Drafting.LOOKUP: 0.0,
+    }
     return FittedStepCost(
         target_forward_ms=PRIOR.target_forward_ms,
-        draft_ms=PRIOR.parallel_draft_ms if parallel else 0.0,
-        draft_ms_per_token=(
-            0.0
-            if drafting is Drafting.LOOKUP
-            else PRIOR.parallel_draft_ms_per_token
-            if parallel
-            else PRIOR.draft_ms_per_token
-        ),
+        draft_ms=PRIOR.parallel_draft_ms if drafting is Drafting.PARALLEL else 0.0,
+        draft_ms_per_token=per_token[drafting],
         verify_ms_per_token=PRIOR.verify_ms_per_token,
         compute_bound_tokens=PRIOR.compute_bound_tokens,
     )
