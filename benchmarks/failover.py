@@ -44,16 +44,10 @@ def log(message: str) -> None:
     print(f"[failover {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def first_write_after(namespace: str, name: str, after: datetime, model_only: bool) -> float:
-    """Seconds from `after` to the first accepted write by replica `name`."""
-
-    def found() -> float | None:
-        for write in cluster.accepted_writes(user_agent(name), namespace, after):
-            if not model_only or write.resource.startswith("speculativemodels"):
-                return (write.received - after).total_seconds()
-        return None
-
-    return wait_for(f"a write by {name}", found, timeout=90, interval=0.2)
+def first_write_after(namespace: str, name: str, after: datetime, resource: str = "") -> float:
+    """Seconds from `after` to the first accepted write by replica `name` (to `resource`)."""
+    write = cluster.first_accepted_write(user_agent(name), namespace, after, resource, timeout=90)
+    return (write.received - after).total_seconds()
 
 
 def main() -> None:
@@ -88,8 +82,8 @@ def main() -> None:
             leader.kill()
             successor = standby.identity
             assert successor is not None
-            takeover = first_write_after(namespace, successor, killed, model_only=False)
-            model_write = first_write_after(namespace, successor, killed, model_only=True)
+            takeover = first_write_after(namespace, successor, killed)
+            model_write = first_write_after(namespace, successor, killed, "speculativemodels")
             runs.append({"takeover_seconds": takeover, "first_model_write_seconds": model_write})
             log(f"run {run + 1}: takeover {takeover:.1f} s, first model write {model_write:.1f} s")
             leader, standby = standby, new_replica()

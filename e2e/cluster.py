@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from e2e import images, pki, real_engine
+from e2e.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 STATE = Path(
@@ -382,6 +383,26 @@ def accepted_writes(
             resource = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
             found.append(AuditedWrite(received, event["verb"], resource))
     return found
+
+
+def first_accepted_write(
+    user_agent: str, namespace: str, after: datetime, resource: str = "", timeout: float = 30
+) -> AuditedWrite:
+    """Wait for the first write from `user_agent` in `namespace` received after `after`
+    (to a resource starting with `resource`, when given)."""
+    return wait_for(
+        f"a write by {user_agent}",
+        lambda: next(
+            (
+                w
+                for w in accepted_writes(user_agent, namespace, after)
+                if w.resource.startswith(resource)
+            ),
+            None,
+        ),
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 def up() -> None:

@@ -29,11 +29,7 @@ def writes(namespace: str, name: str, after: datetime | None = None) -> list[Aud
 
 
 def first_write(namespace: str, name: str, after: datetime) -> datetime:
-    return wait_for(
-        f"a write by {name}",
-        lambda: next((w.received for w in writes(namespace, name, after)), None),
-        timeout=30,
-    )
+    return cluster.first_accepted_write(user_agent(name), namespace, after).received
 
 
 def test_a_standby_takes_over_from_a_killed_then_a_frozen_leader(
