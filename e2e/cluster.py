@@ -215,6 +215,7 @@ def components(binaries: Path) -> list[Component]:
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 # Quick garbage collection and status sync keep the tests short.
                 "--concurrent-gc-syncs=5",
+                "--horizontal-pod-autoscaler-sync-period=5s",
                 "--v=1",
             ],
             f"https://127.0.0.1:{CONTROLLER_MANAGER_PORT}/healthz",

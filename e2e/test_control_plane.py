@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import sys
 import urllib.request
 from typing import Any
@@ -183,3 +185,68 @@ def test_pod_runs_with_its_service_account_rbac(
         return terminated and terminated.message
 
     assert wait_for("whoami", message) == f"system:serviceaccount:{namespace}:default"
+
+
+def _replicas(namespace: str, name: str) -> int:
+    got = cluster.kubectl("get", "specmodel", name, "-n", namespace, "-o", "json").stdout
+    return int(json.loads(got)["spec"]["replicas"])
+
+
+def _sync(namespace: str, manifest: dict[str, Any]) -> None:
+    """What an Argo CD sync with ServerSideApply=true does: a forced server-side apply
+    under Argo CD's field manager."""
+    cluster.kubectl(
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=argocd-controller",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=yaml.safe_dump(manifest),
+    )
+
+
+def _without(manifest: dict[str, Any], pointer: str) -> dict[str, Any]:
+    """The manifest less the field at a JSON pointer (Argo CD's RespectIgnoreDifferences
+    keeps the live value there)."""
+    trimmed = copy.deepcopy(manifest)
+    *parents, leaf = pointer.strip("/").split("/")
+    node = trimmed
+    for part in parents:
+        node = node.get(part, {})
+    node.pop(leaf, None)
+    return trimmed
+
+
+def test_a_gitops_sync_leaves_replicas_to_the_autoscaler(crds: None, namespace: str) -> None:
+    """docs/gitops.md#autoscaled-models: a model kept in Git without `replicas` (the
+    autoscaling example), scaled through the scale subresource, stays scaled across syncs;
+    one that sets `replicas` stays scaled only with the Application's ignoreDifferences."""
+    git = yaml.safe_load((REPO / "examples" / "autoscaling" / "llama-peagle.yaml").read_text())
+    name = git["metadata"]["name"]
+    assert "replicas" not in git["spec"]
+    _sync(namespace, git)
+    assert _replicas(namespace, name) == 1  # the CRD's default
+    cluster.kubectl("scale", "specmodel", name, "-n", namespace, "--replicas=3")
+    assert _replicas(namespace, name) == 3
+    _sync(namespace, git)
+    assert _replicas(namespace, name) == 3
+
+    applications = yaml.safe_load_all(
+        (REPO / "deploy" / "gitops" / "argocd" / "applications.yaml").read_text()
+    )
+    models = next(a for a in applications if a["metadata"]["name"] == "specfleet-models")
+    assert "RespectIgnoreDifferences=true" in models["spec"]["syncPolicy"]["syncOptions"]
+    (ignored,) = [d for d in models["spec"]["ignoreDifferences"] if d["kind"] == git["kind"]]
+    assert ignored["group"] == git["apiVersion"].split("/")[0]
+    pinned = {**git, "spec": {**git["spec"], "replicas": 1}}
+    respected = pinned
+    for pointer in ignored["jsonPointers"]:
+        respected = _without(respected, pointer)
+    _sync(namespace, respected)
+    assert _replicas(namespace, name) == 3
+    # Without ignoreDifferences, Git's replicas win over the autoscaler's at every sync.
+    _sync(namespace, pinned)
+    assert _replicas(namespace, name) == 1

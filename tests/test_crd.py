@@ -91,7 +91,14 @@ def test_every_cross_field_rule_has_a_cel_rule() -> None:
 
 def test_crd_has_status_subresource_printer_columns_and_short_name() -> None:
     version = crd.custom_resource_definition()["spec"]["versions"][0]
-    assert version["subresources"] == {"status": {}}
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
     names = [c["name"].upper() for c in version["additionalPrinterColumns"]]
     assert names == ["K", "ACCEPT", "ALEN", "PHASE", "READY", "AGE"]
     assert "specmodel" in crd.custom_resource_definition()["spec"]["names"]["shortNames"]

@@ -390,3 +390,27 @@ def test_each_tuned_method_settles_at_its_own_best_k() -> None:
         settled[method] = result.records[-1].tokens
     assert settled["mtp"] == settled["draft-model"]  # both sequential
     assert settled["dflash"] > settled["mtp"] and settled["ngram"] > settled["mtp"]
+
+
+def test_a_scale_out_mid_canary_restarts_the_trial_at_the_new_load() -> None:
+    """scale-out.yaml: the fleet grows from 2 to 16 pods while a K=3 canary (proposed at 8
+    requests per pod) runs. The canary is ended unjudged at the scale and K=8, the best at
+    1 request per pod, stays; when the fleet scales back in, K=3 is tried and promoted."""
+    scenario = load_scenario(SCENARIOS / "scale-out.yaml")
+    assert [p.concurrency for p in phases(scenario)] == [8, 1, 8]
+    for seed in range(3):
+        result = simulate(scenario, seed)
+        kinds = [(d["kind"], d["reason"]) for d in result.decisions]
+        assert kinds[:2] == [("StartCanary", "PredictedGain"), ("Abort", "FleetScaled")], kinds
+        scaled_at = [p.start // result.interval for p in phases(scenario)[1:]]
+        started = None
+        for decision in result.decisions:
+            if decision["kind"] == "StartCanary":
+                started = decision["window"]
+            if decision["kind"] == "Promote":
+                assert started is not None
+                # No scale between the trial's start and its promotion.
+                assert not any(started <= at < decision["window"] for at in scaled_at)
+        assert [r.tokens for r in result.records if r.phase == 1][-1] == 8
+        assert result.records[-1].tokens == result.best_static_tokens[-1] == 3
+        assert result.steady_ratio >= 0.97

@@ -124,7 +124,16 @@ def test_canary_phase_while_a_candidate_runs(peagle_manifest: dict[str, Any]) ->
     m = model(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
     status = summarize(m, ObservedChildren(stable=deployment(2, 2), canary=deployment(1, 1)), T0)
     assert status.phase is Phase.CANARY
-    assert status.replicas == 3
+    # The scale subresource counts what spec.replicas counts: the stable pods only.
+    assert status.replicas == 2
+    assert status.selector == "specfleet.io/model=llama-8b,specfleet.io/track=stable"
+
+
+def test_scale_status_reports_the_stable_pods_that_exist(peagle_manifest: dict[str, Any]) -> None:
+    m = model(peagle_manifest)
+    assert summarize(m, ObservedChildren(), T0).replicas == 0  # no Deployment yet
+    surging = deployment(3, 2)  # a rollout's surge pod exists too
+    assert summarize(m, ObservedChildren(stable=surging), T0).replicas == 3
 
 
 def test_a_reconcile_failure_degrades_the_model_with_its_message(

@@ -615,3 +615,74 @@ def test_no_flapping_in_a_noisy_stable_run_of_1000_windows(seed: int) -> None:
     # never back to a K it left: no A -> B -> A
     ks = [result.records[0].tokens, *changes]
     assert len(ks) == len(set(ks)), ks
+
+
+def scaled(spec: SpeculativeModelSpec, replicas: int) -> SpeculativeModelSpec:
+    """The spec after a scaler wrote spec.replicas through the scale subresource."""
+    return spec.model_copy(update={"replicas": replicas})
+
+
+@pytest.mark.parametrize("strategy", ["Canary", "InPlace"])
+def test_a_trial_running_when_the_fleet_scales_restarts_at_the_new_size(strategy: str) -> None:
+    fleet = Fleet(make_spec(tuning={"strategy": strategy}))
+    while fleet.status.canary is None:
+        fleet.step(CODE)
+    trial = fleet.status.canary
+    assert trial.stable_replicas == 1
+    k_before_trial = trial.previous_tokens if trial.in_place else fleet.status.speculation.tokens
+    fleet.step(CODE)  # one window of the trial at the old size
+    fleet.spec = scaled(fleet.spec, 4)
+    kinds = fleet.step(CODE)
+    assert kinds[0] == "Abort", kinds
+    last = fleet.status.history[-1]
+    assert last.action == "Abort" and last.reason.startswith("FleetScaled")
+    assert "from 1 to 4" in last.reason
+    sp = fleet.status.speculation
+    # Not promoted, not rejected: the candidate may be tried again at the new load.
+    assert sp.tokens == k_before_trial and sp.rejected_tokens == []
+    assert sp.candidate_tokens is None and sp.changed_at == fleet.now
+    # The next trial starts after the cooldown and remembers the new size.
+    while fleet.status.canary is None:
+        fleet.step(CODE)
+    assert fleet.now - sp.changed_at >= timedelta(minutes=3)
+    assert fleet.status.canary.stable_replicas == 4
+
+
+def test_a_trial_is_judged_only_on_windows_at_one_fleet_size() -> None:
+    """Every promotion's trial ran at one spec.replicas, however often the fleet scales."""
+    fleet = Fleet(make_spec())
+    started_at_size: int | None = None
+    promotions = restarts = 0
+    for step in range(60):
+        # The first trial starts at step 0: the scaler steps in at once, then later again.
+        fleet.spec = scaled(fleet.spec, 1 if step < 1 else 3 if step < 30 else 2)
+        kinds = fleet.step(CODE)
+        if "StartCanary" in kinds:
+            started_at_size = fleet.spec.replicas
+        if "Promote" in kinds:
+            promotions += 1
+            assert started_at_size == fleet.spec.replicas
+        if "Abort" in kinds and fleet.status.history[-1].reason.startswith("FleetScaled"):
+            restarts += 1
+    assert promotions >= 1 and restarts >= 1, (promotions, restarts)
+
+
+def test_a_reprobe_ended_by_a_scale_is_retried_not_counted_as_failed() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"}))
+    fleet.step(STALE)
+    while "Reprobe" not in fleet.step(STALE):
+        pass
+    fleet.spec = scaled(fleet.spec, 3)
+    assert fleet.step(STALE) == ["Abort"]
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.failed_reprobes == 0
+    assert sp.reprobe_at == fleet.now + timedelta(minutes=3)  # the cooldown, no back-off
+
+
+def test_a_trial_from_before_replicas_were_recorded_adopts_the_current_size() -> None:
+    fleet = Fleet(make_spec())
+    while fleet.status.canary is None:
+        fleet.step(CODE)
+    fleet.status.canary.stable_replicas = None  # as a status written by an older operator
+    assert "Abort" not in fleet.step(CODE)
+    assert fleet.status.canary is not None and fleet.status.canary.stable_replicas == 1

@@ -1020,7 +1020,13 @@ class SpeculativeModelSpec(SpecModel):
     speculation: Speculation = Field(default_factory=Speculation)
     tuning: Tuning = Field(default_factory=Tuning)
     rollback: Rollback = Field(default_factory=Rollback)
-    replicas: int = Field(default=1, ge=1, le=1000, description="Stable pods.")
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description="Stable pods. The scale subresource's replicas: `kubectl scale`, an HPA or a "
+        "KEDA ScaledObject may set it; the operator follows and never writes it.",
+    )
     runtime: Runtime = Field(default_factory=Runtime)
     metrics: Metrics = Field(default_factory=Metrics)
 
@@ -1266,6 +1272,11 @@ class CanaryComparison(ApiModel):
     previous_tokens: int | None = Field(
         default=None, description="InPlace: the K before the trial, restored on abort."
     )
+    stable_replicas: int | None = Field(
+        default=None,
+        description="spec.replicas when the trial started: a trial whose fleet is scaled is "
+        "restarted, its windows no longer at matched load.",
+    )
     stable: TrackTotals = Field(default_factory=TrackTotals)
     canary: TrackTotals = Field(default_factory=TrackTotals)
 
@@ -1335,8 +1346,14 @@ class SpeculativeModelStatus(ApiModel):
 
     observed_generation: int | None = None
     phase: Phase = Phase.PENDING
-    replicas: int = 0
-    ready_replicas: int = 0
+    replicas: int = Field(
+        default=0, description="Stable pods that exist (the scale subresource's status)."
+    )
+    ready_replicas: int = Field(default=0, description="Ready pods, the canary's included.")
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the stable pods, for the scale subresource (HPA, KEDA).",
+    )
     speculation: SpeculationState = Field(default_factory=SpeculationState)
     canary: CanaryComparison | None = None
     acceptance: AcceptanceWindow = Field(default_factory=AcceptanceWindow)

@@ -148,7 +148,15 @@ def custom_resource_definition() -> Schema:
                     "name": api.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {
+                        "status": {},
+                        # `kubectl scale`, an HPA or KEDA set spec.replicas; the operator follows.
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": api.PRINTER_COLUMNS,
                     "schema": {"openAPIV3Schema": open_api_schema()},
                 }

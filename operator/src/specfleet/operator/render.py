@@ -52,6 +52,17 @@ def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str
     return result
 
 
+def pod_selector(model: SpeculativeModel, track: Track) -> dict[str, str]:
+    """The labels that select one track's pods: its Deployment's selector."""
+    return {MODEL_LABEL: model.metadata.name, TRACK_LABEL: track}
+
+
+def scale_selector(model: SpeculativeModel) -> str:
+    """The stable pods as a label selector string: what the scale subresource reports, so
+    that an HPA averaging pod metrics counts the pods `spec.replicas` counts."""
+    return ",".join(f"{key}={value}" for key, value in pod_selector(model, "stable").items())
+
+
 def owner_reference(model: SpeculativeModel) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
@@ -234,7 +245,7 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
         },
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": {MODEL_LABEL: model.metadata.name, TRACK_LABEL: track}},
+            "selector": {"matchLabels": pod_selector(model, track)},
             # One pod at a time, never below the serving capacity: a rollout borrows
             # one GPU slot rather than dropping a replica.
             "strategy": {

@@ -71,6 +71,14 @@ class LoadStep(_Strict):
     concurrency: int = Field(ge=1)
 
 
+class ScaleStep(_Strict):
+    """From `after` seconds on, an autoscaler runs `replicas` stable pods (it writes
+    spec.replicas). The fleet's load stays: each pod's share changes with the count."""
+
+    after: Seconds
+    replicas: int = Field(ge=1)
+
+
 class Scenario(_Strict):
     """A scenario file (YAML): engines, load over time, and the policy under test."""
 
@@ -90,8 +98,15 @@ class Scenario(_Strict):
         description="the engine's drafting costs times this: under 1 a cheaper draft, over 1 "
         "a dearer one, than the engine cost's",
     )
-    concurrency: int = Field(8, ge=1, description="running requests per pod")
+    concurrency: int = Field(
+        8, ge=1, description="running requests per pod at `replicas` stable pods"
+    )
     load: list[LoadStep] = Field(default_factory=list)
+    scale: list[ScaleStep] = Field(
+        default_factory=list,
+        description="fleet size over time: the load per pod is concurrency x replicas "
+        "spread over the pods there are",
+    )
     settle: Seconds = Field(600.0, description="time after each phase start not counted as steady")
     policy: dict[str, Any] = Field(
         default_factory=dict,
@@ -255,15 +270,18 @@ def scenario_spec(scenario: Scenario) -> SpeculativeModelSpec:
 class Phase:
     start: float
     acceptance: list[float]
-    concurrency: int
+    concurrency: int  # per pod
+    replicas: int  # stable pods
 
 
 def phases(scenario: Scenario) -> list[Phase]:
-    """Stretches of constant acceptance and load (drift and load steps cut them)."""
+    """Stretches of constant acceptance, load and fleet size (drift, load and scale steps
+    cut them)."""
     starts = sorted(
         {0.0}
         | {s.after for s in scenario.engine.drift if s.after < scenario.duration}
         | {s.after for s in scenario.load if s.after < scenario.duration}
+        | {s.after for s in scenario.scale if s.after < scenario.duration}
     )
     result = []
     for start in starts:
@@ -272,7 +290,12 @@ def phases(scenario: Scenario) -> list[Phase]:
         for step in scenario.load:
             if step.after <= start:
                 concurrency = step.concurrency
-        result.append(Phase(start, list(acceptance), concurrency))
+        replicas = scenario.replicas
+        for scale in scenario.scale:
+            if scale.after <= start:
+                replicas = scale.replicas
+        per_pod = max(1, round(concurrency * scenario.replicas / replicas))
+        result.append(Phase(start, list(acceptance), per_pod, replicas))
     return result
 
 
@@ -447,13 +470,13 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
     drift_to_plain: list[int | None] = []
     awaiting_plain: int | None = None  # window index of a drift after which nothing pays
 
-    def pods() -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
+    def pods(replicas: int) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
         """Each pod's track, largest K and schedule (empty: that K at every load)."""
         sp = status.speculation
         stable_k = 0 if sp.disabled or sp.tokens is None else sp.tokens
         stable_schedule = tuple(sp.schedule or ()) if stable_k else ()
         result: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]] = [
-            (f"stable-{i}", "stable", stable_k, stable_schedule) for i in range(scenario.replicas)
+            (f"stable-{i}", "stable", stable_k, stable_schedule) for i in range(replicas)
         ]
         if sp.candidate_tokens is not None:
             canary = tuple(sp.candidate_schedule or ())
@@ -464,9 +487,10 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
         # A window runs at one concurrency, so a schedule gives it one K.
         return schedule.k_at(bands, concurrency) if bands else k
 
+    first = pods(cuts[0].replicas)
     tracker.observe(
-        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _, _ in pods()],
-        {track: k for _, track, k, _ in pods()},
+        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _, _ in first],
+        {track: k for _, track, k, _ in first},
     )
     status = decider(spec, status, Observation(stable=None, canary=None), START).status
     windows = int(scenario.duration // interval)
@@ -489,7 +513,11 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
                 else:
                     awaiting_plain = index
         samples = []
-        running = pods()
+        # What the scaler wrote: the decision core sees the spec it would read.
+        spec = spec.model_copy(update={"replicas": phase.replicas})
+        running = pods(phase.replicas)
+        for gone in pod_config.keys() - {name for name, _, _, _ in running}:
+            del pod_config[gone]  # scaled in: a pod of that name later is a new process
         for name, track, k, bands in running:
             if pod_config.get(name) != (k, bands):
                 # A rollout restarts the pod: a new process, its counters from zero.
@@ -517,8 +545,7 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
             else None
         )
         achieved = (
-            (scenario.replicas * good(phase, stable_k) + good(phase, canary_k))
-            / (scenario.replicas + 1)
+            (phase.replicas * good(phase, stable_k) + good(phase, canary_k)) / (phase.replicas + 1)
             if canary_k is not None
             else good(phase, stable_k)
         )

@@ -13,6 +13,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.conditions import set_condition
+from specfleet.operator.render import scale_selector
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,9 @@ def summarize(
         update={
             "observed_generation": generation,
             "phase": phase,
-            "replicas": replicas + (1 if candidate else 0),
+            "replicas": int(((children.stable or {}).get("status") or {}).get("replicas") or 0),
             "ready_replicas": ready_pods,
+            "selector": scale_selector(model),
             "conditions": conditions,
         }
     )

@@ -754,10 +754,34 @@ def _sync_with_spec(run: _Run) -> None:
     trial = run.status.canary
     if trial is not None and not low <= trial.candidate_tokens <= high:
         _end_trial(run, promote=False, reason="OutsideRange", message="candidate outside the range")
+    _restart_trial_if_scaled(run)
     if sp.rejected_until is not None and run.now >= sp.rejected_until:
         sp.rejected_tokens = []
         sp.rejected_schedule = None
         sp.rejected_until = None
+
+
+def _restart_trial_if_scaled(run: _Run) -> None:
+    """A scaler changed spec.replicas during a trial: the load per pod changed with it, and
+    so may the best K. The windows collected so far compare the two Ks at another load
+    than the ones to come, so the trial ends unjudged (not rejected); the next candidate
+    is proposed after the cooldown, from windows at the new size."""
+    trial, replicas = run.status.canary, run.spec.replicas
+    if trial is None:
+        return
+    if trial.stable_replicas is None:  # a trial started before replicas were recorded
+        trial.stable_replicas = replicas
+    if trial.stable_replicas == replicas:
+        return
+    _end_trial(
+        run,
+        promote=False,
+        reason="FleetScaled",
+        message=f"spec.replicas went from {trial.stable_replicas} to {replicas} during the "
+        "trial; its windows are no longer at matched load, so it restarts at the new size",
+        reject=False,
+        judged=False,
+    )
 
 
 def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> None:
@@ -1135,7 +1159,7 @@ def _maybe_reprobe(run: _Run, stable: Judged) -> None:
     cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
     strategy = sp.strategy or spec.tuning.strategy
     if strategy is TuningStrategy.CANARY:
-        run.status.canary = CanaryComparison(candidate_tokens=k)
+        run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
         sp.candidate_tokens = k
         sp.canary_started_at = run.now
         run.act(
@@ -1225,6 +1249,7 @@ def _start_trial(
             in_place=True,
             previous_tokens=sp.tokens,
             previous_schedule=sp.schedule,
+            stable_replicas=spec.replicas,
             stable=before,
         )
         run.act(
@@ -1240,7 +1265,7 @@ def _start_trial(
         sp.schedule = candidate
         run.changed(k)
         return
-    run.status.canary = CanaryComparison(candidate_tokens=k)
+    run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
     sp.candidate_tokens = k
     sp.candidate_schedule = candidate
     sp.canary_started_at = run.now
@@ -1454,7 +1479,17 @@ def _compare(run: _Run, stable: Judged) -> None:
     _end_trial(run, promote=reason == "GoodputGain", reason=reason, message=summary)
 
 
-def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: bool = True) -> None:
+def _end_trial(
+    run: _Run,
+    *,
+    promote: bool,
+    reason: str,
+    message: str,
+    reject: bool = True,
+    judged: bool = True,
+) -> None:
+    """Promote or abort the trial. `judged=False`: it ended before its windows could say
+    anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
     sp, trial = run.sp, run.status.canary
     assert trial is not None and sp.tokens is not None
     candidate = trial.candidate_tokens
@@ -1490,8 +1525,11 @@ def _end_trial(run: _Run, *, promote: bool, reason: str, message: str, reject: b
             sp.failing_windows = failing
         return
     if sp.disabled:
-        sp.failed_reprobes += 1
-        sp.reprobe_at = _next_reprobe(run)
+        if judged:
+            sp.failed_reprobes += 1
+            sp.reprobe_at = _next_reprobe(run)
+        else:
+            sp.reprobe_at = run.now + run.seconds(run.spec.tuning.cooldown)
         reject = False
     if reject:
         if tried is not None:  # the schedule failed, not its largest K
