@@ -88,6 +88,7 @@ bench-scale: $(INSTALLED) cluster-up
 tools: $(INSTALLED)
 	@e2e/install-debian-packages.sh
 	@e2e/build-controlplane.sh >/dev/null
+	@e2e/build-monitoring.sh >/dev/null
 
 cluster-up: $(INSTALLED) tools
 	@$(BIN)/python -m e2e.cluster up

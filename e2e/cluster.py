@@ -70,6 +70,8 @@ CLIENTS = {
     "admin": "admin/system:masters",
     "controller-manager": "system:kube-controller-manager",
     "scheduler": "system:kube-scheduler",
+    # prometheus-operator runs outside the cluster: --apiserver with a client certificate.
+    "prometheus-operator": "specfleet:prometheus-operator",
 }
 
 
@@ -87,11 +89,48 @@ def kubectl_binary() -> str:
     return str(candidate) if candidate.exists() else shutil.which("kubectl") or "kubectl"
 
 
-def build_binaries() -> Path:
+def _built(script: str) -> Path:
+    """Run a build script of e2e/ (cached, locked) and return the path it prints last."""
     result = subprocess.run(
-        [str(REPO / "e2e" / "build-controlplane.sh")], stdout=subprocess.PIPE, text=True, check=True
+        [str(REPO / "e2e" / script)], stdout=subprocess.PIPE, text=True, check=True
     )
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+def build_binaries() -> Path:
+    return _built("build-controlplane.sh")
+
+
+def build_monitoring() -> Path:
+    """prometheus-operator v0.85.0 from its Go module: bin/ (the operator, its config
+    reloader) and crds/ (the monitoring.coreos.com CRDs of the same version)."""
+    return _built("build-monitoring.sh")
+
+
+def install_keda_crds() -> None:
+    """KEDA's CRDs from its Go module (the version e2e/keda pins), served."""
+    downloaded = subprocess.run(
+        ["go", "mod", "download", "-json", "github.com/kedacore/keda/v2"],
+        cwd=REPO / "e2e" / "keda",
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    ).stdout
+    source = json.loads(downloaded)["Dir"]
+    crds = sorted((Path(source) / "config" / "crd" / "bases").glob("keda.sh_*.yaml"))
+    kubectl("apply", "--server-side", "--force-conflicts", *(f"-f={f}" for f in crds))
+    names = ["crd/{1}.{0}".format(*f.stem.split("_", 1)) for f in crds]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+
+
+def install_monitoring_crds() -> None:
+    """prometheus-operator's CRDs, server-side (they are too large for the annotation
+    client-side apply keeps), then wait until each is served."""
+    crds = build_monitoring() / "crds"
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    # The files are named GROUP_PLURAL.yaml, as controller-gen writes them.
+    names = ["crd/{1}.{0}".format(*f.stem.split("_", 1)) for f in sorted(crds.glob("*.yaml"))]
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,12 @@ def crds(control_plane: None) -> None:
     cluster.install_crds()
 
 
+@pytest.fixture(scope="session")
+def monitoring_crds(control_plane: None) -> None:
+    """prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule, ...)."""
+    cluster.install_monitoring_crds()
+
+
 def _fresh_namespace(
     api_client: client.ApiClient, request: pytest.FixtureRequest, prefix: str
 ) -> Iterator[str]:

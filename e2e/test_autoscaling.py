@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from e2e import cluster
@@ -109,3 +110,35 @@ def test_an_hpa_scales_the_model_mid_canary_and_the_trial_restarts(
         timeout=120,
     )
     assert later["spec"]["replicas"] == 2
+
+
+def test_the_keda_example_is_admitted_with_kedas_own_crd(crds: None, namespace: str) -> None:
+    """examples/autoscaling: the autoscaled model and its ScaledObject, judged by KEDA
+    v2.21.0's CRD (strict: a misspelled field is refused, not pruned)."""
+    cluster.install_keda_crds()
+    directory = cluster.REPO / "examples" / "autoscaling"
+    result = cluster.kubectl(
+        "apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", str(directory)
+    )
+    assert result.stdout.count("(server dry run)") == 2, result.stdout
+    scaled = yaml.safe_load((directory / "keda-scaledobject.yaml").read_text())
+    model = yaml.safe_load((directory / "llama-peagle.yaml").read_text())
+    target = scaled["spec"]["scaleTargetRef"]
+    assert (target["apiVersion"], target["kind"], target["name"]) == (
+        model["apiVersion"],
+        model["kind"],
+        model["metadata"]["name"],
+    )
+    scaled["spec"]["minReplicaCountt"] = 1
+    refused = cluster.kubectl(
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        input=yaml.safe_dump(scaled),
+        check=False,
+    )
+    assert refused.returncode != 0 and "minReplicaCountt" in refused.stderr

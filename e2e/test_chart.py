@@ -1,168 +1,20 @@
 """The Helm chart against the real API server: admission of every rendered object, and
 the operator's RBAC checked both ways with `kubectl auth can-i`.
 
-prometheus-operator's CRDs are not part of the local control plane. So that the server
-can still judge the ServiceMonitor, PodMonitor and PrometheusRule, the `monitoring_crds`
-fixture registers stand-ins for them (same group, version, kinds and scope) whose schemas
-declare the fields of prometheus-operator's API this chart uses, with their types and the
-Duration pattern. They are labelled `specfleet.io/test-stand-in` and never replace real
-CRDs that are already installed.
+The ServiceMonitor, PodMonitor and PrometheusRule are judged by prometheus-operator's own
+CRDs (v0.85.0, from the Go module e2e/build-monitoring.sh builds the operator from).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import yaml
 
 from e2e import cluster
 from tests.test_chart import CUSTOM_VALUES, manifests, render
-
-STAND_IN_LABEL = "specfleet.io/test-stand-in"
-DURATION = {
-    "type": "string",
-    "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?"
-    "(([0-9]+)ms)?)$",
-}
-STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
-LABEL_SELECTOR = {
-    "type": "object",
-    "properties": {
-        "matchLabels": STRINGS,
-        "matchExpressions": {
-            "type": "array",
-            "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        },
-    },
-}
-NAMESPACE_SELECTOR = {
-    "type": "object",
-    "properties": {
-        "any": {"type": "boolean"},
-        "matchNames": {"type": "array", "items": {"type": "string"}},
-    },
-}
-RELABELINGS = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {
-            "sourceLabels": {"type": "array", "items": {"type": "string"}},
-            "separator": {"type": "string"},
-            "targetLabel": {"type": "string"},
-            "regex": {"type": "string"},
-            "modulus": {"type": "integer"},
-            "replacement": {"type": "string"},
-            "action": {"type": "string"},
-        },
-    },
-}
-ENDPOINT = {
-    "port": {"type": "string"},
-    "path": {"type": "string"},
-    "interval": DURATION,
-    "scrapeTimeout": DURATION,
-    "honorLabels": {"type": "boolean"},
-    "relabelings": RELABELINGS,
-}
-MONITORING_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
-    "ServiceMonitor": (
-        "servicemonitors",
-        {
-            "selector": LABEL_SELECTOR,
-            "namespaceSelector": NAMESPACE_SELECTOR,
-            "jobLabel": {"type": "string"},
-            "endpoints": {"type": "array", "items": {"type": "object", "properties": ENDPOINT}},
-        },
-    ),
-    "PodMonitor": (
-        "podmonitors",
-        {
-            "selector": LABEL_SELECTOR,
-            "namespaceSelector": NAMESPACE_SELECTOR,
-            "jobLabel": {"type": "string"},
-            "podMetricsEndpoints": {
-                "type": "array",
-                "items": {"type": "object", "properties": ENDPOINT},
-            },
-        },
-    ),
-    "PrometheusRule": (
-        "prometheusrules",
-        {
-            "groups": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["name"],
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1},
-                        "interval": DURATION,
-                        "rules": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["expr"],
-                                "properties": {
-                                    "alert": {"type": "string"},
-                                    "record": {"type": "string"},
-                                    "expr": {"x-kubernetes-int-or-string": True},
-                                    "for": DURATION,
-                                    "labels": STRINGS,
-                                    "annotations": STRINGS,
-                                },
-                            },
-                        },
-                    },
-                },
-            }
-        },
-    ),
-}
-
-
-def stand_in_crd(kind: str) -> dict[str, Any]:
-    plural, spec = MONITORING_SPECS[kind]
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.monitoring.coreos.com",
-            "labels": {STAND_IN_LABEL: "true"},
-        },
-        "spec": {
-            "group": "monitoring.coreos.com",
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {"spec": {"type": "object", "properties": spec}},
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-@pytest.fixture(scope="session")
-def monitoring_crds(control_plane: None) -> None:
-    for kind, (plural, _) in MONITORING_SPECS.items():
-        name = f"crd/{plural}.monitoring.coreos.com"
-        existing = cluster.kubectl("get", name, "-o", "name", check=False)
-        if existing.returncode == 0:
-            continue  # real prometheus-operator CRDs (or our stand-ins) are there
-        cluster.kubectl("create", "-f", "-", input=yaml.safe_dump(stand_in_crd(kind)))
-        cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", name)
 
 
 def extra_namespace() -> Iterator[str]:
@@ -226,7 +78,9 @@ def test_every_rendered_object_is_admitted(
         assert {"ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds
 
 
-def test_stand_in_schemas_catch_a_misspelled_field(monitoring_crds: None, namespace: str) -> None:
+def test_the_monitoring_crds_catch_a_misspelled_field(
+    monitoring_crds: None, namespace: str
+) -> None:
     """The monitoring kinds are really judged: a typo is refused, not pruned silently."""
     text = render(namespace=namespace, set_json=["podMonitor.enabled=true"]).stdout
     monitor = next(d for d in manifests(text) if d["kind"] == "PodMonitor")

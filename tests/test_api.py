@@ -27,6 +27,13 @@ def test_examples_are_valid(path: Path) -> None:
     assert api.validation_errors(yaml.safe_load(path.read_text())) == []
 
 
+def test_the_autoscaled_example_is_valid_and_leaves_replicas_to_the_scaler() -> None:
+    manifest = yaml.safe_load((REPO / "examples" / "autoscaling" / "llama-peagle.yaml").read_text())
+    assert api.validation_errors(manifest) == []
+    assert "replicas" not in manifest["spec"]
+    assert api.SpeculativeModel.model_validate(manifest).spec.replicas == 1
+
+
 def test_there_are_examples_for_peagle_eagle3_and_ngram() -> None:
     methods = {yaml.safe_load(p.read_text())["spec"]["draft"]["method"] for p in EXAMPLES}
     assert {"peagle", "eagle3", "ngram"} <= methods

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds prometheus-operator and its config reloader from the Go module pinned in
+# e2e/monitoring into a cache outside the repo, and copies the CRDs of that same module
+# version beside them. A second run builds nothing.
+# Prints the cache directory (bin/ and crds/ under it) on stdout's last line; progress
+# goes to stderr.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=e2e/go-build.sh
+source "$here/go-build.sh"
+version="v0.85.0"
+go_build_cache prometheus-operator "$here/monitoring" "$version"
+
+package=github.com/prometheus-operator/prometheus-operator
+version_ldflags="-s -w -X github.com/prometheus/common/version.Version=${version#v}"
+go_build prometheus-operator "$package/cmd/operator" "$version_ldflags"
+go_build prometheus-config-reloader "$package/cmd/prometheus-config-reloader" "$version_ldflags"
+if [[ ! -d "$cache/crds" ]]; then
+    source_dir="$(cd "$module" && go list -m -f '{{.Dir}}' "$package")"
+    mkdir -p "$cache/crds.tmp"
+    cp "$source_dir"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$cache/crds.tmp/"
+    # The operator's own ClusterRole, as the project ships it.
+    cp "$source_dir"/example/rbac/prometheus-operator/prometheus-operator-cluster-role.yaml \
+        "$cache/crds.tmp/../cluster-role.yaml.tmp"
+    chmod u+w "$cache"/crds.tmp/*.yaml "$cache/cluster-role.yaml.tmp"
+    mv "$cache/cluster-role.yaml.tmp" "$cache/cluster-role.yaml"
+    mv "$cache/crds.tmp" "$cache/crds"
+    log "CRDs and the operator's ClusterRole copied from $package@$version"
+fi
+echo "$cache"
