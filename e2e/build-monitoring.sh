@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds prometheus-operator and its config reloader from the Go module pinned in
-# e2e/monitoring into a cache outside the repo, and copies the CRDs of that same module
-# version beside them. A second run builds nothing.
+# Builds prometheus-operator and its config reloader (e2e/monitoring) and Prometheus
+# v3.5.0 (e2e/prometheus-server: module v0.305.0, the version the operator's module
+# requires) from their Go modules into a cache outside the repo, and copies the CRDs and
+# the operator's ClusterRole of that operator version beside them. A second run builds
+# nothing.
 # Prints the cache directory (bin/ and crds/ under it) on stdout's last line; progress
 # goes to stderr.
 set -euo pipefail
@@ -10,12 +12,14 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=e2e/go-build.sh
 source "$here/go-build.sh"
 version="v0.85.0"
-go_build_cache prometheus-operator "$here/monitoring" "$version"
+go_build_cache prometheus-operator "$here/monitoring" "$version" "$here/prometheus-server"
 
 package=github.com/prometheus-operator/prometheus-operator
 version_ldflags="-s -w -X github.com/prometheus/common/version.Version=${version#v}"
 go_build prometheus-operator "$package/cmd/operator" "$version_ldflags"
 go_build prometheus-config-reloader "$package/cmd/prometheus-config-reloader" "$version_ldflags"
+go_build prometheus github.com/prometheus/prometheus/cmd/prometheus \
+    "-s -w -X github.com/prometheus/common/version.Version=3.5.0" "$here/prometheus-server"
 if [[ ! -d "$cache/crds" ]]; then
     source_dir="$(cd "$module" && go list -m -f '{{.Dir}}' "$package")"
     mkdir -p "$cache/crds.tmp"

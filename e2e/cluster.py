@@ -285,6 +285,9 @@ def components(binaries: Path) -> list[Component]:
                 f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
                 # The chart's operator pod runs its real image (`make images`).
                 f"--image-oci={images.OPERATOR.ref}={images.LAYOUT}",
+                # A Prometheus of prometheus-operator: Prometheus and the operator's reloader.
+                f"--image-oci={images.PROMETHEUS_REF}={images.LAYOUT}",
+                f"--image-oci={images.CONFIG_RELOADER_REF}={images.LAYOUT}",
             ],
             f"http://127.0.0.1:{NODE_AGENT_HEALTH_PORT}/healthz",
         ),

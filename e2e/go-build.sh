@@ -1,12 +1,15 @@
 # Sourced by the build-*.sh scripts: one cache directory per Go module and its pinned
 # versions, one build at a time per cache, and progress on stderr during long builds.
-# Usage: go_build_cache NAME MODULE_DIR VERSION  (sets $module, $cache, $bin; takes the lock)
-#        go_build BINARY PACKAGE LDFLAGS        (skips a binary already in $bin)
+# Usage: go_build_cache NAME MODULE_DIR VERSION [MODULE_DIR...]
+#            (sets $module to the first, $cache, $bin; the key covers every module; locks)
+#        go_build BINARY PACKAGE LDFLAGS [MODULE_DIR]
+#            (in $module unless given; skips a binary already in $bin)
 
 go_build_cache() {
-    local name="$1" version="$3" key
+    local name="$1" version="$3" key dir
+    local modules=("$2" "${@:4}")
     module="$2"
-    key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-12)"
+    key="$(for dir in "${modules[@]}"; do cat "$dir/go.mod" "$dir/go.sum"; done | sha256sum | cut -c1-12)"
     cache="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}/$name/$version-$key"
     bin="$cache/bin"
     log_name="$name"
@@ -23,14 +26,14 @@ go_build_cache() {
 log() { printf '[build-%s] %s\n' "${log_name:-go}" "$*" >&2; }
 
 go_build() {
-    local name="$1" pkg="$2" ldflags="$3" started elapsed pid
+    local name="$1" pkg="$2" ldflags="$3" dir="${4:-$module}" started elapsed pid
     if [[ -x "$bin/$name" ]]; then
         log "$name: cached"
         return
     fi
     log "$name: building $pkg (a cold build takes minutes)"
     started=$SECONDS
-    (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg") &
+    (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "$pkg") &
     pid=$!
     # Poll each second (a build that ends is seen at once), say so every 30 s.
     while kill -0 "$pid" 2>/dev/null; do

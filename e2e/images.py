@@ -162,7 +162,7 @@ def build(image: Image) -> None:
     _run(*argv, str(REPO))
     image_id = _image_id(image.ref)
     stamp = CACHE / "pushed" / image.name
-    if stamp.exists() and stamp.read_text() == image_id and _in_layout(image):
+    if stamp.exists() and stamp.read_text() == image_id and _in_layout(image.ref):
         log(f"{image.name}: unchanged ({time.monotonic() - started:.1f} s)")
         return
     _run("buildah", "push", "--quiet", image.ref, f"oci:{LAYOUT}:{image.ref}")
@@ -171,12 +171,66 @@ def build(image: Image) -> None:
     log(f"{image.name}: built and stored in {time.monotonic() - started:.0f} s")
 
 
-def _in_layout(image: Image) -> bool:
+def _in_layout(ref: str) -> bool:
     try:
-        oci.manifest_digest(LAYOUT, image.ref)
+        oci.manifest_digest(LAYOUT, ref)
     except oci.ImageNotFound:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class BinaryImage:
+    """An image of one static executable built here (alone, from scratch), for the pods
+    the tests run but specfleet does not ship: Prometheus and prometheus-operator's
+    config reloader."""
+
+    ref: str
+    executable: Path
+
+    @property
+    def entrypoint(self) -> str:
+        return f"/bin/{self.executable.name}"
+
+
+# Tagged under localhost/: images made here, not the upstream projects' own.
+PROMETHEUS_REF = "localhost/specfleet-e2e/prometheus:v3.5.0"
+CONFIG_RELOADER_REF = "localhost/specfleet-e2e/prometheus-config-reloader:v0.85.0"
+
+
+def monitoring_images(built: Path) -> list[BinaryImage]:
+    """Prometheus and the config reloader, from `cluster.build_monitoring()`'s bin/."""
+    return [
+        BinaryImage(PROMETHEUS_REF, built / "bin" / "prometheus"),
+        BinaryImage(CONFIG_RELOADER_REF, built / "bin" / "prometheus-config-reloader"),
+    ]
+
+
+def build_binary_image(image: BinaryImage) -> None:
+    """Copy the executable into its base as a non-root (nobody) entrypoint, once per
+    executable content."""
+    with oci.locked(CACHE / ".lock"):
+        key = hashlib.sha256(image.executable.read_bytes()).hexdigest()[:12]
+        stamp = CACHE / "pushed" / image.ref.replace("/", "_")
+        if stamp.exists() and stamp.read_text() == key and _in_layout(image.ref):
+            return
+        log(f"{image.ref}: {image.executable}")
+        container = _run("buildah", "from", "scratch").strip()
+        try:
+            _run("buildah", "copy", "--quiet", container, str(image.executable), image.entrypoint)
+            _run(
+                "buildah",
+                "config",
+                f'--entrypoint=["{image.entrypoint}"]',
+                "--user=65534:65534",
+                container,
+            )
+            _run("buildah", "commit", "--quiet", container, image.ref)
+        finally:
+            subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+        _run("buildah", "push", "--quiet", image.ref, f"oci:{LAYOUT}:{image.ref}")
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(key)
 
 
 def run_once(image: Image, spec: oci.ContainerSpec, timeout: float = 120) -> str:

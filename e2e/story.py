@@ -14,7 +14,7 @@ import math
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +37,8 @@ HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
 # Traffic the draft fits less well: block acceptance (first position) under the 0.75
 # floor, but deep drafts still pay, so the fastest K stays and the alert fires.
 BELOW_FLOOR_ACCEPTANCE = [0.6, 0.85, 0.85, 0.85]
+# The chart operator's metrics port here (its health port is the next one).
+OPERATOR_METRICS_PORT = 9100
 # A stale draft: speculation no longer pays, so plain decoding comes.
 STALE_ACCEPTANCE = [0.05, 0.02]
 
@@ -109,10 +111,10 @@ class Story:
 
     # ----------------------------------------------------------------- steps
 
-    def install_chart(self) -> None:
-        """The chart as a user installs it; its operator pod runs the operator image built
-        here (the node agent runs it with runc), so the Deployment the chart renders is
-        what runs."""
+    def install_chart(self, values: Sequence[str] = ()) -> None:
+        """The chart as a user installs it, with `values` (`--set`) on top; its operator pod
+        runs the operator image built here (the node agent runs it with runc), so the
+        Deployment the chart renders is what runs."""
         helm = str(cluster.build_binaries() / "helm")
         images.build_all()
         cluster.install_crds()
@@ -136,6 +138,13 @@ class Story:
             "replicas=1",
             "--set-json",
             'extraArgs=["--period", "1"]',
+            # Off the ports a Prometheus pod's config reloader takes (8080, 8081): the node
+            # agent runs every pod on the host's network.
+            "--set",
+            f"metrics.port={OPERATOR_METRICS_PORT}",
+            "--set",
+            f"health.port={OPERATOR_METRICS_PORT + 1}",
+            *(argument for value in values for argument in ("--set", value)),
             "--wait",
             "--timeout",
             "3m",
@@ -202,7 +211,7 @@ class Story:
             **{"app.kubernetes.io/instance": RELEASE, "app.kubernetes.io/component": "operator"}
         )
         ips = [p["status"].get("podIP") for p in pods if p["status"].get("podIP")]
-        return f"{ips[0]}:8080" if ips else None
+        return f"{ips[0]}:{OPERATOR_METRICS_PORT}" if ips else None
 
     def operator_metrics(self) -> str:
         address = self.operator_address()

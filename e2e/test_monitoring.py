@@ -1,16 +1,16 @@
 """prometheus-operator v0.85.0, built from its Go module, reconciles the chart's
 ServiceMonitor, PodMonitor and PrometheusRule into a Prometheus's configuration: the
 scrape jobs keep the labels the alerts group by, and the rule file it writes is the
-chart's alerts, valid for promtool.
-
-Not covered here: running the Prometheus pod that configuration is for (the node agent
-cannot run its image); the story's alerts still run in a Prometheus configured by
-e2e/prometheus.py."""
+chart's alerts, valid for promtool. The story (e2e/test_story.py) runs that Prometheus
+and sees the alerts fire; here each reconciled piece is checked on its own, the
+ServiceMonitor's job included (the story cannot scrape through it: the API server keeps
+no Service endpoints at the node agent's loopback pod IPs)."""
 
 from __future__ import annotations
 
 import base64
 import gzip
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,91 +21,45 @@ import yaml
 from kubernetes import client
 
 from e2e import cluster
-from e2e.real_engine import free_port
+from e2e.prometheus import (
+    MONITOR_VALUES,
+    NAME,
+    OPERATOR_JOB,
+    PrometheusOperator,
+    prometheus_manifests,
+)
 from e2e.waiting import wait_for
 from tests.test_chart import manifests, render
 
-OPERATOR_USER = cluster.CLIENTS["prometheus-operator"]
-SELECTED = {"prometheus": "specfleet"}  # the label our Prometheus selects monitors by
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 RELEASE = "sf-mon"
 
 
+def as_json(values: list[str]) -> list[str]:
+    """`--set` values (path=value) as `--set-json` ones."""
+    result = []
+    for item in values:
+        path, value = item.split("=", 1)
+        result.append(
+            f"{path}={json.dumps(value == 'true' if value in ('true', 'false') else value)}"
+        )
+    return result
+
+
 @pytest.fixture
 def prometheus_operator(monitoring_crds: None, namespace: str, tmp_path: Path) -> Iterator[None]:
-    """The operator as a process, scoped to the test's namespace, with the ClusterRole its
-    project ships bound to its client certificate's user."""
-    built = cluster.build_monitoring()
-    cluster.kubectl("apply", "-f", str(built / "cluster-role.yaml"))
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "prometheus-operator"},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "prometheus-operator",
-        },
-        "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": OPERATOR_USER}
-        ],
-    }
-    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(binding))
-    pki = cluster.STATE / "pki"
-    with (tmp_path / "prometheus-operator.log").open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(built / "bin" / "prometheus-operator"),
-                f"--apiserver={cluster.SERVER}",
-                f"--ca-file={pki / 'ca.crt'}",
-                f"--cert-file={pki / 'prometheus-operator.crt'}",
-                f"--key-file={pki / 'prometheus-operator.key'}",
-                f"--namespaces={namespace}",
-                f"--web.listen-address=127.0.0.1:{free_port()}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    operator = PrometheusOperator(namespace, tmp_path)
+    operator.start()
     try:
         yield
     finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def prometheus(namespace: str) -> dict[str, Any]:
-    """A Prometheus that selects the chart's monitors and rules by their label, for
-    Debian's Prometheus (2.42)."""
-    return {
-        "apiVersion": "monitoring.coreos.com/v1",
-        "kind": "Prometheus",
-        "metadata": {"name": "specfleet", "namespace": namespace},
-        "spec": {
-            "version": "v2.42.0",
-            "serviceMonitorSelector": {"matchLabels": SELECTED},
-            "podMonitorSelector": {"matchLabels": SELECTED},
-            "ruleSelector": {"matchLabels": SELECTED},
-        },
-    }
+        operator.stop()
 
 
 def test_prometheus_operator_reconciles_the_charts_monitors_and_rules(
     prometheus_operator: None, api_client: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    labels = [
-        f'{kind}.labels={{"prometheus":"specfleet"}}'
-        for kind in ("serviceMonitor", "podMonitor", "prometheusRule")
-    ]
-    text = render(
-        namespace=namespace,
-        release=RELEASE,
-        set_json=[
-            "serviceMonitor.enabled=true",
-            "podMonitor.enabled=true",
-            "prometheusRule.enabled=true",
-            *labels,
-        ],
-    ).stdout
+    text = render(namespace=namespace, release=RELEASE, set_json=as_json(MONITOR_VALUES)).stdout
     chart = [d for d in manifests(text) if d["kind"] in MONITORING_KINDS]
     assert {d["kind"] for d in chart} == MONITORING_KINDS
     cluster.kubectl(
@@ -114,13 +68,13 @@ def test_prometheus_operator_reconciles_the_charts_monitors_and_rules(
         namespace,
         "-f",
         "-",
-        input=yaml.safe_dump_all([*chart, prometheus(namespace)]),
+        input=yaml.safe_dump_all([*chart, *prometheus_manifests(namespace)]),
     )
     core = client.CoreV1Api(api_client)
 
     def generated() -> dict[str, Any] | None:
         secrets = core.list_namespaced_secret(
-            namespace, field_selector="metadata.name=prometheus-specfleet"
+            namespace, field_selector=f"metadata.name=prometheus-{NAME}"
         ).items
         data = (secrets[0].data or {}) if secrets else {}
         if "prometheus.yaml.gz" not in data:
@@ -140,14 +94,14 @@ def test_prometheus_operator_reconciles_the_charts_monitors_and_rules(
     operator = next(j for n, j in jobs.items() if n.startswith(f"serviceMonitor/{namespace}/"))
     assert operator["honor_labels"] is True
     assert any(
-        r.get("target_label") == "job" and r.get("replacement") == "specfleet-operator"
+        r.get("target_label") == "job" and r.get("replacement") == OPERATOR_JOB
         for r in operator["relabel_configs"]
     )
     assert config["rule_files"], config
 
     def rule_files() -> dict[str, str] | None:
         maps = core.list_namespaced_config_map(
-            namespace, label_selector="prometheus-name=specfleet"
+            namespace, label_selector=f"prometheus-name={NAME}"
         ).items
         files = {k: v for m in maps for k, v in (m.data or {}).items()}
         return files or None

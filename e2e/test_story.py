@@ -1,5 +1,6 @@
 """The whole product in one run: chart, tuning up through a canary, drift, rollback,
-alerts in a real Prometheus, and an uninstall that leaves nothing behind."""
+alerts in a real Prometheus run by prometheus-operator from the chart's monitors and
+rules, and an uninstall that leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e import cluster
-from e2e.prometheus import Prometheus
+from e2e.prometheus import ALERT_VALUES, MONITOR_VALUES, OPERATOR_JOB, Prometheus
 from e2e.story import (
     BELOW_FLOOR_ACCEPTANCE,
     FAILURE_LIMIT,
@@ -28,20 +29,18 @@ from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 def test_tuning_drift_rollback_and_alerts(
     api_client: client.ApiClient, crds: None, namespace: str, tmp_path: Path
 ) -> None:
-    prometheus = Prometheus(
-        tmp_path, str(cluster.build_binaries() / "helm"), cluster.REPO / "charts" / "specfleet"
-    )
-    prometheus.start()
+    prometheus = Prometheus(api_client, namespace, tmp_path)
     story = Story(api_client, namespace, tmp_path / "profile.yaml")
     seen_firing: set[str] = set()
 
     def tick() -> None:
-        prometheus.set_targets(story.model_pods(), story.operator_address())
         seen_firing.update(prometheus.firing())
 
     story.on_tick = tick
     try:
-        story.install_chart()
+        prometheus.start()
+        story.install_chart([*MONITOR_VALUES, *ALERT_VALUES])
+        prometheus.scrape_operator_pods(RELEASE)
         # The chart's pod, with the chart's RBAC, holds the chart's Lease under its pod name.
         operator_pods = client.CoreV1Api(api_client).list_namespaced_pod(
             namespace, label_selector="app.kubernetes.io/component=operator"
@@ -87,9 +86,17 @@ def test_tuning_drift_rollback_and_alerts(
         assert "over plain decoding" in conditions["AcceptanceBelowFloor"]["message"]
         wait_firing("SpecfleetAcceptanceBelowFloor")
 
+        # The chart's ServiceMonitor and PodMonitor, reconciled by prometheus-operator,
+        # scrape the operator and the model's pods.
+        targets = prometheus.targets()
+        up = {t["scrapePool"]: t for t in targets if t["health"] == "up"}
+        runtime = f"podMonitor/{namespace}/{RELEASE}-runtime/0"
+        operator = f"podMonitor/{namespace}/{RELEASE}-operator-pods/0"
+        assert {runtime, operator} <= up.keys(), targets
+        assert up[runtime]["labels"]["model"] == MODEL
+        assert up[operator]["labels"]["job"] == OPERATOR_JOB
         # metrics.source Prometheus: the tuner's query reads the same pods' counters.
-        url = f"http://127.0.0.1:{prometheus.port}"
-        samples = asyncio.run(query_prometheus(url, namespace, MODEL, timeout=5))
+        samples = asyncio.run(query_prometheus(prometheus.url, namespace, MODEL, timeout=5))
         serving = {p["metadata"]["name"] for p in story.serving_pods()}
         read = {s.pod for s in samples if s.counters is not None and s.track == "stable"}
         assert serving & read, (serving, samples)
@@ -103,7 +110,12 @@ def test_tuning_drift_rollback_and_alerts(
         decision = story.rollback_decision(rolled_back)
         assert decision is not None and decision["action"] == ActionKind.DISABLE, decision
         assert "no longer pays" in decision["reason"]
-        assert ROLLBACK_ACTIONS & set(story.events())
+        # The Event is posted after the status write that the wait above saw.
+        wait_for(
+            "a rollback Event",
+            lambda: ROLLBACK_ACTIONS & set(story.events()) or None,
+            timeout=30,
+        )
 
         families = {f.name: f for f in text_string_to_metric_families(story.operator_metrics())}
         rollbacks = sum(
