@@ -89,6 +89,7 @@ tools: $(INSTALLED)
 	@e2e/install-debian-packages.sh
 	@e2e/build-controlplane.sh >/dev/null
 	@e2e/build-monitoring.sh >/dev/null
+	@e2e/build-keda.sh >/dev/null
 
 cluster-up: $(INSTALLED) tools
 	@$(BIN)/python -m e2e.cluster up

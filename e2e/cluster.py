@@ -107,29 +107,27 @@ def build_monitoring() -> Path:
     return _built("build-monitoring.sh")
 
 
+def build_keda() -> Path:
+    """KEDA v2.21.0 from its Go module: bin/ (keda, keda-adapter) and crds/."""
+    return _built("build-keda.sh")
+
+
 def install_keda_crds() -> None:
-    """KEDA's CRDs from its Go module (the version e2e/keda pins), served."""
-    downloaded = subprocess.run(
-        ["go", "mod", "download", "-json", "github.com/kedacore/keda/v2"],
-        cwd=REPO / "e2e" / "keda",
-        stdout=subprocess.PIPE,
-        text=True,
-        check=True,
-    ).stdout
-    source = json.loads(downloaded)["Dir"]
-    crds = sorted((Path(source) / "config" / "crd" / "bases").glob("keda.sh_*.yaml"))
-    kubectl("apply", "--server-side", "--force-conflicts", *(f"-f={f}" for f in crds))
-    names = ["crd/{1}.{0}".format(*f.stem.split("_", 1)) for f in crds]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    """KEDA's CRDs, of the version e2e/keda pins."""
+    _install_crds(build_keda() / "crds")
 
 
 def install_monitoring_crds() -> None:
-    """prometheus-operator's CRDs, server-side (they are too large for the annotation
-    client-side apply keeps), then wait until each is served."""
-    crds = build_monitoring() / "crds"
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    """prometheus-operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule, ...)."""
+    _install_crds(build_monitoring() / "crds")
+
+
+def _install_crds(directory: Path) -> None:
+    """A project's CRDs, server-side (some are too large for the annotation client-side
+    apply keeps), then wait until each is served."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(directory))
     # The files are named GROUP_PLURAL.yaml, as controller-gen writes them.
-    names = ["crd/{1}.{0}".format(*f.stem.split("_", 1)) for f in sorted(crds.glob("*.yaml"))]
+    names = ["crd/{1}.{0}".format(*f.stem.split("_", 1)) for f in sorted(directory.glob("*.yaml"))]
     kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
 
 
@@ -228,6 +226,14 @@ def components(binaries: Path) -> list[Component]:
                 f"--service-account-signing-key-file={pki_dir / 'sa.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--authorization-mode=RBAC",
+                # The aggregation layer, for extension API servers (KEDA's metrics server).
+                f"--requestheader-client-ca-file={pki_dir / 'front-proxy-ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki_dir / 'front-proxy-client.crt'}",
+                f"--proxy-client-key-file={pki_dir / 'front-proxy-client.key'}",
                 "--allow-privileged=true",
                 "--profiling=false",
                 f"--audit-policy-file={STATE / 'audit-policy.yaml'}",

@@ -99,6 +99,17 @@ def create(directory: Path, client_users: dict[str, str]) -> None:
         _write_key(key, directory / f"{file_name}.key")
         (directory / f"{file_name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
+    # The aggregation layer: the API server proxies to extension API servers (KEDA's
+    # metrics server) as front-proxy-client, and they trust the user it names by this CA.
+    proxy_ca_key, proxy_ca_cert = _ca(directory, "front-proxy-ca")
+    _leaf(
+        directory,
+        "front-proxy-client",
+        proxy_ca_key,
+        proxy_ca_cert,
+        [ExtendedKeyUsageOID.CLIENT_AUTH],
+    )
+
     sa_key = _key()
     _write_key(sa_key, directory / "sa.key")
     (directory / "sa.pub").write_bytes(
@@ -106,3 +117,58 @@ def create(directory: Path, client_users: dict[str, str]) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+
+
+def _ca(directory: Path, name: str) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
+    """A CA certificate and key, written as NAME.crt and NAME.key."""
+    key = _key()
+    subject = _name(name)
+    cert = (
+        _builder(subject, subject, key.public_key())
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
+        .sign(key, hashes.SHA256())
+    )
+    _write_key(key, directory / f"{name}.key")
+    (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key, cert
+
+
+def _leaf(
+    directory: Path,
+    name: str,
+    ca_key: rsa.RSAPrivateKey,
+    ca_cert: x509.Certificate,
+    usages: list[x509.ObjectIdentifier],
+    hosts: tuple[str, ...] = (),
+    file_name: str | None = None,
+) -> None:
+    """A certificate for `name` signed by the CA, written as FILE.crt and FILE.key."""
+    key = _key()
+    builder = _builder(_name(name), ca_cert.subject, key.public_key()).add_extension(
+        x509.ExtendedKeyUsage(usages), critical=False
+    )
+    if hosts:
+        alternative: list[x509.GeneralName] = []
+        for host in hosts:
+            try:
+                alternative.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                alternative.append(x509.DNSName(host))
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+    stem = file_name or name
+    _write_key(key, directory / f"{stem}.key")
+    cert = builder.sign(ca_key, hashes.SHA256())
+    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def mutual_tls(directory: Path, name: str, hosts: tuple[str, ...]) -> None:
+    """ca.crt, tls.crt and tls.key in `directory`: one certificate, for server and client
+    alike, as KEDA's operator and metrics server each read their --cert-dir."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = _ca(directory, "ca")
+    (directory / "ca.key").unlink()
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    _leaf(directory, name, ca_key, ca_cert, usages, hosts, file_name="tls")

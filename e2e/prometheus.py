@@ -53,6 +53,17 @@ ALERT_VALUES = [
 ]
 
 
+def as_json(values: list[str]) -> list[str]:
+    """`--set` values (path=value) as `--set-json` ones."""
+    result = []
+    for item in values:
+        path, value = item.split("=", 1)
+        result.append(
+            f"{path}={json.dumps(value == 'true' if value in ('true', 'false') else value)}"
+        )
+    return result
+
+
 class PrometheusOperator:
     """The operator as a process watching one namespace, authenticated by a client
     certificate whose user has the ClusterRole its project ships."""

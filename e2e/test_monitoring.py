@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from e2e.prometheus import (
     NAME,
     OPERATOR_JOB,
     PrometheusOperator,
+    as_json,
     prometheus_manifests,
 )
 from e2e.waiting import wait_for
@@ -33,17 +33,6 @@ from tests.test_chart import manifests, render
 
 MONITORING_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 RELEASE = "sf-mon"
-
-
-def as_json(values: list[str]) -> list[str]:
-    """`--set` values (path=value) as `--set-json` ones."""
-    result = []
-    for item in values:
-        path, value = item.split("=", 1)
-        result.append(
-            f"{path}={json.dumps(value == 'true' if value in ('true', 'false') else value)}"
-        )
-    return result
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 //go:build tools
 
-// Package keda pins KEDA v2.21.0. The e2e tests take its CRDs from this module version
-// (cluster.install_keda_crds) to admit the example ScaledObject; the operator and the
-// metrics API server are not built or run here yet.
+// Package keda pins KEDA v2.21.0: e2e/build-keda.sh builds its operator and metrics
+// API server from the imported main packages and takes its CRDs from the same module
+// version. Nothing here is compiled.
 package keda
 
 import (
