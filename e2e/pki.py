@@ -52,62 +52,34 @@ def _builder(
 
 
 def create(directory: Path, client_users: dict[str, str]) -> None:
-    """Write ca.{crt,key}, apiserver.{crt,key}, sa.{key,pub} and NAME.{crt,key} per client.
+    """Write ca.{crt,key}, apiserver.{crt,key}, sa.{key,pub}, front-proxy-ca.{crt,key},
+    front-proxy-client.{crt,key} and NAME.{crt,key} per client.
 
     `client_users` maps a file name to "CN" or "CN/O" (O is the group).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_name = _name("specfleet-local-ca")
-    ca_cert = (
-        _builder(ca_name, ca_name, ca_key.public_key())
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
-        .sign(ca_key, hashes.SHA256())
+    ca_key, ca_cert = _ca(directory, "ca", "specfleet-local-ca")
+    hosts = (
+        "localhost",
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "127.0.0.1",
+        "10.0.0.1",
     )
-    _write_key(ca_key, directory / "ca.key")
-    (directory / "ca.crt").write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-
-    server_key = _key()
-    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
-    addresses = ["127.0.0.1", "10.0.0.1"]
-    server_cert = (
-        _builder(_name("kube-apiserver"), ca_name, server_key.public_key())
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName(n) for n in names]
-                + [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    _write_key(server_key, directory / "apiserver.key")
-    (directory / "apiserver.crt").write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-
+    server = [ExtendedKeyUsageOID.SERVER_AUTH]
+    _leaf(directory, "apiserver", _name("kube-apiserver"), ca_key, ca_cert, server, hosts)
     for file_name, user in client_users.items():
         common_name, _, group = user.partition("/")
-        key = _key()
-        cert = (
-            _builder(_name(common_name, group or None), ca_name, key.public_key())
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256())
-        )
-        _write_key(key, directory / f"{file_name}.key")
-        (directory / f"{file_name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        subject = _name(common_name, group or None)
+        _leaf(directory, file_name, subject, ca_key, ca_cert, [ExtendedKeyUsageOID.CLIENT_AUTH])
 
     # The aggregation layer: the API server proxies to extension API servers (KEDA's
     # metrics server) as front-proxy-client, and they trust the user it names by this CA.
-    proxy_ca_key, proxy_ca_cert = _ca(directory, "front-proxy-ca")
+    proxy_key, proxy_cert = _ca(directory, "front-proxy-ca", "front-proxy-ca")
+    client = [ExtendedKeyUsageOID.CLIENT_AUTH]
     _leaf(
-        directory,
-        "front-proxy-client",
-        proxy_ca_key,
-        proxy_ca_cert,
-        [ExtendedKeyUsageOID.CLIENT_AUTH],
+        directory, "front-proxy-client", _name("front-proxy-client"), proxy_key, proxy_cert, client
     )
 
     sa_key = _key()
@@ -119,10 +91,22 @@ def create(directory: Path, client_users: dict[str, str]) -> None:
     )
 
 
-def _ca(directory: Path, name: str) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
-    """A CA certificate and key, written as NAME.crt and NAME.key."""
+def mutual_tls(directory: Path, name: str, hosts: tuple[str, ...]) -> None:
+    """ca.crt, tls.crt and tls.key in `directory`: one certificate, for server and client
+    alike, as KEDA's operator and metrics server each read their --cert-dir."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = _ca(directory, "ca", f"{name}-ca")
+    (directory / "ca.key").unlink()
+    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    _leaf(directory, "tls", _name(name), ca_key, ca_cert, usages, hosts)
+
+
+def _ca(
+    directory: Path, file_name: str, common_name: str
+) -> tuple[rsa.RSAPrivateKey, x509.Certificate]:
+    """A CA certificate and key, written as FILE.crt and FILE.key."""
     key = _key()
-    subject = _name(name)
+    subject = _name(common_name)
     cert = (
         _builder(subject, subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -131,23 +115,24 @@ def _ca(directory: Path, name: str) -> tuple[rsa.RSAPrivateKey, x509.Certificate
         )
         .sign(key, hashes.SHA256())
     )
-    _write_key(key, directory / f"{name}.key")
-    (directory / f"{name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_key(key, directory / f"{file_name}.key")
+    (directory / f"{file_name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return key, cert
 
 
 def _leaf(
     directory: Path,
-    name: str,
+    file_name: str,
+    subject: x509.Name,
     ca_key: rsa.RSAPrivateKey,
     ca_cert: x509.Certificate,
     usages: list[x509.ObjectIdentifier],
     hosts: tuple[str, ...] = (),
-    file_name: str | None = None,
 ) -> None:
-    """A certificate for `name` signed by the CA, written as FILE.crt and FILE.key."""
+    """A certificate signed by the CA, for names and addresses `hosts`, written as
+    FILE.crt and FILE.key."""
     key = _key()
-    builder = _builder(_name(name), ca_cert.subject, key.public_key()).add_extension(
+    builder = _builder(subject, ca_cert.subject, key.public_key()).add_extension(
         x509.ExtendedKeyUsage(usages), critical=False
     )
     if hosts:
@@ -158,17 +143,6 @@ def _leaf(
             except ValueError:
                 alternative.append(x509.DNSName(host))
         builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
-    stem = file_name or name
-    _write_key(key, directory / f"{stem}.key")
+    _write_key(key, directory / f"{file_name}.key")
     cert = builder.sign(ca_key, hashes.SHA256())
-    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-
-def mutual_tls(directory: Path, name: str, hosts: tuple[str, ...]) -> None:
-    """ca.crt, tls.crt and tls.key in `directory`: one certificate, for server and client
-    alike, as KEDA's operator and metrics server each read their --cert-dir."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_key, ca_cert = _ca(directory, "ca")
-    (directory / "ca.key").unlink()
-    usages = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
-    _leaf(directory, name, ca_key, ca_cert, usages, hosts, file_name="tls")
+    (directory / f"{file_name}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
