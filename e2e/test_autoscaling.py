@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from e2e import cluster
 from e2e.keda import Keda
@@ -76,6 +77,18 @@ def test_keda_scales_the_model_on_vllm_queue_and_a_running_canary_restarts(
     profile_file.write_text(yaml.safe_dump(queue_profile(LIGHT)))
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
 
+    def switched(name: str, requests_per_second: float) -> bool:
+        """The pod took the new load, or is going away (a canary ended meanwhile)."""
+        try:
+            pod = core.read_namespaced_pod(name, model_namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return True
+            raise
+        if pod.metadata.deletion_timestamp:
+            return True
+        return offer(pod.status.pod_ip, requests_per_second)
+
     def set_load(requests_per_second: float) -> None:
         """Running sims switch now, new ones start that way."""
         profile_file.write_text(yaml.safe_dump(queue_profile(requests_per_second)))
@@ -84,7 +97,7 @@ def test_keda_scales_the_model_on_vllm_queue_and_a_running_canary_restarts(
         ).items:
             wait_for(
                 f"{pod.metadata.name} to take the new load",
-                functools.partial(offer, pod.status.pod_ip, requests_per_second),
+                functools.partial(switched, pod.metadata.name, requests_per_second),
                 timeout=30,
             )
 
