@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -31,6 +31,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
+
+from specfleet.operator.counts import SCALAR_COUNTERS, Counts
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
@@ -1178,44 +1180,113 @@ class SpeculationState(ApiModel):
     )
 
 
+def _nest_counts(data: Any, legacy: dict[str, tuple[str, str]]) -> Any:
+    """A status body written before `Counts` kept the counters flat beside the other
+    fields: `legacy` maps each old key to the object and key it now lives under. Old keys
+    are dropped whenever they appear (a merge patch leaves them beside the new objects);
+    they are moved only into an object the body does not have yet."""
+    if not isinstance(data, dict) or not legacy.keys() & data.keys():
+        return data
+    rest = {key: value for key, value in data.items() if key not in legacy}
+    moved: dict[str, dict[str, Any]] = {}
+    for key, (into, name) in legacy.items():
+        if key in data and into not in data:
+            moved.setdefault(into, {})[name] = data[key]
+    return {**rest, **moved}
+
+
+_COUNTER_KEYS = tuple(to_camel(name) for name in SCALAR_COUNTERS)
+
+
+def _legacy(*names: str, array: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], None]:
+    """The flat counter fields of a status written before `Counts`, kept in the CRD's
+    schema so the API server does not prune them before the before-validator reads them."""
+
+    def add(schema: dict[str, Any]) -> None:
+        for name in (*names, *array):
+            item: dict[str, Any] = (
+                {"type": "array", "items": {"type": "number"}}
+                if name in array
+                else {"type": "number"}
+            )
+            schema["properties"][name] = {**item, "description": "Read into counts; not written."}
+
+    return add
+
+
 class TrackTotals(ApiModel):
     """Sums over the conclusive windows of one track, for the canary comparison."""
 
-    drafts: float = 0
-    draft_tokens: float = 0
-    accepted_tokens: float = 0
-    accepted_first: float = Field(default=0, description="Accepted at the first position.")
-    generated_tokens: float = 0
-    seconds: float = 0
+    # Before `Counts`: `acceptedFirst` was the first position, and the decode counters
+    # were summed over the timed windows only.
+    _LEGACY: ClassVar = {
+        "drafts": ("counts", "drafts"),
+        "draftTokens": ("counts", "draftTokens"),
+        "acceptedTokens": ("counts", "acceptedTokens"),
+        "generatedTokens": ("counts", "generationTokens"),
+        "decodeSeconds": ("timed", "decodeSeconds"),
+        "decodeSteps": ("timed", "decodeSteps"),
+        "engineSteps": ("timed", "engineSteps"),
+    }
+    model_config = ConfigDict(json_schema_extra=_legacy(*_LEGACY, "acceptedFirst"))
+
+    counts: Counts = Field(
+        default_factory=Counts, description="vLLM's counters summed over the windows."
+    )
+    timed: Counts = Field(
+        default_factory=Counts,
+        description="The same over the windows with step times (their decode counters "
+        "are the ones compared).",
+    )
+    seconds: float = Field(default=0, description="Pod-seconds of the windows.")
     windows: int = 0
-    decode_seconds: float = Field(default=0, description="Inter-token latency sum.")
-    decode_steps: float = Field(default=0, description="Inter-token latencies observed.")
-    engine_steps: float = 0
     timed_windows: int = Field(default=0, description="Windows with step times.")
     step_seconds_sum: float = Field(default=0, description="Sum of the windows' step times.")
     step_seconds_squares: float = Field(
         default=0, description="Sum of their squares: the spread of step time across windows."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_counters(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "acceptedFirst" in data:
+            data = dict(data)
+            first = data.pop("acceptedFirst")
+            data.setdefault("acceptedPerPosition", [first])
+            data = _nest_counts(
+                data, {**cls._LEGACY, "acceptedPerPosition": ("counts", "acceptedPerPosition")}
+            )
+        return _nest_counts(data, cls._LEGACY)
+
+    @property
+    def accepted_first(self) -> float:
+        return sum(self.counts.accepted_per_position[:1])
+
 
 class OpenWindow(ApiModel):
     """A window still collecting minDraftTokens: counts summed over its intervals."""
 
+    _LEGACY: ClassVar = {
+        **{key: ("counts", key) for key in _COUNTER_KEYS},
+        "acceptedPerPosition": ("counts", "acceptedPerPosition"),
+    }
+    model_config = ConfigDict(
+        json_schema_extra=_legacy(*_COUNTER_KEYS, array=("acceptedPerPosition",))
+    )
+
     since: datetime
     tokens: int = Field(description="K the track ran while it was collected.")
-    drafts: float = 0
-    draft_tokens: float = 0
-    accepted_tokens: float = 0
-    accepted_per_position: list[float] = Field(default_factory=list)
-    generation_tokens: float = 0
+    counts: Counts = Field(default_factory=Counts, description="vLLM's counters so far.")
     seconds: float = 0
     pod_seconds: float = 0
     pods: int = 0
     running_requests: float = 0
     waiting_requests: float = 0
-    decode_seconds: float = 0
-    decode_steps: float = 0
-    engine_steps: float = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_counters(cls, data: Any) -> Any:
+        return _nest_counts(data, cls._LEGACY)
 
 
 class OpenWindows(ApiModel):

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.operator.api import LEFT_OUT_MESSAGE_LIMIT, LeftOutReason
 from specfleet.operator.children import TRACKS, Track
+from specfleet.operator.counts import Counts
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
 
 DRAFTS = "vllm:spec_decode_num_drafts"
@@ -40,17 +41,17 @@ ENGINE_STEPS = "vllm:iteration_tokens_total_count"
 # prometheus_client's process collector, which vLLM serves: the evidence of a restart.
 PROCESS_START = "process_start_time_seconds"
 _SPEC_DECODE_PREFIX = "vllm:spec_decode_"
-_COUNTERS = (
-    DRAFTS,
-    DRAFT_TOKENS,
-    ACCEPTED_TOKENS,
-    ACCEPTED_PER_POS,
-    GENERATION_TOKENS,
-    DECODE_SECONDS,
-    DECODE_STEPS,
-    ENGINE_STEPS,
-)
-_VLLM = (*_COUNTERS, REQUESTS_RUNNING, REQUESTS_WAITING)
+# The series each scalar field of Counts is read from (per position: ACCEPTED_PER_POS).
+COUNTER_FIELDS = {
+    DRAFTS: "drafts",
+    DRAFT_TOKENS: "draft_tokens",
+    ACCEPTED_TOKENS: "accepted_tokens",
+    GENERATION_TOKENS: "generation_tokens",
+    DECODE_SECONDS: "decode_seconds",
+    DECODE_STEPS: "decode_steps",
+    ENGINE_STEPS: "engine_steps",
+}
+_VLLM = (*COUNTER_FIELDS, ACCEPTED_PER_POS, REQUESTS_RUNNING, REQUESTS_WAITING)
 _READ = (*_VLLM, PROCESS_START)
 
 # What one pod's page may cost, whatever it serves. A vLLM page is 100-200 KB per engine,
@@ -109,22 +110,14 @@ TRACK_LABEL = "specfleet.io/track"
 
 
 @dataclass(frozen=True)
-class SpecDecodeCounters:
+class SpecDecodeCounters(Counts):
     """The cumulative counters (and two gauges) of one pod, summed over engines, and the
     start time of the process that serves them."""
 
-    drafts: float = 0.0
-    draft_tokens: float = 0.0
-    accepted_tokens: float = 0.0
-    accepted_per_position: tuple[float, ...] = ()
-    generation_tokens: float = 0.0
     requests_running: float = 0.0
     requests_waiting: float = 0.0
     speculation_exported: bool = False
     process_start_time: float | None = None
-    decode_seconds: float = 0.0
-    decode_steps: float = 0.0
-    engine_steps: float = 0.0
 
 
 def _base_name(sample_name: str) -> str | None:
@@ -184,18 +177,12 @@ def counters_from_series(
             totals[name] = totals.get(name, 0.0) + value
     positions = max(per_position, default=-1) + 1
     return SpecDecodeCounters(
-        drafts=totals.get(DRAFTS, 0.0),
-        draft_tokens=totals.get(DRAFT_TOKENS, 0.0),
-        accepted_tokens=totals.get(ACCEPTED_TOKENS, 0.0),
+        **{field: totals.get(name, 0.0) for name, field in COUNTER_FIELDS.items()},
         accepted_per_position=tuple(per_position.get(i, 0.0) for i in range(positions)),
-        generation_tokens=totals.get(GENERATION_TOKENS, 0.0),
         requests_running=totals.get(REQUESTS_RUNNING, 0.0),
         requests_waiting=totals.get(REQUESTS_WAITING, 0.0),
         speculation_exported=exported,
         process_start_time=started,
-        decode_seconds=totals.get(DECODE_SECONDS, 0.0),
-        decode_steps=totals.get(DECODE_STEPS, 0.0),
-        engine_steps=totals.get(ENGINE_STEPS, 0.0),
     )
 
 
@@ -417,8 +404,8 @@ async def query_prometheus(url: str, namespace: str, model: str, timeout: float)
 # ----------------------------------------------------------------------------- windows
 
 
-@dataclass(frozen=True)
-class TrackWindow:
+@dataclass(frozen=True, kw_only=True)
+class TrackWindow(Counts):
     """Counter deltas of one track over one window, summed over its pods.
 
     `seconds` is the window's wall-clock length (the longest pod interval); `pod_seconds`
@@ -427,19 +414,11 @@ class TrackWindow:
     the end of the window.
     """
 
-    drafts: float
-    draft_tokens: float
-    accepted_tokens: float
-    accepted_per_position: tuple[float, ...]
-    generation_tokens: float
     seconds: float
     pod_seconds: float
     pods: int
     running_requests: float
     waiting_requests: float = 0.0
-    decode_seconds: float = 0.0
-    decode_steps: float = 0.0
-    engine_steps: float = 0.0
     # The Ks its pods drafted with when a schedule gave more than one (set by the tuner,
     # which knows what it rendered): acceptance per position depends on it.
     ks: tuple[int, ...] = ()
@@ -489,17 +468,7 @@ def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
     drafting at most k tokens, or None. vLLM counts a draft's accepted tokens once in
     the total and once at each position they reached, so the positions add up to it."""
     c = counters
-    named = [
-        ("drafts", c.drafts),
-        ("draft tokens", c.draft_tokens),
-        ("accepted tokens", c.accepted_tokens),
-        ("generated tokens", c.generation_tokens),
-        ("decode seconds", c.decode_seconds),
-        ("decode steps", c.decode_steps),
-        ("engine steps", c.engine_steps),
-        *((f"accepted tokens at position {i}", v) for i, v in enumerate(c.accepted_per_position)),
-    ]
-    for name, value in named:
+    for name, value in c.named():
         if value < 0:
             return f"{name} are negative ({value:g})"
     if len(c.accepted_per_position) > k:
@@ -526,22 +495,8 @@ def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
 
 def _moves(old: SpecDecodeCounters, new: SpecDecodeCounters) -> tuple[list[str], list[str]]:
     """The counters that went down, and those that went up, from old to new."""
-    pairs = [
-        ("drafts", old.drafts, new.drafts),
-        ("draft tokens", old.draft_tokens, new.draft_tokens),
-        ("accepted tokens", old.accepted_tokens, new.accepted_tokens),
-        ("generated tokens", old.generation_tokens, new.generation_tokens),
-        ("decode seconds", old.decode_seconds, new.decode_seconds),
-        ("decode steps", old.decode_steps, new.decode_steps),
-        ("engine steps", old.engine_steps, new.engine_steps),
-        # A restart may come back with another K: compare the positions both have.
-        *(
-            (f"accepted tokens at position {i}", o, n)
-            for i, (o, n) in enumerate(
-                zip(old.accepted_per_position, new.accepted_per_position, strict=False)
-            )
-        ),
-    ]
+    # A restart may come back with another K: compare the positions both have (zip).
+    pairs = [(name, o, n) for (name, o), (_, n) in zip(old.named(), new.named(), strict=False)]
     return [name for name, o, n in pairs if n < o], [name for name, o, n in pairs if n > o]
 
 
@@ -588,20 +543,8 @@ def _restarted(previous: PodSample, current: PodSample) -> bool:
 
 
 def _difference(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDecodeCounters:
-    old = previous.accepted_per_position
-    return SpecDecodeCounters(
-        drafts=current.drafts - previous.drafts,
-        draft_tokens=current.draft_tokens - previous.draft_tokens,
-        accepted_tokens=current.accepted_tokens - previous.accepted_tokens,
-        accepted_per_position=tuple(
-            value - (old[i] if i < len(old) else 0.0)
-            for i, value in enumerate(current.accepted_per_position)
-        ),
-        generation_tokens=current.generation_tokens - previous.generation_tokens,
-        speculation_exported=current.speculation_exported,
-        decode_seconds=current.decode_seconds - previous.decode_seconds,
-        decode_steps=current.decode_steps - previous.decode_steps,
-        engine_steps=current.engine_steps - previous.engine_steps,
+    return SpecDecodeCounters(speculation_exported=current.speculation_exported).with_counts(
+        current - previous
     )
 
 
@@ -622,26 +565,13 @@ def _window_delta(previous: PodSample, current: PodSample, k: int) -> SpecDecode
 def _aggregate(deltas: list[_PodDelta]) -> TrackWindow | None:
     if not deltas:
         return None
-    positions = max(len(d.counters.accepted_per_position) for d in deltas)
-    per_position = [0.0] * positions
-    for d in deltas:
-        for i, value in enumerate(d.counters.accepted_per_position):
-            per_position[i] += value
     return TrackWindow(
-        drafts=sum(d.counters.drafts for d in deltas),
-        draft_tokens=sum(d.counters.draft_tokens for d in deltas),
-        accepted_tokens=sum(d.counters.accepted_tokens for d in deltas),
-        accepted_per_position=tuple(per_position),
-        generation_tokens=sum(d.counters.generation_tokens for d in deltas),
         seconds=max(d.seconds for d in deltas),
         pod_seconds=sum(d.seconds for d in deltas),
         pods=len(deltas),
         running_requests=sum(d.running for d in deltas),
         waiting_requests=sum(d.waiting for d in deltas),
-        decode_seconds=sum(d.counters.decode_seconds for d in deltas),
-        decode_steps=sum(d.counters.decode_steps for d in deltas),
-        engine_steps=sum(d.counters.engine_steps for d in deltas),
-    )
+    ).with_counts(Counts.sum(d.counters for d in deltas))
 
 
 class WindowTracker:

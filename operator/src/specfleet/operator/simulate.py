@@ -35,6 +35,7 @@ from specfleet.operator.api import (
     parse_duration,
 )
 from specfleet.operator.children import Track
+from specfleet.operator.counts import Counts
 from specfleet.operator.metrics import (
     Observation,
     PodSample,
@@ -394,32 +395,25 @@ def _engine_window(
     step = step_seconds(cost, k, batch, drafting) * step_jitter(rng, engine.step_noise)
     engine_steps = round(seconds / step)
     decode_steps = engine_steps * batch
-    timed = replace(
-        previous,
-        decode_seconds=previous.decode_seconds + decode_steps * step,
-        decode_steps=previous.decode_steps + decode_steps,
-        engine_steps=previous.engine_steps + engine_steps,
-        requests_running=batch,
+    accepted = (
+        sample_positions(rng, jitter(rng, acceptance, engine.noise), k, decode_steps) if k else []
     )
-    if k == 0:
-        return replace(
-            timed,
-            generation_tokens=previous.generation_tokens + decode_steps,
-            speculation_exported=configured,
-        )
-    conditional = jitter(rng, acceptance, engine.noise)
-    counts = sample_positions(rng, conditional, k, decode_steps)
-    old = previous.accepted_per_position
+    total = previous + Counts(
+        drafts=decode_steps if k else 0,
+        draft_tokens=decode_steps * k,
+        accepted_tokens=sum(accepted),
+        accepted_per_position=tuple(accepted),
+        generation_tokens=decode_steps + sum(accepted),
+        decode_seconds=decode_steps * step,
+        decode_steps=decode_steps,
+        engine_steps=engine_steps,
+    )
+    if k:  # vLLM counts the positions of the K it drafts now
+        total = replace(total, accepted_per_position=total.accepted_per_position[:k])
     return replace(
-        timed,
-        drafts=previous.drafts + decode_steps,
-        draft_tokens=previous.draft_tokens + decode_steps * k,
-        accepted_tokens=previous.accepted_tokens + sum(counts),
-        accepted_per_position=tuple(
-            c + (old[i] if i < len(old) else 0.0) for i, c in enumerate(counts)
-        ),
-        generation_tokens=previous.generation_tokens + decode_steps + sum(counts),
-        speculation_exported=True,
+        previous.with_counts(total),
+        requests_running=batch,
+        speculation_exported=k > 0 or configured,
     )
 
 

@@ -228,14 +228,7 @@ def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: floa
     """Whether a window is conclusive, and its rate and rollback metric if so."""
     if window is None:
         return Judged(None, False, "NoData")
-    values = (
-        window.drafts,
-        window.draft_tokens,
-        window.accepted_tokens,
-        window.generation_tokens,
-        window.seconds,
-        *window.accepted_per_position,
-    )
+    values = (window.seconds, *(value for _, value in window.named()))
     if not all(math.isfinite(v) for v in values):
         return Judged(window, False, "NotANumber")
     if window.generation_tokens <= 0 and window.draft_tokens <= 0:
@@ -252,8 +245,13 @@ def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: floa
 
 
 def _window_of(collected: OpenWindow) -> TrackWindow:
-    counts = collected.model_dump(exclude={"since", "tokens", "accepted_per_position"})
-    return TrackWindow(**counts, accepted_per_position=tuple(collected.accepted_per_position))
+    return TrackWindow(
+        seconds=collected.seconds,
+        pod_seconds=collected.pod_seconds,
+        pods=collected.pods,
+        running_requests=collected.running_requests,
+        waiting_requests=collected.waiting_requests,
+    ).with_counts(collected.counts)
 
 
 def _collect(
@@ -261,30 +259,15 @@ def _collect(
 ) -> OpenWindow:
     """`window` added to the counts collected so far (pods and gauges: the latest)."""
     base = collected or OpenWindow(since=now - timedelta(seconds=window.seconds), tokens=tokens)
-    positions = max(len(base.accepted_per_position), len(window.accepted_per_position))
-
-    def at(values: Sequence[float], i: int) -> float:
-        return values[i] if i < len(values) else 0.0
-
     return OpenWindow(
         since=base.since,
         tokens=tokens,
-        drafts=base.drafts + window.drafts,
-        draft_tokens=base.draft_tokens + window.draft_tokens,
-        accepted_tokens=base.accepted_tokens + window.accepted_tokens,
-        accepted_per_position=[
-            at(base.accepted_per_position, i) + at(window.accepted_per_position, i)
-            for i in range(positions)
-        ],
-        generation_tokens=base.generation_tokens + window.generation_tokens,
+        counts=base.counts + window,
         seconds=base.seconds + window.seconds,
         pod_seconds=base.pod_seconds + window.pod_seconds,
         pods=window.pods,
         running_requests=window.running_requests,
         waiting_requests=window.waiting_requests,
-        decode_seconds=base.decode_seconds + window.decode_seconds,
-        decode_steps=base.decode_steps + window.decode_steps,
-        engine_steps=base.engine_steps + window.engine_steps,
     )
 
 
@@ -292,16 +275,10 @@ def _totals_add(totals: TrackTotals, window: TrackWindow) -> TrackTotals:
     point = speed.measured(window)
     step = point[0] / 1000.0 if point else None
     return TrackTotals(
-        drafts=totals.drafts + window.drafts,
-        draft_tokens=totals.draft_tokens + window.draft_tokens,
-        accepted_tokens=totals.accepted_tokens + window.accepted_tokens,
-        accepted_first=totals.accepted_first + sum(window.accepted_per_position[:1]),
-        generated_tokens=totals.generated_tokens + window.generation_tokens,
+        counts=totals.counts + window,
+        timed=totals.timed + window if step else totals.timed,
         seconds=totals.seconds + window.pod_seconds,
         windows=totals.windows + 1,
-        decode_seconds=totals.decode_seconds + (window.decode_seconds if step else 0.0),
-        decode_steps=totals.decode_steps + (window.decode_steps if step else 0.0),
-        engine_steps=totals.engine_steps + (window.engine_steps if step else 0.0),
         timed_windows=totals.timed_windows + (1 if step else 0),
         step_seconds_sum=totals.step_seconds_sum + (step or 0.0),
         step_seconds_squares=totals.step_seconds_squares + (step or 0.0) ** 2,
@@ -309,9 +286,10 @@ def _totals_add(totals: TrackTotals, window: TrackWindow) -> TrackTotals:
 
 
 def _totals_rate(totals: TrackTotals) -> Estimate:
-    if totals.draft_tokens <= 0:
+    counts = totals.counts
+    if counts.draft_tokens <= 0:
         return Estimate(0.0, 0.0, 1.0)
-    return wilson(totals.accepted_tokens / totals.draft_tokens, totals.drafts)
+    return wilson(counts.accepted_tokens / counts.draft_tokens, counts.drafts)
 
 
 def _totals_metric(totals: TrackTotals, metric: RollbackMetric) -> Estimate | None:
@@ -319,8 +297,9 @@ def _totals_metric(totals: TrackTotals, metric: RollbackMetric) -> Estimate | No
     trial does not judge)."""
     if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
         return _totals_rate(totals)
-    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE and totals.drafts > 0:
-        return wilson(totals.accepted_first / totals.drafts, totals.drafts)
+    drafts = totals.counts.drafts
+    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE and drafts > 0:
+        return wilson(totals.accepted_first / drafts, drafts)
     return None
 
 
@@ -357,13 +336,13 @@ def goodput_gain(
     a, b = _totals_rate(after), _totals_rate(before)
     measured = before.timed_windows > 0 and after.timed_windows > 0
     if measured:
-        matched = before.decode_steps / before.engine_steps
-        after_batch = after.decode_steps / after.engine_steps
-        before_ms = 1000.0 * before.decode_seconds / before.decode_steps
+        matched = before.timed.decode_steps / before.timed.engine_steps
+        after_batch = after.timed.decode_steps / after.timed.engine_steps
+        before_ms = 1000.0 * before.timed.decode_seconds / before.timed.decode_steps
         after_ms = (
             1000.0
-            * after.decode_seconds
-            / after.decode_steps
+            * after.timed.decode_seconds
+            / after.timed.decode_steps
             * speed.step_ms(cost, after_k, matched)
             / speed.step_ms(cost, after_k, after_batch)
         )
@@ -402,23 +381,23 @@ def schedule_gain(
     `goodput_gain`: acceptance at its bounds, step times apart by their spread.
     """
     a, b = _totals_rate(after), _totals_rate(before)
-    matched = before.decode_steps / before.engine_steps
-    after_batch = after.decode_steps / after.engine_steps
+    matched = before.timed.decode_steps / before.timed.engine_steps
+    after_batch = after.timed.decode_steps / after.timed.engine_steps
 
     k_after = schedule.k_at(after_bands, matched)
     moved = speed.step_ms(cost, k_after, matched) / speed.step_ms(cost, k_after, after_batch)
     spread = Z_ONE_SIDED_95 * math.hypot(_step_spread(before), _step_spread(after))
 
     def per_request(totals: TrackTotals, rate: float, scale: float) -> float:
-        tokens = totals.decode_steps + rate * totals.draft_tokens
-        return tokens / (totals.decode_seconds * scale)
+        tokens = totals.timed.decode_steps + rate * totals.counts.draft_tokens
+        return tokens / (totals.timed.decode_seconds * scale)
 
     def gain(rate_after: float, rate_before: float, widen: float) -> float:
         faster = per_request(after, rate_after, moved * (1 + widen))
         return faster / per_request(before, rate_before, 1 - widen) - 1
 
-    after_ms = 1000.0 * after.decode_seconds / after.decode_steps * moved
-    before_ms = 1000.0 * before.decode_seconds / before.decode_steps
+    after_ms = 1000.0 * after.timed.decode_seconds / after.timed.decode_steps * moved
+    before_ms = 1000.0 * before.timed.decode_seconds / before.timed.decode_steps
     basis = f"measured step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {matched:.1f}"
     estimate = Estimate(
         gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)
@@ -665,7 +644,7 @@ def _judge_collected(
     if judged.reason == "TooFewDraftTokens" and age < max_age:
         run.keep_collecting(track, grown)
         detail = (
-            f"{grown.draft_tokens:.0f} of {run.spec.tuning.min_draft_tokens} draft tokens "
+            f"{grown.counts.draft_tokens:.0f} of {run.spec.tuning.min_draft_tokens} draft tokens "
             f"in {age.total_seconds():.0f}s"
         )
         return Judged(judged.window, False, COLLECTING, judged.rate, detail=detail)
