@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from specfleet.runtime.config import Drafting
-from specfleet.runtime.sim_model import StepCost, goodput, mean_acceptance_length
+from specfleet.runtime.decoding import mean_acceptance_length
+from specfleet.runtime.sim_model import StepCost, goodput
 
 BATCHES = (1, 8, 32)
 MAX_K = 16

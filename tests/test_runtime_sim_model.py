@@ -8,7 +8,7 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from specfleet.runtime import sim_model
+from specfleet.runtime import decoding, sim_model
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_engine import SimEngine
 from specfleet.runtime.sim_model import Load, SimProfile, StepCost
@@ -28,10 +28,10 @@ def run(sim: SimEngine, seconds: float) -> None:
 
 def test_expected_values_follow_prefix_acceptance() -> None:
     conditional = [0.9, 0.8]  # positions past the list reuse 0.8
-    assert sim_model.cumulative_acceptance(conditional, 3) == pytest.approx([0.9, 0.72, 0.576])
-    assert sim_model.expected_accepted(conditional, 3) == pytest.approx(2.196)
-    assert sim_model.mean_acceptance_length(conditional, 3) == pytest.approx(3.196)
-    assert sim_model.expected_draft_acceptance_rate(conditional, 3) == pytest.approx(2.196 / 3)
+    assert decoding.cumulative_acceptance(conditional, 3) == pytest.approx([0.9, 0.72, 0.576])
+    assert decoding.expected_accepted(conditional, 3) == pytest.approx(2.196)
+    assert decoding.mean_acceptance_length(conditional, 3) == pytest.approx(3.196)
+    assert decoding.expected_draft_acceptance_rate(conditional, 3) == pytest.approx(2.196 / 3)
 
 
 def test_step_time_shapes() -> None:
@@ -67,7 +67,7 @@ def test_sample_accepted_matches_the_expected_value() -> None:
     rng, conditional = random.Random(3), [0.8, 0.6]
     draws = 20000
     mean = sum(sim_model.sample_accepted(rng, conditional, 4) for _ in range(draws)) / draws
-    expected = sim_model.expected_accepted(conditional, 4)
+    expected = decoding.expected_accepted(conditional, 4)
     assert abs(mean - expected) < 4 * math.sqrt(4 / draws)  # the variance is below k
 
 
@@ -105,12 +105,12 @@ def test_per_position_rates_converge_to_the_profile(noise: float) -> None:
     run(sim, 120.0)
     counters = sim.counters
     drafts = counters.num_drafts
-    expected = sim_model.cumulative_acceptance(profile.acceptance, k)
+    expected = decoding.cumulative_acceptance(profile.acceptance, k)
     assert drafts > 50_000
     for position, c in enumerate(expected):
         measured = counters.accepted_per_position[position] / drafts
         jitter_terms = sum(
-            (noise / sim_model.conditional_at(profile.acceptance, j)) ** 2
+            (noise / decoding.conditional_at(profile.acceptance, j)) ** 2
             for j in range(position + 1)
         )
         se = math.sqrt(c * (1 - c) / drafts + c * c * jitter_terms / counters.num_steps)

@@ -24,7 +24,7 @@ from specfleet.operator.api import (
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.stats import drafts_reaching, per_position
 from specfleet.operator.tuner import ActionKind, decide
-from specfleet.runtime import sim_model
+from specfleet.runtime import decoding, sim_model
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_engine import SimEngine
 from specfleet.runtime.sim_model import Load, SimProfile, StepCost
@@ -103,7 +103,7 @@ def test_per_position_acceptance_under_a_schedule_is_unbiased(
     )
     reaching = drafts_reaching(c.num_drafts, c.num_draft_tokens, (low_k, high_k))
     assume(200 < reaching[-1] < c.num_drafts - 200)  # both Ks ran, or nothing is tested
-    truth = sim_model.cumulative_acceptance(profile.acceptance, high_k)
+    truth = decoding.cumulative_acceptance(profile.acceptance, high_k)
     measured = per_position(window)
     naive = per_position(replace(window, ks=()))
     for i, expected in enumerate(truth):
@@ -208,7 +208,7 @@ def test_a_fixed_schedule_runs_as_written() -> None:
 def _window(k_at_batch: int, batch: int, drafts: float = 20_000) -> TrackWindow:
     """A track's window at one load: K=k_at_batch (0: no drafts), step times from the
     published-like cost, acceptance CODE."""
-    per_pos = tuple(drafts * r for r in sim_model.cumulative_acceptance(CODE, k_at_batch))
+    per_pos = tuple(drafts * r for r in decoding.cumulative_acceptance(CODE, k_at_batch))
     step = sim_model.step_seconds(PUBLISHED, k_at_batch, batch, Drafting.PARALLEL)
     return TrackWindow(
         drafts=drafts if k_at_batch else 0,
@@ -330,7 +330,7 @@ def test_a_failing_schedule_rolls_back_as_a_whole(
     failed = [band(6, 4), band(2)]
     sp.schedule, sp.tokens, sp.last_known_good_schedule = failed, 6, good
     bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
-    per_pos = tuple(20_000 * r for r in sim_model.cumulative_acceptance(bad, 6))
+    per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 6))
     failing = replace(_window(6, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos))
     kinds: list[str] = []
     for minute in (1, 2):

@@ -44,7 +44,7 @@ def timed(k_ms: float, batch: float, engine_steps: float = 1000) -> TrackWindow:
 def test_without_measurements_the_fit_is_the_prior() -> None:
     assert speed.fit([], drafting=Drafting.PARALLEL) == speed.prior(drafting=Drafting.PARALLEL)
     assert speed.step_ms(speed.prior(Drafting.PARALLEL), 3, 4) == pytest.approx(
-        1000 * step_seconds(speed.PRIOR, 3, 4, Drafting.PARALLEL)
+        1000 * step_seconds(StepCost(), 3, 4, Drafting.PARALLEL)
     )
 
 

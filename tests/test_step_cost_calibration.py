@@ -16,7 +16,8 @@ from benchmarks.step_cost_shape import (
     batch_shape,
     published_profiles,
 )
-from specfleet.runtime.sim_model import StepCost, mean_acceptance_length
+from specfleet.runtime.decoding import mean_acceptance_length
+from specfleet.runtime.sim_model import StepCost
 
 # (best K range, speedup range over plain decoding) per batch; P-EAGLE over EAGLE-3 range.
 TOLERANCE = {1: ((6, 8), (1.40, 1.65)), 8: ((2, 4), (1.25, 1.45))}

@@ -25,7 +25,8 @@ from specfleet.operator.metrics import Observation, PodError, TrackWindow
 from specfleet.operator.stats import extrapolate, rollback_metric
 from specfleet.operator.tuner import decide, predict
 from specfleet.runtime.config import Drafting
-from specfleet.runtime.sim_model import StepCost, cumulative_acceptance, goodput, step_seconds
+from specfleet.runtime.decoding import cumulative_acceptance
+from specfleet.runtime.sim_model import StepCost, goodput, step_seconds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CODE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]

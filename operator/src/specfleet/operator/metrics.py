@@ -103,12 +103,6 @@ class SourceUnavailable(Exception):
     """Prometheus gave no answer to read: no pod has data this window."""
 
 
-# Pod labels the operator puts on every pod; a Prometheus scraping them relabels these
-# to `model` and `track` (plus the usual `namespace` and `pod`).
-MODEL_LABEL = "specfleet.io/model"
-TRACK_LABEL = "specfleet.io/track"
-
-
 @dataclass(frozen=True)
 class SpecDecodeCounters(Counts):
     """The cumulative counters (and two gauges) of one pod, summed over engines, and the

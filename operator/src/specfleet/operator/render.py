@@ -26,6 +26,8 @@ from specfleet.runtime.config import Method, RuntimeConfig
 
 Manifest = dict[str, Any]
 
+# Pod labels the operator puts on every pod; a Prometheus scraping them relabels these
+# to `model` and `track` (plus the usual `namespace` and `pod`).
 MODEL_LABEL = "specfleet.io/model"
 TRACK_LABEL = "specfleet.io/track"
 CONFIG_HASH_ANNOTATION = "specfleet.io/runtime-config-hash"

@@ -29,7 +29,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.stats import extrapolate
 from specfleet.runtime.config import BatchScheduleEntry
-from specfleet.runtime.sim_model import expected_accepted
+from specfleet.runtime.decoding import expected_accepted
 
 Bands = list[ScheduledBand]  # a schedule as the status holds it
 

@@ -8,11 +8,12 @@ in status and a step-time model is fitted to them by ridge regression towards a 
     step ms = targetForwardMs + draftMs [K > 0] + draftMsPerToken * K
               + verifyMsPerToken * max(0, batch * (K + 1) - computeBoundTokens)
 
-(the form of the simulated engine's `StepCost`: flat while the verify pass is
-memory-bound, linear past `computeBoundTokens`). The prior is the simulator's default
-cost, calibrated to published P-EAGLE results; with no measurement the fit is the prior,
-and each measured (K, batch) pulls the fit to itself while the prior keeps the directions
-no measurement constrains (a K never run, a batch never seen) where they were.
+(the form of `decoding.PublishedStepCost`: flat while the verify pass is memory-bound,
+linear past `computeBoundTokens`). The prior is `PRIOR`, the published P-EAGLE figures
+(`specfleet.runtime.decoding`; the simulated engine defaults to them too). With no
+measurement the fit is the prior, and each measured (K, batch) pulls the fit to itself
+while the prior keeps the directions no measurement constrains (a K never run, a batch
+never seen) where they were.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from datetime import datetime
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.metrics import TrackWindow
 from specfleet.runtime.config import Drafting
-from specfleet.runtime.sim_model import StepCost
+from specfleet.runtime.decoding import PUBLISHED_STEP_COST
 
-PRIOR = StepCost()
+# The step cost the tuner predicts with before any pod has measured one (see
+# PUBLISHED_STEP_COST); each measurement pulls the fit away from it.
+PRIOR = PUBLISHED_STEP_COST
 MAX_SAMPLES = 24
 # A sample averages its windows with equal weight until it holds this many; past that new
 # windows replace old ones gradually, so a changed engine (new hardware, a new vLLM) is

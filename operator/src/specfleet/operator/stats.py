@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from specfleet.operator.api import RollbackMetric
 from specfleet.operator.metrics import TrackWindow
-from specfleet.runtime.sim_model import expected_draft_acceptance_rate
+from specfleet.runtime.decoding import expected_draft_acceptance_rate
 
 Z_ONE_SIDED_95 = 1.6449
 

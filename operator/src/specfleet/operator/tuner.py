@@ -64,11 +64,12 @@ from specfleet.operator.stats import (
     draft_acceptance_rate,
     expected_rollback_metric,
     extrapolate,
+    mean_acceptance_length,
     per_position,
     rollback_metric,
     wilson,
 )
-from specfleet.runtime.sim_model import expected_accepted, expected_draft_acceptance_rate
+from specfleet.runtime.decoding import expected_accepted, expected_draft_acceptance_rate
 
 # Each re-probe that ends disabled again doubles the next back-off, this many times at most.
 MAX_REPROBE_DOUBLINGS = 4
@@ -769,7 +770,7 @@ def _record_acceptance(run: _Run, judged: Judged, observation: Observation) -> N
     rate = judged.rate or (
         draft_acceptance_rate(window) if window and window.draft_tokens else None
     )
-    mean_length = 1 + window.accepted_tokens / window.drafts if window and window.drafts else None
+    mean_length = mean_acceptance_length(window).value if window and window.drafts else None
     run.status.acceptance = AcceptanceWindow(
         rate=round(rate.value, 4) if rate else None,
         lower_bound=round(judged.metric.low, 4) if judged.metric else None,

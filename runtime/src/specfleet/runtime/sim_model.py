@@ -1,8 +1,8 @@
 """The pure model behind the simulated engine: acceptance, step time and offered load.
 
 No I/O and no clock: the sim server (`sim_server`) and the operator's tuner simulator
-both drive it. Acceptance follows vLLM's definitions: a draft of K tokens is accepted
-up to its first rejected position, so position i counts only when 0..i-1 were accepted.
+both drive it. The arithmetic of acceptance is `decoding`'s, which the tuner uses too:
+the simulator consumes it, it is not its source.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from specfleet.runtime.config import Drafting
+from specfleet.runtime.decoding import PUBLISHED_STEP_COST as PUBLISHED
+from specfleet.runtime.decoding import conditional_at, mean_acceptance_length
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -45,32 +47,27 @@ class _Strict(BaseModel):
 
 
 class StepCost(_Strict):
-    """Time of one engine step (draft + verify), in milliseconds.
+    """Time of one engine step (draft + verify), in milliseconds, in the simulated engine.
 
     The target forward is memory-bound (flat) until batch x (K+1) tokens reach
     `compute_bound_tokens`; past that, every extra verified token costs
     `verify_ms_per_token`, which is why speculation stops paying at high batch sizes.
-
-    The defaults reproduce vLLM PR 32887's P-EAGLE shape on GPT-OSS-120B on one B200 with
-    MT-Bench-like acceptance: best K 7 at batch 1 (about 1.5x over plain decoding), best K
-    3 at batch 8 (about 1.4x), ahead of sequential EAGLE-3 by about 1.15x and 1.06x
-    (benchmarks/step_cost_shape.py prints the shape; a test holds it). The tuner takes
-    them as its prior, so change them only with that shape in view.
+    The defaults are the published P-EAGLE figures (`decoding.PUBLISHED_STEP_COST`),
+    the same the tuner starts from.
     """
 
-    # PR 32887's plain decoding at batch 1: about 368 tokens/s.
-    target_forward_ms: float = Field(2.7, gt=0)
-    # A drafter pass costs about a third of a target forward (EAGLE-3: one pass a token) ...
-    draft_ms_per_token: float = Field(0.9, ge=0, description="sequential drafting (EAGLE)")
-    # ... and P-EAGLE's single pass over K+1 positions most of one, nearly flat in K.
-    parallel_draft_ms: float = Field(1.9, ge=0, description="P-EAGLE: all K in one pass")
-    parallel_draft_ms_per_token: float = Field(0.05, ge=0, description="P-EAGLE's slope in K")
-    # Batch 8 turns compute-bound past K=3 (8 x 4 tokens): the published best K there.
-    compute_bound_tokens: int = Field(32, ge=1)
-    # Past the knee: steep enough that K=3 stays the best at batch 8 for the math, code and
-    # chat profiles alike (math needs over 0.06; 0.1 leaves a margin). Nothing published
-    # pins it further, and steeper only makes speculation at high batch look worse.
-    verify_ms_per_token: float = Field(0.1, ge=0)
+    target_forward_ms: float = Field(PUBLISHED.target_forward_ms, gt=0)
+    draft_ms_per_token: float = Field(
+        PUBLISHED.draft_ms_per_token, ge=0, description="sequential drafting (EAGLE)"
+    )
+    parallel_draft_ms: float = Field(
+        PUBLISHED.parallel_draft_ms, ge=0, description="P-EAGLE: all K in one pass"
+    )
+    parallel_draft_ms_per_token: float = Field(
+        PUBLISHED.parallel_draft_ms_per_token, ge=0, description="P-EAGLE's slope in K"
+    )
+    compute_bound_tokens: int = Field(PUBLISHED.compute_bound_tokens, ge=1)
+    verify_ms_per_token: float = Field(PUBLISHED.verify_ms_per_token, ge=0)
     prefill_ms_per_token: float = Field(0.01, ge=0, description="charged when a request joins")
 
 
@@ -136,36 +133,6 @@ def load_profile(text: str) -> SimProfile:
     if not isinstance(data, dict):
         raise ValueError("a sim profile must be a YAML mapping")
     return SimProfile.model_validate(data)
-
-
-def conditional_at(conditional: Sequence[float], position: int) -> float:
-    """The conditional acceptance of a position; positions past the list reuse the last."""
-    return conditional[min(position, len(conditional) - 1)]
-
-
-def cumulative_acceptance(conditional: Sequence[float], k: int) -> list[float]:
-    """P(position i accepted) for i in 0..k-1: vLLM's expected per-position rate."""
-    rates: list[float] = []
-    reach = 1.0
-    for position in range(k):
-        reach *= conditional_at(conditional, position)
-        rates.append(reach)
-    return rates
-
-
-def expected_accepted(conditional: Sequence[float], k: int) -> float:
-    """Expected accepted draft tokens per draft (step) at K=k."""
-    return sum(cumulative_acceptance(conditional, k))
-
-
-def mean_acceptance_length(conditional: Sequence[float], k: int) -> float:
-    """vLLM's mean acceptance length: 1 + accepted / drafts (the bonus token counts)."""
-    return 1.0 + expected_accepted(conditional, k)
-
-
-def expected_draft_acceptance_rate(conditional: Sequence[float], k: int) -> float:
-    """vLLM's draft acceptance rate (accepted / draft tokens) expected at K=k."""
-    return expected_accepted(conditional, k) / k if k else 0.0
 
 
 def step_seconds(cost: StepCost, k: int, batch: int, drafting: Drafting) -> float:
