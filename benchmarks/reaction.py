@@ -40,7 +40,7 @@ from e2e.models import apply, get_model, sim_admin, sim_model  # noqa: E402
 from e2e.operator_process import OperatorProcess  # noqa: E402
 from e2e.story import HIGH_ACCEPTANCE, STALE_ACCEPTANCE  # noqa: E402
 from e2e.waiting import wait_for  # noqa: E402
-from specfleet.operator.tuner import ROLLBACK_ACTIONS  # noqa: E402
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS  # noqa: E402
 
 INTERVAL_SECONDS = 5
 FAILURE_LIMIT = 2

@@ -19,7 +19,7 @@ from e2e import real_engine
 from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
 from e2e.models import apply
 from e2e.story import MODEL, Story
-from specfleet.operator.tuner import FLOOR_ACTIONS, ActionKind
+from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
 
 NAMESPACE = "specfleet-demo-vllm"
 FLOOR = 0.5

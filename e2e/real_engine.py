@@ -26,8 +26,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.status import pod_ready
-from specfleet.operator.tuner import ActionKind
 
 REPO = Path(__file__).resolve().parent.parent
 SERVED_NAME = "tiny"

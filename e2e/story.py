@@ -25,8 +25,8 @@ from kubernetes import client
 
 from e2e import cluster, images
 from e2e.models import apply, get_model, sim_admin, sim_model
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 from specfleet.operator.status import pod_ready
-from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
 
 MODEL = "llama"
 RELEASE = "specfleet"

@@ -18,7 +18,7 @@ from e2e.models import apply, canary_running, condition, get_model, history, sim
 from e2e.operator_process import OperatorProcess
 from e2e.story import INTERVAL_SECONDS, MODEL, story_model
 from e2e.waiting import wait_for
-from specfleet.operator.tuner import ROLLBACK_ACTIONS
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS
 
 
 def _two_ready_stable_pods(api_client: client.ApiClient, namespace: str) -> list[tuple[str, str]]:

@@ -23,7 +23,7 @@ from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
-from specfleet.operator.tuner import FLOOR_ACTIONS, ActionKind
+from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
 from specfleet.runtime.config import Drafting
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]

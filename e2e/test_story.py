@@ -23,7 +23,7 @@ from e2e.story import (
 )
 from e2e.waiting import wait_for
 from specfleet.operator.metrics import query_prometheus
-from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 
 
 def test_tuning_drift_rollback_and_alerts(

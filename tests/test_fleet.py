@@ -14,6 +14,7 @@ from specfleet.operator import render, tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet
+from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren
 from specfleet.runtime.config import ConfigError
 from tests.fake_cluster import FakeCluster
@@ -35,7 +36,7 @@ class ScriptedEvaluator(Evaluator):
         actions = []
         if self.next_tokens is not None:
             before, status.speculation.tokens = status.speculation.tokens, self.next_tokens
-            actions.append(tuner.Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
+            actions.append(Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
             self.next_tokens = None
         return tuner.Decided(status, actions)
 

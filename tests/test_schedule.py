@@ -22,8 +22,9 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.stats import drafts_reaching, per_position
-from specfleet.operator.tuner import ActionKind, decide
+from specfleet.operator.tuner import decide
 from specfleet.runtime import decoding, sim_model
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_engine import SimEngine

@@ -16,6 +16,7 @@ from benchmarks.tuner import evaluate
 from specfleet.operator.api import SpeculativeModelSpec, SpeculativeModelStatus
 from specfleet.operator.cli import app
 from specfleet.operator.metrics import Observation, PodSample, SpecDecodeCounters, WindowTracker
+from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.simulate import (
     Decider,
     Scenario,
@@ -27,7 +28,7 @@ from specfleet.operator.simulate import (
     phases,
     simulate,
 )
-from specfleet.operator.tuner import Action, ActionKind, Decided
+from specfleet.operator.tuner import Decided
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import SimProfile, StepCost, step_seconds
 

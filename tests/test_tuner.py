@@ -22,8 +22,9 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import Observation, PodError, TrackWindow
+from specfleet.operator.prediction import predict
 from specfleet.operator.stats import extrapolate, rollback_metric
-from specfleet.operator.tuner import decide, predict
+from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import cumulative_acceptance
 from specfleet.runtime.sim_model import StepCost, goodput, step_seconds

@@ -30,6 +30,7 @@ from specfleet.operator.metrics import (
     query_prometheus,
     scrape,
 )
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
 from specfleet.operator.status import ObservedChildren, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
@@ -123,16 +124,16 @@ class Evaluator:
         if observation.prometheus_error is not None:
             observability.SCRAPE_ERRORS.labels(*labels, PROMETHEUS_UNAVAILABLE).inc()
 
-    def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
+    def count(self, model: SpeculativeModel, actions: list[Action]) -> list[Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""
         labels = (model.metadata.namespace or "", model.metadata.name)
         eventful = []
         for action in actions:
-            if action.kind == tuner.ActionKind.INCONCLUSIVE:
+            if action.kind == ActionKind.INCONCLUSIVE:
                 observability.INCONCLUSIVE_WINDOWS.labels(*labels, action.reason).inc()
                 continue  # counted, not worth an Event every interval
             observability.DECISIONS.labels(*labels, action.kind).inc()
-            if action.kind in tuner.ROLLBACK_ACTIONS:
+            if action.kind in ROLLBACK_ACTIONS:
                 observability.ROLLBACKS.labels(*labels, action.reason).inc()
             log.info("%s/%s: %s: %s", *labels, action.kind, action.message)
             eventful.append(action)

@@ -35,8 +35,8 @@ from specfleet.operator.children import DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.kube import Cluster, NotLeading
+from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren, ReconcileFailure, summarize
-from specfleet.operator.tuner import Action
 
 log = logging.getLogger("specfleet.fleet")
 Key = tuple[str, str]  # (namespace, name)

@@ -42,8 +42,9 @@ from specfleet.operator.metrics import (
     SpecDecodeCounters,
     WindowTracker,
 )
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 from specfleet.operator.stats import expected_rollback_metric
-from specfleet.operator.tuner import ROLLBACK_ACTIONS, ActionKind, Decided, decide
+from specfleet.operator.tuner import Decided, decide
 from specfleet.runtime.config import Drafting, Method
 from specfleet.runtime.sim_model import (
     Seconds,

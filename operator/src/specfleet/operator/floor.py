@@ -1,0 +1,263 @@
+"""The acceptance floor: counting failing windows, rolling back (last known good K, a
+step down, a schedule's fallback), keeping the fastest K below it, disabling
+speculation, stopping when plain decoding is faster, and recovering above it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specfleet.operator import schedule
+from specfleet.operator.api import (
+    BelowFloorPolicy,
+    ConditionType,
+    RollbackMetric,
+    SpeculativeModelSpec,
+)
+from specfleet.operator.conditions import condition_status
+from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.prediction import fastest_and_plain, predictions, window_conditional
+from specfleet.operator.reprobes import next_reprobe
+from specfleet.operator.windows import Judged
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+
+def stable_failing(run: Run, judged: Judged) -> bool:
+    return judged.metric is not None and judged.metric.low < run.floor
+
+
+def floor_caps_k(spec: SpeculativeModelSpec) -> bool:
+    """Whether the rollback metric depends on K (vLLM's draft acceptance rate falls as K
+    grows). Block acceptance does not: the floor then judges the draft, not a K, so no K
+    is chosen or refused for it, and rolling back to another K cannot help."""
+    return spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
+
+
+def floor_message(run: Run, judged: Judged) -> str:
+    low = judged.metric.low if judged.metric else float("nan")
+    return (
+        f"{run.spec.rollback.metric.value} lower bound {low:.3f} < "
+        f"floor {run.floor:.3f} at K={run.sp.tokens}"
+    )
+
+
+def count_stable_window(run: Run, judged: Judged) -> None:
+    sp = run.sp
+    sp.windows += 1
+    if (
+        run.spec.rollback.metric is RollbackMetric.RELATIVE_TO_BASELINE
+        and sp.baseline_acceptance is None
+    ):
+        # The first conclusive window at a K is its baseline: measured, not judged.
+        sp.baseline_acceptance = round(judged.rate.value, 6) if judged.rate else None
+        sp.failing_windows = 0
+        return
+    sp.failing_windows = sp.failing_windows + 1 if stable_failing(run, judged) else 0
+    held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
+    if sp.reprobed_at is not None and held:
+        sp.reprobed_at = None  # the re-probe held: the back-off starts over
+        sp.failed_reprobes = 0
+
+
+def rollback(run: Run, judged: Judged) -> None:
+    """failureLimit failing windows: last known good K, else step down, else the fastest
+    K if speculation still pays (or plain decoding)."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    current = sp.tokens
+    predicted = predictions(spec, judged.window, run.cost)
+    why = floor_message(run, judged) + f" for {sp.failing_windows} windows"
+    metric = judged.metric.value if judged.metric else None
+    lkg = sp.last_known_good_tokens
+    if not floor_caps_k(spec):
+        below_floor(run, judged, why)
+        return
+    if sp.schedule is not None:
+        _roll_back_schedule(run, judged, why)
+        return
+    # A K that failed the floor is not proposed again, nor any larger one, for a while.
+    sp.rejected_tokens = sorted(
+        {*sp.rejected_tokens, *range(current, spec.speculation.max_tokens + 1)}
+    )
+    sp.rejected_until = run.now + run.seconds(spec.rollback.reprobe_after)
+    if (
+        lkg is not None
+        and lkg != current
+        and lkg in predicted
+        and predicted[lkg].metric >= run.floor
+    ):
+        run.act(
+            ActionKind.ROLLBACK,
+            "BelowFloor",
+            f"{why}; back to last known good K={lkg}",
+            warning=True,
+            from_tokens=current,
+            to_tokens=lkg,
+            acceptance=metric,
+            goodput=judged.goodput,
+        )
+        run.changed(lkg)
+        return
+    lower = [k for k, p in predicted.items() if k < current and p.metric >= run.floor + run.margin]
+    if lower:
+        k = max(lower)
+        run.act(
+            ActionKind.STEP_DOWN,
+            "BelowFloor",
+            f"{why}; K={k} is the largest predicted to clear it ({predicted[k].metric:.3f})",
+            warning=True,
+            from_tokens=current,
+            to_tokens=k,
+            acceptance=metric,
+            goodput=judged.goodput,
+        )
+        sp.last_known_good_tokens = k
+        run.changed(k)
+        return
+    below_floor(run, judged, why)
+
+
+def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
+    """A schedule fails as a whole: back to the last known good schedule if there is
+    one, else to one K (the last known good, else the schedule's smallest drafting K);
+    a failure after that goes down the chain for one K."""
+    sp = run.sp
+    assert sp.schedule is not None and sp.tokens is not None
+    failed = sp.schedule
+    sp.rejected_schedule = failed
+    sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
+    lkg = sp.last_known_good_schedule
+    if lkg is not None and lkg != failed:
+        sp.schedule, k = lkg, schedule.largest(lkg)
+        target = f"the last known good schedule, {schedule.describe(lkg)}"
+    else:
+        k = sp.last_known_good_tokens or min(schedule.drafting_ks(failed))
+        sp.schedule, sp.last_known_good_schedule = None, None
+        target = f"K={k} at every load"
+    run.act(
+        ActionKind.ROLLBACK,
+        "BelowFloor",
+        f"{why}; schedule {schedule.describe(failed)} back to {target}",
+        warning=True,
+        from_tokens=sp.tokens,
+        to_tokens=k,
+        acceptance=judged.metric.value if judged.metric else None,
+        goodput=judged.goodput,
+    )
+    run.changed(k)
+
+
+def below_floor(run: Run, judged: Judged, why: str) -> None:
+    """No K clears the floor. Plain decoding only if speculation no longer pays (or the
+    policy asks for it); otherwise the fastest K stays, flagged AcceptanceBelowFloor."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    current = sp.tokens
+    fastest, plain = fastest_and_plain(
+        spec, window_conditional(judged.window), judged.window.batch_per_pod, run.cost
+    )
+    gain = fastest.goodput / plain - 1
+    metric = judged.metric.value if judged.metric else None
+    pays = f"K={fastest.tokens} is predicted {gain:+.1%} over plain decoding"
+    if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
+        # The K in effect is the fastest measured so far; trials may still find a faster
+        # one. A K changed on a prediction alone would be untested.
+        message = f"{why}; no K clears it, but {pays}: keeping K={current}"
+        if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) != (
+            "True"
+        ):
+            run.act(
+                ActionKind.KEEP_FASTEST,
+                "NoKClearsFloor",
+                message,
+                warning=True,
+                from_tokens=current,
+                to_tokens=current,
+                acceptance=metric,
+                goodput=judged.goodput,
+            )
+        sp.failing_windows = 0
+        run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "True", "NoKClearsFloor", message)
+        return
+    if spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
+        reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
+    else:
+        reason = f"{why}; speculation no longer pays: {pays}"
+    _disable(run, reason, metric, judged.goodput)
+
+
+def _disable(
+    run: Run,
+    reason: str,
+    metric: float | None,
+    goodput: float | None,
+    kind: ActionKind = ActionKind.DISABLE,
+    why: str = "NoKClearsFloor",
+) -> None:
+    sp = run.sp
+    run.act(
+        kind,
+        why,
+        reason + "; serving without speculation",
+        warning=True,
+        from_tokens=sp.tokens,
+        to_tokens=None,
+        acceptance=metric,
+        goodput=goodput,
+    )
+    if sp.reprobed_at is not None:
+        sp.failed_reprobes += 1
+    sp.reprobed_at = None
+    sp.disabled = True
+    sp.disabled_reason = reason
+    sp.disabled_acceptance = None
+    sp.reprobe_at = next_reprobe(run)
+    sp.changed_at = run.now
+    sp.failing_windows = 0
+    sp.windows = 0
+    sp.baseline_acceptance = None
+    run.status.open_windows = None
+    run.condition(ConditionType.SPECULATION_ACTIVE, "False", "Disabled", reason)
+    clear_below_floor(run, "Disabled", "speculation is off")
+
+
+def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
+    """Plain decoding when the fitted cost says no K pays at this load (a large batch
+    makes verification compute-bound): not a rollback, the draft is fine."""
+    spec = run.spec
+    assert judged.window is not None
+    conditional = window_conditional(judged.window)
+    batch = judged.window.batch_per_pod
+    fastest, plain = fastest_and_plain(spec, conditional, batch, run.cost)
+    if plain < fastest.goodput * (1 + spec.tuning.min_improvement):
+        return False
+    reason = (
+        f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
+        f"K={fastest.tokens} at batch {batch:.1f}"
+    )
+    _disable(
+        run,
+        reason,
+        judged.metric.value if judged.metric else None,
+        judged.goodput,
+        kind=ActionKind.STOP_SPECULATION,
+        why="NoKPays",
+    )
+    run.sp.disabled_acceptance = [round(c, 4) for c in conditional]
+    return True
+
+
+def recovered(run: Run, judged: Judged) -> None:
+    low = judged.metric.low if judged.metric else float("nan")
+    message = (
+        f"{run.spec.rollback.metric.value} lower bound {low:.3f} clears the floor "
+        f"{run.floor:.3f} again at K={run.sp.tokens}"
+    )
+    run.act(ActionKind.ACCEPTANCE_RECOVERED, "AboveFloor", message, to_tokens=run.sp.tokens)
+    clear_below_floor(run, "AboveFloor", message)
+
+
+def clear_below_floor(run: Run, reason: str, message: str) -> None:
+    if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) == "True":
+        run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "False", reason, message)

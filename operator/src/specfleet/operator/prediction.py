@@ -1,0 +1,95 @@
+"""The tuner's predictor: acceptance, rollback metric and goodput at any K, from one
+window's measured acceptance per position and the fitted step cost (`speed`). The
+arithmetic is `specfleet.runtime.decoding`'s, shared with the simulated engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specfleet.operator import speed
+from specfleet.operator.api import (
+    FittedStepCost,
+    RollbackMetric,
+    SpeculativeModelSpec,
+)
+from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.stats import (
+    conditional_acceptance,
+    draft_acceptance_rate,
+    expected_rollback_metric,
+    extrapolate,
+    per_position,
+)
+from specfleet.runtime.decoding import expected_accepted, expected_draft_acceptance_rate
+
+
+@dataclass(frozen=True)
+class Prediction:
+    tokens: int
+    acceptance_rate: float
+    mean_length: float
+    metric: float
+    goodput: float
+
+
+def goodput_at(mean_length: float, k: int, batch: float, cost: FittedStepCost) -> float:
+    """Generated tokens per second of one pod at `batch` decoding requests (k=0: plain)."""
+    running = max(1.0, batch)
+    return running * mean_length * 1000.0 / speed.step_ms(cost, k, running)
+
+
+def predict(
+    conditional: Sequence[float],
+    k: int,
+    batch: float,
+    metric: RollbackMetric,
+    cost: FittedStepCost,
+) -> Prediction:
+    """Expected acceptance, acceptance length, rollback metric and goodput at K=k."""
+    rates = extrapolate(conditional, k)
+    mean_length = 1.0 + expected_accepted(rates, k)
+    return Prediction(
+        k,
+        expected_draft_acceptance_rate(rates, k),
+        mean_length,
+        expected_rollback_metric(metric, rates, k),
+        goodput_at(mean_length, k, batch, cost),
+    )
+
+
+def window_conditional(window: TrackWindow) -> list[float]:
+    """Measured conditional acceptance per position of a window.
+
+    Without the per-position series, a constant conditional equal to the draft acceptance
+    rate is assumed: it under-predicts every K (acceptance falls with depth), which is the
+    safe direction.
+    """
+    positions = [e.value for e in per_position(window)]
+    if positions and any(positions):
+        return conditional_acceptance(positions)
+    return [draft_acceptance_rate(window).value]
+
+
+def _predict_ks(
+    spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
+) -> dict[int, Prediction]:
+    return {
+        k: predict(conditional, k, batch, spec.rollback.metric, cost)
+        for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
+    }
+
+
+def predictions(
+    spec: SpeculativeModelSpec, window: TrackWindow, cost: FittedStepCost
+) -> dict[int, Prediction]:
+    """Predictions for every K the spec allows, from one window's per-position rates."""
+    return _predict_ks(spec, window_conditional(window), window.batch_per_pod, cost)
+
+
+def fastest_and_plain(
+    spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
+) -> tuple[Prediction, float]:
+    """The K the spec allows with the best predicted goodput, and plain decoding's."""
+    fastest = max(_predict_ks(spec, conditional, batch, cost).values(), key=lambda p: p.goodput)
+    return fastest, goodput_at(1.0, 0, batch, cost)

@@ -1,0 +1,94 @@
+"""Proposals: the candidate K (or learned schedule) predicted to be the fastest that
+clears the floor, started as a trial when it is at least minImprovement better."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from specfleet.operator import schedule
+from specfleet.operator.api import (
+    ScheduledBand,
+    ScheduleMode,
+)
+from specfleet.operator.floor import floor_caps_k
+from specfleet.operator.prediction import predict, predictions, window_conditional
+from specfleet.operator.trials import start_trial
+from specfleet.operator.windows import Judged
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+
+# Fewer samples than this and a learned schedule waits (one K is tuned meanwhile).
+MIN_LOAD_SAMPLES = 4
+
+
+def propose(run: Run, judged: Judged) -> None:
+    """Pick the best candidate K (or schedule) and start a canary (or an in-place trial)."""
+    mode = run.spec.speculation.schedule.mode
+    if mode is ScheduleMode.FIXED:
+        return  # the spec's schedule runs as written
+    if mode is ScheduleMode.LEARNED and len(run.sp.load) >= MIN_LOAD_SAMPLES:
+        _propose_schedule(run, judged)
+        return
+    _propose_k(run, judged)
+
+
+def _propose_schedule(run: Run, judged: Judged) -> None:
+    """The schedule that fits the load the stable pods saw, tried if it is predicted to
+    be at least minImprovement faster per request than what runs."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    conditional = window_conditional(judged.window)
+    running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
+    best = schedule.learn(spec, sp.load, conditional, run.cost)
+    if best is None or best == running:
+        return
+    if best == sp.rejected_schedule:
+        return
+    if floor_caps_k(spec) and any(
+        predict(conditional, k, 1.0, spec.rollback.metric, run.cost).metric < run.floor + run.margin
+        for k in schedule.drafting_ks(best)
+    ):
+        return
+    now_speed = schedule.speed_over(running, sp.load, conditional, run.cost)
+    best_speed = schedule.speed_over(best, sp.load, conditional, run.cost)
+    gain = best_speed / now_speed - 1 if now_speed > 0 else math.inf
+    if gain < spec.tuning.min_improvement:
+        return
+    candidate = None if schedule.is_flat(best) else best
+    k = schedule.largest(best)
+    message = (
+        f"{schedule.describe(best)} predicted {gain:+.1%} per-request speed over "
+        f"{schedule.describe(running)} across the last {len(sp.load)} intervals' load "
+        f"(batch {min(sp.load):.1f} to {max(sp.load):.1f})"
+    )
+    start_trial(run, judged, k, candidate, message)
+
+
+def _propose_k(run: Run, judged: Judged) -> None:
+    """The best K at this window's load, tried if predicted minImprovement faster."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    predicted = predictions(spec, judged.window, run.cost)
+    current = predicted[sp.tokens]
+    capped = floor_caps_k(spec)
+    eligible = [
+        p
+        for k, p in predicted.items()
+        if k != sp.tokens
+        and k not in sp.rejected_tokens
+        and (not capped or p.metric >= run.floor + run.margin)
+    ]
+    if not eligible:
+        return
+    best = max(eligible, key=lambda p: p.goodput)
+    gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
+    if gain < spec.tuning.min_improvement:
+        return
+    message = (
+        f"K={best.tokens} predicted {gain:+.1%} goodput over K={sp.tokens} at batch "
+        f"{judged.window.batch_per_pod:.1f}, {spec.rollback.metric.value} {best.metric:.3f}"
+    )
+    start_trial(run, judged, best.tokens, None, message)

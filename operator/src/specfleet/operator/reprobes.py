@@ -1,0 +1,94 @@
+"""Re-probes: while speculation is off, when to try it again (after a back-off that
+doubles with each failed re-probe, or when the fitted cost predicts a gain at today's
+load), and switching it back on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from specfleet.operator import speed
+from specfleet.operator.api import (
+    CanaryComparison,
+    ConditionType,
+    TuningStrategy,
+)
+from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.prediction import fastest_and_plain
+from specfleet.operator.windows import Judged
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+
+# Each re-probe that ends disabled again doubles the next back-off, this many times at most.
+MAX_REPROBE_DOUBLINGS = 4
+
+
+def next_reprobe(run: Run) -> datetime:
+    """reprobeAfter from now, doubled for each re-probe that failed in a row."""
+    doublings = min(run.sp.failed_reprobes, MAX_REPROBE_DOUBLINGS)
+    return run.now + run.seconds(run.spec.rollback.reprobe_after) * (1 << doublings)
+
+
+def maybe_reprobe(run: Run, stable: Judged) -> None:
+    """Try speculation again: after the back-off, or as soon as the fitted cost says the
+    acceptance measured before a StopSpeculation would pay at the batch plain decoding
+    runs now. On a canary when the strategy has one (the stable pods keep decoding plainly
+    until the trial is promoted); in place otherwise."""
+    sp, spec = run.sp, run.spec
+    k, why = spec.speculation.min_tokens, "BackoffElapsed"
+    window = stable.window
+    cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
+    # After a re-probe that measured no gain, the prediction waits out the back-off too.
+    backed_off = sp.failed_reprobes == 0 or sp.reprobe_at is None or run.now >= sp.reprobe_at
+    if (
+        sp.disabled_acceptance
+        and window is not None
+        and speed.measured(window)
+        and cooled
+        and backed_off
+    ):
+        best, plain = fastest_and_plain(
+            spec, sp.disabled_acceptance, window.batch_per_pod, run.cost
+        )
+        if best.goodput >= plain * (1 + spec.tuning.min_improvement):
+            k, why = best.tokens, "PredictedGain"
+    if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
+        return
+    if why == "BackoffElapsed" and sp.disabled_acceptance and speed.measured(window):
+        return  # stopped for speed: the prediction above decides, not the clock
+    waited = f" (back-off doubled {sp.failed_reprobes} times)" if sp.failed_reprobes else ""
+    cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
+    strategy = sp.strategy or spec.tuning.strategy
+    if strategy is TuningStrategy.CANARY:
+        run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
+        sp.candidate_tokens = k
+        sp.canary_started_at = run.now
+        run.act(
+            ActionKind.REPROBE,
+            why,
+            f"re-probing K={k} on a canary after {cause}",
+            to_tokens=k,
+        )
+        return
+    run.act(
+        ActionKind.REPROBE,
+        why,
+        f"speculation re-enabled at K={k} after {cause}",
+        to_tokens=k,
+    )
+    enable(run, k)
+    sp.reprobed_at = run.now
+    run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
+
+
+def enable(run: Run, k: int) -> None:
+    sp = run.sp
+    sp.disabled = False
+    sp.disabled_reason = None
+    sp.disabled_acceptance = None
+    sp.reprobe_at = None
+    sp.last_known_good_tokens = k
+    sp.inconclusive_windows = 0
+    run.changed(k)

@@ -1,0 +1,401 @@
+"""Trials of a candidate K or schedule: start (canary or in place), feed each window,
+compare the tracks when there are enough, and end (promote or abort, reject for a while)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from specfleet.operator import schedule
+from specfleet.operator.api import (
+    CanaryComparison,
+    ConditionType,
+    ScheduledBand,
+    TrackTotals,
+    TuningStrategy,
+)
+from specfleet.operator.floor import floor_caps_k, stable_failing
+from specfleet.operator.metrics import Observation
+from specfleet.operator.outcomes import ActionKind, TrialOutcome
+from specfleet.operator.reprobes import enable, next_reprobe
+from specfleet.operator.trial_stats import (
+    goodput_gain,
+    schedule_gain,
+    totals_add,
+    totals_metric,
+    totals_rate,
+)
+from specfleet.operator.windows import Judged, judge_collected
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+
+# A trial whose measured gain clears minImprovement while its lower bound does not yet
+# runs on, up to this many times canaryWindows: a sequential test, not a fixed length.
+TRIAL_EXTENSION = 3
+
+
+def start_trial(
+    run: Run, judged: Judged, k: int, candidate: list[ScheduledBand] | None, message: str
+) -> None:
+    """A canary (or in place, the stable pods) running K=k, or the schedule `candidate`."""
+    sp, spec = run.sp, run.spec
+    assert judged.window is not None and sp.tokens is not None
+    strategy = sp.strategy or spec.tuning.strategy
+    acceptance = judged.metric.value if judged.metric else None
+    if strategy is TuningStrategy.IN_PLACE:
+        before = totals_add(TrackTotals(), judged.window)
+        run.status.canary = CanaryComparison(
+            candidate_tokens=k,
+            in_place=True,
+            previous_tokens=sp.tokens,
+            previous_schedule=sp.schedule,
+            stable_replicas=spec.replicas,
+            stable=before,
+        )
+        run.act(
+            ActionKind.START_IN_PLACE,
+            "PredictedGain",
+            message,
+            from_tokens=sp.tokens,
+            to_tokens=k,
+            acceptance=acceptance,
+            goodput=judged.goodput,
+        )
+        sp.canary_started_at = run.now
+        sp.schedule = candidate
+        run.changed(k)
+        return
+    run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
+    sp.candidate_tokens = k
+    sp.candidate_schedule = candidate
+    sp.canary_started_at = run.now
+    run.act(
+        ActionKind.START_CANARY,
+        "PredictedGain",
+        message,
+        from_tokens=sp.tokens,
+        to_tokens=k,
+        acceptance=acceptance,
+        goodput=judged.goodput,
+    )
+
+
+def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
+    """Judge the canary's window (an in-place trial has none) and advance the trial."""
+    trial = run.status.canary
+    assert trial is not None
+    canary = (
+        None
+        if trial.in_place
+        else judge_collected(
+            run,
+            "canary",
+            observation.canary,
+            trial.candidate_tokens,
+            None,
+            run.sp.candidate_schedule,
+        )
+    )
+    _advance_trial(run, stable, canary, observation)
+
+
+def _advance_trial(
+    run: Run, stable: Judged, canary: Judged | None, observation: Observation
+) -> None:
+    """Feed a window to the running trial; promote or abort when it has enough."""
+    spec, trial = run.spec, run.status.canary
+    assert trial is not None
+    if not spec.tuning.enabled:
+        message = "spec.tuning.enabled is false"
+        end_trial(run, promote=False, reason=TrialOutcome.TUNING_DISABLED, message=message)
+        return
+    if trial.in_place:
+        after = stable
+        if after.conclusive and after.window is not None:
+            trial.canary = totals_add(trial.canary, after.window)
+    else:
+        if _fell_back_in_place(run, observation):
+            return
+        assert canary is not None
+        after = canary
+        if not _add_windows(run, stable, canary):
+            return
+    if (
+        after.conclusive
+        and trial.canary.windows >= spec.tuning.canary_windows
+        and trial.stable.windows >= 1
+    ):
+        _compare(run, stable)
+    else:
+        _end_if_overdue(run)
+
+
+def _fell_back_in_place(run: Run, observation: Observation) -> bool:
+    """A canary Pending past canaryPendingTimeout: the trial ends, and the next runs in
+    place."""
+    sp, spec, trial = run.sp, run.spec, run.status.canary
+    assert trial is not None
+    pending = observation.canary_pending_since
+    limit = run.seconds(spec.tuning.canary_pending_timeout).total_seconds()
+    if pending is None or run.now.timestamp() - pending < limit:
+        return False
+    message = (
+        f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s "
+        f"(> {spec.tuning.canary_pending_timeout}); trying K={trial.candidate_tokens} "
+        "in place instead"
+    )
+    sp.strategy = TuningStrategy.IN_PLACE
+    end_trial(run, promote=False, reason=TrialOutcome.CANARY_PENDING, message=message, reject=False)
+    run.act(
+        ActionKind.IN_PLACE_FALLBACK,
+        "CanaryPending",
+        message,
+        warning=True,
+        from_tokens=sp.tokens,
+        to_tokens=sp.tokens,
+    )
+    return True
+
+
+def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
+    """Add both tracks' windows to a canary trial's totals; False when the canary's
+    failed the floor and ended the trial."""
+    sp, spec, trial = run.sp, run.spec, run.status.canary
+    assert trial is not None
+    # Every stable window of the trial is its comparison: the same hours, the same mix.
+    # Plain stable pods (a re-probe) have no acceptance to judge: their speed counts.
+    plain = sp.disabled and stable.window is not None and stable.window.generation_tokens > 0
+    if (stable.conclusive or plain) and stable.window is not None:
+        trial.stable = totals_add(trial.stable, stable.window)
+    if not canary.conclusive or canary.window is None:
+        return True
+    if floor_caps_k(spec) and stable_failing(run, canary):
+        low = canary.metric.low if canary.metric else float("nan")
+        end_trial(
+            run,
+            promote=False,
+            reason=TrialOutcome.BELOW_FLOOR,
+            message=f"canary {spec.rollback.metric.value} lower bound {low:.3f} "
+            f"< floor {run.floor:.3f}",
+        )
+        return False
+    trial.canary = totals_add(trial.canary, canary.window)
+    return True
+
+
+def _end_if_overdue(run: Run) -> None:
+    """A trial that has not gathered its windows in the longest time they can take ends
+    inconclusive."""
+    spec, trial = run.spec, run.status.canary
+    assert trial is not None
+    started = run.sp.canary_started_at or run.now
+    interval = run.seconds(spec.tuning.interval)
+    # Each canary window may grow up to maxWindowAge before it is conclusive.
+    longest = max(interval, run.seconds(spec.tuning.max_window_age))
+    deadline = (
+        longest * spec.tuning.canary_windows * TRIAL_EXTENSION
+        + interval * spec.tuning.max_inconclusive_windows
+        + run.seconds(spec.tuning.canary_pending_timeout)
+    )
+    if run.now - started > deadline:
+        end_trial(
+            run,
+            promote=False,
+            reason=TrialOutcome.CANARY_INCONCLUSIVE,
+            message=f"{trial.canary.windows} of {spec.tuning.canary_windows} conclusive "
+            f"windows after {run.now - started}",
+        )
+
+
+def _trial_baseline(run: Run) -> int | None:
+    """The K a trial is compared with: plain decoding (0) for a re-probe, the K before an
+    in-place trial, else the stable K."""
+    trial = run.status.canary
+    assert trial is not None
+    if run.sp.disabled:
+        return 0
+    return trial.previous_tokens if trial.in_place else run.sp.tokens
+
+
+def _trial_schedules(run: Run) -> tuple[list[ScheduledBand] | None, list[ScheduledBand] | None]:
+    """The schedule a trial tries and the one it is compared with (None: one K)."""
+    trial = run.status.canary
+    assert trial is not None
+    if trial.in_place:
+        return run.sp.schedule, trial.previous_schedule
+    return run.sp.candidate_schedule, run.sp.schedule
+
+
+def _compare(run: Run, stable: Judged) -> None:
+    spec, trial = run.spec, run.status.canary
+    assert trial is not None
+    before_k = _trial_baseline(run)
+    assert before_k is not None
+    window = stable.window
+    batch = window.batch_per_pod if window is not None else 1.0
+    tried, before = _trial_schedules(run)
+    if tried is not None or before is not None:
+        if not (trial.stable.timed_windows and trial.canary.timed_windows):
+            end_trial(
+                run,
+                promote=False,
+                reason=TrialOutcome.NO_STEP_TIMES,
+                message="a schedule is judged on the step times its pods measure; they export none",
+                reject=False,
+            )
+            return
+        after = tried or [ScheduledBand(tokens=trial.candidate_tokens)]
+        gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
+    else:
+        gain, basis = goodput_gain(
+            trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
+        )
+    metric = totals_metric(trial.canary, spec.rollback.metric)
+    tried_words = schedule.describe(tried) if tried else f"K={trial.candidate_tokens}"
+    before_words = schedule.describe(before) if before else f"K={before_k}"
+    summary = (
+        f"{tried_words} vs {before_words}: goodput {gain.value:+.1%} "
+        f"(lower bound {gain.low:+.1%}, needs {spec.tuning.min_improvement:+.1%}; {basis})"
+    )
+    reason = TrialOutcome.GOODPUT_GAIN
+    if metric is not None:
+        summary += (
+            f", {spec.rollback.metric.value} {metric.value:.3f} (lower bound {metric.low:.3f}, "
+            f"floor {run.floor:.3f} + margin {run.margin:.3f})"
+        )
+    if metric is not None and floor_caps_k(spec):
+        # The candidate was proposed on a prediction clearing floor + margin; the
+        # measurement must confirm it, or noise would promote Ks that sit on the floor.
+        if metric.low < run.floor:
+            reason = TrialOutcome.BELOW_FLOOR
+        elif metric.value < run.floor + run.margin:
+            reason = TrialOutcome.BELOW_MARGIN
+    if reason is TrialOutcome.GOODPUT_GAIN and gain.low < spec.tuning.min_improvement:
+        reason = TrialOutcome.NO_GAIN
+        if (
+            gain.value >= spec.tuning.min_improvement
+            and trial.canary.windows < TRIAL_EXTENSION * spec.tuning.canary_windows
+        ):
+            return  # promising but not proven: measure on
+    end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """A trial as it ended: what it tried against what, and the acceptance it measured."""
+
+    trial: CanaryComparison
+    previous: int | None
+    tried: list[ScheduledBand] | None
+    before: list[ScheduledBand] | None
+    rate: float | None
+
+
+def end_trial(
+    run: Run,
+    *,
+    promote: bool,
+    reason: TrialOutcome,
+    message: str,
+    reject: bool = True,
+    judged: bool = True,
+) -> None:
+    """Promote or abort the trial. `judged=False`: it ended before its windows could say
+    anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
+    sp, trial = run.sp, run.status.canary
+    assert trial is not None and sp.tokens is not None
+    rate = totals_rate(trial.canary).value if trial.canary.windows else None
+    ended = _Ended(trial, _trial_baseline(run), *_trial_schedules(run), rate)
+    run.status.canary = None
+    sp.candidate_tokens = None
+    sp.candidate_schedule = None
+    sp.canary_started_at = None
+    if promote:
+        _promote(run, ended, reason, message)
+    else:
+        _abort(run, ended, reason, message, reject=reject and not sp.disabled, judged=judged)
+
+
+def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> None:
+    sp, candidate = run.sp, ended.trial.candidate_tokens
+    run.act(
+        ActionKind.PROMOTE,
+        reason,
+        message,
+        from_tokens=ended.previous,
+        to_tokens=candidate,
+        acceptance=ended.rate,
+    )
+    if sp.disabled:  # a re-probe that measured faster than plain decoding
+        enable(run, candidate)
+        sp.failed_reprobes = 0
+        run.condition(
+            ConditionType.SPECULATION_ACTIVE, "True", "Reprobed", f"drafting K={candidate}"
+        )
+        return
+    sp.last_known_good_tokens = ended.previous
+    sp.last_known_good_schedule = ended.before
+    sp.schedule = ended.tried
+    failing = sp.failing_windows
+    run.changed(candidate)
+    if ended.trial.in_place:  # the stable pods ran it through the trial: its failures count on
+        sp.failing_windows = failing
+
+
+def _abort(
+    run: Run, ended: _Ended, reason: TrialOutcome, message: str, *, reject: bool, judged: bool
+) -> None:
+    """Back to what ran before; a rejected candidate is not proposed again for a while, a
+    failed re-probe backs off further."""
+    sp, candidate = run.sp, ended.trial.candidate_tokens
+    if sp.disabled:
+        if judged:
+            sp.failed_reprobes += 1
+            sp.reprobe_at = next_reprobe(run)
+        else:
+            sp.reprobe_at = run.now + run.seconds(run.spec.tuning.cooldown)
+    if reject:
+        if ended.tried is not None:  # the schedule failed, not its largest K
+            sp.rejected_schedule = ended.tried
+        else:
+            sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
+        sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
+    run.act(
+        ActionKind.ABORT,
+        reason,
+        message,
+        warning=reason is TrialOutcome.BELOW_FLOOR,
+        from_tokens=candidate,
+        to_tokens=ended.previous,
+        acceptance=ended.rate,
+    )
+    if ended.trial.in_place and ended.previous:
+        sp.schedule = ended.before
+        run.changed(ended.previous)
+    else:
+        sp.changed_at = run.now
+
+
+def restart_trial_if_scaled(run: Run) -> None:
+    """A scaler changed spec.replicas during a trial: the load per pod changed with it, and
+    so may the best K. The windows collected so far compare the two Ks at another load
+    than the ones to come, so the trial ends unjudged (not rejected); the next candidate
+    is proposed after the cooldown, from windows at the new size."""
+    trial, replicas = run.status.canary, run.spec.replicas
+    if trial is None:
+        return
+    if trial.stable_replicas is None:  # a trial started before replicas were recorded
+        trial.stable_replicas = replicas
+    if trial.stable_replicas == replicas:
+        return
+    end_trial(
+        run,
+        promote=False,
+        reason=TrialOutcome.FLEET_SCALED,
+        message=f"spec.replicas went from {trial.stable_replicas} to {replicas} during the "
+        "trial; its windows are no longer at matched load, so it restarts at the new size",
+        reject=False,
+        judged=False,
+    )

@@ -1,0 +1,230 @@
+"""Judging windows: whether a track's window is conclusive, growing one that has too few
+draft tokens over the next intervals (status.openWindows), and what the last window says
+in status (acceptance, load profile, the MetricsAvailable condition)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from specfleet.operator import schedule
+from specfleet.operator.api import (
+    LEFT_OUT_LIMIT,
+    AcceptanceWindow,
+    ConditionType,
+    OpenWindow,
+    PodLeftOut,
+    RollbackMetric,
+    ScheduledBand,
+    SpeculativeModelSpec,
+)
+from specfleet.operator.children import Track
+from specfleet.operator.conditions import condition_status
+from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.outcomes import EMPTY_WINDOWS, ActionKind, WindowVerdict
+from specfleet.operator.stats import (
+    Estimate,
+    draft_acceptance_rate,
+    mean_acceptance_length,
+    per_position,
+    rollback_metric,
+)
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+
+# The load profile a learned schedule is fitted to: the latest intervals' batch per pod.
+LOAD_SAMPLES = 24
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A stable or canary window, judged."""
+
+    window: TrackWindow | None
+    conclusive: bool
+    reason: WindowVerdict
+    rate: Estimate | None = None
+    metric: Estimate | None = None
+    detail: str | None = None  # words beside the reason, for the condition's message
+
+    @property
+    def goodput(self) -> float | None:
+        if self.window is None or self.window.seconds <= 0:
+            return None
+        return self.window.generation_tokens / self.window.seconds
+
+
+def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: float | None) -> Judged:
+    """Whether a window is conclusive, and its rate and rollback metric if so."""
+    if window is None:
+        return Judged(None, False, WindowVerdict.NO_DATA)
+    values = (window.seconds, *(value for _, value in window.named()))
+    if not all(math.isfinite(v) for v in values):
+        return Judged(window, False, WindowVerdict.NOT_A_NUMBER)
+    if window.generation_tokens <= 0 and window.draft_tokens <= 0:
+        return Judged(window, False, WindowVerdict.NO_TRAFFIC)
+    if window.draft_tokens <= 0:
+        return Judged(window, False, WindowVerdict.NO_DRAFTS)
+    if window.draft_tokens < spec.tuning.min_draft_tokens:
+        return Judged(window, False, WindowVerdict.TOO_FEW_DRAFT_TOKENS)
+    rate = draft_acceptance_rate(window)
+    metric = rollback_metric(window, spec.rollback.metric, baseline)
+    if metric is None and spec.rollback.metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
+        return Judged(window, False, WindowVerdict.NO_PER_POSITION_DATA, rate)
+    return Judged(window, True, WindowVerdict.CONCLUSIVE, rate, metric)
+
+
+def _window_of(collected: OpenWindow) -> TrackWindow:
+    return TrackWindow(
+        seconds=collected.seconds,
+        pod_seconds=collected.pod_seconds,
+        pods=collected.pods,
+        running_requests=collected.running_requests,
+        waiting_requests=collected.waiting_requests,
+    ).with_counts(collected.counts)
+
+
+def _collect(
+    collected: OpenWindow | None, window: TrackWindow, tokens: int, now: datetime
+) -> OpenWindow:
+    """`window` added to the counts collected so far (pods and gauges: the latest)."""
+    base = collected or OpenWindow(since=now - timedelta(seconds=window.seconds), tokens=tokens)
+    return OpenWindow(
+        since=base.since,
+        tokens=tokens,
+        counts=base.counts + window,
+        seconds=base.seconds + window.seconds,
+        pod_seconds=base.pod_seconds + window.pod_seconds,
+        pods=window.pods,
+        running_requests=window.running_requests,
+        waiting_requests=window.waiting_requests,
+    )
+
+
+def judge_collected(
+    run: Run,
+    track: Track,
+    window: TrackWindow | None,
+    tokens: int,
+    baseline: float | None,
+    running: Sequence[ScheduledBand] | None = None,
+) -> Judged:
+    """Judge the track's window added to what it collected before, so that a window with
+    too few draft tokens grows over the next intervals instead of being thrown away: at
+    one request in flight a decision takes a few intervals, not forever. A window that
+    reaches tuning.maxWindowAge unjudged is dropped as inconclusive."""
+    collected = run.collected(track)
+    max_age = run.seconds(run.spec.tuning.max_window_age)
+    if collected is not None and (
+        # Left over from another K, or from before a gap with no data at all.
+        collected.tokens != tokens
+        or run.now - collected.since > max_age + run.seconds(run.spec.tuning.interval)
+    ):
+        collected = None
+    alone = judge(run.spec, window, baseline)
+    if window is None or alone.reason in EMPTY_WINDOWS:
+        run.keep_collecting(track, collected)
+        return alone
+    if (
+        alone.reason is WindowVerdict.NO_DRAFTS
+        and running
+        and 0 in (band.tokens for band in running)
+    ):
+        run.keep_collecting(track, collected)
+        detail = "the schedule drafts nothing at this load (K=0)"
+        return Judged(window, False, WindowVerdict.NOT_DRAFTING, detail=detail)
+    grown = _collect(collected, window, tokens, run.now)
+    # Its acceptance per position depends on the Ks the schedule drafted with.
+    ks = schedule.drafting_ks(running) if running else ()
+    judged = judge(run.spec, dataclasses.replace(_window_of(grown), ks=ks), baseline)
+    age = run.now - grown.since
+    if judged.reason is WindowVerdict.TOO_FEW_DRAFT_TOKENS and age < max_age:
+        run.keep_collecting(track, grown)
+        detail = (
+            f"{grown.counts.draft_tokens:.0f} of {run.spec.tuning.min_draft_tokens} draft tokens "
+            f"in {age.total_seconds():.0f}s"
+        )
+        return Judged(judged.window, False, WindowVerdict.COLLECTING, judged.rate, detail=detail)
+    run.keep_collecting(track, None)
+    return judged
+
+
+def record_acceptance(run: Run, judged: Judged, observation: Observation) -> None:
+    window = judged.window
+    positions = [round(e.value, 4) for e in per_position(window)] if window else []
+    rate = judged.rate or (
+        draft_acceptance_rate(window) if window and window.draft_tokens else None
+    )
+    mean_length = mean_acceptance_length(window).value if window and window.drafts else None
+    run.status.acceptance = AcceptanceWindow(
+        rate=round(rate.value, 4) if rate else None,
+        lower_bound=round(judged.metric.low, 4) if judged.metric else None,
+        mean_length=round(mean_length, 4) if mean_length is not None else None,
+        per_position=positions,
+        draft_tokens=int(window.draft_tokens) if window else 0,
+        goodput=round(judged.goodput, 2) if judged.goodput is not None else None,
+        window_seconds=window.seconds if window else None,
+        conclusive=judged.conclusive,
+        reason=None
+        if judged.conclusive
+        else (WindowVerdict.SPECULATION_DISABLED if run.sp.disabled else judged.reason),
+        measured_at=run.now,
+        pods_left_out=[
+            PodLeftOut(pod=pod, reason=error.reason, message=error.message)
+            for pod, error in sorted(observation.errors.items())[:LEFT_OUT_LIMIT]
+        ]
+        or None,
+        more_pods_left_out=len(observation.errors) - LEFT_OUT_LIMIT
+        if len(observation.errors) > LEFT_OUT_LIMIT
+        else None,
+    )
+
+
+def record_load(run: Run, observation: Observation) -> None:
+    """The stable pods' batch this interval, for the load profile a schedule is fitted to."""
+    window = observation.stable
+    if window is None or window.generation_tokens <= 0 or window.batch_per_pod <= 0:
+        return
+    run.sp.load = [*run.sp.load, round(window.batch_per_pod, 2)][-LOAD_SAMPLES:]
+
+
+def metrics_condition(run: Run, judged: Judged) -> None:
+    sp, limit = run.sp, run.spec.tuning.max_inconclusive_windows
+    if judged.conclusive:
+        sp.inconclusive_windows = 0
+        run.condition(
+            ConditionType.METRICS_AVAILABLE,
+            "True",
+            WindowVerdict.CONCLUSIVE,
+            "the last window was conclusive",
+        )
+        return
+    why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
+    if judged.reason in (WindowVerdict.COLLECTING, WindowVerdict.NOT_DRAFTING):
+        # Not a gap in the metrics: the window is still growing towards a decision, or
+        # the schedule does not draft at this load.
+        if not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
+            run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, why)
+        return
+    sp.inconclusive_windows += 1
+    message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
+    run.act(ActionKind.INCONCLUSIVE, judged.reason, message, record=False)
+    was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
+    if sp.inconclusive_windows >= limit:
+        # failureLimit counts failing windows in a row. A gap long enough to call the
+        # metrics unavailable ends the row: windows before it (another hour, another
+        # load, another set of pods) do not add up with the ones after it to a rollback.
+        sp.failing_windows = 0
+        run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
+        if was != "False":
+            run.act(
+                ActionKind.METRICS_UNAVAILABLE, judged.reason, message, warning=True, record=False
+            )
+    elif not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
+        run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
