@@ -29,7 +29,7 @@ from specfleet.runtime import decoding, sim_model
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_engine import SimEngine
 from specfleet.runtime.sim_model import Load, SimProfile, StepCost
-from tests.test_tuner import CODE, DAR, T0, make_spec
+from tests.decisions import CODE, DAR, T0, make_spec
 
 PUBLISHED = StepCost()  # the simulator's published-like cost
 

@@ -1,0 +1,131 @@
+"""Helpers of the decision-core tests: specs, windows of engines that follow an acceptance
+profile exactly, and a fleet that runs decide window after window."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from specfleet.operator.api import (
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
+from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.tuner import decide
+from specfleet.runtime.config import Drafting
+from specfleet.runtime.decoding import cumulative_acceptance
+from specfleet.runtime.sim_model import StepCost, step_seconds
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+CODE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
+
+
+CHAT = [0.85, 0.55, 0.45, 0.40, 0.38, 0.35]
+
+
+BROKEN = [0.4, 0.3, 0.2]
+
+
+# Block acceptance under the floor, but deep enough that speculation still pays.
+UNDER_FLOOR = [0.70, 0.65, 0.6, 0.55]
+
+
+# A draft that no longer matches the target: speculation costs more than it gives.
+STALE = [0.04, 0.02]
+
+
+DAR = {"metric": "DraftAcceptanceRate"}
+
+
+def make_spec(**policy: Any) -> SpeculativeModelSpec:
+    manifest: dict[str, Any] = {
+        "model": {"name": "t"},
+        "draft": {"method": "peagle", "model": "d"},
+        "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 8},
+        "tuning": {"minDraftTokens": 1000, "cooldown": "3m", "interval": "60s"},
+    }
+    for key, value in policy.items():
+        manifest[key] = {**manifest.get(key, {}), **value}
+    return SpeculativeModelSpec.model_validate(manifest)
+
+
+def window(
+    conditional: list[float],
+    k: int,
+    drafts: float = 20_000,
+    batch: int = 4,
+    engine: StepCost | None = None,
+) -> TrackWindow:
+    """A window of engines following `conditional` exactly; with `engine`, they report
+    step times as vLLM does (one inter-token latency per request per step)."""
+    per_pos = tuple(drafts * r for r in cumulative_acceptance(conditional, k))
+    steps = drafts if engine is not None else 0.0
+    seconds = (
+        drafts * step_seconds(engine, k, batch, Drafting.PARALLEL) if engine is not None else 0.0
+    )
+    return TrackWindow(
+        drafts=drafts,
+        draft_tokens=drafts * k,
+        accepted_tokens=sum(per_pos),
+        accepted_per_position=per_pos,
+        generation_tokens=drafts + sum(per_pos),
+        seconds=60,
+        pod_seconds=120,
+        pods=2,
+        running_requests=2 * batch,
+        decode_steps=steps,
+        engine_steps=steps / batch,
+        decode_seconds=seconds,
+    )
+
+
+class Fleet:
+    """Runs decide window after window with engines following `profile` exactly."""
+
+    def __init__(self, spec: SpeculativeModelSpec, engine: StepCost | None = None) -> None:
+        self.spec = spec
+        self.engine = engine
+        self.status = SpeculativeModelStatus()
+        self.now = T0
+        self.kinds: list[list[str]] = []
+
+    def step(self, profile: list[float] | None, **observation: Any) -> list[str]:
+        sp = self.status.speculation
+        stable = canary = None
+        if profile is not None:
+            if sp.disabled:  # plain decoding: tokens and step times, no drafts
+                stable = replace(window(profile, 0, engine=self.engine), drafts=0)
+            else:
+                k = sp.tokens or self.spec.speculation.tokens
+                stable = window(profile, k, engine=self.engine)
+            if sp.candidate_tokens is not None:
+                canary = replace(
+                    window(profile, sp.candidate_tokens, 10_000, engine=self.engine), pods=1
+                )
+        self.now += timedelta(minutes=1)
+        decided = decide(
+            self.spec,
+            self.status,
+            Observation(stable=stable, canary=canary, **observation),
+            self.now,
+        )
+        self.status = decided.status
+        kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
+        self.kinds.append(kinds)
+        return kinds
+
+
+# Verification compute-bound from 4 tokens on, and dear: at a batch of 4 no K pays.
+NO_K_PAYS = StepCost(compute_bound_tokens=4, verify_ms_per_token=1.0)
+
+
+# Verification compute-bound from 8 tokens on: the prior thinks deep K cheap, it is not.
+DEAR_VERIFY = StepCost(compute_bound_tokens=8, verify_ms_per_token=0.5)
+
+
+def scaled(spec: SpeculativeModelSpec, replicas: int) -> SpeculativeModelSpec:
+    """The spec after a scaler wrote spec.replicas through the scale subresource."""
+    return spec.model_copy(update={"replicas": replicas})

@@ -1,0 +1,91 @@
+"""The acceptance floor: rollback, step-down, keeping the fastest K below it, disabling."""
+
+from __future__ import annotations
+
+from specfleet.operator.api import (
+    ConditionType,
+)
+from specfleet.operator.conditions import condition_status
+from tests.decisions import CHAT, CODE, DAR, NO_K_PAYS, STALE, UNDER_FLOOR, Fleet, make_spec
+
+
+def test_drift_below_the_floor_rolls_back_after_failure_limit_windows() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2, **DAR}))
+    for _ in range(30):
+        fleet.step(CODE)
+    k_before = fleet.status.speculation.tokens
+    assert fleet.step(CHAT) == [] or "Abort" in fleet.kinds[-1]
+    second = fleet.step(CHAT)
+    assert any(k in ("Rollback", "StepDown") for k in second), fleet.kinds[-3:]
+    assert fleet.status.speculation.tokens == 1 and k_before != 1
+    assert fleet.status.history[-1].reason.startswith("BelowFloor")
+
+
+def test_plain_decoding_when_no_k_pays_is_not_a_rollback() -> None:
+    fleet = Fleet(make_spec(), engine=NO_K_PAYS)
+    for _ in range(10):
+        fleet.step(CODE)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert "StopSpeculation" in flat
+    assert not {"Rollback", "StepDown", "Disable"} & set(flat)
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.disabled_acceptance and sp.disabled_acceptance[0] == 0.96
+    assert "plain decoding is predicted" in (sp.disabled_reason or "")
+
+
+def test_below_floor_keeps_the_fastest_k_while_speculation_pays() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2}))
+    fleet.step(UNDER_FLOOR)
+    kinds = fleet.step(UNDER_FLOOR)
+    assert kinds == ["KeepFastest"]
+    assert not fleet.status.speculation.disabled
+    below = next(
+        c for c in fleet.status.conditions if c.type is ConditionType.ACCEPTANCE_BELOW_FLOOR
+    )
+    assert below.status == "True" and "over plain decoding" in below.message
+    # re-checked every window, without a new Event; tuning goes on meanwhile
+    assert "KeepFastest" not in fleet.step(UNDER_FLOOR)
+    assert not fleet.status.speculation.rejected_tokens  # the floor refuses no K here
+    while fleet.status.canary is not None:
+        fleet.step(UNDER_FLOOR)
+    assert fleet.step(CODE) == ["AcceptanceRecovered"]
+    assert (
+        condition_status(fleet.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) == "False"
+    )
+
+
+def test_below_floor_then_stale_disables_within_one_window() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2}))
+    fleet.step(UNDER_FLOOR)
+    assert fleet.step(UNDER_FLOOR) == ["KeepFastest"]
+    assert "Disable" in fleet.step(STALE)
+
+
+def test_below_floor_policy_disable_switches_speculation_off_even_when_it_pays() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 1, "belowFloor": "Disable"}))
+    kinds = fleet.step(UNDER_FLOOR)
+    assert "Disable" in kinds
+    reason = fleet.status.speculation.disabled_reason or ""
+    assert "belowFloor is Disable" in reason
+
+
+def test_block_acceptance_does_not_cap_k_where_the_draft_acceptance_rate_would() -> None:
+    # CHAT's draft acceptance rate is under 0.75 past K=1; its block acceptance is 0.85.
+    fleet = Fleet(make_spec())
+    for _ in range(40):
+        fleet.step(CHAT)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert not {"Rollback", "StepDown", "Disable", "KeepFastest"} & set(flat)
+    capped = Fleet(make_spec(rollback=DAR))
+    for _ in range(40):
+        capped.step(CHAT)
+    assert capped.status.speculation.tokens == 1
+
+
+def test_rollback_works_with_tuning_disabled() -> None:
+    fleet = Fleet(make_spec(tuning={"enabled": False}, speculation={"tokens": 5}, rollback=DAR))
+    for _ in range(5):
+        fleet.step(CODE)
+    assert fleet.status.speculation.tokens == 5
+    fleet.step(CHAT)
+    assert any(k in ("Rollback", "StepDown") for k in fleet.step(CHAT))

@@ -1,0 +1,117 @@
+"""Re-probes: speculation tried again after a back-off, or when the fitted cost predicts a gain."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from specfleet.operator.api import (
+    ConditionType,
+    SpeculativeModelStatus,
+)
+from specfleet.operator.conditions import condition_status
+from specfleet.runtime.sim_model import StepCost
+from tests.decisions import CODE, STALE, T0, Fleet, make_spec, scaled
+
+
+def test_stale_draft_disables_speculation_then_reprobes_on_a_canary() -> None:
+    spec = make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"})
+    fleet = Fleet(spec)
+    kinds = fleet.step(STALE)
+    assert "Disable" in kinds
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.disabled_reason and "no longer pays" in sp.disabled_reason
+    active = condition_status(fleet.status.conditions, ConditionType.SPECULATION_ACTIVE)
+    assert active == "False"
+    for _ in range(9):
+        assert "Reprobe" not in fleet.step(STALE)
+    assert "Reprobe" in fleet.step(STALE)
+    # The stable pods keep decoding plainly; one canary pod drafts K=minTokens.
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.candidate_tokens == 1
+    while fleet.status.canary is not None:
+        fleet.step(STALE)
+    assert fleet.kinds[-1] == ["Abort"]
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.failed_reprobes == 1
+    assert sp.reprobe_at == fleet.now + timedelta(minutes=20)  # the back-off doubled
+
+
+def test_a_reprobe_canary_that_beats_plain_decoding_turns_speculation_back_on() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"}))
+    fleet.step(STALE)
+    while "Reprobe" not in fleet.step(CODE):
+        pass
+    while fleet.status.canary is not None:
+        fleet.step(CODE)
+    assert fleet.kinds[-1] == ["Promote"]
+    sp = fleet.status.speculation
+    assert not sp.disabled and sp.tokens == 1 and sp.failed_reprobes == 0
+    assert "K=1 vs K=0" in fleet.status.history[-1].reason
+
+
+def test_failed_reprobes_double_the_back_off_and_a_held_one_resets_it() -> None:
+    spec = make_spec(
+        rollback={"failureLimit": 1, "reprobeAfter": "10m"}, tuning={"strategy": "InPlace"}
+    )
+    fleet = Fleet(spec)
+    fleet.step(STALE)
+    waits = []
+    for _ in range(3):
+        minutes = 0
+        while "Reprobe" not in fleet.step(STALE):
+            minutes += 1
+        waits.append(minutes + 1)
+        assert not fleet.status.speculation.disabled  # in place: the stable K itself
+        assert "Disable" in fleet.step(STALE)  # the re-probe fails at once
+    assert waits == [10, 20, 40]
+    assert fleet.status.speculation.failed_reprobes == 3
+    while "Reprobe" not in fleet.step(STALE):
+        pass
+    for _ in range(4):  # 2 x failureLimit passing windows: the re-probe held
+        fleet.step(CODE)
+    assert fleet.status.speculation.failed_reprobes == 0
+    assert fleet.status.speculation.reprobed_at is None
+
+
+def test_after_stop_speculation_a_predicted_gain_reprobes_but_a_failed_one_waits() -> None:
+    """Stopped for speed, speculation is re-probed as soon as the fit predicts a gain at
+    the batch the plain pods run; after a re-probe that measured none, not before the
+    doubled back-off."""
+    spec = make_spec(rollback={"reprobeAfter": "10m"})
+
+    def minutes_to_reprobe(failed: int) -> int:
+        fleet = Fleet(spec, engine=StepCost())
+        fleet.status = SpeculativeModelStatus.model_validate(
+            {
+                "speculation": {
+                    "tokens": 3,
+                    "requestedTokens": 3,
+                    "parallelDrafting": True,
+                    "disabled": True,
+                    "disabledReason": "plain decoding was faster",
+                    "disabledAcceptance": CODE,
+                    "failedReprobes": failed,
+                    "reprobeAt": (T0 + timedelta(minutes=20)).isoformat(),
+                    "changedAt": T0.isoformat(),
+                }
+            }
+        )
+        for minute in range(1, 40):
+            if "Reprobe" in fleet.step(CODE):
+                return minute
+        raise AssertionError("never re-probed")
+
+    assert minutes_to_reprobe(failed=0) <= 5  # the cooldown, then the prediction
+    assert minutes_to_reprobe(failed=1) >= 20
+
+
+def test_a_reprobe_ended_by_a_scale_is_retried_not_counted_as_failed() -> None:
+    fleet = Fleet(make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"}))
+    fleet.step(STALE)
+    while "Reprobe" not in fleet.step(STALE):
+        pass
+    fleet.spec = scaled(fleet.spec, 3)
+    assert fleet.step(STALE) == ["Abort"]
+    sp = fleet.status.speculation
+    assert sp.disabled and sp.failed_reprobes == 0
+    assert sp.reprobe_at == fleet.now + timedelta(minutes=3)  # the cooldown, no back-off

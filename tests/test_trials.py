@@ -1,0 +1,115 @@
+"""Trials: a candidate climbs through a canary or in place, judged on measured windows
+at one fleet size."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from specfleet.operator.api import (
+    TuningStrategy,
+)
+from specfleet.runtime.config import Drafting
+from specfleet.runtime.sim_model import goodput
+from tests.decisions import CODE, DEAR_VERIFY, Fleet, make_spec, scaled
+
+
+def test_high_acceptance_climbs_through_a_canary() -> None:
+    fleet = Fleet(make_spec())
+    for _ in range(40):
+        fleet.step(CODE)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert "StartCanary" in flat and "Promote" in flat
+    assert (fleet.status.speculation.tokens or 0) > 3
+    assert fleet.status.speculation.last_known_good_tokens is not None
+    assert [d.action for d in fleet.status.history][:2] == ["StartCanary", "Promote"]
+
+
+def test_trials_are_judged_on_measured_step_times_and_settle_on_the_fastest_k() -> None:
+    def true_goodput(k: int) -> float:
+        return goodput(DEAR_VERIFY, CODE, k, 4, Drafting.PARALLEL)
+
+    best = max(true_goodput(k) for k in range(1, 9))
+    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
+    for _ in range(60):
+        fleet.step(CODE)
+    decisions = [d for d in fleet.status.history if d.action in ("Promote", "Abort")]
+    assert decisions and all("measured step" in d.reason for d in decisions)
+    assert true_goodput(fleet.status.speculation.tokens or 0) >= 0.97 * best
+    # The same fleet without step times trusts the prior and ends where the prior says.
+    blind = Fleet(make_spec())
+    for _ in range(60):
+        blind.step(CODE)
+    assert true_goodput(blind.status.speculation.tokens or 0) < 0.95 * best
+
+
+def test_pending_canary_falls_back_to_in_place() -> None:
+    fleet = Fleet(make_spec())
+    while fleet.status.speculation.candidate_tokens is None:
+        fleet.step(CODE)
+    pending_since = fleet.now.timestamp()
+    fleet.now += timedelta(minutes=10)
+    kinds = fleet.step(CODE, canary_pending_since=pending_since)
+    assert "InPlaceFallback" in kinds
+    assert fleet.status.speculation.strategy is TuningStrategy.IN_PLACE
+    assert fleet.status.speculation.candidate_tokens is None
+    for _ in range(20):
+        fleet.step(CODE)
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert "StartInPlace" in flat
+    assert fleet.status.speculation.candidate_tokens is None  # never a canary again
+
+
+@pytest.mark.parametrize("strategy", ["Canary", "InPlace"])
+def test_a_trial_running_when_the_fleet_scales_restarts_at_the_new_size(strategy: str) -> None:
+    fleet = Fleet(make_spec(tuning={"strategy": strategy}))
+    while fleet.status.canary is None:
+        fleet.step(CODE)
+    trial = fleet.status.canary
+    assert trial.stable_replicas == 1
+    k_before_trial = trial.previous_tokens if trial.in_place else fleet.status.speculation.tokens
+    fleet.step(CODE)  # one window of the trial at the old size
+    fleet.spec = scaled(fleet.spec, 4)
+    kinds = fleet.step(CODE)
+    assert kinds[0] == "Abort", kinds
+    last = fleet.status.history[-1]
+    assert last.action == "Abort" and last.reason.startswith("FleetScaled")
+    assert "from 1 to 4" in last.reason
+    sp = fleet.status.speculation
+    # Not promoted, not rejected: the candidate may be tried again at the new load.
+    assert sp.tokens == k_before_trial and sp.rejected_tokens == []
+    assert sp.candidate_tokens is None and sp.changed_at == fleet.now
+    # The next trial starts after the cooldown and remembers the new size.
+    while fleet.status.canary is None:
+        fleet.step(CODE)
+    assert fleet.now - sp.changed_at >= timedelta(minutes=3)
+    assert fleet.status.canary.stable_replicas == 4
+
+
+def test_a_trial_is_judged_only_on_windows_at_one_fleet_size() -> None:
+    """Every promotion's trial ran at one spec.replicas, however often the fleet scales."""
+    fleet = Fleet(make_spec())
+    started_at_size: int | None = None
+    promotions = restarts = 0
+    for step in range(60):
+        # The first trial starts at step 0: the scaler steps in at once, then later again.
+        fleet.spec = scaled(fleet.spec, 1 if step < 1 else 3 if step < 30 else 2)
+        kinds = fleet.step(CODE)
+        if "StartCanary" in kinds:
+            started_at_size = fleet.spec.replicas
+        if "Promote" in kinds:
+            promotions += 1
+            assert started_at_size == fleet.spec.replicas
+        if "Abort" in kinds and fleet.status.history[-1].reason.startswith("FleetScaled"):
+            restarts += 1
+    assert promotions >= 1 and restarts >= 1, (promotions, restarts)
+
+
+def test_a_trial_from_before_replicas_were_recorded_adopts_the_current_size() -> None:
+    fleet = Fleet(make_spec())
+    while fleet.status.canary is None:
+        fleet.step(CODE)
+    fleet.status.canary.stable_replicas = None  # as a status written by an older operator
+    assert "Abort" not in fleet.step(CODE)
+    assert fleet.status.canary is not None and fleet.status.canary.stable_replicas == 1
