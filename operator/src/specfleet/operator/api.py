@@ -32,7 +32,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from specfleet.operator.counts import SCALAR_COUNTERS, Counts
+from specfleet.operator.counts import Counts
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
@@ -1195,7 +1195,16 @@ def _nest_counts(data: Any, legacy: dict[str, tuple[str, str]]) -> Any:
     return {**rest, **moved}
 
 
-_COUNTER_KEYS = tuple(to_camel(name) for name in SCALAR_COUNTERS)
+# The counters a status written before `Counts` kept flat: fixed, whatever Counts grows.
+_FLAT_COUNTERS = (
+    "drafts",
+    "draftTokens",
+    "acceptedTokens",
+    "generationTokens",
+    "decodeSeconds",
+    "decodeSteps",
+    "engineSteps",
+)
 
 
 def _legacy(*names: str, array: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], None]:
@@ -1267,11 +1276,11 @@ class OpenWindow(ApiModel):
     """A window still collecting minDraftTokens: counts summed over its intervals."""
 
     _LEGACY: ClassVar = {
-        **{key: ("counts", key) for key in _COUNTER_KEYS},
+        **{key: ("counts", key) for key in _FLAT_COUNTERS},
         "acceptedPerPosition": ("counts", "acceptedPerPosition"),
     }
     model_config = ConfigDict(
-        json_schema_extra=_legacy(*_COUNTER_KEYS, array=("acceptedPerPosition",))
+        json_schema_extra=_legacy(*_FLAT_COUNTERS, array=("acceptedPerPosition",))
     )
 
     since: datetime
