@@ -15,7 +15,12 @@ from typing import Any
 
 import pytest
 
-from specfleet.operator.api import SpeculativeModelSpec, SpeculativeModelStatus, TrackTotals
+from specfleet.operator.api import (
+    SpeculationState,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+    TrackTotals,
+)
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 
@@ -94,3 +99,20 @@ def test_old_flat_totals_move_into_counts() -> None:
     # A merge patch leaves old keys beside the new objects: the new ones win.
     both = {**old, **totals.model_dump(by_alias=True, mode="json")}
     assert TrackTotals.model_validate({**both, "drafts": 99.0}) == totals
+
+
+def test_old_flat_rejected_fields_become_one_rejected_object() -> None:
+    until = "2026-01-01T01:00:00Z"
+    old = {"rejectedTokens": [5, 6], "rejectedSchedule": None, "rejectedUntil": until}
+    state = SpeculationState.model_validate(old)
+    assert state.rejected is not None
+    assert (state.rejected.tokens, state.rejected.schedule) == ([5, 6], None)
+    assert state.rejected_tokens == [5, 6]
+    # Nothing was rejected without an until: no object, whatever the lists held.
+    assert (
+        SpeculationState.model_validate({"rejectedTokens": [], "rejectedUntil": None}).rejected
+        is None
+    )
+    # A merge patch leaves the old keys beside the new object: the object wins.
+    both = {**old, **state.model_dump(by_alias=True, mode="json"), "rejectedTokens": [9]}
+    assert SpeculationState.model_validate(both) == state

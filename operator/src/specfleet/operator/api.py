@@ -1090,8 +1090,48 @@ class ScheduledBand(ApiModel):
     tokens: int
 
 
+# Schemas of fields a status written by an earlier version has, and today's does not.
+_NUMBER: dict[str, Any] = {"type": "number"}
+_NUMBERS: dict[str, Any] = {"type": "array", "items": _NUMBER}
+_OBJECTS: dict[str, Any] = {
+    "type": "array",
+    "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+}
+_STRING: dict[str, Any] = {"type": "string"}
+
+
+def _legacy(**fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    """Fields of a status written by an earlier version, kept in the CRD's schema so the
+    API server does not prune them before a before-validator reads them into today's
+    shape."""
+
+    def add(schema: dict[str, Any]) -> None:
+        for name, item in fields.items():
+            schema["properties"][name] = {**item, "description": "Read on upgrade; not written."}
+
+    return add
+
+
+class Rejected(ApiModel):
+    """Candidates the tuner does not propose again before `until`."""
+
+    tokens: list[int] = Field(
+        default_factory=list, description="Ks a trial rejected, or a rollback ruled out."
+    )
+    schedule: list[ScheduledBand] | None = Field(
+        default=None, description="A schedule whose trial or rollout failed."
+    )
+    until: datetime
+
+
 class SpeculationState(ApiModel):
     """The K in effect and the tuner's memory of it."""
+
+    model_config = ConfigDict(
+        json_schema_extra=_legacy(
+            rejectedTokens=_NUMBERS, rejectedSchedule=_OBJECTS, rejectedUntil=_STRING
+        )
+    )
 
     tokens: int | None = Field(default=None, description="K in effect on the stable pods.")
     requested_tokens: int | None = Field(
@@ -1116,6 +1156,20 @@ class SpeculationState(ApiModel):
             data.setdefault("drafting", Drafting.PARALLEL if parallel else Drafting.SEQUENTIAL)
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_rejected(cls, data: Any) -> Any:
+        """A status written before `rejected` kept its three fields flat; with no
+        `rejectedUntil` nothing was rejected."""
+        legacy = ("rejectedTokens", "rejectedSchedule", "rejectedUntil")
+        if not isinstance(data, dict) or not any(key in data for key in legacy):
+            return data
+        data = dict(data)
+        tokens, schedule, until = (data.pop(key, None) for key in legacy)
+        if until is not None and "rejected" not in data:
+            data["rejected"] = {"tokens": tokens or [], "schedule": schedule, "until": until}
+        return data
+
     disabled: bool = Field(default=False, description="Speculation switched off by rollback.")
     disabled_reason: str | None = None
     reprobe_at: datetime | None = None
@@ -1127,12 +1181,20 @@ class SpeculationState(ApiModel):
     baseline_acceptance: float | None = Field(
         default=None, description="Acceptance measured when the K in effect was promoted."
     )
-    rejected_tokens: list[int] = Field(
-        default_factory=list,
-        description="Candidate Ks a canary or in-place trial rejected; not proposed again "
-        "until rejectedUntil.",
+    rejected: Rejected | None = Field(
+        default=None,
+        description="What a trial or a rollback rejected, not proposed again before its "
+        "`until`; none: nothing is.",
     )
-    rejected_until: datetime | None = None
+
+    @property
+    def rejected_tokens(self) -> list[int]:
+        return self.rejected.tokens if self.rejected else []
+
+    @property
+    def rejected_schedule(self) -> list[ScheduledBand] | None:
+        return self.rejected.schedule if self.rejected else None
+
     failing_windows: int = 0
     inconclusive_windows: int = 0
     windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
@@ -1169,10 +1231,6 @@ class SpeculationState(ApiModel):
     requested_schedule: Schedule | None = Field(
         default=None, description="spec.speculation.schedule as last seen (a change resets)."
     )
-    rejected_schedule: list[ScheduledBand] | None = Field(
-        default=None,
-        description="A schedule whose trial failed: not proposed again before rejectedUntil.",
-    )
     load: list[float] = Field(
         default_factory=list,
         description="Decoding requests per engine step of the latest stable windows (the "
@@ -1207,22 +1265,6 @@ _FLAT_COUNTERS = (
 )
 
 
-def _legacy(*names: str, array: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], None]:
-    """The flat counter fields of a status written before `Counts`, kept in the CRD's
-    schema so the API server does not prune them before the before-validator reads them."""
-
-    def add(schema: dict[str, Any]) -> None:
-        for name in (*names, *array):
-            item: dict[str, Any] = (
-                {"type": "array", "items": {"type": "number"}}
-                if name in array
-                else {"type": "number"}
-            )
-            schema["properties"][name] = {**item, "description": "Read into counts; not written."}
-
-    return add
-
-
 class TrackTotals(ApiModel):
     """Sums over the conclusive windows of one track, for the canary comparison."""
 
@@ -1237,7 +1279,9 @@ class TrackTotals(ApiModel):
         "decodeSteps": ("timed", "decodeSteps"),
         "engineSteps": ("timed", "engineSteps"),
     }
-    model_config = ConfigDict(json_schema_extra=_legacy(*_LEGACY, "acceptedFirst"))
+    model_config = ConfigDict(
+        json_schema_extra=_legacy(**dict.fromkeys([*_LEGACY, "acceptedFirst"], _NUMBER))
+    )
 
     counts: Counts = Field(
         default_factory=Counts, description="vLLM's counters summed over the windows."
@@ -1280,7 +1324,9 @@ class OpenWindow(ApiModel):
         "acceptedPerPosition": ("counts", "acceptedPerPosition"),
     }
     model_config = ConfigDict(
-        json_schema_extra=_legacy(*_FLAT_COUNTERS, array=("acceptedPerPosition",))
+        json_schema_extra=_legacy(
+            **dict.fromkeys(_FLAT_COUNTERS, _NUMBER), acceptedPerPosition=_NUMBERS
+        )
     )
 
     since: datetime

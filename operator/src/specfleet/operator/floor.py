@@ -4,13 +4,16 @@ speculation, stopping when plain decoding is faster, and recovering above it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from specfleet.operator import schedule
 from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
+    Rejected,
     RollbackMetric,
+    ScheduledBand,
     SpeculativeModelSpec,
 )
 from specfleet.operator.conditions import condition_status
@@ -21,6 +24,18 @@ from specfleet.operator.windows import Judged
 
 if TYPE_CHECKING:
     from specfleet.operator.tuner import Run
+
+
+def remember_rejected(
+    run: Run, *, tokens: Iterable[int] = (), schedule: list[ScheduledBand] | None = None
+) -> None:
+    """Add Ks (or replace the schedule) that are not proposed again for reprobeAfter."""
+    before = run.sp.rejected
+    run.sp.rejected = Rejected(
+        tokens=sorted({*(before.tokens if before else ()), *tokens}),
+        schedule=schedule if schedule is not None else before.schedule if before else None,
+        until=run.now + run.seconds(run.spec.rollback.reprobe_after),
+    )
 
 
 def stable_failing(run: Run, judged: Judged) -> bool:
@@ -77,10 +92,7 @@ def rollback(run: Run, judged: Judged) -> None:
         _roll_back_schedule(run, judged, why)
         return
     # A K that failed the floor is not proposed again, nor any larger one, for a while.
-    sp.rejected_tokens = sorted(
-        {*sp.rejected_tokens, *range(current, spec.speculation.max_tokens + 1)}
-    )
-    sp.rejected_until = run.now + run.seconds(spec.rollback.reprobe_after)
+    remember_rejected(run, tokens=range(current, spec.speculation.max_tokens + 1))
     if (
         lkg is not None
         and lkg != current
@@ -125,8 +137,7 @@ def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
     sp = run.sp
     assert sp.schedule is not None and sp.tokens is not None
     failed = sp.schedule
-    sp.rejected_schedule = failed
-    sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
+    remember_rejected(run, schedule=failed)
     lkg = sp.last_known_good_schedule
     if lkg is not None and lkg != failed:
         sp.schedule, k = lkg, schedule.largest(lkg)

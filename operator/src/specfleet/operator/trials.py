@@ -14,7 +14,7 @@ from specfleet.operator.api import (
     TrackTotals,
     TuningStrategy,
 )
-from specfleet.operator.floor import floor_caps_k, stable_failing
+from specfleet.operator.floor import floor_caps_k, remember_rejected, stable_failing
 from specfleet.operator.metrics import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.reprobes import enable, next_reprobe
@@ -356,12 +356,10 @@ def _abort(
             sp.reprobe_at = next_reprobe(run)
         else:
             sp.reprobe_at = run.now + run.seconds(run.spec.tuning.cooldown)
-    if reject:
-        if ended.tried is not None:  # the schedule failed, not its largest K
-            sp.rejected_schedule = ended.tried
-        else:
-            sp.rejected_tokens = sorted({*sp.rejected_tokens, candidate})
-        sp.rejected_until = run.now + run.seconds(run.spec.rollback.reprobe_after)
+    if reject and ended.tried is not None:  # the schedule failed, not its largest K
+        remember_rejected(run, schedule=ended.tried)
+    elif reject:
+        remember_rejected(run, tokens=[candidate])
     run.act(
         ActionKind.ABORT,
         reason,

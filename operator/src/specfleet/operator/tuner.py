@@ -316,10 +316,8 @@ def _sync_with_spec(run: Run) -> None:
         _restart_from_spec(run, schedule_changed)
     _keep_within_range(run)
     restart_trial_if_scaled(run)
-    if sp.rejected_until is not None and run.now >= sp.rejected_until:
-        sp.rejected_tokens = []
-        sp.rejected_schedule = None
-        sp.rejected_until = None
+    if sp.rejected is not None and run.now >= sp.rejected.until:
+        sp.rejected = None
 
 
 def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
@@ -341,7 +339,6 @@ def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
     run.status.canary = None
     sp.candidate_tokens = None
     sp.candidate_schedule = None
-    sp.rejected_schedule = None
     sp.requested_schedule = written
     sp.schedule = sp.last_known_good_schedule = schedule.fixed(spec)
     start = schedule.largest(sp.schedule) if sp.schedule else requested
@@ -349,8 +346,7 @@ def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
     sp.disabled = False
     sp.disabled_reason = None
     sp.reprobe_at = None
-    sp.rejected_tokens = []
-    sp.rejected_until = None
+    sp.rejected = None
     sp.failed_reprobes = 0
     sp.reprobed_at = None
     clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
