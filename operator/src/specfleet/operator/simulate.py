@@ -420,54 +420,74 @@ def _engine_window(
 
 def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> SimulationResult:
     """Run the scenario window by window through WindowTracker and `decider`."""
-    spec = scenario_spec(scenario)
-    drafting = spec.draft.method.runtime.drafting
-    cost = scenario.engine_cost
-    interval = parse_duration(spec.tuning.interval).total_seconds()
-    floor = spec.rollback.min_acceptance
-    rng = random.Random(seed)
-    cuts = phases(scenario)
-    low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
+    run = _Simulation(scenario, seed, decider)
+    for index in range(run.windows):
+        run.window(index)
+    return run.result()
 
-    def good(p: Phase, k: int) -> float:
-        return goodput(cost, p.acceptance, k, p.concurrency, drafting)
 
-    def pays(p: Phase, k: int) -> bool:
-        return k > 0 and good(p, k) > good(p, 0)
+class _Simulation:
+    """One run of `simulate`: the engines, the tuner's status, and the accounts kept."""
 
-    allowed = [0, *range(low, high + 1)]
-    oracle_k = [
-        max(
-            (
-                k
-                for k in allowed
-                if k == 0
-                or expected_rollback_metric(spec.rollback.metric, p.acceptance, k) >= floor
-            ),
-            key=lambda k: good(p, k),
+    def __init__(self, scenario: Scenario, seed: int, decider: Decider) -> None:
+        self.scenario = scenario
+        self.decider = decider
+        self.spec = spec = scenario_spec(scenario)
+        self.drafting = spec.draft.method.runtime.drafting
+        self.cost = scenario.engine_cost
+        self.interval = parse_duration(spec.tuning.interval).total_seconds()
+        self.floor = spec.rollback.min_acceptance
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.cuts = cuts = phases(scenario)
+        low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
+        self.allowed = allowed = [0, *range(low, high + 1)]
+        self.oracle_k = [
+            max(
+                (
+                    k
+                    for k in allowed
+                    if k == 0
+                    or expected_rollback_metric(spec.rollback.metric, p.acceptance, k) >= self.floor
+                ),
+                key=lambda k: self.good(p, k),
+            )
+            for p in cuts
+        ]
+        self.free_k = [max(allowed, key=lambda k: self.good(p, k)) for p in cuts]
+        self.status = SpeculativeModelStatus()
+        self.tracker = WindowTracker()
+        self.counters: dict[str, SpecDecodeCounters] = {}
+        self.pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...]]] = {}
+        self.records: list[WindowRecord] = []
+        self.decisions: list[dict[str, Any]] = []
+        names = ("achieved", "oracle", "unconstrained", "k3", "k5", "none")
+        self.totals = {name: 0.0 for name in names}
+        self.steady = dict.fromkeys(self.totals, 0.0)
+        # Each K held for the whole run, for the best single K in hindsight.
+        self.per_k = dict.fromkeys(allowed, 0.0)
+        self.steady_per_k = dict.fromkeys(allowed, 0.0)
+        self.rollbacks = self.false_rollbacks = self.wrong_disables = 0
+        self.drift_to_plain: list[int | None] = []
+        self.awaiting_plain: int | None = None  # window index of a drift after which nothing pays
+        self.windows = int(scenario.duration // self.interval)
+        first = self.pods(cuts[0].replicas)
+        self.tracker.observe(
+            [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _, _ in first],
+            {track: k for _, track, k, _ in first},
         )
-        for p in cuts
-    ]
-    free_k = [max(allowed, key=lambda k: good(p, k)) for p in cuts]
+        observation = Observation(stable=None, canary=None)
+        self.status = decider(spec, self.status, observation, START).status
 
-    status = SpeculativeModelStatus()
-    tracker = WindowTracker()
-    counters: dict[str, SpecDecodeCounters] = {}
-    pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...]]] = {}
-    records: list[WindowRecord] = []
-    decisions: list[dict[str, Any]] = []
-    totals = {name: 0.0 for name in ("achieved", "oracle", "unconstrained", "k3", "k5", "none")}
-    steady = dict.fromkeys(totals, 0.0)
-    # Each K held for the whole run, for the best single K in hindsight.
-    per_k = dict.fromkeys(allowed, 0.0)
-    steady_per_k = dict.fromkeys(allowed, 0.0)
-    rollbacks = false_rollbacks = wrong_disables = 0
-    drift_to_plain: list[int | None] = []
-    awaiting_plain: int | None = None  # window index of a drift after which nothing pays
+    def good(self, p: Phase, k: int) -> float:
+        return goodput(self.cost, p.acceptance, k, p.concurrency, self.drafting)
 
-    def pods(replicas: int) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
+    def pays(self, p: Phase, k: int) -> bool:
+        return k > 0 and self.good(p, k) > self.good(p, 0)
+
+    def pods(self, replicas: int) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
         """Each pod's track, largest K and schedule (empty: that K at every load)."""
-        sp = status.speculation
+        sp = self.status.speculation
         stable_k = 0 if sp.disabled or sp.tokens is None else sp.tokens
         stable_schedule = tuple(sp.schedule or ()) if stable_k else ()
         result: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]] = [
@@ -478,67 +498,97 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
             result.append(("canary-0", "canary", sp.candidate_tokens, canary))
         return result
 
-    def k_in_window(k: int, bands: tuple[ScheduledBand, ...], concurrency: int) -> int:
-        # A window runs at one concurrency, so a schedule gives it one K.
-        return schedule.k_at(bands, concurrency) if bands else k
-
-    first = pods(cuts[0].replicas)
-    tracker.observe(
-        [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _, _ in first],
-        {track: k for _, track, k, _ in first},
-    )
-    status = decider(spec, status, Observation(stable=None, canary=None), START).status
-    windows = int(scenario.duration // interval)
-    for index in range(windows):
-        start = index * interval
-        phase_index = max(i for i, p in enumerate(cuts) if p.start <= start)
-        phase = cuts[phase_index]
+    def window(self, index: int) -> None:
+        """One interval: the engines run, the goodputs are counted, the tuner decides."""
+        start = index * self.interval
+        phase_index = max(i for i, p in enumerate(self.cuts) if p.start <= start)
+        phase = self.cuts[phase_index]
         if phase.start == start and phase_index > 0:
-            if awaiting_plain is not None:
-                drift_to_plain.append(None)  # another phase came first
-                awaiting_plain = None
-            before = cuts[phase_index - 1]
-            if (
-                phase.acceptance != before.acceptance
-                and free_k[phase_index - 1] > 0
-                and free_k[phase_index] == 0
-            ):
-                if status.speculation.disabled:
-                    drift_to_plain.append(0)
-                else:
-                    awaiting_plain = index
-        samples = []
+            self._phase_changed(index, phase_index)
         # What the scaler wrote: the decision core sees the spec it would read.
-        spec = spec.model_copy(update={"replicas": phase.replicas})
-        running = pods(phase.replicas)
-        for gone in pod_config.keys() - {name for name, _, _, _ in running}:
-            del pod_config[gone]  # scaled in: a pod of that name later is a new process
-        for name, track, k, bands in running:
-            if pod_config.get(name) != (k, bands):
-                # A rollout restarts the pod: a new process, its counters from zero.
-                counters[name] = SpecDecodeCounters(process_start_time=start)
-                pod_config[name] = (k, bands)
-            counters[name] = _engine_window(
-                rng,
-                scenario.engine,
-                cost,
-                counters[name],
-                phase.acceptance,
-                k_in_window(k, bands, phase.concurrency),
-                phase.concurrency,
-                interval,
-                drafting,
-                k > 0,
-            )
-            samples.append(PodSample(name, track, start + interval, counters[name]))
-        observation = tracker.observe(samples, {track: k for _, track, k, _ in running})
-        now = START + timedelta(seconds=start + interval)
-        stable_k = k_in_window(running[0][2], running[0][3], phase.concurrency)
+        self.spec = self.spec.model_copy(update={"replicas": phase.replicas})
+        running = self.pods(phase.replicas)
+        observation = self._run_engines(running, phase, start)
+        now = START + timedelta(seconds=start + self.interval)
+        stable_k = _k_in_window(running[0][2], running[0][3], phase.concurrency)
         canary_k = (
-            k_in_window(running[-1][2], running[-1][3], phase.concurrency)
+            _k_in_window(running[-1][2], running[-1][3], phase.concurrency)
             if running[-1][1] == "canary"
             else None
         )
+        values = self._count_goodput(phase, phase_index, start, stable_k, canary_k)
+        decided = self.decider(self.spec, self.status, observation, now)
+        self.status = decided.status
+        kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
+        self._count_actions(index, decided, phase, phase_index, stable_k)
+        if self.awaiting_plain is not None and self.status.speculation.disabled:
+            self.drift_to_plain.append(index + 1 - self.awaiting_plain)
+            self.awaiting_plain = None
+        self.records.append(
+            WindowRecord(
+                index + 1,
+                start,
+                phase_index,
+                stable_k,
+                canary_k,
+                values["achieved"],
+                values["unconstrained"],
+                self.status.acceptance.rate,
+                kinds,
+            )
+        )
+
+    def _phase_changed(self, index: int, phase_index: int) -> None:
+        """A drift after which no K pays starts the clock to plain decoding."""
+        if self.awaiting_plain is not None:
+            self.drift_to_plain.append(None)  # another phase came first
+            self.awaiting_plain = None
+        before, phase = self.cuts[phase_index - 1], self.cuts[phase_index]
+        if (
+            phase.acceptance != before.acceptance
+            and self.free_k[phase_index - 1] > 0
+            and self.free_k[phase_index] == 0
+        ):
+            if self.status.speculation.disabled:
+                self.drift_to_plain.append(0)
+            else:
+                self.awaiting_plain = index
+
+    def _run_engines(
+        self,
+        running: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]],
+        phase: Phase,
+        start: float,
+    ) -> Observation:
+        """Each pod's counters after one more interval, cut into windows by the tracker."""
+        for gone in self.pod_config.keys() - {name for name, _, _, _ in running}:
+            del self.pod_config[gone]  # scaled in: a pod of that name later is a new process
+        samples = []
+        for name, track, k, bands in running:
+            if self.pod_config.get(name) != (k, bands):
+                # A rollout restarts the pod: a new process, its counters from zero.
+                self.counters[name] = SpecDecodeCounters(process_start_time=start)
+                self.pod_config[name] = (k, bands)
+            self.counters[name] = _engine_window(
+                self.rng,
+                self.scenario.engine,
+                self.cost,
+                self.counters[name],
+                phase.acceptance,
+                _k_in_window(k, bands, phase.concurrency),
+                phase.concurrency,
+                self.interval,
+                self.drafting,
+                k > 0,
+            )
+            samples.append(PodSample(name, track, start + self.interval, self.counters[name]))
+        return self.tracker.observe(samples, {track: k for _, track, k, _ in running})
+
+    def _count_goodput(
+        self, phase: Phase, phase_index: int, start: float, stable_k: int, canary_k: int | None
+    ) -> dict[str, float]:
+        """This window's goodput: achieved, the oracles', and each K's held all along."""
+        good = self.good
         achieved = (
             (phase.replicas * good(phase, stable_k) + good(phase, canary_k)) / (phase.replicas + 1)
             if canary_k is not None
@@ -546,28 +596,31 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
         )
         values = {
             "achieved": achieved,
-            "oracle": good(phase, oracle_k[phase_index]),
-            "unconstrained": good(phase, free_k[phase_index]),
+            "oracle": good(phase, self.oracle_k[phase_index]),
+            "unconstrained": good(phase, self.free_k[phase_index]),
             "k3": good(phase, 3),
             "k5": good(phase, 5),
             "none": good(phase, 0),
         }
-        is_steady = start >= phase.start + scenario.settle
+        is_steady = start >= phase.start + self.scenario.settle
         for key, value in values.items():
-            totals[key] += value
+            self.totals[key] += value
             if is_steady:
-                steady[key] += value
-        for k in allowed:
-            per_k[k] += good(phase, k)
+                self.steady[key] += value
+        for k in self.allowed:
+            self.per_k[k] += good(phase, k)
             if is_steady:
-                steady_per_k[k] += good(phase, k)
-        decided = decider(spec, status, observation, now)
-        status = decided.status
-        kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
+                self.steady_per_k[k] += good(phase, k)
+        return values
+
+    def _count_actions(
+        self, index: int, decided: Decided, phase: Phase, phase_index: int, stable_k: int
+    ) -> None:
+        """The decisions, and which rollbacks and disables were wrong."""
         for action in decided.actions:
             if action.kind == "Inconclusive":
                 continue
-            decisions.append(
+            self.decisions.append(
                 {
                     "window": index + 1,
                     "kind": action.kind,
@@ -576,68 +629,60 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
                 }
             )
             if action.kind in ROLLBACK_ACTIONS:
-                rollbacks += 1
+                self.rollbacks += 1
                 first_position = expected_rollback_metric(
                     RollbackMetric.FIRST_POSITION_ACCEPTANCE, phase.acceptance, stable_k
                 )
-                if pays(phase, stable_k) and first_position >= floor:
-                    false_rollbacks += 1
+                if self.pays(phase, stable_k) and first_position >= self.floor:
+                    self.false_rollbacks += 1
             if (
                 action.kind in (ActionKind.DISABLE, ActionKind.STOP_SPECULATION)
-                and free_k[phase_index] > 0
+                and self.free_k[phase_index] > 0
             ):
-                wrong_disables += 1
-        if awaiting_plain is not None and status.speculation.disabled:
-            drift_to_plain.append(index + 1 - awaiting_plain)
-            awaiting_plain = None
-        records.append(
-            WindowRecord(
-                index + 1,
-                start,
-                phase_index,
-                stable_k,
-                canary_k,
-                achieved,
-                values["unconstrained"],
-                status.acceptance.rate,
-                kinds,
-            )
+                self.wrong_disables += 1
+
+    def result(self) -> SimulationResult:
+        if self.awaiting_plain is not None:
+            self.drift_to_plain.append(None)
+        cuts, records = self.cuts, self.records
+
+        def in_steady_state(record: WindowRecord) -> bool:
+            return record.start >= cuts[record.phase].start + self.scenario.settle
+
+        steady_k_changes = [
+            record.start
+            for previous, record in itertools.pairwise(records)
+            if record.tokens != previous.tokens
+            and record.phase == previous.phase
+            and in_steady_state(record)
+        ]
+        count = max(1, self.windows)
+        steady_count = max(1, sum(1 for r in records if in_steady_state(r)))
+        self.totals["single"] = max(self.per_k.values())
+        self.steady["single"] = max(self.steady_per_k.values())
+        return SimulationResult(
+            scenario=self.scenario.name,
+            seed=self.seed,
+            interval=self.interval,
+            floor=self.floor,
+            records=records,
+            phase_starts=[p.start for p in cuts],
+            oracle_tokens=self.oracle_k,
+            best_static_tokens=self.free_k,
+            goodput={k: v / count for k, v in self.totals.items()},
+            steady_goodput={k: v / steady_count for k, v in self.steady.items()},
+            rollbacks=self.rollbacks,
+            false_rollbacks=self.false_rollbacks,
+            wrong_disables=self.wrong_disables,
+            drift_to_plain=self.drift_to_plain,
+            steady_k_changes=steady_k_changes,
+            decisions=self.decisions,
         )
-    if awaiting_plain is not None:
-        drift_to_plain.append(None)
 
-    def in_steady_state(record: WindowRecord) -> bool:
-        return record.start >= cuts[record.phase].start + scenario.settle
 
-    steady_k_changes = [
-        record.start
-        for previous, record in itertools.pairwise(records)
-        if record.tokens != previous.tokens
-        and record.phase == previous.phase
-        and in_steady_state(record)
-    ]
-    count = max(1, windows)
-    steady_count = max(1, sum(1 for r in records if in_steady_state(r)))
-    totals["single"] = max(per_k.values())
-    steady["single"] = max(steady_per_k.values())
-    return SimulationResult(
-        scenario=scenario.name,
-        seed=seed,
-        interval=interval,
-        floor=floor,
-        records=records,
-        phase_starts=[p.start for p in cuts],
-        oracle_tokens=oracle_k,
-        best_static_tokens=free_k,
-        goodput={k: v / count for k, v in totals.items()},
-        steady_goodput={k: v / steady_count for k, v in steady.items()},
-        rollbacks=rollbacks,
-        false_rollbacks=false_rollbacks,
-        wrong_disables=wrong_disables,
-        drift_to_plain=drift_to_plain,
-        steady_k_changes=steady_k_changes,
-        decisions=decisions,
-    )
+def _k_in_window(k: int, bands: tuple[ScheduledBand, ...], concurrency: int) -> int:
+    # A window runs at one concurrency, so a schedule gives it one K.
+    return schedule.k_at(bands, concurrency) if bands else k
 
 
 LABELS = {
