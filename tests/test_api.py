@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from specfleet.operator import api
+from specfleet.operator.rules import Rule
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, ConfigError
 from specfleet.runtime.vllm_args import refuse_collisions
 from tests.conftest import REPO
@@ -46,6 +47,19 @@ def test_invalid_specs_are_refused_naming_the_field(
     errors = api.validation_errors(apply_changes(peagle_manifest, case.changes))
     assert errors, f"{case.id} was accepted"
     assert any(case.field in error for error in errors), errors
+
+
+@pytest.mark.parametrize("rule", api.RULES, ids=lambda r: r.refusals[0].id if r.refusals else "?")
+def test_each_rule_refuses_its_cases_itself_blaming_its_field(
+    rule: Rule[Any], peagle_manifest: dict[str, Any]
+) -> None:
+    assert rule.refusals, f"{rule.message}: no refusal to test it with"
+    for refusal in rule.refusals:
+        errors = api.validation_errors(apply_changes(peagle_manifest, dict(refusal.changes)))
+        (error,) = [e for e in errors if rule.message in e] or [f"none of {errors}"]
+        path, _, message = error.partition(": ")
+        assert message.startswith(rule.message), (refusal.id, error)
+        assert path.endswith(rule.blames or ""), (refusal.id, path, rule.blames)
 
 
 def test_at_least_twenty_invalid_cases() -> None:
@@ -189,7 +203,8 @@ def test_an_inverted_token_range_blames_the_range_not_tokens(
     changes = {"spec.speculation.minTokens": 6, "spec.speculation.maxTokens": 4}
     errors = api.validation_errors(apply_changes(peagle_manifest, changes))
     assert errors == [
-        "spec.speculation: speculation.minTokens (6) must not exceed speculation.maxTokens (4)"
+        "spec.speculation.minTokens: speculation.minTokens must not exceed "
+        "speculation.maxTokens (found 6 > 4)"
     ]
 
 
@@ -202,7 +217,10 @@ def test_validate_cli_reports_field_paths(tmp_path: Path, peagle_manifest: dict[
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "bad.yaml"), *map(str, EXAMPLES)])
     assert result.exit_code == 1
-    assert "spec.speculation: speculation.tokens (12) must be between" in result.output
+    assert (
+        "spec.speculation.tokens: speculation.tokens must be between speculation.minTokens "
+        "and speculation.maxTokens (found 12, not in 1..8)"
+    ) in result.output
     assert result.output.count(": valid") == len(EXAMPLES)
 
 
@@ -268,7 +286,10 @@ def test_validate_cli_says_when_a_file_has_no_model(tmp_path: Path) -> None:
 def test_runtime_args_are_refused_by_the_runtimes_own_check(
     peagle_manifest: dict[str, Any], extra: list[str], owner: str
 ) -> None:
-    with pytest.raises(ConfigError) as refused:
+    # The API refuses what the runtime refuses, naming the flag the runtime names.
+    with pytest.raises(ConfigError, match=f"would set {owner}"):
         refuse_collisions(extra)
     errors = api.validation_errors(apply_changes(peagle_manifest, {"spec.runtime.args": extra}))
-    assert errors == [f"spec.runtime.args: {refused.value}"]
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.runtime.args: runtime.args may not set a flag")
+    assert errors[0].endswith(f", which sets {owner})")

@@ -72,6 +72,18 @@ def test_schema_is_structural() -> None:
             assert node["exclusiveMinimum"] is True and "minimum" in node, path
 
 
+def test_every_cel_rule_of_the_crd_is_a_declared_rule() -> None:
+    """The CRD's rules are the list's (and each duration field's own), nothing else.
+    (status.speculation.requestedSchedule repeats the schedule's.)"""
+    crd_rules = [rule for _, rule in crd._validations(crd.open_api_schema(), "")]
+    declared = [rule.validation() for rule in api.RULES]
+    durations = [rule for rule in crd_rules if "duration(self)" in rule["rule"]]
+    assert len(durations) == 6
+    key = functools.partial(json.dumps, sort_keys=True)
+    assert set(map(key, crd_rules)) == set(map(key, declared + durations))
+    assert len(set(map(key, declared))) == len(declared)
+
+
 def test_every_cross_field_rule_has_a_cel_rule() -> None:
     messages = [rule["message"] for _, rule in crd._validations(crd.open_api_schema(), "")]
     for fragment in [
