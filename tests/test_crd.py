@@ -16,6 +16,7 @@ import yaml
 from pydantic import Field
 
 from specfleet.operator import api, crd
+from specfleet.operator.errors import validation_errors
 from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, apply_changes
@@ -218,7 +219,7 @@ def test_the_longest_admissible_args_are_judged_by_the_rule(
     args = ["--x" + "y" * (api.MAX_ARG_LENGTH - 3)] * api.MAX_ARGS
     manifest = apply_changes(peagle_manifest, {"spec.runtime.args": args})
     assert crdcheck(tmp_path, manifest)["objects"] == [[]]
-    assert api.validation_errors(manifest) == []
+    assert validation_errors(manifest) == []
 
 
 def test_the_api_servers_validation_refuses_every_invalid_case_naming_the_field(

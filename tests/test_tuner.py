@@ -18,9 +18,9 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     TuningStrategy,
-    parse_duration,
 )
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import Observation, PodError, TrackWindow
 from specfleet.operator.stats import extrapolate, rollback_metric
 from specfleet.operator.tuner import decide, predict

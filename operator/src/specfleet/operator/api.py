@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -32,8 +32,8 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from specfleet.operator.rules import DELETE, Refusal, Rule, RuledModel, cel_validation
-from specfleet.operator.rules import ERROR_TYPE as RULE_ERROR
+from specfleet.operator.durations import Duration
+from specfleet.operator.rules import DELETE, Refusal, Rule, RuledModel
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
@@ -65,15 +65,6 @@ MAX_ARG_LENGTH = 1024
 LEFT_OUT_LIMIT = 5
 LEFT_OUT_MESSAGE_LIMIT = 200
 
-# A Go-style duration, e.g. "30s", "5m", "1h30m": each unit at most once, in the order
-# h, m, s, ms, each part positive and at most six digits. The bounds keep every value
-# inside int64 nanoseconds, so CEL's duration() never overflows on a value that
-# matches, and the per-field maximum is then a plain comparison.
-_DURATION_PARTS = [r"(?:[1-9][0-9]{0,5}" + unit + ")?" for unit in ("h", "m", "s", "ms")]
-DURATION_PATTERN = "^" + "".join(_DURATION_PARTS) + "$"
-_DURATION_PART = re.compile(r"([1-9][0-9]*)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_WORDS = "a duration such as '90s', '5m' or '1h30m' (units h, m, s, ms, in that order)"
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_1035_WORDS = (
     "a DNS-1035 label (lower case, at most 63 characters, starting with a letter): it "
@@ -95,68 +86,8 @@ LABEL_VALUE_PATTERN = f"^({_LABEL_NAME})?$"
 NODE_SELECTOR_MAX = 64
 
 
-def parse_duration(text: str) -> timedelta:
-    """The length of a duration such as "1h30m"; raises ValueError saying the format."""
-    if not text or not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{text!r} is not {_DURATION_WORDS}")
-    seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
-    return timedelta(seconds=seconds)
-
-
-class _CheckedString:
-    """A pydantic annotation that runs `check` on a string after its type's validation,
-    so pydantic says in words what the schema's pattern or rule checks at admission."""
-
-    def check(self, text: str) -> str:
-        raise NotImplementedError
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
-
 @dataclass(frozen=True)
-class Duration(_CheckedString):
-    """Marks a duration field, with its documented maximum and its description.
-
-    Checked by CEL at admission rather than a schema pattern, because the API server's
-    pattern error quotes the regex while a rule's message says it in words."""
-
-    maximum: str
-    description: str
-
-    @property
-    def words(self) -> str:
-        return f"must be {_DURATION_WORDS}, at most {self.maximum}"
-
-    def check(self, text: str) -> str:
-        try:
-            admitted = parse_duration(text) <= parse_duration(self.maximum)
-        except ValueError:
-            admitted = False
-        if not admitted:
-            raise ValueError(self.words)
-        return text
-
-    def __get_pydantic_json_schema__(
-        self, schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        json_schema = handler(schema)
-        json_schema["description"] = f"{self.description} At most {self.maximum}."
-        json_schema["maxLength"] = 32  # bounds the rule's cost estimate; 29 is the longest match
-        json_schema["x-kubernetes-validations"] = [
-            cel_validation(
-                f"self != '' && self.matches('{DURATION_PATTERN}') && "
-                f"duration(self) <= duration('{self.maximum}')",
-                self.words,
-            )
-        ]
-        return json_schema
-
-
-@dataclass(frozen=True)
-class Matching(_CheckedString):
+class Matching:
     """A string the API server checks with a schema pattern (anchored at both ends).
     Pydantic checks the same pattern but says what it means, not the regex."""
 
@@ -167,6 +98,11 @@ class Matching(_CheckedString):
         if not re.fullmatch(self.pattern, text):
             raise ValueError(f"must be {self.meaning}")
         return text
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
@@ -1526,30 +1462,3 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
-
-
-def validation_errors(manifest: Any) -> list[str]:
-    """Why a manifest is not a valid SpeculativeModel, one `field.path: reason` a line."""
-    from pydantic import ValidationError
-
-    if not isinstance(manifest, dict):
-        return [f"(document): expected a mapping, got {type(manifest).__name__}"]
-    try:
-        SpeculativeModel.model_validate(manifest)
-    except ValidationError as error:
-        return [_describe(e) for e in error.errors()]
-    return []
-
-
-def _describe(error: Any) -> str:
-    path = ""
-    for part in error["loc"]:
-        # The API server's spelling of a path: list items as [i].
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
-    if error["type"] == RULE_ERROR and error["ctx"]["blames"]:
-        path += error["ctx"]["blames"]  # where the API server's CEL error points too
-    path = path or "(document)"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown field"
-    return f"{path}: {message}"

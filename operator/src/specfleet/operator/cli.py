@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from specfleet.operator import api, crd
+from specfleet.operator.errors import validation_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -72,7 +73,7 @@ def validate_command(
                 if isinstance(document, dict)
                 else f"document {index}"
             )
-            errors = api.validation_errors(document)
+            errors = validation_errors(document)
             for message in errors:
                 typer.echo(f"{path} ({name}): {message}", err=True)
             if errors:
@@ -94,7 +95,7 @@ def render_command(
     models = [d for d in documents if isinstance(d, dict) and d.get("kind") == api.KIND]
     failed = False
     for document in models:
-        errors = api.validation_errors(document)
+        errors = validation_errors(document)
         if errors:
             for message in errors:
                 typer.echo(f"{file}: {message}", err=True)

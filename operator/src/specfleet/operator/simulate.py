@@ -32,9 +32,9 @@ from specfleet.operator.api import (
     ScheduledBand,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
-    parse_duration,
 )
 from specfleet.operator.children import Track
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import (
     Observation,
     PodSample,

@@ -52,10 +52,10 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
     TrackTotals,
     TuningStrategy,
-    parse_duration,
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import PROMETHEUS_UNAVAILABLE, Observation, TrackWindow
 from specfleet.operator.stats import (
     Z_ONE_SIDED_95,
