@@ -43,10 +43,6 @@ INVALID_CASES = [
     InvalidCase("max-above-32", {"spec.speculation.maxTokens": 33}, "maxTokens"),
     InvalidCase("tokens-zero", {"spec.speculation.tokens": 0}, "tokens"),
     InvalidCase("tokens-not-int", {"spec.speculation.tokens": "five"}, "tokens"),
-    InvalidCase("floor-zero", {"spec.rollback.minAcceptance": 0}, "minAcceptance"),
-    InvalidCase("floor-above-one", {"spec.rollback.minAcceptance": 1.5}, "minAcceptance"),
-    # A floor of 1 disables speculation even at 100% acceptance.
-    InvalidCase("floor-one", {"spec.rollback.minAcceptance": 1.0}, "minAcceptance"),
     # Types the OpenAPI schema refuses (YAML makes these easy to write by accident).
     InvalidCase("floor-string", {"spec.rollback.minAcceptance": "0.8"}, "minAcceptance"),
     InvalidCase("replicas-string", {"spec.replicas": "2"}, "replicas"),

@@ -305,3 +305,60 @@ def test_runtime_args_are_refused_by_the_runtimes_own_check(
     assert len(errors) == 1
     assert errors[0].startswith("spec.runtime.args: runtime.args may not set a flag")
     assert errors[0].endswith(f", which sets {owner})")
+
+
+def test_the_env_render_sets_is_the_env_users_may_not_set(peagle_manifest: dict[str, Any]) -> None:
+    from specfleet.operator import render
+
+    changes = {"spec.runtime.hfTokenSecretRef": {"name": "hf"}, "spec.runtime.env": []}
+    model = api.SpeculativeModel.model_validate(apply_changes(peagle_manifest, changes))
+    for child in render.manifests(model):
+        for container in child["spec"].get("template", {}).get("spec", {}).get("containers", []):
+            assert [var["name"] for var in container["env"]] == list(api.RENDERED_ENV)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            {"spec.rollback.minAcceptance": 75},
+            "spec.rollback.minAcceptance: rollback.minAcceptance must be a fraction between 0 "
+            "and 1, both excluded (0.75 is 75%) (found 75: as a fraction, 0.75)",
+        ),
+        (
+            {"spec.speculation.tokens": "3"},
+            "spec.speculation.tokens: must be an integer, not the string '3': write it without "
+            "quotes",
+        ),
+        (
+            {"spec.tuning.interval": 60},
+            "spec.tuning.interval: must be a duration string such as '60s', not the number 60: "
+            "write the unit, in quotes if YAML would read a number",
+        ),
+        (
+            {"spec.tuning.interval": "60"},
+            "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
+            "m, s, ms, in that order), at least 1s and at most 1h: '60' has no unit, e.g. '60s'",
+        ),
+        (
+            {"spec.tuning.interval": "1ms"},
+            "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
+            "m, s, ms, in that order), at least 1s and at most 1h",
+        ),
+        (
+            {"metadata.namesapce": "ml"},
+            "metadata.namesapce: unknown field (did you mean 'namespace'?)",
+        ),
+        ({"spce": {}}, "spce: unknown field (did you mean 'spec'?)"),
+        (
+            {"spec.runtime.args": ["--speculative-model", "x/y"]},
+            "spec.runtime.args: runtime.args may not use the speculative decoding flags of vLLM "
+            "before 0.8",
+        ),
+    ],
+)
+def test_common_mistakes_are_refused_with_their_fix(
+    peagle_manifest: dict[str, Any], change: dict[str, Any], error: str
+) -> None:
+    errors = validation_errors(apply_changes(peagle_manifest, change))
+    assert any(e.startswith(error) for e in errors), errors

@@ -44,7 +44,14 @@ from specfleet.runtime.config import (
     Method,
     RejectionSampleMethod,
 )
-from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN, OWNED_FLAGS, owned_flag
+from specfleet.runtime.vllm_args import (
+    OLDER_SPECULATIVE_FLAGS,
+    OLDER_SPECULATIVE_PATTERN,
+    OWNED_ARG_PATTERN,
+    OWNED_FLAGS,
+    older_speculative_flag,
+    owned_flag,
+)
 
 GROUP = "specfleet.io"
 VERSION = "v1alpha1"
@@ -761,15 +768,30 @@ class Tuning(SpecModel):
     )
 
 
+# A floor of 1 would disable speculation even at 100% acceptance.
+_FLOOR: Rule[float] = Rule(
+    "self > 0.0 && self < 1.0",
+    "rollback.minAcceptance must be a fraction between 0 and 1, both excluded (0.75 is 75%)",
+    lambda floor: 0 < floor < 1,
+    found=lambda floor: (
+        f"{floor:g}" + (f": as a fraction, {floor / 100:g}" if 1 < floor < 100 else "")
+    ),
+    refusals=(
+        Refusal("floor-zero", {"spec.rollback.minAcceptance": 0}),
+        Refusal("floor-above-one", {"spec.rollback.minAcceptance": 1.5}),
+        Refusal("floor-one", {"spec.rollback.minAcceptance": 1.0}),
+        Refusal("floor-a-percentage", {"spec.rollback.minAcceptance": 75}),
+    ),
+)
+
+
 class Rollback(SpecModel):
     """When to give up on the K in effect."""
 
-    min_acceptance: float = Field(
+    min_acceptance: Annotated[float, _FLOOR] = Field(
         default=0.75,
-        gt=0,
-        lt=1,  # a floor of 1 would disable speculation even at 100% acceptance
         description="The acceptance floor: the lower confidence bound of `metric` must stay "
-        "above. Between 0 and 1, both excluded.",
+        "above. A fraction between 0 and 1, both excluded.",
     )
     metric: Annotated[RollbackMetric, Lax] = Field(
         default=RollbackMetric.FIRST_POSITION_ACCEPTANCE,
@@ -806,8 +828,39 @@ class SecretKeyRef(SpecModel):
     key: NonEmptyString = Field(default="token", description="Key holding the token.")
 
 
+# The environment render gives every runtime container, each with why a user's entry
+# of that name may not replace it (an entry later in the list would win).
+RENDERED_ENV = {
+    "POD_IP": "the pod's IP, which vLLM binds to (--host $(POD_IP))",
+    "HF_TOKEN": "set from runtime.hfTokenSecretRef: name the Secret there",
+}
+
+
 class EnvVar(SpecModel):
     """An environment variable for the runtime container (value or valueFrom)."""
+
+    rules: ClassVar[tuple[Rule[EnvVar], ...]] = (
+        Rule(
+            f"!(self.name in {_cel_list(list(RENDERED_ENV))})",
+            "runtime.env may not set a variable specfleet renders: "
+            + "; ".join(f"{name} is {why}" for name, why in RENDERED_ENV.items()),
+            lambda var: var.name not in RENDERED_ENV,
+            ".name",
+            found=lambda var: var.name,
+            refusals=(
+                Refusal("env-pod-ip", {"spec.runtime.env": [{"name": "POD_IP", "value": "1"}]}),
+                Refusal(
+                    "env-hf-token",
+                    {
+                        "spec.runtime.env": [
+                            {"name": "A", "value": "1"},
+                            {"name": "HF_TOKEN", "value": "hf_x"},
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
 
     name: Annotated[
         str,
@@ -921,6 +974,30 @@ class Runtime(SpecModel):
                 ]
             ),
         ),
+        Rule(
+            f"self.args.all(a, !a.matches('{OLDER_SPECULATIVE_PATTERN}'))",
+            "runtime.args may not use the speculative decoding flags of vLLM before 0.8 ("
+            + ", ".join(OLDER_SPECULATIVE_FLAGS)
+            + "): vLLM 0.33 refuses them at start. Set speculation.tokens for "
+            "--num-speculative-tokens and draft.model for --speculative-model",
+            lambda r: _older(r.args) is None,
+            ".args",
+            found=lambda r: "{!r}: use {}".format(*_older(r.args) or ("", "")),
+            refusals=(
+                Refusal(
+                    "args-older-num-speculative-tokens",
+                    {"spec.runtime.args": ["--num-speculative-tokens", "5"]},
+                ),
+                Refusal(
+                    "args-older-speculative-model",
+                    {"spec.runtime.args": ["--max-model-len", "8192", "--speculative-model=x/y"]},
+                ),
+                Refusal(
+                    "args-older-ngram-underscore",
+                    {"spec.runtime.args": ["--ngram_prompt_lookup_max", "4"]},
+                ),
+            ),
+        ),
     )
 
     image: NonEmptyString = Field(
@@ -950,6 +1027,18 @@ class Runtime(SpecModel):
     )
     hf_token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret with a hub token, exposed as HF_TOKEN."
+    )
+
+
+def _older(args: list[str]) -> tuple[str, str] | None:
+    """The first arg that is an older vLLM speculative flag, and what replaced it."""
+    return next(
+        (
+            (a, OLDER_SPECULATIVE_FLAGS[flag])
+            for a in args
+            if (flag := older_speculative_flag(a)) is not None
+        ),
+        None,
     )
 
 
@@ -1449,6 +1538,8 @@ RULES: list[Rule[Any]] = [
     *Speculation.rules,
     *Runtime.rules,
     _NODE_SELECTOR_KEYS,
+    *EnvVar.rules,
+    _FLOOR,
     *Metrics.rules,
     *SpeculativeModelSpec.rules,
 ]
