@@ -285,13 +285,13 @@ def test_validate_cli_refuses_a_file_without_documents(tmp_path: Path, text: str
     assert f"{tmp_path / 'empty.yaml'}: no documents in the file" in result.output
 
 
-def test_validate_cli_says_when_a_file_has_no_model(tmp_path: Path) -> None:
+def test_validate_cli_refuses_a_file_without_a_model(tmp_path: Path) -> None:
+    # A CI check given the wrong file must fail, not pass it.
     (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     result = _validate(tmp_path / "cm.yaml")
-    assert result.exit_code == 0
-    assert f"{tmp_path / 'cm.yaml'}: no SpeculativeModel in the file (1 other document)" in (
-        result.output
-    )
+    assert result.exit_code == 1
+    expected = f"{tmp_path / 'cm.yaml'}: no SpeculativeModel in the file (1 other document: "
+    assert f"{expected}ConfigMap)" in result.output
 
 
 @pytest.mark.parametrize(("extra", "owner"), COLLIDING, ids=lambda v: repr(v))

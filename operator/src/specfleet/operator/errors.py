@@ -70,9 +70,10 @@ def _did_you_mean(key: str, known: typing.Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def describe(error: ErrorDetails) -> str:
+def describe(error: ErrorDetails, root: type[BaseModel] | None = SpeculativeModel) -> str:
     """One pydantic error as `field.path: reason`, the path spelled as the API server
-    spells it (list items as [i]; a rule's error at the field the rule blames)."""
+    spells it (list items as [i]; a rule's error at the field the rule blames). An
+    unknown field gets the nearest of its siblings in `root`'s tree, if one is close."""
     path = ""
     for part in error["loc"]:
         path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
@@ -80,7 +81,8 @@ def describe(error: ErrorDetails) -> str:
         path += error["ctx"]["blames"]
     message = str(error["msg"]).removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        message = "unknown field" + _did_you_mean(str(error["loc"][-1]), _siblings(error["loc"]))
+        siblings = _siblings(root, error["loc"]) if root else []
+        message = "unknown field" + _did_you_mean(str(error["loc"][-1]), siblings)
     elif error["type"] in _TYPE_WORDS and isinstance(error["input"], str | int | float):
         message = _wrong_type(error["type"], error["input"])
     return f"{path or '(document)'}: {message}"
@@ -97,9 +99,9 @@ def _wrong_type(kind: str, value: str | int | float) -> str:
     return f"must be {wanted}, not {value!r}"
 
 
-def _siblings(loc: tuple[int | str, ...]) -> list[str]:
+def _siblings(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
     """The field names of the model that holds the last part of a path."""
-    model: type[BaseModel] | None = SpeculativeModel
+    model: type[BaseModel] | None = root
     for part in loc[:-1]:
         if model is None or isinstance(part, int):
             continue
