@@ -23,6 +23,9 @@ class InvalidCase:
     field: str  # the field the error must name (a rule's case: the rule's message)
     cel: bool = False  # refused by a CEL rule (rather than the schema) at admission
     rule: Rule[Any] | None = None  # the cross-field rule the case breaks
+    # Refused by the API server's strict field validation (kubectl's default), which
+    # prunes rather than refuses inside the schema code that crdcheck runs.
+    unknown_field: bool = False
 
 
 def apply_changes(manifest: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -141,6 +144,14 @@ INVALID_CASES = [
         },
         "minTokenProb",
     ),
+]
+INVALID_CASES += [
+    InvalidCase(id, changes, field, unknown_field=True)
+    for id, changes, field in [
+        ("unknown-spec-field", {"spec.speculation.tokenz": 4}, "spec.speculation.tokenz"),
+        ("unknown-metadata-field", {"metadata.namesapce": "ml"}, "metadata.namesapce"),
+        ("unknown-top-level-field", {"spce": {}}, "spce"),
+    ]
 ]
 INVALID_CASES += [
     InvalidCase(refusal.id, dict(refusal.changes), rule.message, cel=True, rule=rule)
