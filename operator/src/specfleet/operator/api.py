@@ -22,7 +22,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
@@ -30,10 +29,10 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
+from pydantic_core import CoreSchema
 
 from specfleet.operator.durations import Duration
-from specfleet.operator.rules import DELETE, Refusal, Rule, RuledModel
+from specfleet.operator.rules import DELETE, CheckedAnnotation, Refusal, Rule, RuledModel
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
@@ -94,7 +93,7 @@ NODE_SELECTOR_MAX = 64
 
 
 @dataclass(frozen=True)
-class Matching:
+class Matching(CheckedAnnotation):
     """A string the API server checks with a schema pattern (anchored at both ends).
     Pydantic checks the same pattern but says what it means, not the regex."""
 
@@ -105,11 +104,6 @@ class Matching:
         if not re.fullmatch(self.pattern, text):
             raise ValueError(f"must be {self.meaning}")
         return text
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler

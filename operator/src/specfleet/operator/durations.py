@@ -12,7 +12,7 @@ from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-from specfleet.operator.rules import cel_validation
+from specfleet.operator.rules import CheckedAnnotation, cel_validation
 
 # A Go-style duration, e.g. "30s", "5m", "1h30m": each unit at most once, in the order
 # h, m, s, ms, each part positive and at most six digits. The bounds keep every value
@@ -38,7 +38,7 @@ def parse_duration(text: str) -> timedelta:
 
 
 @dataclass(frozen=True)
-class Duration:
+class Duration(CheckedAnnotation):
     """Marks a duration field, with its documented maximum and its description.
 
     Checked by CEL at admission rather than a schema pattern, because the API server's
@@ -73,10 +73,8 @@ class Duration:
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> CoreSchema:
-        return core_schema.no_info_before_validator_function(
-            self._refuse_a_number,
-            core_schema.no_info_after_validator_function(self.check, handler(source)),
-        )
+        checked = super().__get_pydantic_core_schema__(source, handler)
+        return core_schema.no_info_before_validator_function(self._refuse_a_number, checked)
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler

@@ -44,8 +44,21 @@ class Refusal:
     changes: Mapping[str, Any]
 
 
+class CheckedAnnotation:
+    """A pydantic annotation (`Annotated[T, marker]`) that runs `check` on a value after
+    its type's validation, so pydantic says in words what admission checks."""
+
+    def check(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
+
+
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per rule
-class Rule(Generic[M]):
+class Rule(CheckedAnnotation, Generic[M]):
     """A rule over one object of the API (`self` in CEL; the model or field value in
     Python). Offline the message goes on with what was found, when `found` says it."""
 
@@ -71,11 +84,6 @@ class Rule(Generic[M]):
         return value
 
     # As an annotation (`Annotated[T, rule]`), a rule checks one field's value.
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
