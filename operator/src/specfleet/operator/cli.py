@@ -10,7 +10,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from specfleet.operator import api, crd, manifests
+from specfleet.operator import api, crd, manifests, render
 from specfleet.operator.errors import describe, validation_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -90,8 +90,6 @@ def render_command(
     namespace: Annotated[str, typer.Option(help="Namespace if the manifest has none.")] = "default",
 ) -> None:
     """Print the Deployments and Service the operator would create, without a cluster."""
-    from specfleet.operator import render
-
     try:
         found = manifests.sort_documents(manifests.read_documents(file))
     except manifests.ManifestError as error:
