@@ -146,12 +146,19 @@ INVALID_CASES = [
     ),
 ]
 INVALID_CASES += [
-    InvalidCase(id, changes, field, unknown_field=True)
-    for id, changes, field in [
-        ("unknown-spec-field", {"spec.speculation.tokenz": 4}, "spec.speculation.tokenz"),
-        ("unknown-metadata-field", {"metadata.namesapce": "ml"}, "metadata.namesapce"),
-        ("unknown-top-level-field", {"spce": {}}, "spce"),
-    ]
+    InvalidCase(
+        "unknown-spec-field",
+        {"spec.speculation.tokenz": 4},
+        "spec.speculation.tokenz",
+        unknown_field=True,
+    ),
+    InvalidCase(
+        "unknown-metadata-field",
+        {"metadata.namesapce": "ml"},
+        "metadata.namesapce",
+        unknown_field=True,
+    ),
+    InvalidCase("unknown-top-level-field", {"spce": {}}, "spce", unknown_field=True),
 ]
 INVALID_CASES += [
     InvalidCase(refusal.id, dict(refusal.changes), rule.message, cel=True, rule=rule)
