@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from specfleet.operator import api
+from specfleet.operator.durations import Duration, parse_duration
+from specfleet.operator.errors import validation_errors
+from specfleet.operator.rules import Rule
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, ConfigError
 from specfleet.runtime.vllm_args import refuse_collisions
 from tests.conftest import REPO
@@ -24,12 +27,12 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_are_valid(path: Path) -> None:
-    assert api.validation_errors(yaml.safe_load(path.read_text())) == []
+    assert validation_errors(yaml.safe_load(path.read_text())) == []
 
 
 def test_the_autoscaled_example_is_valid_and_leaves_replicas_to_the_scaler() -> None:
     manifest = yaml.safe_load((REPO / "examples" / "autoscaling" / "llama-peagle.yaml").read_text())
-    assert api.validation_errors(manifest) == []
+    assert validation_errors(manifest) == []
     assert "replicas" not in manifest["spec"]
     assert api.SpeculativeModel.model_validate(manifest).spec.replicas == 1
 
@@ -43,9 +46,22 @@ def test_there_are_examples_for_peagle_eagle3_and_ngram() -> None:
 def test_invalid_specs_are_refused_naming_the_field(
     case: InvalidCase, peagle_manifest: dict[str, Any]
 ) -> None:
-    errors = api.validation_errors(apply_changes(peagle_manifest, case.changes))
+    errors = validation_errors(apply_changes(peagle_manifest, case.changes))
     assert errors, f"{case.id} was accepted"
     assert any(case.field in error for error in errors), errors
+
+
+@pytest.mark.parametrize("rule", api.RULES, ids=lambda r: r.refusals[0].id if r.refusals else "?")
+def test_each_rule_refuses_its_cases_itself_blaming_its_field(
+    rule: Rule[Any], peagle_manifest: dict[str, Any]
+) -> None:
+    assert rule.refusals, f"{rule.message}: no refusal to test it with"
+    for refusal in rule.refusals:
+        errors = validation_errors(apply_changes(peagle_manifest, dict(refusal.changes)))
+        (error,) = [e for e in errors if rule.message in e] or [f"none of {errors}"]
+        path, _, message = error.partition(": ")
+        assert message.startswith(rule.message), (refusal.id, error)
+        assert path.endswith(rule.blames or ""), (refusal.id, path, rule.blames)
 
 
 def test_at_least_twenty_invalid_cases() -> None:
@@ -54,7 +70,9 @@ def test_at_least_twenty_invalid_cases() -> None:
 
 def test_unknown_fields_are_refused(peagle_manifest: dict[str, Any]) -> None:
     peagle_manifest["spec"]["speculation"]["tokenz"] = 4
-    assert api.validation_errors(peagle_manifest) == ["spec.speculation.tokenz: unknown field"]
+    assert validation_errors(peagle_manifest) == [
+        "spec.speculation.tokenz: unknown field (did you mean 'tokens'?)"
+    ]
 
 
 def test_defaults_fill_a_minimal_manifest() -> None:
@@ -111,7 +129,7 @@ UNITS = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
 def test_durations_parse_to_the_sum_of_their_parts(parts: dict[str, int]) -> None:
     text = "".join(f"{parts[unit]}{unit}" for unit in UNITS if unit in parts)
     expected = sum(n * UNITS[unit] for unit, n in parts.items())
-    assert api.parse_duration(text).total_seconds() == pytest.approx(expected)
+    assert parse_duration(text).total_seconds() == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(
@@ -119,7 +137,7 @@ def test_durations_parse_to_the_sum_of_their_parts(parts: dict[str, int]) -> Non
 )
 def test_bad_durations_are_refused_in_words(text: str) -> None:
     with pytest.raises(ValueError, match="is not a duration such as '90s'"):
-        api.parse_duration(text)
+        parse_duration(text)
 
 
 DURATION_FIELDS = [
@@ -127,7 +145,7 @@ DURATION_FIELDS = [
     for model in (api.Tuning, api.Rollback, api.Metrics)
     for name, info in model.model_fields.items()
     for marker in info.metadata
-    if isinstance(marker, api.Duration)
+    if isinstance(marker, Duration)
 ]
 
 
@@ -151,13 +169,13 @@ def test_an_admitted_duration_never_overflows(text: str) -> None:
             model.model_validate({name: text})
         except ValueError:
             continue
-        length = api.parse_duration(text)
-        assert length <= api.parse_duration(marker.maximum)
+        length = parse_duration(text)
+        assert length <= parse_duration(marker.maximum)
         assert datetime.now(UTC) + length > datetime.now(UTC)
 
 
 def test_a_duration_over_its_maximum_is_refused_in_words() -> None:
-    errors = api.validation_errors(
+    errors = validation_errors(
         {
             "apiVersion": api.API_VERSION,
             "kind": api.KIND,
@@ -171,7 +189,7 @@ def test_a_duration_over_its_maximum_is_refused_in_words() -> None:
     )
     assert errors == [
         "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' "
-        "(units h, m, s, ms, in that order), at most 1h"
+        "(units h, m, s, ms, in that order), at least 1s and at most 1h"
     ]
 
 
@@ -179,7 +197,7 @@ def test_a_duration_over_its_maximum_is_refused_in_words() -> None:
 def test_errors_say_in_words_what_is_wrong(
     case: InvalidCase, peagle_manifest: dict[str, Any]
 ) -> None:
-    for error in api.validation_errors(apply_changes(peagle_manifest, case.changes)):
+    for error in validation_errors(apply_changes(peagle_manifest, case.changes)):
         assert "should match pattern" not in error, error
 
 
@@ -187,9 +205,10 @@ def test_an_inverted_token_range_blames_the_range_not_tokens(
     peagle_manifest: dict[str, Any],
 ) -> None:
     changes = {"spec.speculation.minTokens": 6, "spec.speculation.maxTokens": 4}
-    errors = api.validation_errors(apply_changes(peagle_manifest, changes))
+    errors = validation_errors(apply_changes(peagle_manifest, changes))
     assert errors == [
-        "spec.speculation: speculation.minTokens (6) must not exceed speculation.maxTokens (4)"
+        "spec.speculation.minTokens: speculation.minTokens must not exceed "
+        "speculation.maxTokens (found 6 > 4)"
     ]
 
 
@@ -202,7 +221,10 @@ def test_validate_cli_reports_field_paths(tmp_path: Path, peagle_manifest: dict[
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "bad.yaml"), *map(str, EXAMPLES)])
     assert result.exit_code == 1
-    assert "spec.speculation: speculation.tokens (12) must be between" in result.output
+    assert (
+        "spec.speculation.tokens: speculation.tokens must be between speculation.minTokens "
+        "and speculation.maxTokens (found 12, not in 1..8)"
+    ) in result.output
     assert result.output.count(": valid") == len(EXAMPLES)
 
 
@@ -216,9 +238,17 @@ def _validate(*paths: Path) -> Result:
 @pytest.mark.parametrize(
     ("change", "error"),
     [
-        ({"spec.rollback.minAcceptance": "0.8"}, "spec.rollback.minAcceptance: Input should be"),
-        ({"spec.replicas": "2"}, "spec.replicas: Input should be a valid integer"),
-        ({"spec.speculation.tokens": True}, "spec.speculation.tokens: Input should be"),
+        (
+            {"spec.rollback.minAcceptance": "0.8"},
+            "spec.rollback.minAcceptance: must be a number, not the string '0.8': write it "
+            "without quotes",
+        ),
+        ({"spec.replicas": "2"}, "spec.replicas: must be an integer, not the string '2'"),
+        (
+            {"spec.speculation.tokens": True},
+            "spec.speculation.tokens: must be an integer, not true",
+        ),
+        ({"spec.runtime.image": 5}, "spec.runtime.image: must be a string, not the number 5"),
     ],
 )
 def test_validate_cli_is_as_strict_on_types_as_the_api_server(
@@ -255,20 +285,80 @@ def test_validate_cli_refuses_a_file_without_documents(tmp_path: Path, text: str
     assert f"{tmp_path / 'empty.yaml'}: no documents in the file" in result.output
 
 
-def test_validate_cli_says_when_a_file_has_no_model(tmp_path: Path) -> None:
+def test_validate_cli_refuses_a_file_without_a_model(tmp_path: Path) -> None:
+    # A CI check given the wrong file must fail, not pass it.
     (tmp_path / "cm.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
     result = _validate(tmp_path / "cm.yaml")
-    assert result.exit_code == 0
-    assert f"{tmp_path / 'cm.yaml'}: no SpeculativeModel in the file (1 other document)" in (
-        result.output
-    )
+    assert result.exit_code == 1
+    expected = f"{tmp_path / 'cm.yaml'}: no SpeculativeModel in the file (1 other document: "
+    assert f"{expected}ConfigMap)" in result.output
 
 
 @pytest.mark.parametrize(("extra", "owner"), COLLIDING, ids=lambda v: repr(v))
 def test_runtime_args_are_refused_by_the_runtimes_own_check(
     peagle_manifest: dict[str, Any], extra: list[str], owner: str
 ) -> None:
-    with pytest.raises(ConfigError) as refused:
+    # The API refuses what the runtime refuses, naming the flag the runtime names.
+    with pytest.raises(ConfigError, match=f"would set {owner}"):
         refuse_collisions(extra)
-    errors = api.validation_errors(apply_changes(peagle_manifest, {"spec.runtime.args": extra}))
-    assert errors == [f"spec.runtime.args: {refused.value}"]
+    errors = validation_errors(apply_changes(peagle_manifest, {"spec.runtime.args": extra}))
+    assert len(errors) == 1
+    assert errors[0].startswith("spec.runtime.args: runtime.args may not set a flag")
+    assert errors[0].endswith(f", which sets {owner})")
+
+
+def test_the_env_render_sets_is_the_env_users_may_not_set(peagle_manifest: dict[str, Any]) -> None:
+    from specfleet.operator import render
+
+    changes = {"spec.runtime.hfTokenSecretRef": {"name": "hf"}, "spec.runtime.env": []}
+    model = api.SpeculativeModel.model_validate(apply_changes(peagle_manifest, changes))
+    for child in render.manifests(model):
+        for container in child["spec"].get("template", {}).get("spec", {}).get("containers", []):
+            assert [var["name"] for var in container["env"]] == list(api.RENDERED_ENV)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        (
+            {"spec.rollback.minAcceptance": 75},
+            "spec.rollback.minAcceptance: rollback.minAcceptance must be a fraction between 0 "
+            "and 1, both excluded (0.75 is 75%) (found 75: as a fraction, 0.75)",
+        ),
+        (
+            {"spec.speculation.tokens": "3"},
+            "spec.speculation.tokens: must be an integer, not the string '3': write it without "
+            "quotes",
+        ),
+        (
+            {"spec.tuning.interval": 60},
+            "spec.tuning.interval: must be a duration string such as '60s', not the number 60: "
+            "write the unit, in quotes if YAML would read a number",
+        ),
+        (
+            {"spec.tuning.interval": "60"},
+            "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
+            "m, s, ms, in that order), at least 1s and at most 1h: '60' has no unit, e.g. '60s'",
+        ),
+        (
+            {"spec.tuning.interval": "1ms"},
+            "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
+            "m, s, ms, in that order), at least 1s and at most 1h",
+        ),
+        (
+            {"metadata.namesapce": "ml"},
+            "metadata.namesapce: unknown field (did you mean 'namespace'?)",
+        ),
+        ({"spce": {}}, "spce: unknown field (did you mean 'spec'?)"),
+        (
+            {"spec.runtime.args": ["--speculative-model", "x/y"]},
+            "spec.runtime.args: runtime.args may not use the speculative decoding flags of vLLM "
+            "before 0.8",
+        ),
+    ],
+)
+def test_common_mistakes_are_refused_with_their_fix(
+    peagle_manifest: dict[str, Any], change: dict[str, Any], error: str
+) -> None:
+    errors = validation_errors(apply_changes(peagle_manifest, change))
+    assert any(e.startswith(error) for e in errors), errors

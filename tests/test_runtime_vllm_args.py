@@ -24,6 +24,7 @@ from specfleet.runtime.config import (
 from specfleet.runtime.vllm_args import (
     OWNED_ARG_PATTERN,
     owned_flag,
+    refuse_collisions,
     speculative_config,
     vllm_argv,
 )
@@ -345,3 +346,19 @@ def test_k_for_batch_follows_the_schedule_like_vllm(batch: int, k: int) -> None:
         ),
     )
     assert config.k_for_batch(batch) == k
+
+
+@pytest.mark.parametrize(
+    ("extra", "instead"),
+    [
+        (["--num-speculative-tokens", "5"], "--num-speculative-tokens (spec.speculation.tokens)"),
+        (["--speculative_model=x/y"], "--draft-model (spec.draft.model)"),
+    ],
+)
+def test_older_vllm_speculative_flags_are_refused_saying_what_replaced_them(
+    extra: list[str], instead: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"use {instead} instead")):
+        refuse_collisions(extra)
+    # A longer flag that merely starts like one is vLLM's to judge.
+    refuse_collisions(["--speculative-model-revision-of-mine", "1"])

@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 
 from specfleet.runtime.config import parse_serve_args
-from specfleet.runtime.vllm_args import OWNED_FLAGS, owned_flag, vllm_argv
+from specfleet.runtime.vllm_args import (
+    OWNED_FLAGS,
+    older_speculative_flag,
+    owned_flag,
+    vllm_argv,
+)
 from tests.test_runtime_vllm_args import CASES
 
 # Runs inside the vLLM interpreter: reads {"argvs", "probes", "dests"} on stdin, prints
@@ -221,3 +226,9 @@ def test_no_other_vllm_option_is_refused(report: dict[str, Any]) -> None:
     refused = {option for option in report["options"] if owned_flag(option)}
     assert refused == {s for spellings in OWNED_FLAGS.values() for s in spellings}
     assert set(ORDINARY) <= set(report["options"])
+
+
+@requires_vllm
+def test_the_older_speculative_flags_refused_are_none_of_vllms(report: dict[str, Any]) -> None:
+    # Refusing them never refuses an option vLLM 0.33 has.
+    assert [o for o in report["options"] if older_speculative_flag(o)] == []

@@ -17,8 +17,8 @@ from specfleet.operator.api import (
     RollbackMetric,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
-    parse_duration,
 )
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.metrics import Observation
 from specfleet.operator.stats import rollback_metric

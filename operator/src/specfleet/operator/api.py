@@ -1,10 +1,11 @@
 """The SpeculativeModel API (specfleet.io/v1alpha1): the single source of truth.
 
 The CRD YAML in crds/ and the chart, and the field tables in the docs, are generated
-from these models (`specfleet crds`). Every cross-field rule is written twice on
-purpose: as a pydantic validator (offline `specfleet validate`, the operator) and as
-a CEL rule in `x-kubernetes-validations` (admission by the API server); a test
-checks that both refuse the same manifests.
+from these models (`specfleet crds`). Each cross-field rule is one `Rule` (rules.py),
+declared on its model: its CEL rule goes into the CRD's `x-kubernetes-validations`
+(admission by the API server), its Python check runs in pydantic (offline `specfleet
+validate`, the operator), both with one message, and its refusals are the tests'
+invalid manifests (`RULES` lists them all).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -21,16 +22,17 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
-    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, core_schema
+from pydantic_core import CoreSchema
+
+from specfleet.operator.durations import Duration
+from specfleet.operator.rules import DELETE, CheckedAnnotation, Refusal, Rule, RuledModel
 
 from specfleet.operator.counts import Counts
 
@@ -43,7 +45,14 @@ from specfleet.runtime.config import (
     Method,
     RejectionSampleMethod,
 )
-from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN, OWNED_FLAGS, refuse_collisions
+from specfleet.runtime.vllm_args import (
+    OLDER_SPECULATIVE_FLAGS,
+    OLDER_SPECULATIVE_PATTERN,
+    OWNED_ARG_PATTERN,
+    OWNED_FLAGS,
+    older_speculative_flag,
+    owned_flag,
+)
 
 GROUP = "specfleet.io"
 VERSION = "v1alpha1"
@@ -64,15 +73,6 @@ MAX_ARG_LENGTH = 1024
 LEFT_OUT_LIMIT = 5
 LEFT_OUT_MESSAGE_LIMIT = 200
 
-# A Go-style duration, e.g. "30s", "5m", "1h30m": each unit at most once, in the order
-# h, m, s, ms, each part positive and at most six digits. The bounds keep every value
-# inside int64 nanoseconds, so CEL's duration() never overflows on a value that
-# matches, and the per-field maximum is then a plain comparison.
-_DURATION_PARTS = [r"(?:[1-9][0-9]{0,5}" + unit + ")?" for unit in ("h", "m", "s", "ms")]
-DURATION_PATTERN = "^" + "".join(_DURATION_PARTS) + "$"
-_DURATION_PART = re.compile(r"([1-9][0-9]*)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_WORDS = "a duration such as '90s', '5m' or '1h30m' (units h, m, s, ms, in that order)"
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_1035_WORDS = (
     "a DNS-1035 label (lower case, at most 63 characters, starting with a letter): it "
@@ -94,68 +94,8 @@ LABEL_VALUE_PATTERN = f"^({_LABEL_NAME})?$"
 NODE_SELECTOR_MAX = 64
 
 
-def parse_duration(text: str) -> timedelta:
-    """The length of a duration such as "1h30m"; raises ValueError saying the format."""
-    if not text or not re.fullmatch(DURATION_PATTERN, text):
-        raise ValueError(f"{text!r} is not {_DURATION_WORDS}")
-    seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
-    return timedelta(seconds=seconds)
-
-
-class _CheckedString:
-    """A pydantic annotation that runs `check` on a string after its type's validation,
-    so pydantic says in words what the schema's pattern or rule checks at admission."""
-
-    def check(self, text: str) -> str:
-        raise NotImplementedError
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> CoreSchema:
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
-
 @dataclass(frozen=True)
-class Duration(_CheckedString):
-    """Marks a duration field, with its documented maximum and its description.
-
-    Checked by CEL at admission rather than a schema pattern, because the API server's
-    pattern error quotes the regex while a rule's message says it in words."""
-
-    maximum: str
-    description: str
-
-    @property
-    def words(self) -> str:
-        return f"must be {_DURATION_WORDS}, at most {self.maximum}"
-
-    def check(self, text: str) -> str:
-        try:
-            admitted = parse_duration(text) <= parse_duration(self.maximum)
-        except ValueError:
-            admitted = False
-        if not admitted:
-            raise ValueError(self.words)
-        return text
-
-    def __get_pydantic_json_schema__(
-        self, schema: CoreSchema, handler: GetJsonSchemaHandler
-    ) -> JsonSchemaValue:
-        json_schema = handler(schema)
-        json_schema["description"] = f"{self.description} At most {self.maximum}."
-        json_schema["maxLength"] = 32  # bounds the rule's cost estimate; 29 is the longest match
-        json_schema["x-kubernetes-validations"] = [
-            _cel(
-                f"self != '' && self.matches('{DURATION_PATTERN}') && "
-                f"duration(self) <= duration('{self.maximum}')",
-                self.words,
-            )
-        ]
-        return json_schema
-
-
-@dataclass(frozen=True)
-class Matching(_CheckedString):
+class Matching(CheckedAnnotation):
     """A string the API server checks with a schema pattern (anchored at both ends).
     Pydantic checks the same pattern but says what it means, not the regex."""
 
@@ -183,11 +123,9 @@ def _quantity(value: str | int) -> str | int:
     return _QUANTITY.check(value)
 
 
-def _label_key(key: str) -> str:
-    prefix, slash, _ = key.rpartition("/")
-    if not re.fullmatch(LABEL_KEY_PATTERN, key) or (slash and len(prefix) > LABEL_KEY_PREFIX_MAX):
-        raise ValueError(f"key {key!r} is not a label key: {_LABEL_KEY_WORDS}")
-    return key
+def _is_label_key(key: str) -> bool:
+    prefix = key.rpartition("/")[0]
+    return bool(re.fullmatch(LABEL_KEY_PATTERN, key)) and len(prefix) <= LABEL_KEY_PREFIX_MAX
 
 
 _QUANTITY = Matching(
@@ -202,17 +140,6 @@ _LABEL_KEY_WORDS = (
 )
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
-    validation = {"rule": rule, "message": message}
-    if field_path:
-        validation["fieldPath"] = field_path
-    return validation
-
-
-def _schema_extra(**extra: Any) -> dict[str, Any]:
-    return extra
-
-
 NonEmptyString = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 Quantity = Annotated[
     str | int,
@@ -222,7 +149,6 @@ Quantity = Annotated[
         json_schema_extra={"pattern": QUANTITY_PATTERN, "minimum": 0},
     ),
 ]
-LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[
     str,
     StringConstraints(max_length=63),
@@ -246,7 +172,7 @@ class ApiModel(BaseModel):
     )
 
 
-class SpecModel(ApiModel):
+class SpecModel(ApiModel, RuledModel):
     """Base of the spec's models: types as strict as the OpenAPI schema, so "2" is not
     an integer and "0.8" not a number offline either (an integer is still a number).
     Enum fields opt out with `Lax`: strict pydantic wants enum instances, not values."""
@@ -362,45 +288,98 @@ class SuffixDecoding(SpecModel):
 class DraftModel(SpecModel):
     """The draft (speculator) and how it drafts and is verified."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        f"!(self.method in {_cel_list(NEEDS_DRAFT_MODEL)}) || has(self.model)",
-                        f"draft.model is required when draft.method is {_words(NEEDS_DRAFT_MODEL)}",
-                        ".model",
-                    ),
-                    _cel(
-                        f"!has(self.model) || self.method in {_cel_list(TAKES_DRAFT_MODEL)}",
-                        f"draft.model is not used by draft.method {_words(NO_DRAFT_MODEL)}: "
-                        "remove it",
-                        ".model",
-                    ),
-                    _cel(
-                        f"!has(self.sampleMethod) || self.method in {_cel_list(LEARNED_DRAFT)}",
-                        "draft.sampleMethod needs a draft network (draft.method "
-                        f"{_words(LEARNED_DRAFT)}); lookups have no distribution to sample",
-                        ".sampleMethod",
-                    ),
-                    _cel(
-                        "!has(self.rejectionSampleMethod) || self.method != 'none'",
-                        "draft.rejectionSampleMethod needs speculation (draft.method is none)",
-                        ".rejectionSampleMethod",
-                    ),
-                    _cel(
-                        "!has(self.suffix) || self.method == 'suffix'",
-                        "draft.suffix applies to draft.method suffix only",
-                        ".suffix",
-                    ),
-                    _cel(
-                        "self.promptLookupMin <= self.promptLookupMax",
-                        "draft.promptLookupMin must be <= draft.promptLookupMax",
-                        ".promptLookupMin",
-                    ),
-                ]
-            }
-        )
+    rules: ClassVar[tuple[Rule[DraftModel], ...]] = (
+        Rule(
+            f"!(self.method in {_cel_list(NEEDS_DRAFT_MODEL)}) || has(self.model)",
+            f"draft.model is required when draft.method is {_words(NEEDS_DRAFT_MODEL)}",
+            lambda d: d.model is not None or not d.method.runtime.needs_draft_model,
+            ".model",
+            refusals=(
+                Refusal("draft-missing", {"spec.draft.model": DELETE}),
+                Refusal(
+                    "eagle3-without-draft",
+                    {"spec.draft.method": "eagle3", "spec.draft.model": DELETE},
+                ),
+                Refusal(
+                    "dflash-without-draft-model",
+                    {"spec.draft.method": "dflash", "spec.draft.model": DELETE},
+                ),
+                Refusal(
+                    "draft-model-method-without-draft-model",
+                    {"spec.draft.method": "draft_model", "spec.draft.model": DELETE},
+                ),
+            ),
+        ),
+        Rule(
+            f"!has(self.model) || self.method in {_cel_list(TAKES_DRAFT_MODEL)}",
+            f"draft.model is not used by draft.method {_words(NO_DRAFT_MODEL)}: remove it",
+            lambda d: d.model is None or d.method.runtime.takes_draft_model,
+            ".model",
+            refusals=(
+                Refusal("ngram-with-draft-model", {"spec.draft.method": "ngram"}),
+                Refusal("suffix-with-draft-model", {"spec.draft.method": "suffix"}),
+            ),
+        ),
+        Rule(
+            f"!has(self.sampleMethod) || self.method in {_cel_list(LEARNED_DRAFT)}",
+            "draft.sampleMethod needs a draft network (draft.method "
+            f"{_words(LEARNED_DRAFT)}); lookups have no distribution to sample",
+            lambda d: d.sample_method is None or d.method.runtime.learned_draft,
+            ".sampleMethod",
+            refusals=(
+                Refusal(
+                    "sample-method-on-a-lookup",
+                    {
+                        "spec.draft.method": "ngram",
+                        "spec.draft.model": DELETE,
+                        "spec.draft.sampleMethod": "probabilistic",
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.rejectionSampleMethod) || self.method != 'none'",
+            "draft.rejectionSampleMethod needs speculation (draft.method is none)",
+            lambda d: d.rejection_sample_method is None or d.method.runtime.speculates,
+            ".rejectionSampleMethod",
+            refusals=(
+                Refusal(
+                    "rejection-on-plain-decoding",
+                    {
+                        "spec.draft.method": "none",
+                        "spec.draft.model": DELETE,
+                        "spec.draft.rejectionSampleMethod": "block",
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.suffix) || self.method == 'suffix'",
+            "draft.suffix applies to draft.method suffix only",
+            lambda d: d.suffix is None or d.method.runtime is Method.SUFFIX,
+            ".suffix",
+            refusals=(
+                Refusal("suffix-knobs-on-eagle3", {"spec.draft.suffix": {"maxTreeDepth": 8}}),
+            ),
+        ),
+        Rule(
+            "self.promptLookupMin <= self.promptLookupMax",
+            "draft.promptLookupMin must be <= draft.promptLookupMax",
+            lambda d: d.prompt_lookup_min <= d.prompt_lookup_max,
+            ".promptLookupMin",
+            found=lambda d: f"{d.prompt_lookup_min} > {d.prompt_lookup_max}",
+            refusals=(
+                Refusal(
+                    "ngram-lookup-inverted",
+                    {
+                        "spec.draft.method": "ngram",
+                        "spec.draft.model": DELETE,
+                        "spec.draft.promptLookupMin": 6,
+                        "spec.draft.promptLookupMax": 2,
+                    },
+                ),
+            ),
+        ),
     )
 
     method: Annotated[DraftMethod, Lax] = Field(
@@ -447,30 +426,6 @@ class DraftModel(SpecModel):
     prompt_lookup_max: int = Field(default=4, ge=1, description="ngram: longest match.")
     suffix: SuffixDecoding | None = Field(default=None, description="suffix: its knobs.")
 
-    @model_validator(mode="after")
-    def _check(self) -> DraftModel:
-        method = self.method.runtime
-        if method.needs_draft_model and self.model is None:
-            raise ValueError(
-                f"draft.model is required when draft.method is {_words(NEEDS_DRAFT_MODEL)}"
-            )
-        if self.model is not None and not method.takes_draft_model:
-            raise ValueError(
-                f"draft.model is not used by draft.method {_words(NO_DRAFT_MODEL)}: remove it"
-            )
-        if self.sample_method is not None and not method.learned_draft:
-            raise ValueError(
-                "draft.sampleMethod needs a draft network (draft.method "
-                f"{_words(LEARNED_DRAFT)}); lookups have no distribution to sample"
-            )
-        if self.rejection_sample_method is not None and not method.speculates:
-            raise ValueError("draft.rejectionSampleMethod needs speculation (draft.method is none)")
-        if self.suffix is not None and method is not Method.SUFFIX:
-            raise ValueError("draft.suffix applies to draft.method suffix only")
-        if self.prompt_lookup_min > self.prompt_lookup_max:
-            raise ValueError("draft.promptLookupMin must be <= draft.promptLookupMax")
-        return self
-
 
 class ScheduleMode(StrEnum):
     OFF = "Off"
@@ -489,19 +444,25 @@ MAX_BATCH = 65536
 class ScheduleBand(SpecModel):
     """Batch sizes from the band before's upToBatch + 1 (1 for the first) to upToBatch."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        "!has(self.minTokens) || !has(self.maxTokens) || "
-                        "self.minTokens <= self.maxTokens",
-                        "schedule band minTokens must not exceed its maxTokens",
-                        ".minTokens",
-                    ),
-                ]
-            }
-        )
+    rules: ClassVar[tuple[Rule[ScheduleBand], ...]] = (
+        Rule(
+            "!has(self.minTokens) || !has(self.maxTokens) || self.minTokens <= self.maxTokens",
+            "schedule band minTokens must not exceed its maxTokens",
+            lambda b: b.min_tokens is None or b.max_tokens is None or b.min_tokens <= b.max_tokens,
+            ".minTokens",
+            found=lambda b: f"{b.min_tokens} > {b.max_tokens}",
+            refusals=(
+                Refusal(
+                    "schedule-band-min-above-max",
+                    {
+                        "spec.speculation.schedule": {
+                            "mode": "Learned",
+                            "bands": [{"minTokens": 5, "maxTokens": 3}],
+                        }
+                    },
+                ),
+            ),
+        ),
     )
 
     up_to_batch: int | None = Field(
@@ -529,19 +490,6 @@ class ScheduleBand(SpecModel):
         description="Learned: highest K the tuner may choose here.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> ScheduleBand:
-        if (
-            self.min_tokens is not None
-            and self.max_tokens is not None
-            and self.min_tokens > self.max_tokens
-        ):
-            raise ValueError(
-                f"schedule band minTokens ({self.min_tokens}) must not exceed its maxTokens "
-                f"({self.max_tokens})"
-            )
-        return self
-
 
 _FIXED_KS = "self.bands.filter(b, has(b.tokens) && b.tokens > 0).map(b, b.tokens)"
 # CEL has no set: "any three of them hold at most two values" is MAX_SCHEDULE_KS == 2.
@@ -551,60 +499,133 @@ assert MAX_SCHEDULE_KS == 2, "the CEL rule below counts distinct Ks for two only
 class Schedule(SpecModel):
     """K by batch size (vLLM's num_speculative_tokens_per_batch_size)."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        "self.mode != 'Off' || size(self.bands) == 0",
-                        "schedule.bands are for mode Learned or Fixed",
-                        ".bands",
-                    ),
-                    _cel(
-                        "self.mode != 'Fixed' || "
-                        "(size(self.bands) > 0 && self.bands.all(b, has(b.tokens)))",
-                        "schedule mode Fixed needs bands, each with tokens",
-                        ".bands",
-                    ),
-                    _cel(
-                        "self.mode != 'Fixed' || self.bands.exists(b, has(b.tokens) && "
-                        "b.tokens > 0)",
-                        "a Fixed schedule needs a band with tokens above 0 (for no drafting "
-                        "at all, draft.method is none)",
-                        ".bands",
-                    ),
-                    _cel(
-                        "self.mode == 'Fixed' || self.bands.all(b, !has(b.tokens))",
-                        "schedule band tokens are for mode Fixed (Learned takes minTokens "
-                        "and maxTokens)",
-                        ".bands",
-                    ),
-                    _cel(
-                        "size(self.bands) == 0 || "
-                        "(!has(self.bands[size(self.bands) - 1].upToBatch) && "
-                        "self.bands.filter(b, !has(b.upToBatch)).size() == 1)",
-                        "schedule bands: every band but the last needs upToBatch, and the "
-                        "last has none (it takes every larger batch size)",
-                        ".bands",
-                    ),
-                    _cel(
-                        "self.bands.filter(b, has(b.upToBatch)).map(b, b.upToBatch).isSorted() "
-                        "&& self.bands.filter(b, has(b.upToBatch)).all(b, self.bands.filter(c, "
-                        "has(c.upToBatch) && c.upToBatch == b.upToBatch).size() == 1)",
-                        "schedule bands' upToBatch must increase from band to band",
-                        ".bands",
-                    ),
-                    _cel(
-                        f"{_FIXED_KS}.all(x, {_FIXED_KS}.all(y, {_FIXED_KS}.all(z, "
-                        "x == y || y == z || x == z)))",
-                        f"a schedule may use at most {MAX_SCHEDULE_KS} K values above 0: vLLM "
-                        "counts drafts and draft tokens, not drafts per K, so acceptance "
-                        "per position could not be measured with more",
-                        ".bands",
-                    ),
-                ]
-            }
-        )
+    rules: ClassVar[tuple[Rule[Schedule], ...]] = (
+        Rule(
+            "self.mode != 'Off' || size(self.bands) == 0",
+            "schedule.bands are for mode Learned or Fixed",
+            lambda s: s.mode is not ScheduleMode.OFF or not s.bands,
+            ".bands",
+            refusals=(
+                Refusal(
+                    "schedule-bands-while-off",
+                    {"spec.speculation.schedule": {"mode": "Off", "bands": [{"tokens": 3}]}},
+                ),
+            ),
+        ),
+        Rule(
+            "self.mode != 'Fixed' || (size(self.bands) > 0 && self.bands.all(b, has(b.tokens)))",
+            "schedule mode Fixed needs bands, each with tokens",
+            lambda s: (
+                s.mode is not ScheduleMode.FIXED
+                or bool(s.bands and all(b.tokens is not None for b in s.bands))
+            ),
+            ".bands",
+            refusals=(
+                Refusal(
+                    "fixed-schedule-band-without-tokens",
+                    {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"maxTokens": 3}]}},
+                ),
+            ),
+        ),
+        Rule(
+            "self.mode != 'Fixed' || self.bands.exists(b, has(b.tokens) && b.tokens > 0)",
+            "a Fixed schedule needs a band with tokens above 0 (for no drafting at all, "
+            "draft.method is none)",
+            lambda s: s.mode is not ScheduleMode.FIXED or any(b.tokens for b in s.bands),
+            ".bands",
+            refusals=(
+                Refusal(
+                    "fixed-schedule-drafting-nowhere",
+                    {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"tokens": 0}]}},
+                ),
+            ),
+        ),
+        Rule(
+            "self.mode == 'Fixed' || self.bands.all(b, !has(b.tokens))",
+            "schedule band tokens are for mode Fixed (Learned takes minTokens and maxTokens)",
+            lambda s: s.mode is ScheduleMode.FIXED or all(b.tokens is None for b in s.bands),
+            ".bands",
+            refusals=(
+                Refusal(
+                    "learned-schedule-band-with-tokens",
+                    {"spec.speculation.schedule": {"mode": "Learned", "bands": [{"tokens": 3}]}},
+                ),
+            ),
+        ),
+        Rule(
+            "size(self.bands) == 0 || (!has(self.bands[size(self.bands) - 1].upToBatch) && "
+            "self.bands.filter(b, !has(b.upToBatch)).size() == 1)",
+            "schedule bands: every band but the last needs upToBatch, and the last has none "
+            "(it takes every larger batch size)",
+            lambda s: (
+                not s.bands
+                or (
+                    s.bands[-1].up_to_batch is None
+                    and sum(b.up_to_batch is None for b in s.bands) == 1
+                )
+            ),
+            ".bands",
+            refusals=(
+                Refusal(
+                    "schedule-last-band-with-edge",
+                    {
+                        "spec.speculation.schedule": {
+                            "mode": "Fixed",
+                            "bands": [{"upToBatch": 4, "tokens": 3}],
+                        }
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "self.bands.filter(b, has(b.upToBatch)).map(b, b.upToBatch).isSorted() "
+            "&& self.bands.filter(b, has(b.upToBatch)).all(b, self.bands.filter(c, "
+            "has(c.upToBatch) && c.upToBatch == b.upToBatch).size() == 1)",
+            "schedule bands' upToBatch must increase from band to band",
+            lambda s: _edges(s) == sorted(set(_edges(s))),
+            ".bands",
+            found=lambda s: f"{_edges(s)}",
+            refusals=(
+                Refusal(
+                    "schedule-edges-decreasing",
+                    {
+                        "spec.speculation.schedule": {
+                            "mode": "Fixed",
+                            "bands": [
+                                {"upToBatch": 8, "tokens": 3},
+                                {"upToBatch": 4, "tokens": 2},
+                                {"tokens": 2},
+                            ],
+                        }
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            f"{_FIXED_KS}.all(x, {_FIXED_KS}.all(y, {_FIXED_KS}.all(z, "
+            "x == y || y == z || x == z)))",
+            f"a schedule may use at most {MAX_SCHEDULE_KS} K values above 0: vLLM counts drafts "
+            "and draft tokens, not drafts per K, so acceptance per position could not be "
+            "measured with more",
+            lambda s: len(_ks(s)) <= MAX_SCHEDULE_KS,
+            ".bands",
+            found=lambda s: f"{_ks(s)}",
+            refusals=(
+                Refusal(
+                    "schedule-three-ks",
+                    {
+                        "spec.speculation.schedule": {
+                            "mode": "Fixed",
+                            "bands": [
+                                {"upToBatch": 1, "tokens": 5},
+                                {"upToBatch": 8, "tokens": 3},
+                                {"tokens": 1},
+                            ],
+                        }
+                    },
+                ),
+            ),
+        ),
     )
 
     mode: Annotated[ScheduleMode, Lax] = Field(
@@ -619,72 +640,59 @@ class Schedule(SpecModel):
         "tuner places one edge where the load it sees splits); Fixed: K per band.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> Schedule:
-        bands = self.bands
-        if self.mode is ScheduleMode.OFF and bands:
-            raise ValueError("schedule.bands are for mode Learned or Fixed")
-        if self.mode is ScheduleMode.FIXED and (not bands or any(b.tokens is None for b in bands)):
-            raise ValueError("schedule mode Fixed needs bands, each with tokens")
-        if self.mode is ScheduleMode.FIXED and not any(b.tokens for b in bands):
-            raise ValueError(
-                "a Fixed schedule needs a band with tokens above 0 (for no drafting at all, "
-                "draft.method is none)"
-            )
-        if self.mode is not ScheduleMode.FIXED and any(b.tokens is not None for b in bands):
-            raise ValueError(
-                "schedule band tokens are for mode Fixed (Learned takes minTokens and maxTokens)"
-            )
-        if bands and (
-            bands[-1].up_to_batch is not None or any(b.up_to_batch is None for b in bands[:-1])
-        ):
-            raise ValueError(
-                "schedule bands: every band but the last needs upToBatch, and the last has "
-                "none (it takes every larger batch size)"
-            )
-        edges = [b.up_to_batch for b in bands[:-1]]
-        if edges != sorted(set(edges)):  # type: ignore[type-var]
-            raise ValueError(f"schedule bands' upToBatch must increase from band to band: {edges}")
-        ks = {b.tokens for b in bands if b.tokens}
-        if len(ks) > MAX_SCHEDULE_KS:
-            raise ValueError(
-                f"a schedule may use at most {MAX_SCHEDULE_KS} K values above 0, not "
-                f"{sorted(ks)}: vLLM counts drafts and draft tokens, not drafts per K, so "
-                "acceptance per position could not be measured with more"
-            )
-        return self
+
+def _edges(schedule: Schedule) -> list[int]:
+    return [b.up_to_batch for b in schedule.bands if b.up_to_batch is not None]
+
+
+def _ks(schedule: Schedule) -> list[int]:
+    return sorted({b.tokens for b in schedule.bands if b.tokens})
 
 
 class Speculation(SpecModel):
     """K, the number of speculative tokens, and the range the tuner may move it in."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        "self.minTokens <= self.maxTokens",
-                        "speculation.minTokens must not exceed speculation.maxTokens",
-                        ".minTokens",
-                    ),
-                    # Only an ordered range can hold tokens: otherwise the rule above says why.
-                    _cel(
-                        "self.minTokens > self.maxTokens || "
-                        "(self.minTokens <= self.tokens && self.tokens <= self.maxTokens)",
-                        "speculation.tokens must be between speculation.minTokens and "
-                        "speculation.maxTokens",
-                        ".tokens",
-                    ),
-                    _cel(
-                        "self.schedule.bands.all(b, (!has(b.tokens) || b.tokens <= "
-                        "self.maxTokens) && (!has(b.maxTokens) || b.maxTokens <= "
-                        "self.maxTokens))",
-                        "schedule band tokens and maxTokens must not exceed speculation.maxTokens",
-                        ".schedule",
-                    ),
-                ]
-            }
-        )
+    rules: ClassVar[tuple[Rule[Speculation], ...]] = (
+        Rule(
+            "self.minTokens <= self.maxTokens",
+            "speculation.minTokens must not exceed speculation.maxTokens",
+            lambda s: s.min_tokens <= s.max_tokens,
+            ".minTokens",
+            found=lambda s: f"{s.min_tokens} > {s.max_tokens}",
+            refusals=(
+                Refusal(
+                    "min-tokens-above-max",
+                    {"spec.speculation.minTokens": 6, "spec.speculation.maxTokens": 4},
+                ),
+            ),
+        ),
+        # Only an ordered range can hold tokens: otherwise the rule above says why.
+        Rule(
+            "self.minTokens > self.maxTokens || "
+            "(self.minTokens <= self.tokens && self.tokens <= self.maxTokens)",
+            "speculation.tokens must be between speculation.minTokens and speculation.maxTokens",
+            lambda s: s.min_tokens > s.max_tokens or s.min_tokens <= s.tokens <= s.max_tokens,
+            ".tokens",
+            found=lambda s: f"{s.tokens}, not in {s.min_tokens}..{s.max_tokens}",
+            refusals=(
+                Refusal("tokens-above-max", {"spec.speculation.tokens": 12}),
+                Refusal("tokens-below-min", {"spec.speculation.minTokens": 4}),
+            ),
+        ),
+        Rule(
+            "self.schedule.bands.all(b, (!has(b.tokens) || b.tokens <= self.maxTokens) && "
+            "(!has(b.maxTokens) || b.maxTokens <= self.maxTokens))",
+            "schedule band tokens and maxTokens must not exceed speculation.maxTokens",
+            lambda s: all(k <= s.max_tokens for k in _band_ks(s)),
+            ".schedule",
+            found=lambda s: f"{max(_band_ks(s))} > {s.max_tokens}",
+            refusals=(
+                Refusal(
+                    "schedule-band-above-max-tokens",
+                    {"spec.speculation.schedule": {"mode": "Fixed", "bands": [{"tokens": 9}]}},
+                ),
+            ),
+        ),
     )
 
     tokens: int = Field(
@@ -707,26 +715,11 @@ class Speculation(SpecModel):
         description="K by batch size: off, learned from measurements, or fixed.",
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> Speculation:
-        if self.min_tokens > self.max_tokens:
-            raise ValueError(
-                f"speculation.minTokens ({self.min_tokens}) must not exceed "
-                f"speculation.maxTokens ({self.max_tokens})"
-            )
-        if not self.min_tokens <= self.tokens <= self.max_tokens:
-            raise ValueError(
-                f"speculation.tokens ({self.tokens}) must be between speculation.minTokens "
-                f"({self.min_tokens}) and speculation.maxTokens ({self.max_tokens})"
-            )
-        for band in self.schedule.bands:
-            for name, value in (("tokens", band.tokens), ("maxTokens", band.max_tokens)):
-                if value is not None and value > self.max_tokens:
-                    raise ValueError(
-                        f"schedule band {name} ({value}) must not exceed speculation.maxTokens "
-                        f"({self.max_tokens})"
-                    )
-        return self
+
+def _band_ks(speculation: Speculation) -> list[int]:
+    """Each band's fixed K and learned maximum."""
+    bands = speculation.schedule.bands
+    return [k for b in bands for k in (b.tokens, b.max_tokens) if k is not None]
 
 
 class Tuning(SpecModel):
@@ -771,15 +764,30 @@ class Tuning(SpecModel):
     )
 
 
+# A floor of 1 would disable speculation even at 100% acceptance.
+_FLOOR: Rule[float] = Rule(
+    "self > 0.0 && self < 1.0",
+    "rollback.minAcceptance must be a fraction between 0 and 1, both excluded (0.75 is 75%)",
+    lambda floor: 0 < floor < 1,
+    found=lambda floor: (
+        f"{floor:g}" + (f": as a fraction, {floor / 100:g}" if 1 < floor < 100 else "")
+    ),
+    refusals=(
+        Refusal("floor-zero", {"spec.rollback.minAcceptance": 0}),
+        Refusal("floor-above-one", {"spec.rollback.minAcceptance": 1.5}),
+        Refusal("floor-one", {"spec.rollback.minAcceptance": 1.0}),
+        Refusal("floor-a-percentage", {"spec.rollback.minAcceptance": 75}),
+    ),
+)
+
+
 class Rollback(SpecModel):
     """When to give up on the K in effect."""
 
-    min_acceptance: float = Field(
+    min_acceptance: Annotated[float, _FLOOR] = Field(
         default=0.75,
-        gt=0,
-        lt=1,  # a floor of 1 would disable speculation even at 100% acceptance
         description="The acceptance floor: the lower confidence bound of `metric` must stay "
-        "above. Between 0 and 1, both excluded.",
+        "above. A fraction between 0 and 1, both excluded.",
     )
     metric: Annotated[RollbackMetric, Lax] = Field(
         default=RollbackMetric.FIRST_POSITION_ACCEPTANCE,
@@ -816,8 +824,39 @@ class SecretKeyRef(SpecModel):
     key: NonEmptyString = Field(default="token", description="Key holding the token.")
 
 
+# The environment render gives every runtime container, each with why a user's entry
+# of that name may not replace it (an entry later in the list would win).
+RENDERED_ENV = {
+    "POD_IP": "the pod's IP, which vLLM binds to (--host $(POD_IP))",
+    "HF_TOKEN": "set from runtime.hfTokenSecretRef: name the Secret there",
+}
+
+
 class EnvVar(SpecModel):
     """An environment variable for the runtime container (value or valueFrom)."""
+
+    rules: ClassVar[tuple[Rule[EnvVar], ...]] = (
+        Rule(
+            f"!(self.name in {_cel_list(list(RENDERED_ENV))})",
+            "runtime.env may not set a variable specfleet renders: "
+            + "; ".join(f"{name} is {why}" for name, why in RENDERED_ENV.items()),
+            lambda var: var.name not in RENDERED_ENV,
+            ".name",
+            found=lambda var: var.name,
+            refusals=(
+                Refusal("env-pod-ip", {"spec.runtime.env": [{"name": "POD_IP", "value": "1"}]}),
+                Refusal(
+                    "env-hf-token",
+                    {
+                        "spec.runtime.env": [
+                            {"name": "A", "value": "1"},
+                            {"name": "HF_TOKEN", "value": "hf_x"},
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
 
     name: Annotated[
         str,
@@ -843,35 +882,118 @@ class Resources(SpecModel):
     limits: dict[str, Quantity] = Field(default_factory=dict)
 
 
+_NODE_SELECTOR_KEYS: Rule[dict[str, str]] = Rule(
+    f"self.all(k, k.matches('{LABEL_KEY_PATTERN}') && k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
+    f"runtime.nodeSelector keys must be label keys: {_LABEL_KEY_WORDS}",
+    lambda selector: all(_is_label_key(key) for key in selector),
+    found=lambda selector: repr(next(key for key in selector if not _is_label_key(key))),
+    refusals=(
+        Refusal("node-selector-key-with-space", {"spec.runtime.nodeSelector": {"gpu pool": "a"}}),
+        Refusal(
+            "node-selector-key-bad-prefix",
+            {"spec.runtime.nodeSelector": {"Example.com/pool": "a"}},
+        ),
+    ),
+)
+
+
 class Runtime(SpecModel):
     """The inference pods: image, GPUs and what the runtime passes on to vLLM."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        "self.tensorParallelSize == 1 || self.tensorParallelSize <= self.gpus",
-                        "runtime.tensorParallelSize must not exceed runtime.gpus (and must be 1 "
-                        "when runtime.gpus is 0)",
-                        ".tensorParallelSize",
-                    ),
-                    _cel(
-                        "size(self.args) == 0 || self.args[0].startsWith('-')",
-                        "runtime.args may not start with a positional argument: vLLM would "
-                        "read a second model (the model is spec.model.name)",
-                        ".args",
-                    ),
-                    _cel(
-                        f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))",
-                        "runtime.args may not set a flag specfleet renders, in any spelling "
-                        "vLLM reads (a prefix, '_' for '-', =value, .key): "
-                        + ", ".join(" or ".join(s) for s in OWNED_FLAGS.values()),
-                        ".args",
-                    ),
+    rules: ClassVar[tuple[Rule[Runtime], ...]] = (
+        Rule(
+            "self.tensorParallelSize == 1 || self.tensorParallelSize <= self.gpus",
+            "runtime.tensorParallelSize must not exceed runtime.gpus (and must be 1 when "
+            "runtime.gpus is 0)",
+            lambda r: r.tensor_parallel_size <= max(r.gpus, 1),
+            ".tensorParallelSize",
+            found=lambda r: f"{r.tensor_parallel_size} > {r.gpus}",
+            refusals=(
+                Refusal(
+                    "tp-above-gpus",
+                    {"spec.runtime.tensorParallelSize": 4, "spec.runtime.gpus": 2},
+                ),
+                Refusal(
+                    "tp-without-gpus",
+                    {"spec.runtime.tensorParallelSize": 2, "spec.runtime.gpus": 0},
+                ),
+            ),
+        ),
+        Rule(
+            "size(self.args) == 0 || self.args[0].startsWith('-')",
+            "runtime.args may not start with a positional argument: vLLM would read a second "
+            "model (the model is spec.model.name)",
+            lambda r: not r.args or r.args[0].startswith("-"),
+            ".args",
+            found=lambda r: repr(r.args[0]),
+            refusals=(Refusal("args-positional-model", {"spec.runtime.args": ["other/model"]}),),
+        ),
+        Rule(
+            f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))",
+            "runtime.args may not set a flag specfleet renders, in any spelling vLLM reads (a "
+            "prefix, '_' for '-', =value, .key): "
+            + ", ".join(" or ".join(s) for s in OWNED_FLAGS.values()),
+            lambda r: _owned(r.args) is None,
+            ".args",
+            found=lambda r: "{!r}, which sets {}".format(*_owned(r.args) or ("", "")),
+            # One per spelling class that vLLM 0.33's parser reads as an owned flag (the
+            # runtime's contract test checks them against vLLM).
+            refusals=tuple(
+                Refusal(f"args-{name}", {"spec.runtime.args": args})
+                for name, args in [
+                    ("speculative-config", ["--speculative-config", "{}"]),
+                    ("speculative-config-equals", ['--speculative-config={"method":"ngram"}']),
+                    ("speculative-abbreviated", ["--speculative", '{"method":"ngram"}']),
+                    ("speculative-underscore", ["--speculative_config", "{}"]),
+                    ("speculative-key", ["--speculative-config.num_speculative_tokens", "9"]),
+                    ("speculative-short", ["-sc", "{}"]),
+                    ("speculative-short-equals", ["-sc={}"]),
+                    ("speculative-short-key", ["-sc.method", "ngram"]),
+                    ("speculative-short-abbreviated", ["-s", "{}"]),
+                    ("spec-method", ["--spec-method", "ngram"]),
+                    ("spec-model", ["--spec-model", "other/draft"]),
+                    ("spec-tokens-abbreviated", ["--spec-t", "9"]),
+                    ("spec-ambiguous", ["--spec", "9"]),
+                    ("config-file", ["--config", "/etc/serve.yaml"]),
+                    ("model", ["--model", "other/model"]),
+                    ("model-equals", ["--model=other/model"]),
+                    ("served-abbreviated", ["--served", "x"]),
+                    ("served-underscore-abbreviated", ["--served_model", "x"]),
+                    ("tensor-parallel-abbreviated", ["--tensor-parallel", "8"]),
+                    ("tp-short", ["-tp", "8"]),
+                    ("tp-glued", ["-tp8"]),
+                    ("tp-short-abbreviated", ["-t", "8"]),
+                    ("host-abbreviated", ["--hos", "0.0.0.0"]),
+                    ("host-key", ["--host.x", "1"]),
+                    ("port-after-others", ["--max-model-len", "8192", "--port=9000"]),
+                    ("end-of-options", ["--max-model-len", "8192", "--", "other/model"]),
                 ]
-            }
-        )
+            ),
+        ),
+        Rule(
+            f"self.args.all(a, !a.matches('{OLDER_SPECULATIVE_PATTERN}'))",
+            "runtime.args may not use the speculative decoding flags of vLLM before 0.8 ("
+            + ", ".join(OLDER_SPECULATIVE_FLAGS)
+            + "): vLLM 0.33 refuses them at start. Set speculation.tokens for "
+            "--num-speculative-tokens and draft.model for --speculative-model",
+            lambda r: _older(r.args) is None,
+            ".args",
+            found=lambda r: "{!r}: use {}".format(*_older(r.args) or ("", "")),
+            refusals=(
+                Refusal(
+                    "args-older-num-speculative-tokens",
+                    {"spec.runtime.args": ["--num-speculative-tokens", "5"]},
+                ),
+                Refusal(
+                    "args-older-speculative-model",
+                    {"spec.runtime.args": ["--max-model-len", "8192", "--speculative-model=x/y"]},
+                ),
+                Refusal(
+                    "args-older-ngram-underscore",
+                    {"spec.runtime.args": ["--ngram_prompt_lookup_max", "4"]},
+                ),
+            ),
+        ),
     )
 
     image: NonEmptyString = Field(
@@ -892,19 +1014,7 @@ class Runtime(SpecModel):
     env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the server.")
     node_selector: Annotated[
-        dict[LabelKey, LabelValue],
-        Field(
-            max_length=NODE_SELECTOR_MAX,
-            json_schema_extra={
-                "x-kubernetes-validations": [
-                    _cel(
-                        f"self.all(k, k.matches('{LABEL_KEY_PATTERN}') && "
-                        f"k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
-                        f"runtime.nodeSelector keys must be label keys: {_LABEL_KEY_WORDS}",
-                    )
-                ]
-            },
-        ),
+        dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _NODE_SELECTOR_KEYS
     ] = Field(default_factory=dict, description="Node labels the pods must run on.")
     tolerations: list[Toleration] = Field(default_factory=list)
     resources: Resources = Field(
@@ -915,20 +1025,22 @@ class Runtime(SpecModel):
         default=None, description="Secret with a hub token, exposed as HF_TOKEN."
     )
 
-    @field_validator("args")
-    @classmethod
-    def _no_owned_flags(cls, args: list[str]) -> list[str]:
-        refuse_collisions(args)  # the runtime's own check, so the two cannot drift
-        return args
 
-    @model_validator(mode="after")
-    def _check(self) -> Runtime:
-        if self.tensor_parallel_size > max(self.gpus, 1):
-            raise ValueError(
-                f"runtime.tensorParallelSize ({self.tensor_parallel_size}) must not exceed "
-                f"runtime.gpus ({self.gpus}) (and must be 1 when runtime.gpus is 0)"
-            )
-        return self
+def _older(args: list[str]) -> tuple[str, str] | None:
+    """The first arg that is an older vLLM speculative flag, and what replaced it."""
+    return next(
+        (
+            (a, OLDER_SPECULATIVE_FLAGS[flag])
+            for a in args
+            if (flag := older_speculative_flag(a)) is not None
+        ),
+        None,
+    )
+
+
+def _owned(args: list[str]) -> tuple[str, str] | None:
+    """The first arg that may set a flag the runtime renders, and that flag."""
+    return next(((a, owner) for a in args if (owner := owned_flag(a)) is not None), None)
 
 
 class PrometheusEndpoint(SpecModel):
@@ -940,18 +1052,14 @@ class PrometheusEndpoint(SpecModel):
 class Metrics(SpecModel):
     """Where acceptance metrics come from."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        "self.source != 'Prometheus' || has(self.prometheus)",
-                        "metrics.prometheus.url is required when metrics.source is Prometheus",
-                        ".prometheus",
-                    ),
-                ]
-            }
-        )
+    rules: ClassVar[tuple[Rule[Metrics], ...]] = (
+        Rule(
+            "self.source != 'Prometheus' || has(self.prometheus)",
+            "metrics.prometheus.url is required when metrics.source is Prometheus",
+            lambda m: m.source is not MetricsSource.PROMETHEUS or m.prometheus is not None,
+            ".prometheus",
+            refusals=(Refusal("prometheus-without-url", {"spec.metrics.source": "Prometheus"}),),
+        ),
     )
 
     source: Annotated[MetricsSource, Lax] = Field(
@@ -961,60 +1069,92 @@ class Metrics(SpecModel):
     prometheus: PrometheusEndpoint | None = None
     scrape_timeout: Annotated[str, Duration("5m", "Timeout of one scrape or query.")] = "5s"
 
-    @model_validator(mode="after")
-    def _check(self) -> Metrics:
-        if self.source is MetricsSource.PROMETHEUS and self.prometheus is None:
-            raise ValueError("metrics.prometheus.url is required when metrics.source is Prometheus")
-        return self
-
-
-SUFFIX_NOT_TUNED = (
-    "speculation: draft.method suffix is not tuned (suffix decoding picks its draft length "
-    "per step, up to K): set speculation.minTokens and maxTokens to speculation.tokens"
-)
-FLY_NEEDS_TWO = (
-    "speculation.minTokens must be at least 2 with draft.rejectionSampleMethod fly "
-    "(FLy defers rejection over a window shorter than K)"
-)
-
 
 class SpeculativeModelSpec(SpecModel):
     """What the user (or Git) wants. The operator never writes it."""
 
-    model_config = ConfigDict(
-        json_schema_extra=_schema_extra(
-            **{
-                "x-kubernetes-validations": [
-                    _cel(
-                        "!has(self.draft.tensorParallelSize) || "
-                        "self.draft.tensorParallelSize == 1 || "
-                        "self.draft.tensorParallelSize == self.runtime.tensorParallelSize",
-                        "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
-                        ".draft.tensorParallelSize",
-                    ),
-                    _cel(
-                        "self.draft.method != 'suffix' || "
-                        "(self.speculation.minTokens == self.speculation.tokens && "
-                        "self.speculation.maxTokens == self.speculation.tokens)",
-                        SUFFIX_NOT_TUNED,
-                        ".speculation",
-                    ),
-                    _cel(
-                        "self.draft.method != 'suffix' || self.speculation.schedule.mode == 'Off'",
-                        "speculation.schedule needs a tuned method: suffix decoding sets its "
-                        "draft length per step itself",
-                        ".speculation.schedule",
-                    ),
-                    _cel(
-                        "!has(self.draft.rejectionSampleMethod) || "
-                        "self.draft.rejectionSampleMethod != 'fly' || "
-                        "self.speculation.minTokens >= 2",
-                        FLY_NEEDS_TWO,
-                        ".speculation.minTokens",
-                    ),
-                ]
-            }
-        )
+    rules: ClassVar[tuple[Rule[SpeculativeModelSpec], ...]] = (
+        Rule(
+            "!has(self.draft.tensorParallelSize) || self.draft.tensorParallelSize == 1 || "
+            "self.draft.tensorParallelSize == self.runtime.tensorParallelSize",
+            "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
+            lambda s: s.draft.tensor_parallel_size in (None, 1, s.runtime.tensor_parallel_size),
+            ".draft.tensorParallelSize",
+            found=lambda s: (
+                f"{s.draft.tensor_parallel_size}, not 1 or {s.runtime.tensor_parallel_size}"
+            ),
+            refusals=(
+                Refusal(
+                    "draft-tp-neither-one-nor-target",
+                    {
+                        "spec.runtime.gpus": 4,
+                        "spec.runtime.tensorParallelSize": 4,
+                        "spec.draft.tensorParallelSize": 2,
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "self.draft.method != 'suffix' || "
+            "(self.speculation.minTokens == self.speculation.tokens && "
+            "self.speculation.maxTokens == self.speculation.tokens)",
+            "speculation: draft.method suffix is not tuned (suffix decoding picks its draft "
+            "length per step, up to K): set speculation.minTokens and maxTokens to "
+            "speculation.tokens",
+            lambda s: (
+                s.draft.method is not DraftMethod.SUFFIX
+                or s.speculation.min_tokens == s.speculation.tokens == s.speculation.max_tokens
+            ),
+            ".speculation",
+            refusals=(
+                Refusal(
+                    "suffix-with-a-k-range",
+                    {"spec.draft.method": "suffix", "spec.draft.model": DELETE},
+                ),
+            ),
+        ),
+        Rule(
+            "self.draft.method != 'suffix' || self.speculation.schedule.mode == 'Off'",
+            "speculation.schedule needs a tuned method: suffix decoding sets its draft length "
+            "per step itself",
+            lambda s: (
+                s.draft.method is not DraftMethod.SUFFIX
+                or s.speculation.schedule.mode is ScheduleMode.OFF
+            ),
+            ".speculation.schedule",
+            refusals=(
+                Refusal(
+                    "suffix-with-a-schedule",
+                    {
+                        "spec.draft.method": "suffix",
+                        "spec.draft.model": DELETE,
+                        "spec.speculation": {
+                            "tokens": 8,
+                            "minTokens": 8,
+                            "maxTokens": 8,
+                            "schedule": {"mode": "Learned"},
+                        },
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.draft.rejectionSampleMethod) || "
+            "self.draft.rejectionSampleMethod != 'fly' || self.speculation.minTokens >= 2",
+            "speculation.minTokens must be at least 2 with draft.rejectionSampleMethod fly "
+            "(FLy defers rejection over a window shorter than K)",
+            lambda s: (
+                s.draft.rejection_sample_method is not RejectionSampleMethod.FLY
+                or s.speculation.min_tokens >= 2
+            ),
+            ".speculation.minTokens",
+            refusals=(
+                Refusal(
+                    "fly-with-k-one",
+                    {"spec.draft.rejectionSampleMethod": "fly", "spec.speculation.minTokens": 1},
+                ),
+            ),
+        ),
     )
 
     model: TargetModel
@@ -1031,27 +1171,6 @@ class SpeculativeModelSpec(SpecModel):
     )
     runtime: Runtime = Field(default_factory=Runtime)
     metrics: Metrics = Field(default_factory=Metrics)
-
-    @model_validator(mode="after")
-    def _check(self) -> SpeculativeModelSpec:
-        draft_tp = self.draft.tensor_parallel_size
-        if draft_tp not in (None, 1, self.runtime.tensor_parallel_size):
-            raise ValueError(
-                f"draft.tensorParallelSize ({draft_tp}) must be 1 or runtime.tensorParallelSize "
-                f"({self.runtime.tensor_parallel_size})"
-            )
-        sp = self.speculation
-        if self.draft.method is DraftMethod.SUFFIX:
-            if not sp.min_tokens == sp.tokens == sp.max_tokens:
-                raise ValueError(SUFFIX_NOT_TUNED)
-            if sp.schedule.mode is not ScheduleMode.OFF:
-                raise ValueError(
-                    "speculation.schedule needs a tuned method: suffix decoding sets its "
-                    "draft length per step itself"
-                )
-        if self.draft.rejection_sample_method is RejectionSampleMethod.FLY and sp.min_tokens < 2:
-            raise ValueError(FLY_NEEDS_TWO)
-        return self
 
 
 # ---------------------------------------------------------------------------- status
@@ -1498,7 +1617,7 @@ class ObjectMeta(BaseModel):
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
-    name: Annotated[str, Matching(DNS_1035_LABEL, _DNS_1035_WORDS)]
+    name: str
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
@@ -1506,8 +1625,19 @@ class ObjectMeta(BaseModel):
     annotations: dict[str, str] = Field(default_factory=dict)
 
 
-class SpeculativeModel(ApiModel):
+class SpeculativeModel(ApiModel, RuledModel):
     """A target model served by vLLM with a speculative draft, tuned by the operator."""
+
+    # At the root: a CRD's schema may not constrain metadata.
+    rules: ClassVar[tuple[Rule[SpeculativeModel], ...]] = (
+        Rule(
+            "self.metadata.name.matches('" + DNS_1035_LABEL + "')",
+            f"metadata.name must be {_DNS_1035_WORDS}",
+            lambda m: bool(re.fullmatch(DNS_1035_LABEL, m.metadata.name)),
+            found=lambda m: repr(m.metadata.name),
+            refusals=(Refusal("name-not-dns-label", {"metadata.name": "Llama_8B"}),),
+        ),
+    )
 
     model_config = ConfigDict(extra="ignore")
 
@@ -1518,6 +1648,23 @@ class SpeculativeModel(ApiModel):
     status: SpeculativeModelStatus = Field(default_factory=SpeculativeModelStatus)
 
 
+# Every cross-field rule, each declared once on its model (or field): the CRD, the
+# validators and the invalid-manifest tests all come from these.
+RULES: list[Rule[Any]] = [
+    *SpeculativeModel.rules,
+    *DraftModel.rules,
+    *ScheduleBand.rules,
+    *Schedule.rules,
+    *Speculation.rules,
+    *Runtime.rules,
+    _NODE_SELECTOR_KEYS,
+    *EnvVar.rules,
+    _FLOOR,
+    *Metrics.rules,
+    *SpeculativeModelSpec.rules,
+]
+
+
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "K", "type": "integer", "jsonPath": ".status.speculation.tokens"},
     {"name": "Accept", "type": "number", "jsonPath": ".status.acceptance.rate"},
@@ -1526,35 +1673,3 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
-
-ROOT_VALIDATIONS = [
-    _cel(
-        "self.metadata.name.matches('" + DNS_1035_LABEL + "')",
-        f"metadata.name must be {_DNS_1035_WORDS}",
-    ),
-]
-
-
-def validation_errors(manifest: Any) -> list[str]:
-    """Why a manifest is not a valid SpeculativeModel, one `field.path: reason` a line."""
-    from pydantic import ValidationError
-
-    if not isinstance(manifest, dict):
-        return [f"(document): expected a mapping, got {type(manifest).__name__}"]
-    try:
-        SpeculativeModel.model_validate(manifest)
-    except ValidationError as error:
-        return [_describe(e) for e in error.errors()]
-    return []
-
-
-def _describe(error: Any) -> str:
-    path = ""
-    for part in error["loc"]:
-        # The API server's spelling of a path: list items as [i].
-        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
-    path = path or "(document)"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if error["type"] == "extra_forbidden":
-        message = "unknown field"
-    return f"{path}: {message}"

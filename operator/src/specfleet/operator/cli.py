@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
+from pydantic import ValidationError
 
-from specfleet.operator import api, crd
+from specfleet.operator import api, crd, manifests, render
+from specfleet.operator.errors import describe, validation_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -22,64 +24,64 @@ def crds_command(
     root: Annotated[Path, typer.Option(help="Repository root.")] = Path("."),
 ) -> None:
     """Write the CRD, the chart's CRD and the API reference from the models."""
-    if check:
-        stale = crd.stale_files(root)
-        for path in stale:
-            typer.echo(f"stale: {path} (run `specfleet crds`)", err=True)
-        raise typer.Exit(1 if stale else 0)
-    for path in crd.write_files(root):
-        typer.echo(f"wrote {path}")
+    try:
+        if check:
+            stale = crd.stale_files(root)
+            for path in stale:
+                typer.echo(f"stale: {path} (run `specfleet crds`)", err=True)
+            raise typer.Exit(1 if stale else 0)
+        for path in crd.write_files(root):
+            typer.echo(f"wrote {path}")
+    except (OSError, ValueError) as error:
+        # --root is not the repository (no README.md with the table's markers).
+        typer.echo(f"{root}: not the specfleet repository: {error}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command("validate")
 def validate_command(
     files: Annotated[list[Path], typer.Argument(help="Manifest files (YAML, multi-document).")],
 ) -> None:
-    """Validate SpeculativeModel manifests offline; print each error with its field path."""
+    """Validate SpeculativeModel manifests offline; print each error with its field path.
+
+    Exits 1 when any file is unreadable, holds no SpeculativeModel or a misspelt kind,
+    or a model is invalid; models of all the files whose children would share a name
+    are refused too."""
     invalid = 0
+    valid: list[tuple[str, api.SpeculativeModel]] = []
     for path in files:
         try:
-            documents = [d for d in yaml.safe_load_all(path.read_bytes().decode()) if d is not None]
-        except UnicodeDecodeError as error:
-            typer.echo(
-                f"{path}: cannot read: not UTF-8 text ({error.reason} at byte {error.start})",
-                err=True,
-            )
+            found = manifests.sort_documents(manifests.read_documents(path))
+        except manifests.ManifestError as error:
+            typer.echo(f"{path}: {error}", err=True)
             invalid += 1
             continue
-        except (OSError, yaml.YAMLError) as error:
-            typer.echo(f"{path}: cannot read: {error}", err=True)
+        for message in found.near_misses:
+            typer.echo(f"{path}: {message}", err=True)
+        invalid += len(found.near_misses)
+        if not found.ours and not found.near_misses:
+            typer.echo(f"{path}: {manifests.no_model_error(found.others)}", err=True)
             invalid += 1
-            continue
-        if not documents:
-            typer.echo(f"{path}: no documents in the file", err=True)
-            invalid += 1
-            continue
-        # Other kinds in the same file are not ours to judge.
-        ours = [
-            (index, document)
-            for index, document in enumerate(documents)
-            if not isinstance(document, dict) or document.get("kind") in (None, api.KIND)
-        ]
-        if not ours:
-            plural = "" if len(documents) == 1 else "s"
-            typer.echo(
-                f"{path}: no SpeculativeModel in the file ({len(documents)} other document{plural})"
-            )
-        for index, document in ours:
-            name = (
-                (document.get("metadata") or {}).get("name", f"document {index}")
-                if isinstance(document, dict)
-                else f"document {index}"
-            )
-            errors = api.validation_errors(document)
+        for index, document in found.ours:
+            name = _name(document, index)
+            errors = validation_errors(document)
             for message in errors:
                 typer.echo(f"{path} ({name}): {message}", err=True)
             if errors:
                 invalid += 1
             else:
                 typer.echo(f"{path} ({name}): valid")
+                valid.append((str(path), api.SpeculativeModel.model_validate(document)))
+    for message in manifests.collisions(valid):
+        typer.echo(message, err=True)
+        invalid += 1
     raise typer.Exit(1 if invalid else 0)
+
+
+def _name(document: Any, index: int) -> str:
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return str(name) if name else f"document {index}"
 
 
 @app.command("render")
@@ -88,22 +90,26 @@ def render_command(
     namespace: Annotated[str, typer.Option(help="Namespace if the manifest has none.")] = "default",
 ) -> None:
     """Print the Deployments and Service the operator would create, without a cluster."""
-    from specfleet.operator import render
-
-    documents = [d for d in yaml.safe_load_all(file.read_text()) if d]
-    models = [d for d in documents if isinstance(d, dict) and d.get("kind") == api.KIND]
-    failed = False
-    for document in models:
-        errors = api.validation_errors(document)
-        if errors:
-            for message in errors:
-                typer.echo(f"{file}: {message}", err=True)
-            failed = True
-            continue
-        model = api.SpeculativeModel.model_validate(document)
+    try:
+        found = manifests.sort_documents(manifests.read_documents(file))
+    except manifests.ManifestError as error:
+        typer.echo(f"{file}: {error}", err=True)
+        raise typer.Exit(1) from None
+    problems = list(found.near_misses)
+    if not found.ours and not found.near_misses:
+        problems.append(manifests.no_model_error(found.others))
+    models = []
+    for index, document in found.ours:
+        errors = validation_errors(document)
+        problems += [f"{_name(document, index)}: {message}" for message in errors]
+        if not errors:
+            models.append(api.SpeculativeModel.model_validate(document))
+    for message in problems:
+        typer.echo(f"{file}: {message}", err=True)
+    for model in models:
         model.metadata.namespace = model.metadata.namespace or namespace
         typer.echo(yaml.safe_dump_all(render.manifests(model), sort_keys=False), nl=False)
-    raise typer.Exit(1 if failed or not models else 0)
+    raise typer.Exit(1 if problems else 0)
 
 
 @app.command("operator")
@@ -217,10 +223,23 @@ def simulate_command(
 
     try:
         loaded = simulate.load_scenario(scenario, variant)
-    except (OSError, ValueError, yaml.YAMLError) as error:
-        typer.echo(f"{scenario}: {error}", err=True)
-        raise typer.Exit(2) from error
-    result = simulate.simulate(loaded, seed)
+        result = simulate.simulate(loaded, seed)
+    except ValidationError as error:
+        # The scenario's own fields, or its policy (a SpeculativeModel's spec).
+        policy = error.title == api.SpeculativeModelSpec.__name__
+        for e in error.errors():
+            line = describe(e, api.SpeculativeModelSpec if policy else None)
+            typer.echo(f"{scenario}: {'policy.' if policy else ''}{line}", err=True)
+        raise typer.Exit(2) from None
+    except UnicodeDecodeError as error:
+        typer.echo(f"{scenario}: cannot read: not UTF-8 text ({error.reason})", err=True)
+        raise typer.Exit(2) from None
+    except OSError as error:
+        typer.echo(f"{scenario}: cannot read: {error.strerror or error}", err=True)
+        raise typer.Exit(2) from None
+    except (ValueError, yaml.YAMLError) as error:
+        typer.echo(f"{scenario}: {' '.join(str(error).split())}", err=True)
+        raise typer.Exit(2) from None
     typer.echo(json.dumps(result.to_json(), indent=2) if as_json else simulate.report(result))
     if plot is not None:
         simulate.plot(result, plot)

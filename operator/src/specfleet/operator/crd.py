@@ -123,7 +123,7 @@ def open_api_schema() -> Schema:
             "spec": spec,
             "status": status,
         },
-        "x-kubernetes-validations": api.ROOT_VALIDATIONS,
+        "x-kubernetes-validations": [rule.validation() for rule in api.SpeculativeModel.rules],
     }
 
 

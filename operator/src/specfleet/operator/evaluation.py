@@ -16,10 +16,10 @@ from specfleet.operator.api import (
     MetricsSource,
     SpeculativeModel,
     SpeculativeModelStatus,
-    parse_duration,
 )
 from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import (
     PROMETHEUS_UNAVAILABLE,
     Observation,

@@ -28,11 +28,11 @@ from specfleet.operator.api import (
     Phase,
     SpeculativeModel,
     SpeculativeModelStatus,
-    parse_duration,
-    validation_errors,
 )
 from specfleet.operator.children import DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
+from specfleet.operator.durations import parse_duration
+from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.kube import Cluster, NotLeading
 from specfleet.operator.outcomes import Action

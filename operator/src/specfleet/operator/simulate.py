@@ -32,8 +32,8 @@ from specfleet.operator.api import (
     ScheduledBand,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
-    parse_duration,
 )
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.children import Track
 from specfleet.operator.counts import Counts
 from specfleet.operator.metrics import (

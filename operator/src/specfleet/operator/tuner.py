@@ -44,8 +44,8 @@ from specfleet.operator.api import (
     ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
-    parse_duration,
 )
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
 from specfleet.operator.floor import (

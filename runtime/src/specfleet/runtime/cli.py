@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from specfleet.runtime import preflight
@@ -34,6 +35,8 @@ from specfleet.runtime.config import (
     RuntimeConfig,
     one_line,
     parse_serve_args,
+    serve_help,
+    split_extra,
     termination_log_path,
 )
 from specfleet.runtime.sim_model import SimProfile, load_profile
@@ -54,11 +57,13 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def fail(reason: str, termination_log: str) -> int:
-    """Report a failure the way Kubernetes surfaces it; the exit code for main."""
+def fail(reason: str, termination_log: str | None) -> int:
+    """Report a failure the way Kubernetes surfaces it (None: on stderr only); the exit
+    code for main."""
     line = " ".join(reason.split())  # one line, whatever the cause's formatting
     try:
-        Path(termination_log).write_text(line + "\n")
+        if termination_log is not None:
+            Path(termination_log).write_text(line + "\n")
     except OSError as error:
         _log(f"specfleet-runtime: cannot write termination log {termination_log}: {error}")
     _log(f"specfleet-runtime: {line}")
@@ -73,13 +78,17 @@ def read_sim_profile(value: str | None) -> SimProfile:
     looks_like_path = "\n" not in value and not any(c in value for c in ":{[")
     if looks_like_path and not path.is_file():
         raise ConfigError(f"sim profile file {value} does not exist")
-    text = path.read_text() if looks_like_path else value
     try:
+        text = path.read_bytes().decode() if looks_like_path else value
         return load_profile(text)
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"sim profile file {value} is not UTF-8 text ({error.reason})") from None
+    except OSError as error:
+        raise ConfigError(f"sim profile file {value}: {error.strerror or error}") from None
     except ValidationError as error:
         raise ConfigError(f"sim profile: {one_line(error)}") from None
-    except ValueError as error:  # YAML errors are ValueErrors too
-        raise ConfigError(f"sim profile: {error}") from None
+    except (ValueError, yaml.YAMLError) as error:
+        raise ConfigError(f"sim profile: not a YAML mapping: {error}") from None
 
 
 def _run_sim(config: RuntimeConfig, profile: SimProfile) -> int:
@@ -117,15 +126,17 @@ def engine_command(vllm: list[str], env: Mapping[str, str]) -> list[str]:
 
 
 def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
-    log_path = termination_log_path(argv, env)
+    # A dry run only checks: its failure goes to stderr, never to the termination log
+    # (where Kubernetes would show it as the failure of the pod it runs in).
+    log_path = None if "--dry-run" in split_extra(argv)[0] else termination_log_path(argv, env)
     try:
         config, dry_run = parse_serve_args(argv, env)
         refuse_collisions(config.extra_args)
         vllm = vllm_argv(config)
+        profile = read_sim_profile(config.sim_profile) if config.engine is Engine.SIM else None
         if dry_run:
             print(json.dumps(vllm))
             return 0
-        profile = read_sim_profile(config.sim_profile) if config.engine is Engine.SIM else None
         preflight.run(config, env, use_torch=config.engine is Engine.VLLM, log=_log)
     except (ConfigError, preflight.PreflightError) as error:
         return fail(str(error), log_path)
@@ -182,9 +193,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ["serve", "-h"],
         ["serve", "--help"],
     )
-    if not args or asks_help:
-        print(USAGE, file=sys.stderr if not args else sys.stdout)
-        return EXIT_USAGE if not args else 0
+    if not args:
+        print(USAGE, file=sys.stderr)
+        return EXIT_USAGE
+    if asks_help:
+        print(serve_help(), end="")
+        return 0
     if args[0] != "serve":
         _log(f"specfleet-runtime: unknown command {args[0]!r}\n{USAGE}")
         return EXIT_USAGE

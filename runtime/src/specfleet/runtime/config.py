@@ -317,32 +317,123 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    parser = _Parser(prog="specfleet-runtime serve", add_help=False, allow_abbrev=False)
+    parser = _Parser(
+        prog="specfleet-runtime serve",
+        add_help=False,
+        allow_abbrev=False,
+        usage="%(prog)s --model NAME [options] [-- EXTRA_VLLM_ARGS...]",
+        description="Validate the args, run the preflight checks, then run `vllm serve` (or "
+        "the simulated engine). A failure exits 1 with a one-line reason on stderr and in "
+        "the termination log.",
+        epilog="Everything after `--` is passed to `vllm serve` as given, but for the flags "
+        "this runtime sets (--model, --speculative-config, ...) and the speculative flags "
+        "of vLLM before 0.8, which are refused. See docs/runtime.md.",
+    )
     add = parser.add_argument
-    add("--model", required=True)
-    add("--served-model-name")
-    add("--method", choices=[m.value for m in Method], default=Method.NONE.value)
-    add("--draft-model")
-    add("--num-speculative-tokens", type=int)
-    add("--draft-tensor-parallel-size", type=int)
-    add("--draft-sample-method", choices=[m.value for m in DraftSampleMethod])
-    add("--rejection-sample-method", choices=[m.value for m in RejectionSampleMethod])
-    add("--prompt-lookup-min", type=int)
-    add("--prompt-lookup-max", type=int)
-    add("--suffix-max-tree-depth", type=int)
-    add("--suffix-max-cached-requests", type=int)
-    add("--suffix-max-spec-factor", type=float)
-    add("--suffix-min-token-prob", type=float)
-    add("--batch-schedule", action="append", default=[])
-    add("--tensor-parallel-size", type=int, default=1)
-    add("--host")
-    add("--port", type=int)
-    add("--termination-log")
-    add("--engine", choices=[e.value for e in Engine])
-    add("--sim-profile")
-    add("--seed", type=int)
-    add("--dry-run", action="store_true")
+    add(
+        "--model",
+        required=True,
+        metavar="NAME",
+        help="target model: a hub name or a local directory",
+    )
+    add(
+        "--served-model-name",
+        metavar="NAME",
+        help="the name clients and the metrics' model_name label use",
+    )
+    add(
+        "--method",
+        choices=[m.value for m in Method],
+        default=Method.NONE.value,
+        help="speculation method (default: none)",
+    )
+    add(
+        "--draft-model",
+        metavar="NAME",
+        help="the draft's hub name or local directory (methods with a draft)",
+    )
+    add(
+        "--num-speculative-tokens",
+        type=int,
+        metavar="K",
+        help=f"K, 1..{MAX_SPECULATIVE_TOKENS}; required unless method is none or suffix",
+    )
+    add(
+        "--draft-tensor-parallel-size",
+        type=int,
+        metavar="N",
+        help="1 or the target's tensor parallel size",
+    )
+    add(
+        "--draft-sample-method",
+        choices=[m.value for m in DraftSampleMethod],
+        help="how drafts are sampled (methods with a draft network only)",
+    )
+    add(
+        "--rejection-sample-method",
+        choices=[m.value for m in RejectionSampleMethod],
+        help="how drafts are verified; fly needs K >= 2",
+    )
+    add("--prompt-lookup-min", type=int, metavar="N", help="ngram and ngram_gpu: shortest match")
+    add("--prompt-lookup-max", type=int, metavar="N", help="ngram and ngram_gpu: longest match")
+    add("--suffix-max-tree-depth", type=int, metavar="N", help="suffix: depth of the suffix trees")
+    add(
+        "--suffix-max-cached-requests",
+        type=int,
+        metavar="N",
+        help="suffix: requests in the global tree",
+    )
+    add(
+        "--suffix-max-spec-factor",
+        type=float,
+        metavar="X",
+        help="suffix: draft tokens per matched token",
+    )
+    add(
+        "--suffix-min-token-prob",
+        type=float,
+        metavar="X",
+        help="suffix: least likelihood of a draft token",
+    )
+    add(
+        "--batch-schedule",
+        action="append",
+        default=[],
+        metavar="START:END:K",
+        help="repeatable: K for batch sizes START..END (from 1, not overlapping)",
+    )
+    add("--tensor-parallel-size", type=int, metavar="N", default=1, help="the target's (default 1)")
+    add("--host", help="where to listen (vLLM's default: every interface)")
+    add("--port", type=int, metavar="N", help="where to listen (vLLM's default: 8000)")
+    add(
+        "--termination-log",
+        metavar="PATH",
+        help=f"where a failure is written (env {ENV_TERMINATION_LOG}, else "
+        f"{DEFAULT_TERMINATION_LOG})",
+    )
+    add(
+        "--engine",
+        choices=[e.value for e in Engine],
+        help=f"vllm or the simulated engine (env {ENV_ENGINE}, else vllm)",
+    )
+    add(
+        "--sim-profile",
+        metavar="FILE_OR_YAML",
+        help=f"the simulated engine's profile: a path or the YAML itself (env {ENV_SIM_PROFILE})",
+    )
+    add("--seed", type=int, metavar="N", help=f"the simulated engine's seed (env {ENV_SIM_SEED})")
+    add(
+        "--dry-run",
+        action="store_true",
+        help="check the args (and the sim profile), print the vLLM argv as a JSON list and "
+        "exit: 0, or 1 with the reason on stderr only",
+    )
     return parser
+
+
+def serve_help() -> str:
+    """`specfleet-runtime serve --help`: every flag, from the parser itself."""
+    return _parser().format_help()
 
 
 def split_extra(argv: Sequence[str]) -> tuple[list[str], list[str]]:

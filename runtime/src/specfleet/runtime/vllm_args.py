@@ -28,6 +28,46 @@ OWNED_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# The speculative decoding flags of vLLM releases before `--speculative-config` (0.7 and
+# earlier; other operators and old guides still write them). vLLM 0.33 stops at start on
+# "unrecognized arguments": refused up front instead, each with the runtime option (and
+# SpeculativeModel field) that replaced it.
+OLDER_SPECULATIVE_FLAGS: dict[str, str] = {
+    "--speculative-model": "--draft-model (spec.draft.model)",
+    "--num-speculative-tokens": "--num-speculative-tokens (spec.speculation.tokens)",
+    "--speculative-draft-tensor-parallel-size": (
+        "--draft-tensor-parallel-size (spec.draft.tensorParallelSize)"
+    ),
+    "--ngram-prompt-lookup-min": "--prompt-lookup-min (spec.draft.promptLookupMin)",
+    "--ngram-prompt-lookup-max": "--prompt-lookup-max (spec.draft.promptLookupMax)",
+    "--speculative-max-model-len": "none: vLLM 0.33 sizes the draft itself",
+    "--speculative-disable-by-batch-size": "--batch-schedule (spec.speculation.schedule)",
+    "--speculative-model-quantization": "none: vLLM 0.33 reads it from the draft",
+    "--speculative-disable-mqa-scorer": "none: vLLM 0.33 has no MQA scorer",
+    "--spec-decoding-acceptance-method": (
+        "--rejection-sample-method (spec.draft.rejectionSampleMethod)"
+    ),
+    "--typical-acceptance-sampler-posterior-threshold": "none: vLLM 0.33 has no typical sampler",
+    "--typical-acceptance-sampler-posterior-alpha": "none: vLLM 0.33 has no typical sampler",
+    "--disable-logprobs-during-spec-decoding": "none: vLLM 0.33 dropped it",
+}
+# Each exactly, '_' for an inner '-', alone or with =value: no prefixes, which may be
+# another flag's in vLLM 0.33. No backslash or quote, so CEL's matches() reads it as
+# Python does.
+OLDER_SPECULATIVE_PATTERN = (
+    "^--("
+    + "|".join(flag[2:].replace("-", "[-_]") for flag in OLDER_SPECULATIVE_FLAGS)
+    + ")(=(?s:.)*)?$"
+)
+
+
+def older_speculative_flag(arg: str) -> str | None:
+    """The older vLLM speculative flag an arg spells, if any."""
+    if not re.fullmatch(OLDER_SPECULATIVE_PATTERN, arg):
+        return None
+    return arg.split("=", 1)[0].replace("_", "-")
+
+
 def _prefixes(spellings: list[str], depth: int = 0) -> str:
     """A regex for every non-empty prefix of the spellings. A '-' inside a long option's
     name may be written '_' (vLLM's parser reads it as '-'); the leading ones may not."""
@@ -112,6 +152,12 @@ def refuse_collisions(extra_args: Sequence[str]) -> None:
             "second model, and the model is the runtime's to set"
         )
     for arg in extra_args:
+        older = older_speculative_flag(arg)
+        if older is not None:
+            raise ConfigError(
+                f"extra vLLM arg {arg!r} is a speculative decoding flag of vLLM before 0.8, "
+                f"which vLLM 0.33 refuses: use {OLDER_SPECULATIVE_FLAGS[older]} instead"
+            )
         owner = owned_flag(arg)
         if owner is not None:
             raise ConfigError(

@@ -1,0 +1,172 @@
+"""Every command line refuses bad files and common mistakes in words that say the fix,
+never with a traceback, and exits non-zero for them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from specfleet.operator.cli import app
+from specfleet.runtime import cli as runtime_cli
+from tests.conftest import REPO
+from tests.invalid_manifests import apply_changes
+
+BAD_FILES: dict[str, bytes | None] = {
+    "missing": None,
+    "empty": b"",
+    "not-utf8": "name: caf\xe9\n".encode("latin-1"),
+    "not-yaml": b"a: [1, 2\nb: }\n",
+    "wrong-kind": b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+}
+
+
+def bad_file(tmp_path: Path, kind: str) -> Path:
+    path = tmp_path / f"{kind}.yaml"
+    content = BAD_FILES[kind]
+    if content is not None:
+        path.write_bytes(content)
+    return path
+
+
+def specfleet(*args: str | Path) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def assert_refused_in_words(result: Result, path: Path) -> None:
+    assert result.exit_code not in (0, None), result.output
+    # Only typer's own exit: any other exception would be a traceback for the user.
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert str(path) in result.output
+    assert len(result.output.splitlines()) <= 5, result.output
+
+
+@pytest.mark.parametrize("kind", BAD_FILES)
+@pytest.mark.parametrize(
+    "command",
+    [["validate"], ["render"], ["simulate", "--scenario"], ["crds", "--check", "--root"]],
+    ids=lambda c: c[0],
+)
+def test_every_command_refuses_every_bad_file_in_words(
+    tmp_path: Path, command: list[str], kind: str
+) -> None:
+    path = bad_file(tmp_path, kind)
+    assert_refused_in_words(specfleet(*command, path), path)
+
+
+@pytest.mark.parametrize("kind", BAD_FILES)
+def test_the_runtime_refuses_every_bad_sim_profile_in_words(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = bad_file(tmp_path, kind)
+    log = tmp_path / "termination-log"
+    args = ["serve", "--model", "m", "--engine", "sim", "--sim-profile", str(path)]
+    code = runtime_cli.main([*args, "--dry-run", "--termination-log", str(log)])
+    err = capsys.readouterr().err
+    if kind == "empty":  # an empty profile is the default one (docs/runtime.md)
+        assert code == 0, err
+        return
+    assert code == 1
+    assert err.startswith("specfleet-runtime: sim profile"), err
+    assert len(err.splitlines()) == 1, err
+    assert not log.exists()  # a dry run's failure is for stderr only
+
+
+def test_a_failing_serve_writes_the_termination_log_and_a_dry_run_does_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "termination-log"
+    args = ["serve", "--model", "m", "--method", "eagle3", "--termination-log", str(log)]
+    assert runtime_cli.main([*args, "--dry-run"]) == 1
+    assert not log.exists()
+    assert "needs --draft-model" in capsys.readouterr().err
+    assert runtime_cli.main(args) == 1
+    assert "needs --draft-model" in log.read_text()
+
+
+def test_runtime_help_lists_every_flag_docs_runtime_md_lists(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert runtime_cli.main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    table = (REPO / "docs" / "runtime.md").read_text()
+    documented = set(re.findall(r"^\| `(--[a-z-]+)", table, re.M)) | set(
+        re.findall(r"`(--[a-z-]+)[ `]", table.split("| `--model", 1)[1].split("\n\n", 1)[0])
+    )
+    assert len(documented) >= 20
+    for flag in documented:
+        assert re.search(rf"^\s+{flag}\b", shown, re.M), flag
+
+
+def write(tmp_path: Path, name: str, *documents: Any) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    return path
+
+
+def test_validate_refuses_a_misspelt_kind(tmp_path: Path, peagle_manifest: dict[str, Any]) -> None:
+    path = write(tmp_path, "m.yaml", {**peagle_manifest, "kind": "SpeculativeModels"})
+    result = specfleet("validate", path)
+    assert result.exit_code == 1
+    assert "kind 'SpeculativeModels' is not 'SpeculativeModel'" in result.output
+    assert "spell it 'SpeculativeModel'" in result.output
+
+
+def test_validate_refuses_a_key_given_twice(tmp_path: Path) -> None:
+    text = (REPO / "examples" / "llama-peagle.yaml").read_text()
+    path = tmp_path / "twice.yaml"
+    path.write_text(text + "  rollback:\n    failureLimit: 3\n")
+    assert "  rollback:" in text  # the example has one: the file now has two
+    result = specfleet("validate", path)
+    assert result.exit_code == 1
+    assert re.search(
+        r"key 'rollback' is given twice in one mapping \(first on line \d+\)", (result.output)
+    ), result.output
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["one-file", "two-files"])
+def test_validate_refuses_models_whose_children_collide(
+    tmp_path: Path, peagle_manifest: dict[str, Any], apart: bool
+) -> None:
+    llama = apply_changes(peagle_manifest, {"metadata.name": "llama"})
+    canary = apply_changes(peagle_manifest, {"metadata.name": "llama-canary"})
+    paths = (
+        [write(tmp_path, "a.yaml", llama), write(tmp_path, "b.yaml", canary)]
+        if apart
+        else [write(tmp_path, "a.yaml", llama, canary)]
+    )
+    result = specfleet("validate", *paths)
+    assert result.exit_code == 1
+    assert "(llama-canary): its Deployment llama-canary is also one of model llama's" in (
+        result.output
+    )
+    # In other namespaces they do not meet.
+    canary["metadata"]["namespace"] = "elsewhere"
+    paths = [write(tmp_path, "a.yaml", llama), write(tmp_path, "b.yaml", canary)]
+    assert specfleet("validate", *paths).exit_code == 0
+
+
+def test_render_of_a_file_without_a_model_says_so(tmp_path: Path) -> None:
+    path = bad_file(tmp_path, "wrong-kind")
+    result = specfleet("render", path)
+    assert result.exit_code == 1
+    assert "no SpeculativeModel in the file (1 other document: ConfigMap)" in result.output
+
+
+def test_simulate_names_the_policy_field_it_refuses(tmp_path: Path) -> None:
+    scenario = yaml.safe_load((REPO / "scenarios" / "code-to-chat.yaml").read_text())
+    scenario.pop("variants", None)
+    scenario["policy"] = {"speculation": {"tokens": 50}, "rollback": {"minAcceptance": 75}}
+    path = write(tmp_path, "s.yaml", scenario)
+    result = specfleet("simulate", "--scenario", path)
+    assert result.exit_code == 2
+    assert "policy.speculation.tokens: Input should be less than or equal to 32" in (result.output)
+    assert "policy.rollback.minAcceptance: rollback.minAcceptance must be a fraction" in (
+        result.output
+    )
+    assert "Traceback" not in result.output
