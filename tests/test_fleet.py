@@ -78,7 +78,7 @@ def test_a_decision_is_never_undone_by_a_child_event_before_the_status_echo(
     evaluator = fleet.evaluator
     assert isinstance(evaluator, ScriptedEvaluator)
     evaluator.next_tokens = 5
-    fleet.next_evaluation[KEY] = 0.0  # an evaluation is due
+    fleet.cache.models[KEY].next_evaluation = 0.0  # an evaluation is due
     asyncio.run(fleet.reconcile(KEY))
     assert tokens_in(cluster.stable_args("llama")) == 5
     # The Deployment's events arrive; the model's status echo is still on its way.
@@ -111,7 +111,7 @@ def test_the_decision_is_in_status_before_its_children_are_applied(
     evaluator = fleet.evaluator
     assert isinstance(evaluator, ScriptedEvaluator)
     evaluator.next_tokens = 6
-    fleet.next_evaluation[KEY] = 0.0
+    fleet.cache.models[KEY].next_evaluation = 0.0
     asyncio.run(fleet.reconcile(KEY))
     assert seen and set(seen) == {6}
 

@@ -179,14 +179,16 @@ def operator_command(
         election = leadership.Election(election_config, store, on_lost=stop_flag.set)
     else:
         observability.LEADER.set(1)  # alone, it always writes
-    handlers.HandlerContext.election = election
-    handlers.HandlerContext.fleet = Fleet(
-        kube.Cluster(api, instance, election.may_write if election else kube.always),
-        Evaluator(),
-        period=period,
-    )
     namespaces = namespace or []
-    handlers.HandlerContext.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
+    running = handlers.Running(
+        Fleet(
+            kube.Cluster(api, instance, election.may_write if election else kube.always),
+            Evaluator(),
+            period=period,
+        ),
+        election,
+        scan_namespaces=any(c in n for n in namespaces for c in "*?["),
+    )
     asyncio.run(
         kopf.operator(
             clusterwide=all_namespaces or not namespaces,
@@ -194,6 +196,7 @@ def operator_command(
             standalone=standalone,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
             stop_flag=stop_flag,
+            memo=handlers.memo_for(running),
         )
     )
     if election is not None and election.lost:

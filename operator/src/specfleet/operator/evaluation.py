@@ -20,6 +20,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.keys import Key, key_of_model
 from specfleet.operator.metrics import (
     PROMETHEUS_UNAVAILABLE,
     Observation,
@@ -33,7 +34,6 @@ from specfleet.operator.metrics import (
 from specfleet.operator.status import ObservedChildren, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
-Key = tuple[str, str]
 SCRAPE_CONCURRENCY = 64
 
 
@@ -89,8 +89,7 @@ class Evaluator:
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
             return await query_prometheus(
                 model.spec.metrics.prometheus.url,
-                model.metadata.namespace or "",
-                model.metadata.name,
+                *key_of_model(model),
                 timeout,
             )
         return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
@@ -98,7 +97,7 @@ class Evaluator:
     async def evaluate(
         self, model: SpeculativeModel, children: ObservedChildren, now: datetime
     ) -> tuner.Decided:
-        key = (model.metadata.namespace or "", model.metadata.name)
+        key = key_of_model(model)
         tracker = self.trackers.setdefault(key, WindowTracker())
         try:
             samples = await self._samples(model, children)
@@ -117,7 +116,7 @@ class Evaluator:
         return decided
 
     def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
-        labels = (model.metadata.namespace or "", model.metadata.name)
+        labels = key_of_model(model)
         for error in observation.errors.values():
             observability.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
         if observation.prometheus_error is not None:
@@ -125,7 +124,7 @@ class Evaluator:
 
     def count(self, model: SpeculativeModel, actions: list[tuner.Action]) -> list[tuner.Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""
-        labels = (model.metadata.namespace or "", model.metadata.name)
+        labels = key_of_model(model)
         eventful = []
         for action in actions:
             if action.kind == tuner.ActionKind.INCONCLUSIVE:
@@ -139,7 +138,7 @@ class Evaluator:
         return eventful
 
     def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
-        labels = (model.metadata.namespace or "", model.metadata.name)
+        labels = key_of_model(model)
         window = status.acceptance
         for gauge, value in (
             (observability.ACCEPTANCE_RATE, window.rate),
