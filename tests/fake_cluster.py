@@ -149,7 +149,14 @@ class FakeCluster:
                 body=json.dumps({"kind": "Status", "message": message, "code": 422}),
             )
         before = self.objects.get(_key(manifest))
-        if before is not None and before["spec"] == manifest["spec"]:
+        if (
+            before is not None
+            and before["spec"] == manifest["spec"]
+            and all(
+                before["metadata"].get(field) == manifest["metadata"].get(field)
+                for field in ("labels", "ownerReferences")
+            )
+        ):
             return copy.deepcopy(before)  # server-side apply of the same fields: no write
         body = copy.deepcopy(manifest)
         body["metadata"]["generation"] = (before or {"metadata": {}})["metadata"].get(

@@ -33,13 +33,12 @@ NAMESPACE = "specfleet-system"
 
 # (apiGroup, resource, verb) the operator needs, and nothing else (docs/install.md).
 EXPECTED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
-    [("specfleet.io", "speculativemodels", v) for v in ("list", "watch")]
+    [("specfleet.io", "speculativemodels", v) for v in ("get", "list", "watch")]
     + [("specfleet.io", "speculativemodels/status", "patch")]
     + [("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")]
     + [("", "services", v) for v in ("get", "list", "watch", "create", "patch")]
-    + [("", "pods", v) for v in ("get", "list", "watch")]
-    + [("", "events", v) for v in ("create", "patch")]
-    + [("events.k8s.io", "events", v) for v in ("create", "patch")]
+    + [("", "pods", v) for v in ("list", "watch")]
+    + [("", "events", "create")]
 )
 
 
@@ -357,7 +356,9 @@ def test_rbac_never_grants_secrets_delete_or_wildcards() -> None:
                 assert verb not in ("delete", "deletecollection", "escalate", "bind")
                 assert verb not in ("impersonate",)
                 # The operator reads SpeculativeModels and writes only their status.
-                assert not (resource == "speculativemodels" and verb not in ("list", "watch"))
+                assert not (
+                    resource == "speculativemodels" and verb not in ("get", "list", "watch")
+                )
 
 
 def test_every_verb_is_justified_by_a_comment() -> None:
@@ -366,7 +367,7 @@ def test_every_verb_is_justified_by_a_comment() -> None:
     text = render(show_only="templates/rbac.yaml").stdout
     cluster_role = text.split("kind: ClusterRoleBinding")[0]
     blocks = re.split(r"\n  - apiGroups: ", cluster_role.split("rules:", 1)[1])[1:]
-    assert len(blocks) == 7
+    assert len(blocks) == 6
     for block in blocks:
         verbs = set(re.findall(r"^\s*- ([a-z]+)$", block, re.MULTILINE))
         resources = re.findall(r"resources: \[(.*)\]", block)

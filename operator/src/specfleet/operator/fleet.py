@@ -415,7 +415,9 @@ class Fleet:
         for manifest in manifests:
             ref = (manifest["kind"], manifest["metadata"]["name"])
             found = self.cache.children.get(key, {}).get(ref)
-            if found is None:
+            if found is None or not _ours(found, uid, key[1]):
+                # Not in the cache (only labelled objects are watched), or cached as
+                # someone else's: the API server says who has the name now.
                 found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
                 if found is None and not confirmed:
                     # About to create: the model may be gone with no event yet (a watch
@@ -637,6 +639,11 @@ def _stranger(body: dict[str, Any], model: str) -> str:
         return (
             f"{what} belongs to {owner}: models {model} and {controller.get('name')} "
             "need a child of the same name; rename one of them"
+        )
+    if controller.get("kind") == KIND:
+        return (
+            f"{what} belongs to an earlier {owner} (uid {controller.get('uid')}): left "
+            "untouched until the garbage collector deletes it"
         )
     return f"{what} belongs to {owner}: left untouched"
 
