@@ -200,13 +200,14 @@ def test_a_slow_read_of_the_leaders_newest_renew_gives_the_standby_no_early_star
     assert a.attempt()
 
     def renew_meanwhile() -> None:
+        store.during_read = lambda: None
         clock.now += 6.9
         assert a.attempt()  # a's last renew; then a freezes
         clock.now += 0.1
 
     store.during_read = renew_meanwhile
     b.attempt()
-    store.during_read = lambda: None
+    assert a.may_write() and not b.may_write()
     for _ in range(60):
         clock.now += 0.5
         b.attempt()
