@@ -341,3 +341,35 @@ def _no_stray_series() -> Iterator[None]:
     yield
     for name in ("llama", "foo", "foo-canary", "later", "gone", "kept"):
         observability.forget_model("team", name)
+
+
+def test_a_new_leader_lists_before_it_writes_and_again_after_a_relist(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any], monkeypatch: Any
+) -> None:
+    """A standby's cache may lack DELETED events (its watch was away): the fleet lists
+    before its first reconcile, and again once a watch relists."""
+    monkeypatch.setattr("specfleet.operator.fleet.RELIST_SETTLE_SECONDS", 0.0)
+    started(cluster, fleet, peagle_manifest)
+    cluster.delete_model("llama")
+    cluster.lose_watch()
+    applies, writes = len(cluster.applied), cluster.status_writes
+    other = copy.deepcopy(peagle_manifest)
+    other["metadata"]["name"] = "other"
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        running = asyncio.create_task(fleet.run(stop))
+        await asyncio.sleep(0.2)
+        assert KEY not in fleet.cache.models
+        # The watch of models relists after a gap in which "other" came and went.
+        cluster.create_model(other)
+        cluster.deliver(fleet)
+        del cluster.objects[("SpeculativeModel", "team", "other")]
+        fleet.relisted()
+        await asyncio.sleep(0.2)
+        stop.set()
+        await running
+
+    asyncio.run(scenario())
+    assert len(cluster.applied) == applies and cluster.status_writes == writes
+    assert ("team", "other") not in fleet.cache.models

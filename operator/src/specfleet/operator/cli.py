@@ -144,6 +144,13 @@ def operator_command(
         float, typer.Option(help="Seconds a leader may write after its last renew.")
     ] = 10.0,
     retry_period: Annotated[float, typer.Option(help="Seconds between Lease tries.")] = 2.0,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds any API request may take; with --leader-elect, less than "
+            "--lease-duration minus --renew-deadline."
+        ),
+    ] = 4.0,
 ) -> None:
     """Run the operator."""
     import asyncio
@@ -162,7 +169,13 @@ def operator_command(
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
     instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     election_config = leadership.ElectionConfig(
-        lease_name, lease_namespace, instance, lease_duration, renew_deadline, retry_period
+        lease_name,
+        lease_namespace,
+        instance,
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        request_timeout,
     )
     problems = election_config.problems() if leader_elect else []
     for problem in problems:
@@ -175,14 +188,16 @@ def operator_command(
     stop_flag = asyncio.Event()
     election = None
     if leader_elect:
-        store = leadership.LeaseStore(api, lease_namespace, lease_name)
+        store = leadership.LeaseStore(api, lease_namespace, lease_name, request_timeout)
         election = leadership.Election(election_config, store, on_lost=stop_flag.set)
     else:
         observability.LEADER.set(1)  # alone, it always writes
     namespaces = namespace or []
     running = handlers.Running(
         Fleet(
-            kube.Cluster(api, instance, election.may_write if election else kube.always),
+            kube.Cluster(
+                api, instance, election.may_write if election else kube.always, request_timeout
+            ),
             Evaluator(),
             period=period,
         ),

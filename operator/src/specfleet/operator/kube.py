@@ -23,7 +23,8 @@ from specfleet.operator.children import child_kind
 
 FIELD_MANAGER = "specfleet-operator"
 # Seconds any one request may take, on the client and (the `timeout` parameter) on the
-# API server. ElectionConfig.problems() holds it under lease-duration - renew-deadline.
+# API server (`specfleet operator --request-timeout`). ElectionConfig.problems() holds it
+# under lease-duration - renew-deadline.
 REQUEST_TIMEOUT = 4.0
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
