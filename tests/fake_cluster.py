@@ -10,12 +10,18 @@ import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import pytest
 from kubernetes.client.rest import ApiException
 
+from specfleet.operator import tuner
+from specfleet.operator.api import SpeculativeModel
+from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet, without_nulls
 from specfleet.operator.kube import Conflict, Gone
+from specfleet.operator.status import ObservedChildren
 
 ObjectKey = tuple[str, str, str]  # kind, namespace, name
 
@@ -208,3 +214,32 @@ class FakeCluster:
         deployment = self.objects[("Deployment", "team", name)]
         args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         return args
+
+
+class ScriptedEvaluator(Evaluator):
+    """Decides what the test says instead of scraping pods."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_tokens: int | None = None
+
+    async def evaluate(
+        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
+    ) -> tuner.Decided:
+        status = model.status.model_copy(deep=True)
+        actions = []
+        if self.next_tokens is not None:
+            before, status.speculation.tokens = status.speculation.tokens, self.next_tokens
+            actions.append(tuner.Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
+            self.next_tokens = None
+        return tuner.Decided(status, actions)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def fleet(cluster: FakeCluster) -> Fleet:
+    return Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]

@@ -5,53 +5,21 @@ server refuses a child."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any
 
 import pytest
 
-from specfleet.operator import render, tuner
+from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel
-from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet
-from specfleet.operator.status import ObservedChildren
 from specfleet.runtime.config import ConfigError
-from tests.fake_cluster import FakeCluster
+from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 
 KEY = ("team", "llama")
 
 
-class ScriptedEvaluator(Evaluator):
-    """Decides what the test says instead of scraping pods."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.next_tokens: int | None = None
-
-    async def evaluate(
-        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
-    ) -> tuner.Decided:
-        status = model.status.model_copy(deep=True)
-        actions = []
-        if self.next_tokens is not None:
-            before, status.speculation.tokens = status.speculation.tokens, self.next_tokens
-            actions.append(tuner.Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
-            self.next_tokens = None
-        return tuner.Decided(status, actions)
-
-
 def tokens_in(args: list[str]) -> int:
     return int(args[args.index("--num-speculative-tokens") + 1])
-
-
-@pytest.fixture
-def cluster() -> FakeCluster:
-    return FakeCluster()
-
-
-@pytest.fixture
-def fleet(cluster: FakeCluster) -> Fleet:
-    return Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
 
 
 def settle(cluster: FakeCluster, fleet: Fleet) -> None:

@@ -17,20 +17,10 @@ from specfleet.operator import observability, tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.status import ObservedChildren
-from tests.fake_cluster import FakeCluster
-from tests.test_fleet import ScriptedEvaluator, settle, started, tokens_in
+from tests.fake_cluster import FakeCluster, ScriptedEvaluator
+from tests.test_fleet import settle, started, tokens_in
 
 KEY = ("team", "llama")
-
-
-@pytest.fixture
-def cluster() -> FakeCluster:
-    return FakeCluster()
-
-
-@pytest.fixture
-def fleet(cluster: FakeCluster) -> Fleet:
-    return Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
 
 
 def reconcile(fleet: Fleet, key: tuple[str, str] = KEY) -> None:
