@@ -8,12 +8,13 @@ import asyncio
 import copy
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
+import kopf
 import pytest
 from prometheus_client import REGISTRY
 
-from specfleet.operator import observability, tuner
+from specfleet.operator import handlers, observability, tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.status import ObservedChildren
@@ -363,3 +364,27 @@ def test_a_new_leader_lists_before_it_writes_and_again_after_a_relist(
     asyncio.run(scenario())
     assert len(cluster.applied) == applies and cluster.status_writes == writes
     assert ("team", "other") not in fleet.cache.models
+
+
+def test_the_handlers_find_their_fleet_in_kopfs_memo_and_report_a_relist(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """Each operator run has its own fleet (kopf's memo, not class attributes), and a
+    listed object (kopf's type None) asks that fleet for a listing of its own."""
+    other = Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
+    memo = handlers.memo_for(handlers.Running(fleet))
+    handlers.memo_for(handlers.Running(other))
+    peagle_manifest["metadata"]["name"] = "llama"
+    body = kopf.Body(cast(Any, cluster.create_model(peagle_manifest)))
+    model_event = cast(Any, handlers.model_event)  # kopf types the decorated handler
+
+    async def listed() -> bool:
+        await model_event(type=None, body=body, memo=memo)
+        try:
+            await asyncio.wait_for(fleet._relisted.wait(), timeout=1)
+        except TimeoutError:
+            return False
+        return True
+
+    assert asyncio.run(listed())
+    assert KEY in fleet.cache.models and KEY not in other.cache.models
