@@ -388,3 +388,29 @@ def test_the_handlers_find_their_fleet_in_kopfs_memo_and_report_a_relist(
 
     assert asyncio.run(listed())
     assert KEY in fleet.cache.models and KEY not in other.cache.models
+
+
+def test_a_decision_written_before_its_children_keeps_its_event_when_the_summary_loses(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """The new K is written first, then the children applied; the summary's write then
+    loses to another writer. The decision is in status: its Event is posted, and the
+    model is not decided again before its interval."""
+    started(cluster, fleet, peagle_manifest)
+    scripted(fleet).next_tokens = 5
+    fleet.cache.models[KEY].next_evaluation = 0.0
+    writes = 0
+
+    def other_writer_second() -> None:
+        nonlocal writes
+        writes += 1
+        if writes == 2:
+            body = cluster.objects[("SpeculativeModel", "team", "llama")]
+            body["status"] = {**body["status"], "phase": "Pending"}
+            body["metadata"]["resourceVersion"] = "99999"
+
+    cluster.before_status_write = other_writer_second
+    reconcile(fleet)
+    assert cluster.model("llama")["status"]["speculation"]["tokens"] == 5
+    assert [e["reason"] for e in cluster.events] == ["Promote"]
+    assert fleet.cache.models[KEY].next_evaluation is not None

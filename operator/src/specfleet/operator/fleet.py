@@ -212,11 +212,13 @@ class FleetCache:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How a reconcile ended: a failure to put children in place, and whether its
-    status is written (False: someone wrote first; the model is decided again)."""
+    """How a reconcile ended: a failure to put children in place, whether its status is
+    written (False: someone wrote first), and whether its decision is (it may have been
+    written on its own, before the children; if not, the model is decided again)."""
 
     failure: ReconcileFailure | None = None
     written: bool = True
+    decided: bool = True
 
 
 class Fleet:
@@ -247,9 +249,18 @@ class Fleet:
 
     def forget(self, key: Key) -> None:
         self.cache.forget(key)
+        self._drop_series(key)
+
+    def _drop_series(self, key: Key) -> None:
         if self.evaluator is not None:
             self.evaluator.forget(key)
         observability.forget_model(*key)
+
+    def _forget_record(self, key: Key, record: ModelRecord) -> None:
+        """Forget the model `record` is about, and not a newer one of the same name."""
+        record.gone = True
+        if self.cache.models.get(key) is record:
+            self.forget(key)
 
     def relisted(self) -> None:
         """A watch listed its objects again: what vanished meanwhile has no event."""
@@ -308,8 +319,8 @@ class Fleet:
                 observability.RECONCILE_SECONDS.labels(handler).observe(
                     time.perf_counter() - started
                 )
-                if record.gone:  # series exported while the model was being forgotten
-                    self.forget(key)
+                if record.gone and key not in self.cache.models:
+                    self._drop_series(key)  # exported while the model was being forgotten
             if outcome.failure is not None:
                 observability.RECONCILES.labels(handler, "error").inc()
                 record.backoff = backed_off(record.backoff, generation)
@@ -317,7 +328,7 @@ class Fleet:
                 log.warning("%s/%s: %s; retrying in %.0fs", *key, outcome.failure.message, delay)
                 return
             if not outcome.written:
-                if evaluate:
+                if evaluate and not outcome.decided:
                     record.next_evaluation = None  # the decision was not recorded: decide again
                 return
             observability.RECONCILES.labels(handler, "success").inc()
@@ -340,6 +351,7 @@ class Fleet:
             model = model.model_copy(update={"status": decided.status})
             actions += decided.actions
         failure: ReconcileFailure | None = None
+        in_status = False  # the decision is written
         try:
             manifests = render.manifests(model)
             if self._changes_children(key, recorded, model, manifests):
@@ -348,9 +360,9 @@ class Fleet:
                 # Not summarized: Ready and observedGeneration must not claim children
                 # that are not applied yet.
                 written = await self._write_status(record, body, model.status)
-                if written is None:
-                    return Outcome(written=False)  # someone wrote in between: decide again
-                body = written
+                if written is None:  # someone wrote status in between: decide again
+                    return Outcome(written=False, decided=False)
+                body, in_status = written, True
             failure = await self._apply_children(record, key, body, manifests)
         except ValueError as error:  # the model's config does not render
             failure = ReconcileFailure("RenderFailed", _one_line(str(error)))
@@ -359,16 +371,19 @@ class Fleet:
                 raise
             failure = ReconcileFailure("ChildrenRefused", _api_message(error))
         status = summarize(model, self.cache.observed(key), now, failure)
-        if await self._write_status(record, body, status) is None:
-            return Outcome(failure, written=False)
+        summarized = await self._write_status(record, body, status) is not None
+        if not (summarized or in_status):
+            return Outcome(failure, written=False, decided=False)
+        # Counted and told (Events) once the decision is safe in status; losing an Event
+        # loses no state.
         if self.evaluator is not None:
             actions = self.evaluator.count(model, actions)
-        self._export(record, model, status)
-        actions += _new_failures(model.status, status)
-        # Events come after the decision is safe in status; losing one loses no state.
+        if summarized:
+            self._export(record, model, status)
+            actions += _new_failures(model.status, status)
         for action in actions:
             await self._post_event(record, model, action)
-        return Outcome(failure)
+        return Outcome(failure, written=summarized)
 
     def _changes_children(
         self,
@@ -445,7 +460,7 @@ class Fleet:
         current = await asyncio.to_thread(self.cluster.get_model, *key)
         if current is None or current["metadata"].get("uid") != uid:
             log.info("%s/%s: gone (found before creating its children); forgetting it", *key)
-            self.forget(key)
+            self._forget_record(key, record)
         if record.gone:
             raise Forgotten
 
@@ -503,7 +518,7 @@ class Fleet:
         except Conflict:
             fresh = await asyncio.to_thread(self.cluster.get_model, *key)
             if fresh is None or fresh["metadata"].get("uid") != body["metadata"].get("uid"):
-                self.forget(key)
+                self._forget_record(key, record)
                 raise Forgotten from None
             self.cache.remember_model(fresh)
             if (fresh.get("status") or {}) != (body.get("status") or {}):
@@ -528,7 +543,7 @@ class Fleet:
             )
         except Gone:
             log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
-            self.forget(key)
+            self._forget_record(key, record)
             raise Forgotten from None
 
     def _export(
