@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -101,6 +102,8 @@ class FleetCache:
     children: dict[Key, dict[ChildRef, dict[str, Any]]] = field(default_factory=dict)
     queue: WorkQueue = field(default_factory=WorkQueue)
     deleted: OrderedDict[str, None] = field(default_factory=OrderedDict)  # uids
+    # Called with each forgotten model's key: what others keep about it goes too.
+    on_forget: Callable[[Key], None] = lambda key: None
 
     def wake(self, key: Key) -> None:
         self.queue.add(key)
@@ -132,19 +135,26 @@ class FleetCache:
         if _outside_status(before) != _outside_status(body):
             self.wake(key)
 
-    def forget(self, key: Key) -> ModelRecord | None:
-        """Drop all that is kept about a model: one record."""
-        record = self.models.pop(key, None)
+    def forget(self, key: Key, uid: str | None = None) -> None:
+        """Drop all that is kept about a model: one record (only if its uid is `uid`,
+        when given: a DELETED of an earlier model of the same name leaves a newer one)."""
+        record = self.models.get(key)
+        if record is not None and uid is not None and record.body["metadata"].get("uid") != uid:
+            self._remember_deletion(uid)
+            return
+        self.models.pop(key, None)
         self.queue.discard(key)
-        if record is None:
-            return None
-        record.gone = True
-        uid = record.body["metadata"].get("uid")
-        if uid is not None:
-            self.deleted[uid] = None
-            while len(self.deleted) > REMEMBERED_DELETIONS:
-                self.deleted.popitem(last=False)
-        return record
+        if record is not None:
+            record.gone = True
+            self._remember_deletion(record.body["metadata"].get("uid"))
+        self.on_forget(key)
+
+    def _remember_deletion(self, uid: str | None) -> None:
+        if uid is None:
+            return
+        self.deleted[uid] = None
+        while len(self.deleted) > REMEMBERED_DELETIONS:
+            self.deleted.popitem(last=False)
 
     def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
         """Keep what the fleet reads of a child and wake its model, unless this very
@@ -233,7 +243,7 @@ class Fleet:
         resync_period: float = RESYNC_SECONDS,
     ) -> None:
         self.cluster = cluster
-        self.cache = FleetCache()
+        self.cache = FleetCache(on_forget=self._drop_series)
         self.evaluator = evaluator
         self.period = period
         self.resync_period = resync_period
@@ -243,13 +253,12 @@ class Fleet:
 
     def remember_model(self, body: dict[str, Any], deleted: bool = False) -> None:
         if deleted:
-            self.forget(key_of(body))
+            self.cache.forget(key_of(body), body["metadata"].get("uid"))
         else:
             self.cache.remember_model(body)
 
     def forget(self, key: Key) -> None:
         self.cache.forget(key)
-        self._drop_series(key)
 
     def _drop_series(self, key: Key) -> None:
         if self.evaluator is not None:
