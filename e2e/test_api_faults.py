@@ -73,7 +73,7 @@ def test_an_api_server_restart_mid_canary_loses_no_decision(
     restart_api_server()
     after = wait_for(
         "the canary's decision",
-        lambda: decided_after(api_client, model_namespace, len(history(during)) - 1),
+        lambda: decided_after(api_client, model_namespace, len(history(during))),
         timeout=180,
     )
     assert history(after)[: len(history(during))] == history(during)  # nothing lost
@@ -196,8 +196,8 @@ def test_a_leader_cut_off_by_its_network_stops_writing_before_the_standby_starts
 def test_a_scale_writer_during_evaluations_loses_no_decision(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
-    """An HPA-like writer changes /scale every second while the canary is evaluated: the
-    status writes that conflict are retried, and every decision Event is in status."""
+    """An HPA-like writer changes /scale twice a second while the canary is evaluated:
+    the status writes that conflict are retried, and every decision Event is in status."""
     apply(story_model(), model_namespace)
     wait_for(
         "the first evaluation",
@@ -211,7 +211,7 @@ def test_a_scale_writer_during_evaluations_loses_no_decision(
 
     def scaler() -> None:
         replicas = 1
-        while not stop.wait(1.0):
+        while not stop.wait(0.5):
             replicas = 3 - replicas  # 1, 2, 1, ...
             cluster.kubectl(
                 "scale",

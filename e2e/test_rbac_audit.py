@@ -107,6 +107,16 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         operator.start()
         wait_for("the operator to lead", operator.leading, timeout=30)
         apply(sim_model(MODEL_NAME, tuning={"enabled": False}), NAMESPACE)
+        # And one whose Service the operator creates.
+        apply(sim_model("plain", tuning={"enabled": False}), NAMESPACE)
+        core = client.CoreV1Api(api_client)
+        wait_for(
+            "plain's Service",
+            lambda: any(
+                s.metadata.name == "plain" for s in core.list_namespaced_service(NAMESPACE).items
+            ),
+            timeout=60,
+        )
 
         def refused_service() -> dict[str, Any] | None:
             degraded = condition(get_model(api_client, NAMESPACE, MODEL_NAME), "Degraded")
