@@ -74,6 +74,8 @@ def _reset(connection: socket.socket) -> None:
     with contextlib.suppress(OSError):
         connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_RD)  # wakes a pump blocked reading it
+    with contextlib.suppress(OSError):
         connection.close()
 
 
