@@ -10,6 +10,7 @@ import typer
 import yaml
 
 from specfleet.operator import api, crd
+from specfleet.operator.keys import key_of
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -37,6 +38,7 @@ def validate_command(
 ) -> None:
     """Validate SpeculativeModel manifests offline; print each error with its field path."""
     invalid = 0
+    keys: list[tuple[str, str]] = []  # of the valid models, for name_collisions
     for path in files:
         try:
             documents = [d for d in yaml.safe_load_all(path.read_bytes().decode()) if d is not None]
@@ -79,6 +81,12 @@ def validate_command(
                 invalid += 1
             else:
                 typer.echo(f"{path} ({name}): valid")
+                keys.append(key_of(document))
+    from specfleet.operator.render import name_collisions
+
+    for collision in name_collisions(keys):
+        typer.echo(collision, err=True)
+        invalid += 1
     raise typer.Exit(1 if invalid else 0)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from specfleet.operator import schedule
@@ -38,6 +39,21 @@ STARTUP_FAILURE_THRESHOLD = 360
 
 def canary_name(model_name: str) -> str:
     return f"{model_name}-canary"
+
+
+def name_collisions(models: Iterable[tuple[str, str]]) -> list[str]:
+    """Why models given as (namespace, name) cannot live side by side: models `m` and
+    `m-canary` in one namespace would both need the Deployment `m-canary` (the canary of
+    the one, the stable pods of the other). The operator lets the first keep it and
+    degrades the second; `specfleet validate` refuses the pair up front."""
+    present = set(models)
+    return [
+        f"models {name} and {canary_name(name)} in namespace {namespace or 'default'} would both "
+        f"need the Deployment {canary_name(name)} ({name}'s canary, {canary_name(name)}'s "
+        "stable pods): rename one of them"
+        for namespace, name in sorted(present)
+        if (namespace, canary_name(name)) in present
+    ]
 
 
 def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
