@@ -250,6 +250,18 @@ def test_equal_ports_are_refused() -> None:
     assert "metrics.port and health.port must differ" in result.stderr
 
 
+def test_election_timings_a_slow_write_could_cross_are_refused() -> None:
+    """The operator's requests time out after 4 s: a write sent just before the leader's
+    renew deadline must land before a standby may take over."""
+    result = render(
+        set_json=["leaderElection.leaseDuration=14", "leaderElection.renewDeadline=10"],
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "leaseDuration must be more than leaderElection.renewDeadline + 4" in result.stderr
+    rendered(set_json=["leaderElection.leaseDuration=15", "leaderElection.renewDeadline=10"])
+
+
 def test_service_account_name_is_required_when_not_created() -> None:
     result = render(set_json=["serviceAccount.create=false"], check=False)
     assert result.returncode != 0
