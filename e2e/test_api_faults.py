@@ -62,27 +62,56 @@ def decided_after(
     return body if DECISIONS & {h["action"] for h in history(body)[count:]} else None
 
 
-def test_an_api_server_restart_mid_canary_loses_no_decision(
-    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+def test_a_leader_cut_off_by_its_network_stops_writing_before_the_standby_starts(
+    crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path, proxy: TcpProxy
 ) -> None:
-    apply(story_model(), model_namespace)
-    during = wait_for(
-        "a canary", lambda: canary_running(api_client, model_namespace, MODEL), timeout=180
+    namespace = ha_namespace
+    first = replica(
+        namespace,
+        tmp_path,
+        "op-a",
+        *QUICK_ELECTION,
+        kubeconfig=proxy.kubeconfig(cluster.kubeconfig_path(), tmp_path / "proxied.kubeconfig"),
     )
-    restarted = datetime.now(UTC)
-    restart_api_server()
-    after = wait_for(
-        "the canary's decision",
-        lambda: decided_after(api_client, model_namespace, len(history(during))),
-        timeout=180,
-    )
-    assert history(after)[: len(history(during))] == history(during)  # nothing lost
-    first = min(
-        datetime.fromisoformat(e["requestReceivedTimestamp"])
-        for e in operator_writes(model_namespace, restarted)
-        if e["responseStatus"]["code"] < 300
-    )
-    print(f"api-server restart: first operator write {(first - restarted).total_seconds():.1f}s")
+    second = replica(namespace, tmp_path, "op-b", *QUICK_ELECTION)
+    try:
+        first.start()
+        wait_for("op-a to lead", first.leading, timeout=30)
+        second.start()
+        apply(story_model(), namespace)
+        started = datetime.now(UTC)
+        wait_for(
+            "op-a's status writes",
+            lambda: cluster.accepted_writes(user_agent("op-a"), namespace, started),
+            timeout=60,
+        )
+        proxy.set(Mode.DELAY, 0.2)  # slow, not dead: op-a renews and keeps leading
+        time.sleep(6)
+        assert first.leading()
+        cut = datetime.now(UTC)
+        proxy.set(Mode.BLACKHOLE)
+        assert first.process is not None
+        assert first.process.wait(timeout=60) == 1  # lost leadership: exits
+        exited = datetime.now(UTC)
+        assert "lost leadership" in (tmp_path / "op-a.log").read_text()
+        proxy.set(Mode.RESET)
+        wait_for("op-b to lead", second.leading, timeout=60)
+        took_over = cluster.first_accepted_write(user_agent("op-b"), namespace, cut).received
+
+        a_writes = cluster.accepted_writes(user_agent("op-a"), namespace)
+        renewed = max(w.received for w in a_writes if w.resource == "leases")
+        after_fence = [w for w in a_writes if w.received > renewed + RENEW_DEADLINE]
+        assert after_fence == []
+        assert all(w.received < took_over for w in a_writes)
+        print(
+            f"leader cut off: exited {(exited - cut).total_seconds():.1f}s after the blackhole; "
+            f"op-b's first write {(took_over - cut).total_seconds():.1f}s after; last op-a "
+            f"write {(max(w.received for w in a_writes) - cut).total_seconds():.1f}s after; "
+            "writes after the fence: 0"
+        )
+    finally:
+        first.stop()
+        second.stop()
 
 
 def test_a_watch_gap_hides_neither_a_deleted_model_nor_a_deleted_child(
@@ -139,58 +168,6 @@ def test_a_watch_gap_hides_neither_a_deleted_model_nor_a_deleted_child(
         print(f"watch gap: kept's Deployment back {(back - healed).total_seconds():.1f}s after")
     finally:
         operator.stop()
-
-
-def test_a_leader_cut_off_by_its_network_stops_writing_before_the_standby_starts(
-    crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path, proxy: TcpProxy
-) -> None:
-    namespace = ha_namespace
-    first = replica(
-        namespace,
-        tmp_path,
-        "op-a",
-        *QUICK_ELECTION,
-        kubeconfig=proxy.kubeconfig(cluster.kubeconfig_path(), tmp_path / "proxied.kubeconfig"),
-    )
-    second = replica(namespace, tmp_path, "op-b", *QUICK_ELECTION)
-    try:
-        first.start()
-        wait_for("op-a to lead", first.leading, timeout=30)
-        second.start()
-        apply(story_model(), namespace)
-        started = datetime.now(UTC)
-        wait_for(
-            "op-a's status writes",
-            lambda: cluster.accepted_writes(user_agent("op-a"), namespace, started),
-            timeout=60,
-        )
-        proxy.set(Mode.DELAY, 0.2)  # slow, not dead: op-a renews and keeps leading
-        time.sleep(6)
-        assert first.leading()
-        cut = datetime.now(UTC)
-        proxy.set(Mode.BLACKHOLE)
-        assert first.process is not None
-        assert first.process.wait(timeout=60) == 1  # lost leadership: exits
-        exited = datetime.now(UTC)
-        assert "lost leadership" in (tmp_path / "op-a.log").read_text()
-        proxy.set(Mode.RESET)
-        wait_for("op-b to lead", second.leading, timeout=60)
-        took_over = cluster.first_accepted_write(user_agent("op-b"), namespace, cut).received
-
-        a_writes = cluster.accepted_writes(user_agent("op-a"), namespace)
-        renewed = max(w.received for w in a_writes if w.resource == "leases")
-        after_fence = [w for w in a_writes if w.received > renewed + RENEW_DEADLINE]
-        assert after_fence == []
-        assert all(w.received < took_over for w in a_writes)
-        print(
-            f"leader cut off: exited {(exited - cut).total_seconds():.1f}s after the blackhole; "
-            f"op-b's first write {(took_over - cut).total_seconds():.1f}s after; last op-a "
-            f"write {(max(w.received for w in a_writes) - cut).total_seconds():.1f}s after; "
-            "writes after the fence: 0"
-        )
-    finally:
-        first.stop()
-        second.stop()
 
 
 def test_a_scale_writer_during_evaluations_loses_no_decision(
@@ -251,3 +228,26 @@ def test_a_scale_writer_during_evaluations_loses_no_decision(
     degraded = condition(after, "Degraded") or {}
     assert degraded.get("status") != "True", degraded
     print(f"/scale writer: {len(conflicts)} conflicting status writes, every decision kept")
+
+
+def test_an_api_server_restart_mid_canary_loses_no_decision(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    apply(story_model(), model_namespace)
+    during = wait_for(
+        "a canary", lambda: canary_running(api_client, model_namespace, MODEL), timeout=180
+    )
+    restarted = datetime.now(UTC)
+    restart_api_server()
+    after = wait_for(
+        "the canary's decision",
+        lambda: decided_after(api_client, model_namespace, len(history(during))),
+        timeout=180,
+    )
+    assert history(after)[: len(history(during))] == history(during)  # nothing lost
+    first = min(
+        datetime.fromisoformat(e["requestReceivedTimestamp"])
+        for e in operator_writes(model_namespace, restarted)
+        if e["responseStatus"]["code"] < 300
+    )
+    print(f"api-server restart: first operator write {(first - restarted).total_seconds():.1f}s")
