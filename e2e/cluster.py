@@ -44,6 +44,9 @@ NODE_AGENT_HEALTH_PORT = 16300
 SERVER = f"https://127.0.0.1:{API_PORT}"
 SERVICE_CIDR = "10.0.0.0/24"
 AUDIT_LOG = STATE / "audit.log"
+# Service accounts of this namespace: every request they make is logged, reads too
+# (e2e/test_rbac_audit.py runs the operator as the chart's ServiceAccount there).
+RBAC_AUDIT_NAMESPACE = "specfleet-rbac-audit"
 # Who wrote what: the writes to the kinds the operator writes, at Metadata level (the
 # request's user agent names the operator replica). Node leases and the system's own
 # namespace would drown them.
@@ -52,6 +55,7 @@ AUDIT_POLICY = {
     "kind": "Policy",
     "omitStages": ["RequestReceived"],
     "rules": [
+        {"level": "Metadata", "userGroups": [f"system:serviceaccounts:{RBAC_AUDIT_NAMESPACE}"]},
         {"level": "None", "namespaces": ["kube-node-lease", "kube-system"]},
         {
             "level": "Metadata",

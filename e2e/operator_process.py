@@ -27,15 +27,18 @@ class OperatorProcess:
         lease: tuple[str, str] | None = None,
         identity: str | None = None,
         extra_args: tuple[str, ...] = (),
+        kubeconfig: Path | None = None,
     ) -> None:
         """`lease`: (namespace, name) of the leader Lease to stand for; `identity`: the
-        replica's name (as the chart's POD_ID), in the Lease and in its user agent."""
+        replica's name (as the chart's POD_ID), in the Lease and in its user agent;
+        `kubeconfig`: whom it talks to, and as whom (default: the admin, directly)."""
         self.namespaces = namespaces
         self.log_file = log_file
         self.period = period
         self.lease = lease
         self.identity = identity
         self.extra_args = extra_args
+        self.kubeconfig = kubeconfig or cluster.kubeconfig_path()
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
@@ -54,7 +57,7 @@ class OperatorProcess:
             argv += ["--leader-elect", f"--lease-namespace={self.lease[0]}"]
             argv.append(f"--lease-name={self.lease[1]}")
         argv += self.extra_args
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig_path())}
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         if self.identity is not None:
             env["POD_ID"] = self.identity
         with self.log_file.open("ab") as out:
@@ -105,7 +108,9 @@ class OperatorProcess:
         return "specfleet_leader 1.0" in self.metrics()
 
 
-def replica(namespace: str, logs: Path, name: str, *extra_args: str) -> OperatorProcess:
+def replica(
+    namespace: str, logs: Path, name: str, *extra_args: str, kubeconfig: Path | None = None
+) -> OperatorProcess:
     """One of several replicas watching `namespace`, behind a Lease there."""
     return OperatorProcess(
         [namespace],
@@ -113,4 +118,5 @@ def replica(namespace: str, logs: Path, name: str, *extra_args: str) -> Operator
         lease=(namespace, LEASE),
         identity=name,
         extra_args=extra_args,
+        kubeconfig=kubeconfig,
     )

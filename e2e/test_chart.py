@@ -164,6 +164,7 @@ def namespaced(crds: None, namespace: str, other_namespace: str) -> Iterator[Ide
 
 # What the operator does, one (verb, resource) a line: docs/install.md has the reasons.
 NEEDED = [
+    ("get", "speculativemodels.specfleet.io"),
     ("list", "speculativemodels.specfleet.io"),
     ("watch", "speculativemodels.specfleet.io"),
     ("patch", "speculativemodels.specfleet.io/status"),
@@ -177,13 +178,9 @@ NEEDED = [
     ("watch", "services"),
     ("create", "services"),
     ("patch", "services"),
-    ("get", "pods"),
     ("list", "pods"),
     ("watch", "pods"),
     ("create", "events"),
-    ("patch", "events"),
-    ("create", "events.events.k8s.io"),
-    ("patch", "events.events.k8s.io"),
 ]
 # What it must not do.
 FORBIDDEN = [
@@ -193,12 +190,15 @@ FORBIDDEN = [
     ("watch", "secrets"),
     # SpeculativeModels belong to the user / Git: the operator writes only their status.
     ("patch", "speculativemodels.specfleet.io"),
-    ("get", "speculativemodels.specfleet.io"),
     ("delete", "speculativemodels.specfleet.io"),
     ("deletecollection", "speculativemodels.specfleet.io"),
     ("create", "speculativemodels.specfleet.io"),
     ("update", "speculativemodels.specfleet.io"),
     ("update", "speculativemodels.specfleet.io/status"),
+    # Pods are only listed and watched; Events only created, never patched.
+    ("get", "pods"),
+    ("patch", "events"),
+    ("create", "events.events.k8s.io"),
     # Children are deleted by the garbage collector, never by the operator.
     ("delete", "deployments.apps"),
     ("update", "deployments.apps"),

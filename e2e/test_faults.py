@@ -5,8 +5,6 @@ mid-canary: e2e/test_leader_election.py."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from datetime import datetime
 from typing import Any
@@ -14,6 +12,7 @@ from typing import Any
 from kubernetes import client
 
 from e2e import cluster
+from e2e.api_faults import restart_api_server
 from e2e.models import apply, canary_running, condition, get_model, history, sim_admin
 from e2e.operator_process import OperatorProcess
 from e2e.story import INTERVAL_SECONDS, MODEL, story_model
@@ -136,14 +135,7 @@ def test_operator_recovers_its_watches_after_an_api_server_restart(
         timeout=240,
     )
 
-    apiserver = next(
-        c for c in cluster.components(cluster.build_binaries()) if c.name == "kube-apiserver"
-    )
-    pid = apiserver.pid()
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    time.sleep(3)
-    cluster.up()  # starts only what is missing: the API server
+    restart_api_server()
 
     manifest["spec"]["replicas"] = 2
     apply(manifest, model_namespace)

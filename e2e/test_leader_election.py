@@ -19,8 +19,14 @@ from e2e.waiting import wait_for
 from specfleet.operator.kube import user_agent
 
 # Shorter than the defaults (15/10/2 s, measured by benchmarks/failover.py) to keep the test
-# quick; the same ratios: the renew deadline well before the Lease runs out.
-QUICK_ELECTION = ("--lease-duration=6", "--renew-deadline=4", "--retry-period=1")
+# quick; the same ratios: the renew deadline well before the Lease runs out, and requests
+# that time out within the margin between the two.
+QUICK_ELECTION = (
+    "--lease-duration=6",
+    "--renew-deadline=4",
+    "--retry-period=1",
+    "--request-timeout=1.5",
+)
 
 
 def writes(namespace: str, name: str, after: datetime | None = None) -> list[AuditedWrite]:

@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# The fake API server's fixtures (`cluster`, `fleet`) for the fleet's tests.
+pytest_plugins = ["tests.fake_cluster"]
 
 
 @pytest.fixture

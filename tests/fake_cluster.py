@@ -1,6 +1,7 @@
 """A fake API server for fast tests of the fleet loop: objects with resourceVersions and
-generations, server-side apply, status patches with preconditions, Events, and a queue of
-watch events the test delivers when it chooses (the real watch's delays, made explicit)."""
+generations, server-side apply, status patches with preconditions, gets and listings,
+Events, the garbage collector (on request), and a queue of watch events the test delivers
+when it chooses (the real watch's delays and gaps, made explicit)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,19 @@ import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+import pytest
 from kubernetes.client.rest import ApiException
 
+from specfleet.operator import tuner
+from specfleet.operator.outcomes import Action
+from specfleet.operator.api import SpeculativeModel
+from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet, without_nulls
+from specfleet.operator.kube import Conflict, Gone
+from specfleet.operator.status import ObservedChildren
 
 ObjectKey = tuple[str, str, str]  # kind, namespace, name
 
@@ -36,6 +45,9 @@ class FakeCluster:
         self.applied: list[dict[str, Any]] = []  # every apply request, in order
         self.events: list[dict[str, Any]] = []
         self.status_writes = 0
+        self.requests: list[tuple[str, str, str]] = []  # (verb, kind, name) of every call
+        # Called before each status write is taken, e.g. to write in between.
+        self.before_status_write: Callable[[], None] = lambda: None
         # Returns the API server's message to refuse an apply with (HTTP 422), or None.
         self.refuse: Callable[[dict[str, Any]], str | None] = lambda manifest: None
         self._versions = itertools.count(100)
@@ -61,11 +73,80 @@ class FakeCluster:
         body["metadata"]["generation"] += 1
         self._store(body, "MODIFIED")
 
+    def create(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Someone else's object (a user's Service, another model's Deployment)."""
+        body = copy.deepcopy(body)
+        body.setdefault("status", {})
+        body["metadata"].setdefault("generation", 1)
+        return self._store(body, "ADDED")
+
     def delete(self, kind: str, name: str) -> None:
         body = self.objects.pop((kind, "team", name))
         self.watch.append(WatchEvent("DELETED", copy.deepcopy(body)))
 
+    def delete_model(self, name: str) -> None:
+        """Delete a model, then (the garbage collector) every object it controls."""
+        model = self.objects[("SpeculativeModel", "team", name)]
+        self.delete("SpeculativeModel", name)
+        self.collect_garbage(model["metadata"]["uid"])
+
+    def collect_garbage(self, uid: str) -> None:
+        for key, body in list(self.objects.items()):
+            refs = body["metadata"].get("ownerReferences") or []
+            if any(ref.get("uid") == uid for ref in refs):
+                self.delete(key[0], key[2])
+
+    def scale(self, name: str, replicas: int) -> None:
+        """A write to the model's /scale subresource, as an HPA or KEDA makes."""
+        body = copy.deepcopy(self.objects[("SpeculativeModel", "team", name)])
+        body["spec"]["replicas"] = replicas
+        body["metadata"]["generation"] += 1
+        self._store(body, "MODIFIED")
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get_child("SpeculativeModel", namespace, name)
+
+    def get_child(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.requests.append(("get", kind, name))
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    def list_models(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
+        return self._list("SpeculativeModel", namespace)
+
+    def list_children(
+        self, kind: str, namespace: str, selector: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        required = [term.split("=") for term in selector.split(",")]
+        listed, version = self._list(kind, namespace)
+        matching = [
+            body
+            for body in listed
+            if all(
+                term[0] in body["metadata"].get("labels", {})
+                and (len(term) == 1 or body["metadata"]["labels"][term[0]] == term[1])
+                for term in required
+            )
+        ]
+        return matching, version
+
+    def _list(self, kind: str, namespace: str) -> tuple[list[dict[str, Any]], str]:
+        self.requests.append(("list", kind, ""))
+        version = str(next(self._versions))
+        items = [
+            copy.deepcopy(body)
+            for (k, ns, _), body in self.objects.items()
+            if k == kind and ns == namespace
+        ]
+        return items, version
+
+    def lose_watch(self) -> None:
+        """The watches break (410 Gone): queued events are never delivered; a relist
+        would bring only what exists now."""
+        self.watch = []
+
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(("patch", manifest["kind"], manifest["metadata"]["name"]))
         self.applied.append(copy.deepcopy(manifest))
         message = self.refuse(manifest)
         if message is not None:
@@ -75,7 +156,14 @@ class FakeCluster:
                 body=json.dumps({"kind": "Status", "message": message, "code": 422}),
             )
         before = self.objects.get(_key(manifest))
-        if before is not None and before["spec"] == manifest["spec"]:
+        if (
+            before is not None
+            and before["spec"] == manifest["spec"]
+            and all(
+                before["metadata"].get(field) == manifest["metadata"].get(field)
+                for field in ("labels", "ownerReferences")
+            )
+        ):
             return copy.deepcopy(before)  # server-side apply of the same fields: no write
         body = copy.deepcopy(manifest)
         body["metadata"]["generation"] = (before or {"metadata": {}})["metadata"].get(
@@ -86,11 +174,15 @@ class FakeCluster:
 
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
-    ) -> dict[str, Any] | None:
+    ) -> dict[str, Any]:
+        self.before_status_write()
         self.status_writes += 1
+        self.requests.append(("patch", "SpeculativeModel/status", name))
         current = self.objects.get(("SpeculativeModel", namespace, name))
-        if current is None or current["metadata"]["resourceVersion"] != resource_version:
-            return None
+        if current is None:
+            raise Gone(f"{namespace}/{name}")
+        if current["metadata"]["resourceVersion"] != resource_version:
+            raise Conflict(f"{namespace}/{name}")
         body = copy.deepcopy(current)
         body["status"] = without_nulls(status)  # a merge patch drops null fields
         return self._store(body, "MODIFIED")
@@ -98,6 +190,7 @@ class FakeCluster:
     def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
     ) -> None:
+        self.requests.append(("create", "Event", reason))
         self.events.append({"reason": reason, "message": message, "warning": warning})
 
     # ------------------------------------------------------------------ the watch
@@ -122,3 +215,32 @@ class FakeCluster:
         deployment = self.objects[("Deployment", "team", name)]
         args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         return args
+
+
+class ScriptedEvaluator(Evaluator):
+    """Decides what the test says instead of scraping pods."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_tokens: int | None = None
+
+    async def evaluate(
+        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
+    ) -> tuner.Decided:
+        status = model.status.model_copy(deep=True)
+        actions = []
+        if self.next_tokens is not None:
+            before, status.speculation.tokens = status.speculation.tokens, self.next_tokens
+            actions.append(Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
+            self.next_tokens = None
+        return tuner.Decided(status, actions)
+
+
+@pytest.fixture
+def cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def fleet(cluster: FakeCluster) -> Fleet:
+    return Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]

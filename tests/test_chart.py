@@ -33,13 +33,12 @@ NAMESPACE = "specfleet-system"
 
 # (apiGroup, resource, verb) the operator needs, and nothing else (docs/install.md).
 EXPECTED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
-    [("specfleet.io", "speculativemodels", v) for v in ("list", "watch")]
+    [("specfleet.io", "speculativemodels", v) for v in ("get", "list", "watch")]
     + [("specfleet.io", "speculativemodels/status", "patch")]
     + [("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")]
     + [("", "services", v) for v in ("get", "list", "watch", "create", "patch")]
-    + [("", "pods", v) for v in ("get", "list", "watch")]
-    + [("", "events", v) for v in ("create", "patch")]
-    + [("events.k8s.io", "events", v) for v in ("create", "patch")]
+    + [("", "pods", v) for v in ("list", "watch")]
+    + [("", "events", "create")]
 )
 
 
@@ -251,6 +250,18 @@ def test_equal_ports_are_refused() -> None:
     assert "metrics.port and health.port must differ" in result.stderr
 
 
+def test_election_timings_a_slow_write_could_cross_are_refused() -> None:
+    """The operator's requests time out after 4 s: a write sent just before the leader's
+    renew deadline must land before a standby may take over."""
+    result = render(
+        set_json=["leaderElection.leaseDuration=14", "leaderElection.renewDeadline=10"],
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "leaseDuration must be more than leaderElection.renewDeadline + 4" in result.stderr
+    rendered(set_json=["leaderElection.leaseDuration=15", "leaderElection.renewDeadline=10"])
+
+
 def test_service_account_name_is_required_when_not_created() -> None:
     result = render(set_json=["serviceAccount.create=false"], check=False)
     assert result.returncode != 0
@@ -357,7 +368,9 @@ def test_rbac_never_grants_secrets_delete_or_wildcards() -> None:
                 assert verb not in ("delete", "deletecollection", "escalate", "bind")
                 assert verb not in ("impersonate",)
                 # The operator reads SpeculativeModels and writes only their status.
-                assert not (resource == "speculativemodels" and verb not in ("list", "watch"))
+                assert not (
+                    resource == "speculativemodels" and verb not in ("get", "list", "watch")
+                )
 
 
 def test_every_verb_is_justified_by_a_comment() -> None:
@@ -366,7 +379,7 @@ def test_every_verb_is_justified_by_a_comment() -> None:
     text = render(show_only="templates/rbac.yaml").stdout
     cluster_role = text.split("kind: ClusterRoleBinding")[0]
     blocks = re.split(r"\n  - apiGroups: ", cluster_role.split("rules:", 1)[1])[1:]
-    assert len(blocks) == 7
+    assert len(blocks) == 6
     for block in blocks:
         verbs = set(re.findall(r"^\s*- ([a-z]+)$", block, re.MULTILINE))
         resources = re.findall(r"resources: \[(.*)\]", block)

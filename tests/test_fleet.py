@@ -5,54 +5,21 @@ server refuses a child."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any
 
 import pytest
 
-from specfleet.operator import render, tuner
+from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel
-from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet
-from specfleet.operator.outcomes import Action
-from specfleet.operator.status import ObservedChildren
 from specfleet.runtime.config import ConfigError
-from tests.fake_cluster import FakeCluster
+from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 
 KEY = ("team", "llama")
 
 
-class ScriptedEvaluator(Evaluator):
-    """Decides what the test says instead of scraping pods."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.next_tokens: int | None = None
-
-    async def evaluate(
-        self, model: SpeculativeModel, children: ObservedChildren, now: datetime
-    ) -> tuner.Decided:
-        status = model.status.model_copy(deep=True)
-        actions = []
-        if self.next_tokens is not None:
-            before, status.speculation.tokens = status.speculation.tokens, self.next_tokens
-            actions.append(Action("Promote", "Faster", f"K {before} -> {self.next_tokens}"))
-            self.next_tokens = None
-        return tuner.Decided(status, actions)
-
-
 def tokens_in(args: list[str]) -> int:
     return int(args[args.index("--num-speculative-tokens") + 1])
-
-
-@pytest.fixture
-def cluster() -> FakeCluster:
-    return FakeCluster()
-
-
-@pytest.fixture
-def fleet(cluster: FakeCluster) -> Fleet:
-    return Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
 
 
 def settle(cluster: FakeCluster, fleet: Fleet) -> None:
@@ -79,7 +46,7 @@ def test_a_decision_is_never_undone_by_a_child_event_before_the_status_echo(
     evaluator = fleet.evaluator
     assert isinstance(evaluator, ScriptedEvaluator)
     evaluator.next_tokens = 5
-    fleet.next_evaluation[KEY] = 0.0  # an evaluation is due
+    fleet.cache.models[KEY].next_evaluation = 0.0  # an evaluation is due
     asyncio.run(fleet.reconcile(KEY))
     assert tokens_in(cluster.stable_args("llama")) == 5
     # The Deployment's events arrive; the model's status echo is still on its way.
@@ -112,7 +79,7 @@ def test_the_decision_is_in_status_before_its_children_are_applied(
     evaluator = fleet.evaluator
     assert isinstance(evaluator, ScriptedEvaluator)
     evaluator.next_tokens = 6
-    fleet.next_evaluation[KEY] = 0.0
+    fleet.cache.models[KEY].next_evaluation = 0.0
     asyncio.run(fleet.reconcile(KEY))
     assert seen and set(seen) == {6}
 

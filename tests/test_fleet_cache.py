@@ -45,16 +45,16 @@ def child(kind: str, name: str, version: str, ready: int = 0) -> dict[str, Any]:
 
 
 def woken(cache: FleetCache) -> set[tuple[str, str]]:
-    dirty = set(cache.dirty)
-    cache.dirty.clear()
-    cache.changed.clear()
+    dirty = set(cache.queue.dirty)
+    cache.queue.dirty.clear()
+    cache.queue.changed.clear()
     return dirty
 
 
 def test_a_new_model_and_a_spec_edit_wake_it() -> None:
     cache = FleetCache()
     cache.remember_model(model("1"))
-    assert woken(cache) == {KEY} and cache.models[KEY]["metadata"]["resourceVersion"] == "1"
+    assert woken(cache) == {KEY} and cache.models[KEY].body["metadata"]["resourceVersion"] == "1"
     cache.remember_model(model("2", generation=2))
     assert woken(cache) == {KEY}
 
@@ -67,8 +67,8 @@ def test_a_status_only_change_is_kept_but_does_not_wake() -> None:
     woken(cache)
     cache.remember_model(model("2", status={"phase": "Ready"}))
     assert woken(cache) == set()
-    assert cache.models[KEY]["status"] == {"phase": "Ready"}
-    assert not cache.changed.is_set()
+    assert cache.models[KEY].body["status"] == {"phase": "Ready"}
+    assert not cache.queue.changed.is_set()
 
 
 def test_a_label_change_wakes_the_model() -> None:
@@ -164,10 +164,10 @@ def test_an_older_model_event_never_replaces_a_newer_cached_write() -> None:
     cache = FleetCache()
     cache.remember_model(model("7", status={"speculation": {"tokens": 5}}))
     cache.remember_model(model("5", status={"speculation": {"tokens": 3}}))
-    assert cache.models[KEY]["status"] == {"speculation": {"tokens": 5}}
+    assert cache.models[KEY].body["status"] == {"speculation": {"tokens": 5}}
     cache.remember_model(model("7", status={"speculation": {"tokens": 5}}))  # the echo
     cache.remember_model(model("9", generation=2))
-    assert cache.models[KEY]["metadata"]["resourceVersion"] == "9"
+    assert cache.models[KEY].body["metadata"]["resourceVersion"] == "9"
 
 
 def test_services_are_children_too() -> None:

@@ -3,11 +3,16 @@ moves (the real Lease and real processes: e2e/test_leader_election.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import REGISTRY
 
 from specfleet.operator.leadership import (
     Election,
@@ -176,3 +181,86 @@ def test_never_two_writers_under_random_freezes_outages_and_restarts() -> None:
         for replica in replicas:
             replica.attempt()
     assert sum(r.may_write() for r in replicas) == 1
+
+
+def test_settings_whose_margin_a_slow_write_can_cross_are_refused() -> None:
+    """A write sent just before the leader's deadline may land a request timeout later:
+    the margin between renew deadline and lease duration must cover it."""
+    problems = ElectionConfig("lease", "ns", "a", 15, 12, 2, request_timeout=4).problems()
+    assert problems and problems[0].startswith("--lease-duration")
+    assert "request timeout" in problems[0]
+    assert ElectionConfig("lease", "ns", "a", 15, 10, 2, request_timeout=4).problems() == []
+
+
+def test_a_slow_read_of_the_leaders_newest_renew_gives_the_standby_no_early_start() -> None:
+    """The standby's GET takes 7 s and returns the renew the leader made 6.9 s into it:
+    the standby must count the Lease's duration from the answer, not from the request."""
+    store, clock = SlowLease(), Clock()
+    a, b = elections(store, clock, "a", "b")
+    assert a.attempt()
+
+    def renew_meanwhile() -> None:
+        store.during_read = lambda: None
+        clock.now += 6.9
+        assert a.attempt()  # a's last renew; then a freezes
+        clock.now += 0.1
+
+    store.during_read = renew_meanwhile
+    b.attempt()
+    assert a.may_write() and not b.may_write()
+    for _ in range(60):
+        clock.now += 0.5
+        b.attempt()
+        assert not (a.may_write() and b.may_write()), clock.now
+    assert b.may_write()
+
+
+class SlowLease(MemoryLease):
+    def __init__(self) -> None:
+        super().__init__()
+        self.during_read: Callable[[], None] = lambda: None
+
+    def read(self) -> tuple[LeaseRecord, str] | None:
+        self.during_read()
+        return super().read()
+
+
+def test_a_busy_default_thread_pool_neither_delays_a_renew_nor_hides_a_lost_lease() -> None:
+    """Reconciles fill the default thread pool (here: one worker, blocked). The Lease is
+    still taken, and once the API server is gone the leader stops writing, reports it
+    (specfleet_leader 0) and calls on_lost, all while the pool stays blocked."""
+    store = MemoryLease()
+    config = ElectionConfig(
+        "lease",
+        "ns",
+        "a",
+        lease_duration=2,
+        renew_deadline=1,
+        retry_period=0.1,
+        request_timeout=0.5,
+    )
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        unblock = threading.Event()
+        busy = asyncio.ensure_future(asyncio.to_thread(unblock.wait, 30))
+        lost = asyncio.Event()
+        election = Election(config, store, on_lost=lost.set)
+        stop = asyncio.Event()
+        running = asyncio.create_task(election.run(stop))
+        try:
+            await asyncio.wait_for(election.acquired.wait(), timeout=10)
+            assert election.may_write()
+            store.down = True
+            await asyncio.wait_for(lost.wait(), timeout=10)
+            assert not busy.done()  # all of it happened with the pool blocked
+            assert not election.may_write() and election.lost
+            assert REGISTRY.get_sample_value("specfleet_leader") == 0
+        finally:
+            stop.set()
+            unblock.set()
+            await running
+            await busy
+
+    asyncio.run(scenario())

@@ -170,3 +170,17 @@ def test_speculation_off_degrades_after_a_rollback_but_not_when_plain_is_faster(
     assert status.phase is Phase.READY
     degraded = next(c for c in status.conditions if c.type is ConditionType.DEGRADED)
     assert degraded.status == "False"
+
+
+def test_a_past_crash_of_a_container_that_now_runs_ready_is_no_failure() -> None:
+    """One OOM kill last week must not keep a healthy model Degraded forever; a container
+    that crashed and is not Ready again still counts."""
+    last_crash = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+
+    def runtime(ready: bool) -> dict[str, Any]:
+        body = pod("p", ready=ready, state={"running": {}}, lastState=last_crash)
+        body["status"]["containerStatuses"][0]["ready"] = ready
+        return body
+
+    assert runtime_failure([runtime(ready=True)]) is None
+    assert runtime_failure([runtime(ready=False)]) == "pod p: OOMKilled (exit code 137)"

@@ -53,15 +53,19 @@ them), create/update/delete of SpeculativeModels (they belong to the user or to 
 and every kind not listed here.
 */}}
 {{- define "specfleet.rbacRules" -}}
-# SpeculativeModels: the operator's input, read-only. Spec belongs to Git; the tuned K
-# lives in status and in the child Deployments. No get, create, update, patch or delete.
+# Exactly the verbs the operator's code calls (e2e/test_rbac_audit.py compares them with
+# the API server's audit log). SpeculativeModels: the operator's input, read-only. Spec
+# belongs to Git; the tuned K lives in status and in the child Deployments.
 - apiGroups: [specfleet.io]
   resources: [speculativemodels]
   verbs:
-    # list, watch: kopf's initial listing and event stream; without them the operator
-    # sees no SpeculativeModel at all.
+    # list, watch: kopf's listing and event stream, and the operator's own listing after
+    # a watch was away (a relist sends no DELETED); without them it sees no model at all.
     - list
     - watch
+    # get: the model as it now is when a status write conflicts (the write is retried
+    # against it) and before creating a child (a model gone is never written to again).
+    - get
 # Status: conditions, K in effect, acceptance windows, decision history.
 - apiGroups: [specfleet.io]
   resources: [speculativemodels/status]
@@ -73,56 +77,48 @@ and every kind not listed here.
 - apiGroups: [apps]
   resources: [deployments]
   verbs:
-    # get, list, watch: read the children's rollout state (ready replicas) for the
-    # Ready/Progressing conditions; without them the operator never reports Ready.
-    - get
+    # list, watch: the rollout state (ready replicas) for the Ready and Progressing
+    # conditions; without them the operator never reports Ready.
     - list
     - watch
-    # create, patch: server-side apply of the stable and canary Deployments (a new K
-    # is a new pod template). Without them no pod is ever started or re-rolled.
-    # No delete: the canary is scaled to 0, and owner references let the garbage
-    # collector delete children with their SpeculativeModel.
+    # get: who owns an object with a child's name before the operator creates or adopts
+    # it; without it no Deployment is ever created.
+    - get
+    # create, patch: server-side apply (an apply may create); a new K is a new pod
+    # template. No delete: the canary is scaled to 0, and owner references let the
+    # garbage collector delete children with their model.
     - create
     - patch
 # The Service of each model (selects both tracks).
 - apiGroups: [""]
   resources: [services]
   verbs:
-    # get, list, watch: observe the Service the operator owns.
-    - get
+    # list, watch: the model's Service, put back when deleted or edited by hand.
     - list
     - watch
-    # create, patch: server-side apply of the model's Service; without them clients
-    # have no stable address. No delete (garbage collector).
+    # get: who owns an object with a child's name before the operator creates or adopts
+    # it; without it no Service is ever created.
+    - get
+    # create, patch: server-side apply of the model's Service (an apply may create);
+    # without them clients have no stable address. No delete (garbage collector).
     - create
     - patch
 # The inference pods: read-only.
 - apiGroups: [""]
   resources: [pods]
   verbs:
-    # get, list, watch: pod readiness, pod IPs to scrape /metrics from, and the
-    # termination message of a failed preflight. Without them there are no acceptance
-    # metrics, so no tuning and no rollback.
-    - get
+    # list, watch: pod readiness, pod IPs to scrape /metrics from, and the termination
+    # message of a failed preflight. Without them there are no acceptance metrics, so no
+    # tuning and no rollback.
     - list
     - watch
-# Events (core v1 and events.k8s.io/v1): the operator reports each decision (promote,
-# rollback, ...) and each runtime failure as an Event.
+# core/v1 Events: the operator reports each decision (promote, rollback, ...) and each
+# runtime failure as a new Event (never patched: each post creates one).
 - apiGroups: [""]
   resources: [events]
   verbs:
     # create: without it those Events are lost (the operator logs each failed post).
     - create
-    # patch: a repeated event updates the existing Event's count instead of piling up
-    # new objects; without it repeats fail like a missing create.
-    - patch
-- apiGroups: [events.k8s.io]
-  resources: [events]
-  verbs:
-    # create: as above, for clients that post through the events.k8s.io/v1 API.
-    - create
-    # patch: as above (series updates of a repeated event).
-    - patch
 {{- end -}}
 
 {{/* The `--namespace`/`--all-namespaces` arguments from watch.namespaces. */}}

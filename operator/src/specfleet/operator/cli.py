@@ -150,6 +150,13 @@ def operator_command(
         float, typer.Option(help="Seconds a leader may write after its last renew.")
     ] = 10.0,
     retry_period: Annotated[float, typer.Option(help="Seconds between Lease tries.")] = 2.0,
+    request_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Seconds any API request may take; with --leader-elect, less than "
+            "--lease-duration minus --renew-deadline."
+        ),
+    ] = 4.0,
 ) -> None:
     """Run the operator."""
     import asyncio
@@ -168,7 +175,13 @@ def operator_command(
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
     instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     election_config = leadership.ElectionConfig(
-        lease_name, lease_namespace, instance, lease_duration, renew_deadline, retry_period
+        lease_name,
+        lease_namespace,
+        instance,
+        lease_duration,
+        renew_deadline,
+        retry_period,
+        request_timeout,
     )
     problems = election_config.problems() if leader_elect else []
     for problem in problems:
@@ -181,18 +194,22 @@ def operator_command(
     stop_flag = asyncio.Event()
     election = None
     if leader_elect:
-        store = leadership.LeaseStore(api, lease_namespace, lease_name)
+        store = leadership.LeaseStore(api, lease_namespace, lease_name, request_timeout)
         election = leadership.Election(election_config, store, on_lost=stop_flag.set)
     else:
         observability.LEADER.set(1)  # alone, it always writes
-    handlers.HandlerContext.election = election
-    handlers.HandlerContext.fleet = Fleet(
-        kube.Cluster(api, instance, election.may_write if election else kube.always),
-        Evaluator(),
-        period=period,
-    )
     namespaces = namespace or []
-    handlers.HandlerContext.scan_namespaces = any(c in n for n in namespaces for c in "*?[")
+    running = handlers.Running(
+        Fleet(
+            kube.Cluster(
+                api, instance, election.may_write if election else kube.always, request_timeout
+            ),
+            Evaluator(),
+            period=period,
+        ),
+        election,
+        scan_namespaces=any(c in n for n in namespaces for c in "*?["),
+    )
     asyncio.run(
         kopf.operator(
             clusterwide=all_namespaces or not namespaces,
@@ -200,6 +217,7 @@ def operator_command(
             standalone=standalone,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",
             stop_flag=stop_flag,
+            memo=handlers.memo_for(running),
         )
     )
     if election is not None and election.lost:

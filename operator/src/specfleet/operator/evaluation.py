@@ -20,6 +20,7 @@ from specfleet.operator.api import (
 from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
+from specfleet.operator.keys import Key, key_of_model
 from specfleet.operator.metrics import (
     PROMETHEUS_UNAVAILABLE,
     Observation,
@@ -34,7 +35,6 @@ from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
 from specfleet.operator.status import ObservedChildren, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
-Key = tuple[str, str]
 SCRAPE_CONCURRENCY = 64
 
 
@@ -90,8 +90,7 @@ class Evaluator:
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
             return await query_prometheus(
                 model.spec.metrics.prometheus.url,
-                model.metadata.namespace or "",
-                model.metadata.name,
+                *key_of_model(model),
                 timeout,
             )
         return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
@@ -99,7 +98,7 @@ class Evaluator:
     async def evaluate(
         self, model: SpeculativeModel, children: ObservedChildren, now: datetime
     ) -> tuner.Decided:
-        key = (model.metadata.namespace or "", model.metadata.name)
+        key = key_of_model(model)
         tracker = self.trackers.setdefault(key, WindowTracker())
         try:
             samples = await self._samples(model, children)
@@ -118,7 +117,7 @@ class Evaluator:
         return decided
 
     def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
-        labels = (model.metadata.namespace or "", model.metadata.name)
+        labels = key_of_model(model)
         for error in observation.errors.values():
             observability.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
         if observation.prometheus_error is not None:
@@ -126,7 +125,7 @@ class Evaluator:
 
     def count(self, model: SpeculativeModel, actions: list[Action]) -> list[Action]:
         """Count the decisions in the operator's metrics; return those worth an Event."""
-        labels = (model.metadata.namespace or "", model.metadata.name)
+        labels = key_of_model(model)
         eventful = []
         for action in actions:
             if action.kind == ActionKind.INCONCLUSIVE:
@@ -140,7 +139,7 @@ class Evaluator:
         return eventful
 
     def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
-        labels = (model.metadata.namespace or "", model.metadata.name)
+        labels = key_of_model(model)
         window = status.acceptance
         for gauge, value in (
             (observability.ACCEPTANCE_RATE, window.rate),

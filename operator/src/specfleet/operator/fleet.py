@@ -1,10 +1,15 @@
-"""The operator's state of the world and the loop that reconciles each SpeculativeModel.
+"""The operator's state of the world and the reconciler of each SpeculativeModel.
 
-kopf's watches feed `FleetCache` (models, their Deployments and pods). `Fleet.reconcile`
-renders and applies children and writes status; the background loop runs it for every
-model each period and, in between, for each model that was created, edited or whose
-children changed. It is level-triggered: with nothing changed it changes nothing. Tuning
-evaluations run on the same path when a model's `tuning.interval` has elapsed.
+kopf's watches feed `FleetCache` (models, their Deployments and pods); a listing of its
+own after each relist and every `resync_period` removes what vanished while a watch was
+away, for kopf sends no DELETED for it. `Fleet.reconcile` renders and applies children
+and writes status; `WorkQueue` runs it for every model each period and, in between, for
+each model that was created, edited or whose children changed. It is level-triggered:
+with nothing changed it changes nothing. Tuning evaluations run on the same path when a
+model's `tuning.interval` has elapsed.
+
+All the fleet keeps about a model is one `ModelRecord`; forgetting a model drops it, and
+a reconcile still in flight for it writes nothing more.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import asyncio
 import json
 import logging
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -29,62 +36,125 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SpeculativeModelStatus,
 )
-from specfleet.operator.children import DEPLOYMENT, POD, child_kind
+from specfleet.operator.children import CHILD_KINDS, DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator
-from specfleet.operator.kube import Cluster, NotLeading
+from specfleet.operator.keys import Key, key_of, key_of_model, model_key
+from specfleet.operator.kube import Cluster, Conflict, Gone, NotLeading
 from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren, ReconcileFailure, summarize
+from specfleet.operator.workqueue import Backoff, WorkQueue, backed_off
 
 log = logging.getLogger("specfleet.fleet")
-Key = tuple[str, str]  # (namespace, name)
 ChildRef = tuple[str, str]  # (kind, name) of a child within its model's namespace
 # resourceVersions of a model and of each of its children.
 Inputs = tuple[str | None, frozenset[tuple[ChildRef, str | None]]]
-# Reconciles in flight at once: enough to keep the API server busy, few enough that
-# models finish in the order they arrived rather than all at the end of a burst.
-CONCURRENT_RECONCILES = 16
-# A model whose children cannot be put in place is retried after 5 s, 10 s, ... at
-# most 5 minutes apart, or at once when its spec changes: not every 5 s sweep.
-BACKOFF_SECONDS = 5.0
-MAX_BACKOFF_SECONDS = 300.0
+# Seconds between listings that catch what the watches missed (controller-runtime's
+# SyncPeriod), and the pause after a relist starts, so its burst of events is in first.
+RESYNC_SECONDS = 120.0
+RELIST_SETTLE_SECONDS = 2.0
+# The uids of deleted models kept, so that a late event cannot bring one back.
+REMEMBERED_DELETIONS = 10_000
+# The labels of every child the operator creates (render.labels); the watches select them.
+MANAGED_BY = ("app.kubernetes.io/managed-by", "specfleet")
+CHILD_SELECTOR = f"{render.MODEL_LABEL},{MANAGED_BY[0]}={MANAGED_BY[1]}"
 
 
-def key_of(body: dict[str, Any]) -> Key:
-    return (body["metadata"]["namespace"], body["metadata"]["name"])
+@dataclass(frozen=True)
+class AppliedChildren:
+    """What the operator last applied for a model, and each child's edit marker right
+    after (see ChildKind.edit_marker): another marker means someone else changed it."""
+
+    manifests: list[dict[str, Any]]
+    markers: dict[ChildRef, Any]
+
+
+@dataclass
+class ModelRecord:
+    """Everything the fleet keeps about one model."""
+
+    body: dict[str, Any]  # the newest version seen, by a watch or a write's response
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # time.monotonic() of the next tuning evaluation; None: at the next reconcile.
+    next_evaluation: float | None = None
+    applied: AppliedChildren | None = None
+    # The inputs of the last complete reconcile: a tick with the same inputs and no
+    # evaluation due would change nothing, so it is skipped.
+    settled: Inputs | None = None
+    backoff: Backoff | None = None
+    # Forgotten (deleted, or found gone): a reconcile in flight stops before its next write.
+    gone: bool = False
+
+
+class Forgotten(Exception):
+    """The model was forgotten while its reconcile ran."""
 
 
 @dataclass
 class FleetCache:
-    """The latest view of every model and child, kept current by kopf's watches and by
-    the responses of the operator's own writes."""
+    """The latest view of every model and child, kept current by kopf's watches, the
+    fleet's own listings and the responses of the operator's own writes."""
 
-    models: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    models: dict[Key, ModelRecord] = field(default_factory=dict)
     # model -> (kind, name) -> what the fleet reads of each child, applied ones and pods.
     children: dict[Key, dict[ChildRef, dict[str, Any]]] = field(default_factory=dict)
-    # Models to re-run before the next sweep: new or edited models and models whose
-    # children changed. A burst of N events costs O(N) reconciles, not O(N^2).
-    dirty: set[Key] = field(default_factory=set)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    queue: WorkQueue = field(default_factory=WorkQueue)
+    deleted: OrderedDict[str, None] = field(default_factory=OrderedDict)  # uids
+    # Called with each forgotten model's key: what others keep about it goes too.
+    on_forget: Callable[[Key], None] = lambda key: None
 
     def wake(self, key: Key) -> None:
-        self.dirty.add(key)
-        self.changed.set()
+        self.queue.add(key)
+
+    def body(self, key: Key) -> dict[str, Any] | None:
+        record = self.models.get(key)
+        return None if record is None else record.body
 
     def remember_model(self, body: dict[str, Any]) -> None:
         """Keep the newest body; wake the model unless only its status moved (the echo
         of the operator's own status write would re-run it to no effect)."""
         key = key_of(body)
-        before = self.models.get(key)
-        if before is not None and _older(body, before):
+        uid = body["metadata"].get("uid")
+        if uid is not None and uid in self.deleted:
+            return  # a late event of a deleted model
+        record = self.models.get(key)
+        if record is not None and uid != record.body["metadata"].get("uid"):
+            self.forget(key)  # deleted and created again while a watch was away
+            record = None
+        if record is None:
+            self.models[key] = ModelRecord(body)
+            self.wake(key)
+            return
+        if _older(body, record.body):
             # A watch event from before a status write whose response is cached: taking
             # it would hand the next reconcile the status that write replaced.
             return
-        self.models[key] = body
-        if before is None or _outside_status(before) != _outside_status(body):
+        before, record.body = record.body, body
+        if _outside_status(before) != _outside_status(body):
             self.wake(key)
+
+    def forget(self, key: Key, uid: str | None = None) -> None:
+        """Drop all that is kept about a model: one record (only if its uid is `uid`,
+        when given: a DELETED of an earlier model of the same name leaves a newer one)."""
+        record = self.models.get(key)
+        if record is not None and uid is not None and record.body["metadata"].get("uid") != uid:
+            self._remember_deletion(uid)
+            return
+        self.models.pop(key, None)
+        self.queue.discard(key)
+        if record is not None:
+            record.gone = True
+            self._remember_deletion(record.body["metadata"].get("uid"))
+        self.on_forget(key)
+
+    def _remember_deletion(self, uid: str | None) -> None:
+        if uid is None:
+            return
+        self.deleted[uid] = None
+        while len(self.deleted) > REMEMBERED_DELETIONS:
+            self.deleted.popitem(last=False)
 
     def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
         """Keep what the fleet reads of a child and wake its model, unless this very
@@ -92,7 +162,7 @@ class FleetCache:
         model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
         if model is None:
             return
-        owner = (body["metadata"]["namespace"], model)
+        owner = model_key(body["metadata"].get("namespace"), model)
         observed = _observed_part(body)
         children = self.children.setdefault(owner, {})
         ref = (observed["kind"], observed["metadata"]["name"])
@@ -102,11 +172,41 @@ class FleetCache:
         if changed:
             self.wake(owner)
 
+    def namespaces(self) -> set[str]:
+        return {namespace for namespace, _ in [*self.models, *self.children]}
+
+    def models_listed(self, namespace: str, listed: list[dict[str, Any]], version: str) -> set[Key]:
+        """Take a listing of the models in `namespace` (at resourceVersion `version`):
+        keep what it holds; the keys of cached models it lacks, which are gone (unless
+        cached from after the listing)."""
+        for body in listed:
+            self.remember_model(body)
+        present = {key_of(body) for body in listed}
+        return {
+            key
+            for key, record in self.models.items()
+            if key[0] == namespace and key not in present and not _newer_than(record.body, version)
+        }
+
+    def children_listed(
+        self, namespace: str, kind: str, listed: list[dict[str, Any]], version: str
+    ) -> None:
+        """Take a listing of one child kind in `namespace`: what it lacks is deleted."""
+        present = {(body["kind"], body["metadata"]["name"]) for body in listed}
+        for (owner_namespace, _), children in list(self.children.items()):
+            if owner_namespace != namespace:
+                continue
+            for ref, body in list(children.items()):
+                if ref[0] == kind and ref not in present and not _newer_than(body, version):
+                    self.remember_child(body, deleted=True)
+        for body in listed:
+            self.remember_child(body)
+
     def inputs(self, key: Key) -> Inputs:
         """The versions a reconcile of `key` reads: equal inputs, equal outputs."""
         children = self.children.get(key, {})
         return (
-            _version_of(self.models.get(key)),
+            _version_of(self.body(key)),
             frozenset((ref, _version_of(body)) for ref, body in children.items()),
         )
 
@@ -121,112 +221,132 @@ class FleetCache:
 
 
 @dataclass(frozen=True)
-class AppliedChildren:
-    """What the operator last applied for a model, and each child's edit marker right
-    after (see ChildKind.edit_marker): another marker means someone else changed it."""
+class Outcome:
+    """How a reconcile ended: a failure to put children in place, whether its status is
+    written (False: someone wrote first), and whether its decision is (it may have been
+    written on its own, before the children; if not, the model is decided again)."""
 
-    manifests: list[dict[str, Any]]
-    markers: dict[ChildRef, Any]
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """A model whose last reconcile failed: when to try again, unless its spec (its
-    generation) changes first."""
-
-    failures: int
-    retry_at: float  # time.monotonic()
-    generation: int | None
+    failure: ReconcileFailure | None = None
+    written: bool = True
+    decided: bool = True
 
 
 class Fleet:
+    """The reconciler: for one model, the tuning pipeline, the children's applies, the
+    status write and the Events; `WorkQueue` says which model and when."""
+
     def __init__(
         self,
         cluster: Cluster,
         evaluator: Evaluator | None = None,
         period: float = 5.0,
+        resync_period: float = RESYNC_SECONDS,
     ) -> None:
         self.cluster = cluster
-        self.cache = FleetCache()
+        self.cache = FleetCache(on_forget=self._drop_series)
         self.evaluator = evaluator
         self.period = period
-        self.locks: dict[Key, asyncio.Lock] = {}
-        self.next_evaluation: dict[Key, float] = {}
-        self.applied: dict[Key, AppliedChildren] = {}
-        # The inputs of each model's last complete reconcile: a tick with the same inputs
-        # and no evaluation due would change nothing, so it is skipped.
-        self.settled: dict[Key, Inputs] = {}
-        self.queued: set[Key] = set()  # waiting for a reconcile slot
-        self.backoff: dict[Key, Backoff] = {}
-        self.slots = asyncio.Semaphore(CONCURRENT_RECONCILES)
+        self.resync_period = resync_period
+        self._relisted = asyncio.Event()
 
     # ---------------------------------------------------------------- watches
 
     def remember_model(self, body: dict[str, Any], deleted: bool = False) -> None:
         if deleted:
-            self.forget(key_of(body))
+            self.cache.forget(key_of(body), body["metadata"].get("uid"))
         else:
             self.cache.remember_model(body)
 
     def forget(self, key: Key) -> None:
-        self.cache.models.pop(key, None)
-        self.cache.dirty.discard(key)
-        self.next_evaluation.pop(key, None)
-        self.applied.pop(key, None)
-        self.settled.pop(key, None)
-        self.backoff.pop(key, None)
-        self.locks.pop(key, None)
+        self.cache.forget(key)
+
+    def _drop_series(self, key: Key) -> None:
         if self.evaluator is not None:
             self.evaluator.forget(key)
         observability.forget_model(*key)
+
+    def _forget_record(self, key: Key, record: ModelRecord) -> None:
+        """Forget the model `record` is about, and not a newer one of the same name."""
+        record.gone = True
+        if self.cache.models.get(key) is record:
+            self.forget(key)
+
+    def relisted(self) -> None:
+        """A watch listed its objects again: what vanished meanwhile has no event."""
+        self._relisted.set()
+
+    async def resync(self) -> None:
+        """List models and children in every namespace the cache knows and take the
+        listings: what is gone is forgotten, as a DELETED event would have it."""
+        for namespace in sorted(self.cache.namespaces()):
+            listed, version = await asyncio.to_thread(self.cluster.list_models, namespace)
+            for key in self.cache.models_listed(namespace, listed, version):
+                log.info("%s/%s: gone (found by a listing); forgetting it", *key)
+                self.forget(key)
+            for kind in CHILD_KINDS:
+                children, version = await asyncio.to_thread(
+                    self.cluster.list_children, kind.kind, namespace, CHILD_SELECTOR
+                )
+                self.cache.children_listed(namespace, kind.kind, children, version)
 
     # --------------------------------------------------------------- reconcile
 
     async def reconcile(self, key: Key) -> None:
         """Children and status of one model, after a tuning evaluation when one is due."""
-        lock = self.locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            body = self.cache.models.get(key)
-            if body is None or body["metadata"].get("deletionTimestamp"):
+        record = self.cache.models.get(key)
+        if record is None:
+            return
+        async with record.lock:
+            body = record.body
+            if record.gone or body["metadata"].get("deletionTimestamp"):
                 return
-            if self._backing_off(key, body):
+            generation = body["metadata"].get("generation")
+            if record.backoff is not None and record.backoff.holds(generation):
                 return
             inputs = self.cache.inputs(key)
-            if self.settled.get(key) == inputs and not self._evaluation_pending(key):
+            if record.settled == inputs and not _evaluation_pending(record):
                 return
             started = time.perf_counter()
             try:
                 model: SpeculativeModel | None = SpeculativeModel.model_validate(body)
             except ValidationError:
                 model = None
-            evaluate = model is not None and self._evaluation_due(key, model)
+            evaluate = model is not None and _evaluation_due(record, model)
             handler = "evaluate" if evaluate else "reconcile"
-            failure: ReconcileFailure | None = None
             try:
                 if model is None:
-                    await self._refuse(body, datetime.now(UTC))
+                    outcome = await self._refuse(record, body, datetime.now(UTC))
                 else:
-                    failure = await self._reconcile(body, model, evaluate)
+                    outcome = await self._reconcile(record, body, model, evaluate)
+            except Forgotten:
+                return
             except Exception:
                 observability.RECONCILES.labels(handler, "error").inc()
-                self._back_off(key, body)
+                record.backoff = backed_off(record.backoff, generation)
                 raise
             finally:
                 observability.RECONCILE_SECONDS.labels(handler).observe(
                     time.perf_counter() - started
                 )
-            if failure is not None:
+                if record.gone and key not in self.cache.models:
+                    self._drop_series(key)  # exported while the model was being forgotten
+            if outcome.failure is not None:
                 observability.RECONCILES.labels(handler, "error").inc()
-                delay = self._back_off(key, body)
-                log.warning("%s/%s: %s; retrying in %.0fs", *key, failure.message, delay)
+                record.backoff = backed_off(record.backoff, generation)
+                delay = record.backoff.retry_at - time.monotonic()
+                log.warning("%s/%s: %s; retrying in %.0fs", *key, outcome.failure.message, delay)
+                return
+            if not outcome.written:
+                if evaluate and not outcome.decided:
+                    record.next_evaluation = None  # the decision was not recorded: decide again
                 return
             observability.RECONCILES.labels(handler, "success").inc()
-            self.backoff.pop(key, None)
-            self.settled[key] = inputs
+            record.backoff = None
+            record.settled = inputs
 
     async def _reconcile(
-        self, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
-    ) -> ReconcileFailure | None:
+        self, record: ModelRecord, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
+    ) -> Outcome:
         key = key_of(body)
         now = datetime.now(UTC)
         recorded = model
@@ -239,9 +359,8 @@ class Fleet:
             decided = await self.evaluator.evaluate(model, self.cache.observed(key), now)
             model = model.model_copy(update={"status": decided.status})
             actions += decided.actions
-        if self.evaluator is not None:
-            actions = self.evaluator.count(model, actions)
         failure: ReconcileFailure | None = None
+        in_status = False  # the decision is written
         try:
             manifests = render.manifests(model)
             if self._changes_children(key, recorded, model, manifests):
@@ -249,11 +368,11 @@ class Fleet:
                 # status that is not written yet would be undone by the next reconcile.
                 # Not summarized: Ready and observedGeneration must not claim children
                 # that are not applied yet.
-                written = await self._write_status(body, model.status)
-                if written is None:
-                    return None  # someone wrote in between: decide again from theirs
-                body = written
-            await self._apply_children(key, manifests)
+                written = await self._write_status(record, body, model.status)
+                if written is None:  # someone wrote status in between: decide again
+                    return Outcome(written=False, decided=False)
+                body, in_status = written, True
+            failure = await self._apply_children(record, key, body, manifests)
         except ValueError as error:  # the model's config does not render
             failure = ReconcileFailure("RenderFailed", _one_line(str(error)))
         except ApiException as error:
@@ -261,13 +380,19 @@ class Fleet:
                 raise
             failure = ReconcileFailure("ChildrenRefused", _api_message(error))
         status = summarize(model, self.cache.observed(key), now, failure)
-        self._export(model, status)
-        await self._write_status(body, status)
-        actions += _new_failures(model.status, status)
-        # Events come after the decision is safe in status; losing one loses no state.
+        summarized = await self._write_status(record, body, status) is not None
+        if not (summarized or in_status):
+            return Outcome(failure, written=False, decided=False)
+        # Counted and told (Events) once the decision is safe in status; losing an Event
+        # loses no state.
+        if self.evaluator is not None:
+            actions = self.evaluator.count(model, actions)
+        if summarized:
+            self._export(record, model, status)
+            actions += _new_failures(model.status, status)
         for action in actions:
-            await self._post_event(model, action)
-        return failure
+            await self._post_event(record, model, action)
+        return Outcome(failure, written=summarized)
 
     def _changes_children(
         self,
@@ -282,7 +407,11 @@ class Fleet:
             return False
         return bool(self.cache.children.get(key)) and manifests != render.manifests(recorded)
 
-    async def _post_event(self, model: SpeculativeModel, action: Action) -> None:
+    async def _post_event(
+        self, record: ModelRecord, model: SpeculativeModel, action: Action
+    ) -> None:
+        if record.gone:
+            return
         involved = {
             "apiVersion": API_VERSION,
             "name": model.metadata.name,
@@ -296,25 +425,60 @@ class Fleet:
         except Exception:
             log.exception("posting the %s event of %s failed", action.kind, model.metadata.name)
 
-    async def _apply_children(self, key: Key, manifests: list[dict[str, Any]]) -> None:
-        if self._still_applied(key, manifests):
-            return  # server-side apply would be a no-op anyway
+    async def _apply_children(
+        self, record: ModelRecord, key: Key, body: dict[str, Any], manifests: list[dict[str, Any]]
+    ) -> ReconcileFailure | None:
+        """Apply each child this model owns or may create; leave alone any object of a
+        child's name that belongs to someone else, and say so."""
+        if self._still_applied(record, key, manifests):
+            return None  # server-side apply would be a no-op anyway
+        uid = body["metadata"].get("uid")
         markers: dict[ChildRef, Any] = {}
+        strangers: list[str] = []
+        confirmed = False
         for manifest in manifests:
+            ref = (manifest["kind"], manifest["metadata"]["name"])
+            found = self.cache.children.get(key, {}).get(ref)
+            if found is None or not _ours(found, uid, key[1]):
+                # Not in the cache (only labelled objects are watched), or cached as
+                # someone else's: the API server says who has the name now.
+                found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
+                if found is None and not confirmed:
+                    # About to create: the model may be gone with no event yet (a watch
+                    # gap); creating its children then would only feed the collector.
+                    await self._confirm_exists(record, key, uid)
+                    confirmed = True
+            if found is not None and not _ours(found, uid, key[1]):
+                strangers.append(_stranger(found, key[1]))
+                continue
+            if record.gone:
+                raise Forgotten
             applied = await asyncio.to_thread(self.cluster.apply, manifest)
-            ref = (applied["kind"], applied["metadata"]["name"])
             markers[ref] = _edit_marker(applied)
             if ref not in self.cache.children.get(key, {}):
                 # A new child: its apply response lets the first status say "Progressing"
                 # rather than "Pending" and a second write. Known children are left to
                 # the watch, which delivers their versions in order.
                 self.cache.remember_child(applied)
-        self.applied[key] = AppliedChildren(manifests, markers)
+        if strangers:
+            return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
+        record.applied = AppliedChildren(manifests, markers)
+        return None
 
-    def _still_applied(self, key: Key, manifests: list[dict[str, Any]]) -> bool:
+    async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
+        current = await asyncio.to_thread(self.cluster.get_model, *key)
+        if current is None or current["metadata"].get("uid") != uid:
+            log.info("%s/%s: gone (found before creating its children); forgetting it", *key)
+            self._forget_record(key, record)
+        if record.gone:
+            raise Forgotten
+
+    def _still_applied(
+        self, record: ModelRecord, key: Key, manifests: list[dict[str, Any]]
+    ) -> bool:
         """The same manifests were applied, and each child is still there as the apply
         left it: not deleted, scaled or edited by someone else."""
-        applied = self.applied.get(key)
+        applied = record.applied
         if applied is None or applied.manifests != manifests:
             return False
         children = self.cache.children.get(key, {})
@@ -324,24 +488,7 @@ class Fleet:
                 return False
         return True
 
-    def _back_off(self, key: Key, body: dict[str, Any]) -> float:
-        """Remember a failed reconcile; the seconds until the next try."""
-        failures = (self.backoff[key].failures if key in self.backoff else 0) + 1
-        # The exponent is capped so that a model failing for days never overflows a float.
-        delay = min(BACKOFF_SECONDS * 2.0 ** min(failures - 1, 16), MAX_BACKOFF_SECONDS)
-        generation = body["metadata"].get("generation")
-        self.backoff[key] = Backoff(failures, time.monotonic() + delay, generation)
-        return delay
-
-    def _backing_off(self, key: Key, body: dict[str, Any]) -> bool:
-        backoff = self.backoff.get(key)
-        return (
-            backoff is not None
-            and time.monotonic() < backoff.retry_at
-            and backoff.generation == body["metadata"].get("generation")
-        )
-
-    async def _refuse(self, body: dict[str, Any], now: datetime) -> None:
+    async def _refuse(self, record: ModelRecord, body: dict[str, Any], now: datetime) -> Outcome:
         """A spec the API server admitted but the models refuse (e.g. an older CRD):
         say why in status instead of crashing or rendering something half-valid."""
         message = "; ".join(validation_errors(body))[:1000]
@@ -359,35 +506,61 @@ class Fleet:
             body["metadata"].get("generation"),
         )
         status = status.model_copy(update={"conditions": conditions, "phase": Phase.DEGRADED})
-        await self._write_status(body, status)
+        written = await self._write_status(record, body, status)
+        return Outcome(written=written is not None)
 
     async def _write_status(
-        self, body: dict[str, Any], status: SpeculativeModelStatus
+        self, record: ModelRecord, body: dict[str, Any], status: SpeculativeModelStatus
     ) -> dict[str, Any] | None:
         """Write status unless unchanged; the model as it now is (cached at once, so the
-        next reconcile reads this status even before the watch echoes it), or None
-        when someone wrote in between."""
+        next reconcile reads this status even before the watch echoes it). On a conflict
+        the write is tried once more against the model as it now is, if the status it
+        was decided from is still there (a /scale write, a label edit); None when someone
+        else wrote status in between (the model is woken to decide again). Forgotten
+        when the model is gone: it is never written to again."""
         new = status.model_dump(by_alias=True, mode="json")
-        old = body.get("status") or {}
-        if without_nulls(new) == old:
+        if without_nulls(new) == (body.get("status") or {}):
             return body
-        namespace, name = key_of(body)
-        written = await asyncio.to_thread(
-            self.cluster.patch_status,
-            namespace,
-            name,
-            new,
-            body["metadata"].get("resourceVersion"),
-        )
-        if written is None:
-            # Someone wrote in between; the watch brings the new object and a retry.
-            self.cache.wake(key_of(body))
-            return None
+        key = key_of(body)
+        try:
+            written = await self._patch_status(record, key, new, body)
+        except Conflict:
+            fresh = await asyncio.to_thread(self.cluster.get_model, *key)
+            if fresh is None or fresh["metadata"].get("uid") != body["metadata"].get("uid"):
+                self._forget_record(key, record)
+                raise Forgotten from None
+            self.cache.remember_model(fresh)
+            if (fresh.get("status") or {}) != (body.get("status") or {}):
+                self.cache.wake(key)
+                return None
+            try:
+                written = await self._patch_status(record, key, new, fresh)
+            except Conflict:
+                self.cache.wake(key)
+                return None
         self.cache.remember_model(written)
         return written
 
-    def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
-        labels = (model.metadata.namespace or "", model.metadata.name)
+    async def _patch_status(
+        self, record: ModelRecord, key: Key, status: dict[str, Any], base: dict[str, Any]
+    ) -> dict[str, Any]:
+        if record.gone:
+            raise Forgotten
+        try:
+            return await asyncio.to_thread(
+                self.cluster.patch_status, *key, status, base["metadata"].get("resourceVersion")
+            )
+        except Gone:
+            log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
+            self._forget_record(key, record)
+            raise Forgotten from None
+
+    def _export(
+        self, record: ModelRecord, model: SpeculativeModel, status: SpeculativeModelStatus
+    ) -> None:
+        if record.gone:
+            return
+        labels = key_of_model(model)
         speculation = status.speculation
         stable_k = 0 if speculation.disabled else (speculation.tokens or 0)
         observability.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
@@ -403,62 +576,100 @@ class Fleet:
     # ------------------------------------------------------------------- loop
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick every model every `period` seconds and, in between, each model that was
-        woken, as soon as a slot is free; on stop, finish the ticks in flight."""
-        next_sweep = 0.0
-        ticks: set[asyncio.Task[None]] = set()
+        """Reconcile through the work queue until `stop`; list first (a standby that
+        just took over may have missed deletions), then after each relist and every
+        `resync_period`."""
+        await self._resync_logged()
+        resyncing = asyncio.create_task(self._resync_loop(stop))
+        try:
+            await self.cache.queue.run(stop, self.period, self.cache.models.keys, self._tick)
+        finally:
+            resyncing.cancel()
+
+    async def _resync_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            now = time.monotonic()
-            if now >= next_sweep:
-                keys = list(self.cache.models)
-                next_sweep = now + self.period
-            else:
-                keys = [k for k in self.cache.dirty if k in self.cache.models]
-            self.cache.dirty.clear()
-            self.cache.changed.clear()
-            for key in keys:
-                if key not in self.queued:  # a queued tick will read the newest state
-                    self.queued.add(key)
-                    tick = asyncio.create_task(self._tick(key))
-                    ticks.add(tick)
-                    tick.add_done_callback(ticks.discard)
-            waiters = [
-                asyncio.ensure_future(self.cache.changed.wait()),
-                asyncio.ensure_future(stop.wait()),
-            ]
             try:
-                await asyncio.wait(
-                    waiters,
-                    timeout=max(0.0, next_sweep - time.monotonic()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                for waiter in waiters:
-                    waiter.cancel()
-        await asyncio.gather(*ticks)
+                await asyncio.wait_for(self._relisted.wait(), timeout=self.resync_period)
+                await asyncio.sleep(RELIST_SETTLE_SECONDS)  # the rest of the relist first
+            except TimeoutError:
+                pass
+            self._relisted.clear()
+            await self._resync_logged()
+
+    async def _resync_logged(self) -> None:
+        try:
+            await self.resync()
+        except Exception:
+            log.exception("listing models and children failed; the watches carry on")
 
     async def _tick(self, key: Key) -> None:
-        async with self.slots:
-            self.queued.discard(key)
-            try:
-                await self.reconcile(key)
-            except NotLeading:
-                log.info("%s/%s: not reconciled: this replica no longer holds the Lease", *key)
-            except Exception:
-                log.exception("reconciling %s/%s failed", *key)
+        try:
+            await self.reconcile(key)
+        except NotLeading:
+            log.info("%s/%s: not reconciled: this replica no longer holds the Lease", *key)
+        except Exception:
+            log.exception("reconciling %s/%s failed", *key)
 
-    def _evaluation_pending(self, key: Key) -> bool:
-        due = self.next_evaluation.get(key)
-        return due is None or time.monotonic() >= due
 
-    def _evaluation_due(self, key: Key, model: SpeculativeModel) -> bool:
-        """Whether to evaluate now; if so, when the next evaluation is due."""
-        if not self._evaluation_pending(key):
-            return False
-        # The first evaluation only takes the baseline scrape of each pod.
-        interval = parse_duration(model.spec.tuning.interval).total_seconds()
-        self.next_evaluation[key] = time.monotonic() + interval
-        return True
+def ref_in(manifest: dict[str, Any]) -> tuple[str, str, str]:
+    """(kind, namespace, name) of a manifest."""
+    metadata = manifest["metadata"]
+    return (manifest["kind"], metadata["namespace"], metadata["name"])
+
+
+def _evaluation_pending(record: ModelRecord) -> bool:
+    due = record.next_evaluation
+    return due is None or time.monotonic() >= due
+
+
+def _evaluation_due(record: ModelRecord, model: SpeculativeModel) -> bool:
+    """Whether to evaluate now; if so, when the next evaluation is due."""
+    if not _evaluation_pending(record):
+        return False
+    # The first evaluation only takes the baseline scrape of each pod.
+    interval = parse_duration(model.spec.tuning.interval).total_seconds()
+    record.next_evaluation = time.monotonic() + interval
+    return True
+
+
+def _controller(body: dict[str, Any]) -> dict[str, Any] | None:
+    return next(
+        (ref for ref in body["metadata"].get("ownerReferences") or [] if ref.get("controller")),
+        None,
+    )
+
+
+def _ours(body: dict[str, Any], uid: str | None, model: str) -> bool:
+    """The object is this model's child: controlled by it, or created for it by the
+    operator and orphaned since (adopted, as controller-runtime adopts orphans)."""
+    controller = _controller(body)
+    if controller is not None:
+        return uid is not None and controller.get("uid") == uid
+    labels = body["metadata"].get("labels") or {}
+    return labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(render.MODEL_LABEL) == model
+
+
+def _stranger(body: dict[str, Any], model: str) -> str:
+    """Why an object with a child's name is left alone, naming it and its owner."""
+    metadata = body["metadata"]
+    what = f"{body['kind']} {metadata.get('namespace')}/{metadata['name']}"
+    controller = _controller(body)
+    if controller is None:
+        managers = sorted({m.get("manager", "?") for m in metadata.get("managedFields") or []})
+        owner = f"is not the operator's (managed by {', '.join(managers) or 'no one'})"
+        return f"{what} {owner}: left untouched; rename or delete it, or rename the model"
+    owner = f"{controller.get('kind')} {controller.get('name')}"
+    if controller.get("kind") == KIND and controller.get("name") != model:
+        return (
+            f"{what} belongs to {owner}: models {model} and {controller.get('name')} "
+            "need a child of the same name; rename one of them"
+        )
+    if controller.get("kind") == KIND:
+        return (
+            f"{what} belongs to an earlier {owner} (uid {controller.get('uid')}): left "
+            "untouched until the garbage collector deletes it"
+        )
+    return f"{what} belongs to {owner}: left untouched"
 
 
 def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
@@ -471,6 +682,11 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
 
 def _version_of(body: dict[str, Any] | None) -> str | None:
     return None if body is None else body["metadata"].get("resourceVersion")
+
+
+def _newer_than(body: dict[str, Any], version: str) -> bool:
+    """`body` was written after a listing at `version` (so the listing could not hold it)."""
+    return _older({"metadata": {"resourceVersion": version}}, body)
 
 
 def _older(body: dict[str, Any], than: dict[str, Any]) -> bool:

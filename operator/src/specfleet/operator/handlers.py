@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -44,27 +45,37 @@ class NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
-class HandlerContext:
-    """The fleet the handlers talk to; set by `specfleet operator` before kopf starts."""
+@dataclass
+class Running:
+    """What one operator run shares between its handlers, kept in kopf's `memo` (the
+    handlers get the memo given to `kopf.operator`, so two runs in one process, as in
+    tests, never share a fleet)."""
 
-    fleet: Fleet | None = None
+    fleet: Fleet
     # With leader election, the fleet runs only while this replica holds the Lease.
     election: Election | None = None
-    election_task: asyncio.Task[None] | None = None
     # Namespace globs (e.g. "team-*") need kopf to list and watch Namespaces.
     scan_namespaces: bool = False
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    election_task: asyncio.Task[None] | None = None
     loop_task: asyncio.Task[None] | None = None
-    stop: asyncio.Event | None = None
 
 
-def fleet() -> Fleet:
-    if HandlerContext.fleet is None:
+def memo_for(running: Running) -> kopf.Memo:
+    """The memo to start kopf with."""
+    return kopf.Memo(running=running)
+
+
+def running(memo: kopf.Memo) -> Running:
+    found = memo.get("running")
+    if not isinstance(found, Running):
         raise RuntimeError("specfleet operator was started without a fleet")
-    return HandlerContext.fleet
+    return found
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    run = running(memo)
     settings.persistence.diffbase_storage = NoDiffBase()
     # Without timeouts a watch can go quiet forever behind a dropped connection.
     settings.watching.server_timeout = 120
@@ -73,48 +84,55 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     # The chart grants no access to Namespaces (least privilege); with plain namespace
     # names or cluster-wide watching kopf takes them as given instead of scanning.
-    settings.scanning.disabled = not HandlerContext.scan_namespaces
-    HandlerContext.stop = asyncio.Event()
-    HandlerContext.loop_task = asyncio.create_task(lead_then_run(settings, HandlerContext.stop))
+    settings.scanning.disabled = not run.scan_namespaces
+    run.loop_task = asyncio.create_task(lead_then_run(settings, run))
 
 
-async def lead_then_run(settings: kopf.OperatorSettings, stop: asyncio.Event) -> None:
+async def lead_then_run(settings: kopf.OperatorSettings, run: Running) -> None:
     """Run the fleet; with leader election, only once this replica holds the Lease. Until
     then the watches keep filling the cache, and kopf posts no Events either."""
-    election = HandlerContext.election
+    election = run.election
     if election is not None:
         settings.posting.enabled = False
-        HandlerContext.election_task = asyncio.create_task(election.run(stop))
+        run.election_task = asyncio.create_task(election.run(run.stop))
         leading = asyncio.ensure_future(election.acquired.wait())
-        await asyncio.wait(
-            [leading, HandlerContext.election_task], return_when=asyncio.FIRST_COMPLETED
-        )
+        await asyncio.wait([leading, run.election_task], return_when=asyncio.FIRST_COMPLETED)
         leading.cancel()
         if not election.may_write():
             return  # stopped (or lost) before leading
         settings.posting.enabled = True
-    await fleet().run(stop)
+    await run.fleet.run(run.stop)
 
 
 @kopf.on.cleanup()
-async def shutdown(**_: Any) -> None:
-    if HandlerContext.stop is not None:
-        HandlerContext.stop.set()
-    if HandlerContext.loop_task is not None:
-        await HandlerContext.loop_task
-    if HandlerContext.election_task is not None:
-        await HandlerContext.election_task
-    if HandlerContext.election is not None:
-        await asyncio.to_thread(HandlerContext.election.release)
+async def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    run = running(memo)
+    run.stop.set()
+    if run.loop_task is not None:
+        await run.loop_task
+    if run.election_task is not None:
+        await run.election_task
+    if run.election is not None:
+        await asyncio.to_thread(run.election.release)
+
+
+# kopf hands each object of a (re)listing over as an event of type None, and sends no
+# DELETED for what vanished while a watch was away: the fleet then lists for itself.
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
-async def model_event(type: str, body: kopf.Body, **_: Any) -> None:
-    fleet().remember_model(dict(body), deleted=type == "DELETED")
+async def model_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    fleet = running(memo).fleet
+    fleet.remember_model(dict(body), deleted=type == "DELETED")
+    if type is None:
+        fleet.relisted()
 
 
-async def child_event(type: str, body: kopf.Body, **_: Any) -> None:
-    fleet().cache.remember_child(dict(body), deleted=type == "DELETED")
+async def child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    fleet = running(memo).fleet
+    fleet.cache.remember_child(dict(body), deleted=type == "DELETED")
+    if type is None:
+        fleet.relisted()
 
 
 # Every kind a model owns is watched: a child deleted or edited by hand is put back.

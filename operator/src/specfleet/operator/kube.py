@@ -1,6 +1,11 @@
-"""The operator's writes to the API server: server-side apply of children, status patches.
+"""The operator's requests to the API server: server-side apply of children, status
+patches, Events, and the few reads the watches cannot answer (who owns an object the
+operator is about to create; a model's newest version after a conflict).
 
-Blocking calls of the generated client; the fleet runs them in worker threads.
+Blocking calls of the generated client; the fleet runs them in worker threads. Every
+request has a timeout (`REQUEST_TIMEOUT`), shorter than the leader election's margin
+between a leader's last write and a standby's first: a write that leaves just before the
+fence closes is answered or abandoned before another replica may write.
 """
 
 from __future__ import annotations
@@ -17,12 +22,24 @@ from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.children import child_kind
 
 FIELD_MANAGER = "specfleet-operator"
+# Seconds any one request may take, on the client and (the `timeout` parameter) on the
+# API server (`specfleet operator --request-timeout`). ElectionConfig.problems() holds it
+# under lease-duration - renew-deadline.
+REQUEST_TIMEOUT = 4.0
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
 
 
 class NotLeading(Exception):
     """A write was refused because this replica does not hold the leader Lease."""
+
+
+class Conflict(Exception):
+    """A status write's precondition failed: someone wrote the model since it was read."""
+
+
+class Gone(Exception):
+    """The object written to does not exist any more (404)."""
 
 
 def user_agent(instance: str) -> str:
@@ -49,14 +66,17 @@ def call(
     body: dict[str, Any] | None,
     content_type: str = "application/json",
     query: list[tuple[str, Any]] | None = None,
-    timeout: float | None = None,
+    timeout: float = REQUEST_TIMEOUT,
 ) -> dict[str, Any]:
     """One request, its response as raw JSON: callers keep dicts, and the client's model
-    classes cost CPU. Raises ApiException on an error status."""
+    classes cost CPU. Raises ApiException on an error status; urllib3's timeout errors
+    when the API server does not answer within `timeout` seconds."""
+    # The API server drops the request too once `timeout` has passed (its request deadline).
+    server_timeout = ("timeout", f"{max(1, int(timeout))}s")
     request = api.param_serialize(
         method=method,
         resource_path=path,
-        query_params=query or [],
+        query_params=[*(query or []), server_timeout],
         header_params={"Content-Type": content_type, "Accept": "application/json"},
         body=body,
         auth_settings=["BearerToken"],
@@ -78,11 +98,17 @@ class Cluster:
     alone): it is checked just before each write leaves, so a replica that lost the Lease
     while a reconcile was in flight sends nothing."""
 
-    def __init__(self, api: Any, instance: str, may_write: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        api: Any,
+        instance: str,
+        may_write: Callable[[], bool],
+        timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
         self.api = api
-        self.core = client.CoreV1Api(api)
         self.instance = instance
         self.may_write = may_write
+        self.timeout = timeout
 
     def _fence(self) -> None:
         if not self.may_write():
@@ -97,7 +123,42 @@ class Cluster:
     ) -> dict[str, Any]:
         """One PATCH, once the fence lets it leave."""
         self._fence()
-        return call(self.api, "PATCH", path, body, content_type, query)
+        return call(self.api, "PATCH", path, body, content_type, query, self.timeout)
+
+    def _get(self, path: str) -> dict[str, Any] | None:
+        """One GET; None when there is no such object."""
+        try:
+            return call(self.api, "GET", path, None, timeout=self.timeout)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The model as the API server has it now, or None when it is gone."""
+        return self._get(_model_path(namespace, name))
+
+    def get_child(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """An object of a child kind by name, whoever owns it, or None."""
+        return self._get(child_kind(kind).path(namespace, name))
+
+    def list_models(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
+        """Every model in `namespace`, and the resourceVersion of the listing."""
+        return self._list(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}", None)
+
+    def list_children(
+        self, kind: str, namespace: str, selector: str
+    ) -> tuple[list[dict[str, Any]], str]:
+        """Every object of a child kind in `namespace` that matches the label `selector`."""
+        path = child_kind(kind).path(namespace, "").rstrip("/")
+        return self._list(path, selector)
+
+    def _list(self, path: str, selector: str | None) -> tuple[list[dict[str, Any]], str]:
+        query = [("labelSelector", selector)] if selector else []
+        listing = call(self.api, "GET", path, None, query=query, timeout=self.timeout)
+        kind = str(listing.get("kind", "")).removesuffix("List")
+        items = [{"kind": kind, **item} for item in listing.get("items") or []]
+        return items, str(listing["metadata"]["resourceVersion"])
 
     def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Server-side apply of a child; returns the object as the server now has it.
@@ -117,11 +178,11 @@ class Cluster:
     def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
     ) -> None:
-        """A core/v1 Event on `involved` (an object reference)."""
-        self._fence()
+        """A core/v1 Event on `involved` (an object reference): always a new one."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.core.create_namespaced_event(
-            involved["namespace"],
+        self._request_json(
+            "POST",
+            f"/api/v1/namespaces/{involved['namespace']}/events",
             {
                 "metadata": {
                     "generateName": f"{involved['name']}.",
@@ -140,18 +201,27 @@ class Cluster:
             },
         )
 
+    def _request_json(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        self._fence()
+        return call(self.api, method, path, body, timeout=self.timeout)
+
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
-    ) -> dict[str, Any] | None:
-        """Replace status; the model as written, or None on a conflict (someone wrote
-        since `resource_version`) or when the model is gone."""
+    ) -> dict[str, Any]:
+        """Replace status; the model as written. Raises Conflict when someone wrote since
+        `resource_version`, Gone when the model does not exist any more."""
         body: dict[str, Any] = {"status": status}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
         try:
-            return self._request(path, body, MERGE)
+            return self._request(f"{_model_path(namespace, name)}/status", body, MERGE)
         except ApiException as error:
-            if error.status in (404, 409):
-                return None
+            if error.status == 404:
+                raise Gone(f"{namespace}/{name}") from error
+            if error.status == 409:
+                raise Conflict(f"{namespace}/{name}") from error
             raise
+
+
+def _model_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"

@@ -2,36 +2,41 @@
 
 Every replica watches and caches; only the one holding the Lease writes. The holder renews
 every `retry_period`; a standby takes the Lease once it has seen the same record, unrenewed,
-for `lease_duration` by its own monotonic clock (no trust in other hosts' wall clocks).
+for `lease_duration` by its own monotonic clock (no trust in other hosts' wall clocks),
+counted from when its read returned, as client-go does: the record may have been written
+at any moment before that.
 Fencing: the leader may write only until `renew_deadline` after the start of its last
 successful renew, which is earlier than any standby can take over (`lease_duration` after it
-saw that renew). A leader that cannot renew by then has lost: it stops writing at once and the
-operator exits, so that it comes back as a standby with nothing stale in memory.
+saw that renew). A write that leaves just before then is answered or abandoned within the
+request timeout, which is shorter than the margin between the two. A leader that cannot
+renew by then has lost: it stops writing at once and the operator exits, so that it comes
+back as a standby with nothing stale in memory.
+The tries run on a thread of their own: reconciles that fill the event loop or the
+default thread pool cannot delay a renew, nor the discovery that it failed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
 from specfleet.operator import observability
-from specfleet.operator.kube import call
+from specfleet.operator.kube import REQUEST_TIMEOUT, call
 
 log = logging.getLogger("specfleet.leadership")
 # Standbys spread their tries over this much more than the retry period, as client-go does.
 JITTER = 0.2
 MICRO_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
-# Seconds a Lease read or write may take: a hung request must not outlast the deadline.
-LEASE_REQUEST_TIMEOUT = 5
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,8 @@ class ElectionConfig:
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
     retry_period: float = 2.0
+    # Seconds any API request may take (kube.REQUEST_TIMEOUT unless a test says otherwise).
+    request_timeout: float = REQUEST_TIMEOUT
 
     def problems(self) -> list[str]:
         """Why these settings cannot fence a leader, in the words of the command line."""
@@ -60,6 +67,13 @@ class ElectionConfig:
                 f"--renew-deadline ({self.renew_deadline:g}s): the difference is the margin "
                 "in which a leader that failed to renew has stopped writing before a standby "
                 "takes over"
+            )
+        elif not self.lease_duration - self.renew_deadline > self.request_timeout:
+            found.append(
+                f"--lease-duration ({self.lease_duration:g}s) must be more than "
+                f"--renew-deadline ({self.renew_deadline:g}s) plus the request timeout "
+                f"({self.request_timeout:g}s): a write sent just before a leader's deadline "
+                "may land that much later, and must land before a standby takes over"
             )
         if not self.lease_name:
             found.append("--lease-name is empty")
@@ -138,13 +152,16 @@ def _spec(record: LeaseRecord) -> dict[str, Any]:
 class LeaseStore:
     """Reads and writes the one Lease; every write is conditional on the version read."""
 
-    def __init__(self, api: Any, namespace: str, name: str) -> None:
+    def __init__(
+        self, api: Any, namespace: str, name: str, timeout: float = REQUEST_TIMEOUT
+    ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
+        self.timeout = timeout
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
-        return call(self.api, method, path, body, timeout=LEASE_REQUEST_TIMEOUT)
+        return call(self.api, method, path, body, timeout=self.timeout)
 
     def read(self) -> tuple[LeaseRecord, str] | None:
         """The record and its resourceVersion, or None when there is no Lease yet."""
@@ -209,19 +226,46 @@ class Election:
         return self.leading and not self.lost and self.clock() < self.valid_until
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Try to lead, then renew, until `stop` or until leadership is lost."""
+        """Try to lead, then renew, until `stop` or until leadership is lost; the tries
+        run on a thread of their own (see the module's docstring)."""
         config = self.config
         log.info(
             "%s: standing for Lease %s/%s", config.identity, config.namespace, config.lease_name
         )
-        while not stop.is_set():
-            if not await asyncio.to_thread(self.attempt):
-                self.on_lost()
-                return
+        loop = asyncio.get_running_loop()
+        stopped = threading.Event()
+        ended: asyncio.Future[bool] = loop.create_future()
+
+        def tries() -> None:
+            lost = True  # a crash of the thread loses leadership too
+            try:
+                lost = self._run_blocking(stopped, partial(loop.call_soon_threadsafe, self._lead))
+            finally:
+                loop.call_soon_threadsafe(_settle, ended, lost)
+
+        threading.Thread(target=tries, name="specfleet-lease", daemon=True).start()
+        stopping: asyncio.Future[bool] = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([stopping, ended], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            stopped.set()
+        if await ended:
+            self.on_lost()
+
+    def _lead(self) -> None:
+        if self.may_write():
+            self.acquired.set()
+
+    def _run_blocking(self, stopped: threading.Event, leading: Callable[[], object]) -> bool:
+        """The loop of tries; True once leadership is lost, False when stopped."""
+        while not stopped.is_set():
+            if not self.attempt():
+                return True
             if self.leading:
-                self.acquired.set()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.pause())
+                leading()
+            stopped.wait(self.pause())
+        return False
 
     def pause(self) -> float:
         """Seconds until the next try: the retry period (spread on standbys), or less when
@@ -241,7 +285,7 @@ class Election:
         started = self.clock()
         holding: bool | None
         try:
-            holding = self._try(started)
+            holding = self._try()
         except Exception as error:  # the API server may be away for a while
             log.warning("the Lease could not be read or written: %s", error)
             holding = None
@@ -264,9 +308,12 @@ class Election:
             return False
         return True
 
-    def _try(self, now: float) -> bool:
+    def _try(self) -> bool:
         """One acquire-or-renew; whether this replica holds the Lease now."""
         found = self.store.read()
+        # The record may have been written at any moment up to the read's answer: dated
+        # from before the read, a slow read would shorten the wait for its holder.
+        now = self.clock()
         if found is None:
             record, version = None, None
         else:
@@ -299,3 +346,8 @@ class Election:
             log.warning(
                 "releasing the Lease failed (a standby takes it when it expires): %s", error
             )
+
+
+def _settle(future: asyncio.Future[bool], lost: bool) -> None:
+    if not future.done():
+        future.set_result(lost)

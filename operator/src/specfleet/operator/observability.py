@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
@@ -56,12 +54,17 @@ PLAIN_DECODING_CHOSEN = Gauge(
     "Speculation stopped because plain decoding measured faster: no K pays (0/1).",
     MODEL,
 )
-PER_MODEL_GAUGES = [
+PER_MODEL = [
+    SPECULATIVE_TOKENS,
     ACCEPTANCE_RATE,
     ACCEPTANCE_LOWER_BOUND,
     MEAN_ACCEPTANCE_LENGTH,
     GOODPUT,
     ACCEPTANCE_FLOOR,
+    DECISIONS,
+    ROLLBACKS,
+    INCONCLUSIVE_WINDOWS,
+    SCRAPE_ERRORS,
     METRICS_AVAILABLE,
     SPECULATION_ACTIVE,
     SPECULATION_DISABLED,
@@ -70,10 +73,7 @@ PER_MODEL_GAUGES = [
 
 
 def forget_model(namespace: str, model: str) -> None:
-    """Drop a deleted model's series so dashboards and alerts stop seeing it."""
-    for gauge in PER_MODEL_GAUGES:
-        with contextlib.suppress(KeyError):
-            gauge.remove(namespace, model)
-    for track in ("stable", "canary"):
-        with contextlib.suppress(KeyError):
-            SPECULATIVE_TOKENS.remove(namespace, model, track)
+    """Drop every series of a deleted model, counters too, so dashboards and alerts stop
+    seeing it and a thousand deleted models leave no series behind."""
+    for metric in PER_MODEL:
+        metric.remove_by_labels({"namespace": namespace, "model": model})

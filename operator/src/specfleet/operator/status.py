@@ -74,17 +74,22 @@ STUCK_WAITING_REASONS = {
 def runtime_failure(pods: list[dict[str, Any]]) -> str | None:
     """The first pod whose runtime failed, with its one-line reason: the termination
     message of a container that exited with an error (e.g. a failed preflight), or
-    why it cannot start."""
+    why it cannot start. A past exit (`lastState`) of a container that now runs and is
+    Ready is history, not a failure."""
     for pod in pods:
         name = pod["metadata"]["name"]
         for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            for state in (container.get("state") or {}, container.get("lastState") or {}):
-                terminated = state.get("terminated")
+            state = container.get("state") or {}
+            states = [state]
+            if not (state.get("running") is not None and container.get("ready")):
+                states.append(container.get("lastState") or {})
+            for seen in states:
+                terminated = seen.get("terminated")
                 if terminated and terminated.get("exitCode", 0) != 0:
                     message = (terminated.get("message") or "").strip().splitlines()
                     reason = message[-1] if message else terminated.get("reason", "Error")
                     return f"pod {name}: {reason} (exit code {terminated['exitCode']})"
-            waiting = (container.get("state") or {}).get("waiting") or {}
+            waiting = state.get("waiting") or {}
             if waiting.get("reason") in STUCK_WAITING_REASONS:
                 return f"pod {name}: {waiting['reason']}: {waiting.get('message', '')}".strip()
     return None
