@@ -6,6 +6,8 @@ import contextlib
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from specfleet.operator.api import RollbackMetric
+
 RECONCILES = Counter(
     "specfleet_reconcile_total", "Reconciles by handler and result.", ["handler", "result"]
 )
@@ -33,6 +35,16 @@ GOODPUT = Gauge(
     "specfleet_goodput_tokens_per_second", "Generated tokens per second, last window.", MODEL
 )
 ACCEPTANCE_FLOOR = Gauge("specfleet_acceptance_floor", "rollback.minAcceptance.", MODEL)
+ACCEPTANCE_JUDGED = Gauge(
+    "specfleet_acceptance_judged",
+    "The rollback metric (rollback.metric) in the last window: the figure the floor judges.",
+    MODEL,
+)
+ACCEPTANCE_METRIC = Gauge(
+    "specfleet_acceptance_metric",
+    "1 for the rollback metric the floor judges (rollback.metric), 0 for the others.",
+    [*MODEL, "metric"],
+)
 DECISIONS = Counter("specfleet_decisions_total", "Tuning decisions by action.", [*MODEL, "action"])
 ROLLBACKS = Counter("specfleet_rollbacks_total", "Rollbacks by reason.", [*MODEL, "reason"])
 INCONCLUSIVE_WINDOWS = Counter(
@@ -66,6 +78,7 @@ PER_MODEL_GAUGES = [
     SPECULATION_ACTIVE,
     SPECULATION_DISABLED,
     PLAIN_DECODING_CHOSEN,
+    ACCEPTANCE_JUDGED,
 ]
 
 
@@ -77,3 +90,17 @@ def forget_model(namespace: str, model: str) -> None:
     for track in ("stable", "canary"):
         with contextlib.suppress(KeyError):
             SPECULATIVE_TOKENS.remove(namespace, model, track)
+    forget_acceptance_metric(namespace, model)
+
+
+def export_acceptance_metric(namespace: str, model: str, metric: RollbackMetric) -> None:
+    """Which metric a model's floor judges, one series per metric, so an alert can pick
+    each model's own figure and compare it with its own floor."""
+    for each in RollbackMetric:
+        ACCEPTANCE_METRIC.labels(namespace, model, each.value).set(1 if each is metric else 0)
+
+
+def forget_acceptance_metric(namespace: str, model: str) -> None:
+    for each in RollbackMetric:
+        with contextlib.suppress(KeyError):
+            ACCEPTANCE_METRIC.remove(namespace, model, each.value)
