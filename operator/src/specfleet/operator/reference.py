@@ -307,7 +307,9 @@ def _alerts_section(root: Path) -> list[str]:
     for group in groups:
         for rule in group["rules"]:
             name = rule["alert"]
-            summary = rule["annotations"]["summary"].replace("|", "\\|")
+            summary = re.sub(
+                r"\{\{ \$labels\.(\w+) \}\}", r"*\1*", rule["annotations"]["summary"]
+            ).replace("|", "\\|")
             lines.append(
                 f"| [`{name}`](alerts.md#{name.lower()}) | {rule['labels']['severity']} "
                 f"| {rule.get('for', '-')} | {summary} |"
