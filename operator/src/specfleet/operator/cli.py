@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from specfleet.operator import api, crd
+from specfleet.operator import api, crd, logs
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -144,10 +144,15 @@ def operator_command(
         float, typer.Option(help="Seconds a leader may write after its last renew.")
     ] = 10.0,
     retry_period: Annotated[float, typer.Option(help="Seconds between Lease tries.")] = 2.0,
+    log_level: Annotated[
+        logs.LogLevel, typer.Option(help="Least severe level logged.")
+    ] = logs.LogLevel.INFO,
+    log_format: Annotated[
+        logs.LogFormat, typer.Option(help="text, or json: one JSON object a line.")
+    ] = logs.LogFormat.TEXT,
 ) -> None:
     """Run the operator."""
     import asyncio
-    import logging
     import os
     import socket
     import uuid
@@ -169,7 +174,7 @@ def operator_command(
         typer.echo(f"--leader-elect: {problem}", err=True)
     if problems:
         raise typer.Exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(log_level, log_format)
     start_http_server(metrics_port)
     api = kube.api_client(instance)
     stop_flag = asyncio.Event()
