@@ -7,13 +7,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
+.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
 
 test: lint typecheck tools real-engine-tools images pytest
 
 # The local story: control plane, chart, tuning through a canary, drift, rollback,
 # a live table, a summary and a plot (build/demo/specfleet-demo.png); then teardown.
-demo: $(INSTALLED) tools images
+demo: $(INSTALLED) cluster-tools images
 	$(BIN)/python -m e2e.demo
 
 # The same story on real vLLM (its CPU build) and tiny models built here (installs
@@ -52,7 +52,7 @@ real-engine: $(INSTALLED) tools real-engine-tools
 
 # The operator and runtime images, built without a Docker daemon (buildah, umoci, runc:
 # Debian packages) into a cached OCI layout, smoke-run with runc, sizes printed.
-images: $(INSTALLED) tools
+images: $(INSTALLED) cluster-tools
 	$(BIN)/python -m e2e.images
 
 crds: $(INSTALLED)
@@ -83,15 +83,18 @@ bench-scale: $(INSTALLED) cluster-up
 	timeout 1200 $(BIN)/python benchmarks/reaction.py --json build/bench/reaction.json
 	$(BIN)/python benchmarks/scale_report.py --dir build/bench --plot docs/benchmarks-scale.png
 
-# Tools the tests run for real: Debian's packages (promtool, Prometheus, the image tools)
-# and the control plane's binaries (built from Go modules into a cache outside the repo).
-tools: $(INSTALLED)
+# What the demo needs: Debian's packages (promtool, Prometheus, the image tools) and the
+# control plane's binaries, helm included (built from Go modules into a cache outside the repo).
+cluster-tools: $(INSTALLED)
 	@e2e/install-debian-packages.sh
 	@e2e/build-controlplane.sh >/dev/null
+
+# Everything the tests run for real: the above, prometheus-operator, Prometheus and KEDA.
+tools: cluster-tools
 	@e2e/build-monitoring.sh >/dev/null
 	@e2e/build-keda.sh >/dev/null
 
-cluster-up: $(INSTALLED) tools
+cluster-up: $(INSTALLED) cluster-tools
 	@$(BIN)/python -m e2e.cluster up
 
 cluster-down: $(INSTALLED)

@@ -45,7 +45,7 @@ class LiveView:
 
         line = (
             f"{frame.seconds:5.0f}s  {frame.tokens if frame.tokens is not None else '-':>3}  "
-            f"{frame.candidate or '-':>6}  {number(frame.acceptance, 3):>6}  "
+            f"{frame.candidate or '-':>6}  {number(frame.judged, 3):>6}  "
             f"{number(frame.mean_length, 2):>5}  {frame.phase:<11}  {frame.last_decision}"
         )
         if self.tty:
@@ -61,7 +61,6 @@ def plot(
     path: Path,
     floor: float = 0.75,
     title: str = "specfleet demo: canary tuning, drift below the floor, rollback",
-    first_position_floor: bool = False,
 ) -> None:
     import matplotlib
 
@@ -79,11 +78,12 @@ def plot(
     )
     k_axis.set_ylabel("speculative tokens K")
     k_axis.legend(loc="upper left")
-    accept_axis.plot(seconds, [f.acceptance for f in frames], label="draft acceptance rate")
-    if first_position_floor:  # the floor is on this one
-        accept_axis.plot(
-            seconds, [f.first_position for f in frames], label="first-position acceptance"
-        )
+    # The floor line goes with the figure it judges (kubectl's ACCEPT); vLLM's draft
+    # acceptance rate, which falls as K grows, is drawn fainter for reference.
+    accept_axis.plot(seconds, [f.judged for f in frames], label="acceptance the floor judges")
+    accept_axis.plot(
+        seconds, [f.acceptance for f in frames], alpha=0.5, label="draft acceptance rate"
+    )
     accept_axis.axhline(floor, color="red", linestyle="--", label=f"floor {floor}")
     accept_axis.set_ylabel("acceptance")
     accept_axis.set_xlabel("seconds")

@@ -104,7 +104,6 @@ def main() -> int:
             args.plot,
             floor=FLOOR,
             title="specfleet on real vLLM (CPU): K from measured speed and acceptance",
-            first_position_floor=True,
         )
         print(f"plot: {args.plot}", flush=True)
     except Exception as error:  # the story did not happen: say where, fail the command

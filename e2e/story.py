@@ -89,10 +89,10 @@ class Frame:
     tokens: int | None
     candidate: int | None
     acceptance: float | None  # the draft acceptance rate
-    first_position: float | None
     mean_length: float | None
     phase: str
     last_decision: str
+    judged: float | None = None  # the figure the floor judges: kubectl's ACCEPT
 
 
 @dataclass
@@ -253,7 +253,7 @@ class Story:
             tokens=0 if speculation.get("disabled") else speculation.get("tokens"),
             candidate=speculation.get("candidateTokens"),
             acceptance=acceptance.get("rate"),
-            first_position=(acceptance.get("perPosition") or [None])[0],
+            judged=acceptance.get("judged"),
             mean_length=acceptance.get("meanLength"),
             phase=str(status.get("phase", "")),
             last_decision=f"{last['action']} {last.get('fromTokens')}->{last.get('toTokens')}"

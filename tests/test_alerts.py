@@ -69,6 +69,8 @@ KNOWN_METRICS = {
     "specfleet_mean_acceptance_length",
     "specfleet_goodput_tokens_per_second",
     "specfleet_acceptance_floor",
+    "specfleet_acceptance_judged",
+    "specfleet_acceptance_metric",
     "specfleet_decisions_total",
     "specfleet_rollbacks_total",
     "specfleet_inconclusive_windows_total",
@@ -217,7 +219,12 @@ def test_windows_floor_and_pending_periods_follow_the_values() -> None:
     acceptance = rules["SpecfleetAcceptanceBelowFloor"]
     assert acceptance["for"] == "15s"
     assert "[30s]" in acceptance["expr"] and "[10m]" not in acceptance["expr"]
-    assert ") < 0.6\n" in acceptance["expr"]
+    # The chart's floor applies only where the operator exports none of its own.
+    assert "< 0.6\n" in acceptance["expr"]
+    assert (
+        "< on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)"
+        in (acceptance["expr"])
+    )
     assert acceptance["expr"].endswith("> 0.5")
     assert acceptance["labels"] == {"severity": "critical", "team": "ml-platform"}
     assert acceptance["annotations"]["runbook_url"] == (
@@ -293,11 +300,14 @@ def test_short_windows_fire_within_seconds(tmp_path: Path) -> None:
                                     "model": "llama",
                                 },
                                 "exp_annotations": {
-                                    "summary": "ml/llama block acceptance is below the floor 0.6",
+                                    "summary": "ml/llama acceptance is below its floor",
                                     "description": (
-                                        "The block acceptance of ml/llama (the share of drafts "
-                                        "whose first token vLLM accepted, over 30s, stable pods) "
-                                        "is 40%, under the floor 0.6. " + BELOW_FLOOR_ADVICE
+                                        "The figure the floor of ml/llama judges (its "
+                                        "spec.rollback.metric, over 30s, stable pods; "
+                                        "first-position acceptance when the operator exports "
+                                        "nothing) is 40%, under its spec.rollback.minAcceptance "
+                                        "(0.6 when the operator exports nothing). "
+                                        + BELOW_FLOOR_ADVICE
                                     ),
                                     "runbook_url": "https://runbooks.example.com/specfleet/"
                                     "alerts.md#specfleetacceptancebelowfloor",

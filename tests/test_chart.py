@@ -142,7 +142,11 @@ def test_chart_crds_are_the_generated_ones() -> None:
     assert (CHART / "crds" / files[0]).read_text() == generated
 
 
-@pytest.mark.parametrize("values", [[], [CUSTOM_VALUES]], ids=["default", "custom"])
+@pytest.mark.parametrize(
+    "values",
+    [[], [CUSTOM_VALUES], [CHART / "ci" / "production-values.yaml"]],
+    ids=["default", "custom", "production"],
+)
 def test_helm_lint_is_clean(values: list[Path]) -> None:
     args = ["lint", "--strict", str(CHART)]
     for path in values:
@@ -417,6 +421,10 @@ def test_operator_deployment_follows_the_contract() -> None:
         "8080",
         "--health-port",
         "8081",
+        "--log-level",
+        "INFO",
+        "--log-format",
+        "text",
         "--standalone",
         "--leader-elect",
         "--lease-name",
@@ -549,7 +557,7 @@ def test_dashboard_config_map_holds_the_dashboard_file() -> None:
 def test_dashboard_shows_what_the_issue_asks_for() -> None:
     dashboard = json.loads((CHART / "dashboards" / "specfleet.json").read_text())
     titles = " | ".join(p["title"] for p in dashboard["panels"]).lower()
-    for topic in ("speculative tokens k", "acceptance rate", "per-position", "goodput"):
+    for topic in ("speculative tokens k", "acceptance the floor judges", "per-position", "goodput"):
         assert topic in titles, topic
     assert "decisions" in titles and "rollbacks" in titles
     expressions = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import Field
 
-from specfleet.operator import api, crd
+from specfleet.operator import api, crd, reference
 from specfleet.operator.errors import validation_errors
 from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN
 from tests.conftest import REPO
@@ -46,6 +46,9 @@ def test_check_names_the_stale_file_when_a_model_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "README.md").write_text((REPO / "README.md").read_text())
+    alerts = tmp_path / reference.ALERTS_FILE  # docs/reference.md's alerts table reads it
+    alerts.parent.mkdir(parents=True)
+    alerts.write_text((REPO / reference.ALERTS_FILE).read_text())
     crd.write_files(tmp_path)
     assert crd.stale_files(tmp_path) == []
 
@@ -113,7 +116,13 @@ def test_crd_has_status_subresource_printer_columns_and_short_name() -> None:
         },
     }
     names = [c["name"].upper() for c in version["additionalPrinterColumns"]]
-    assert names == ["K", "ACCEPT", "ALEN", "PHASE", "READY", "AGE"]
+    assert names == ["K", "ACCEPT", "FLOOR", "ALEN", "PHASE", "READY", "AGE", "METRIC", "RATE"]
+    # ACCEPT is the figure the floor judges, beside the floor; the rest only in -o wide.
+    paths = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert paths["Accept"] == ".status.acceptance.judged"
+    assert paths["Floor"] == ".spec.rollback.minAcceptance"
+    wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
+    assert wide == ["Metric", "Rate"]
     assert "specmodel" in crd.custom_resource_definition()["spec"]["names"]["shortNames"]
 
 

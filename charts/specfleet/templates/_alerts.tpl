@@ -22,13 +22,43 @@ groups:
       {{- with $a.acceptanceBelowFloor }}
       {{- if .enabled }}
       - alert: SpecfleetAcceptanceBelowFloor
-        # From vLLM's own counters, so it fires even when the operator is down.
+        # Each model against its own floor, on the figure its floor judges (the operator
+        # exports both: specfleet_acceptance_floor, specfleet_acceptance_metric). The figure
+        # comes from vLLM's own counters (RelativeToBaseline, whose baseline only the
+        # operator knows, from the operator's gauge); with no operator series at all (the
+        # operator is down) it is first-position acceptance against the chart's floor.
         expr: |-
           (
-            sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{track!="canary",position="0"}[{{ .window }}]))
-            /
-            sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}]))
-          ) < {{ .floor }}
+            (
+              sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{track!="canary",position="0"}[{{ .window }}]))
+              /
+              sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}]))
+              < on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)
+              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="FirstPositionAcceptance"}) == 1
+            )
+            or
+            (
+              sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_total{track!="canary"}[{{ .window }}]))
+              /
+              sum by (namespace, model) (rate(vllm:spec_decode_num_draft_tokens_total{track!="canary"}[{{ .window }}]))
+              < on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)
+              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="DraftAcceptanceRate"}) == 1
+            )
+            or
+            (
+              max by (namespace, model) (specfleet_acceptance_judged)
+              < on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)
+              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="RelativeToBaseline"}) == 1
+            )
+            or
+            (
+              sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{track!="canary",position="0"}[{{ .window }}]))
+              /
+              sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}]))
+              < {{ .floor }}
+              unless on (namespace, model) specfleet_acceptance_floor
+            )
+          )
           and on (namespace, model)
           sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}])) > {{ .minDraftsPerSecond }}
         for: {{ .for }}
@@ -38,8 +68,8 @@ groups:
           {{- toYaml . | nindent 10 }}
           {{- end }}
         annotations:
-          summary: {{ printf "%s block acceptance is below the floor %v" `{{ $labels.namespace }}/{{ $labels.model }}` .floor | quote }}
-          description: {{ printf "The block acceptance of %s (the share of drafts whose first token vLLM accepted, over %s, stable pods) is %s, under the floor %v. Below the floor the operator keeps the fastest K while speculation still pays (condition AcceptanceBelowFloor) and switches to plain decoding when it does not; if this keeps firing, the draft no longer matches the traffic (retrain or replace it), or the operator is down." `{{ $labels.namespace }}/{{ $labels.model }}` .window `{{ $value | humanizePercentage }}` .floor | quote }}
+          summary: {{ `{{ $labels.namespace }}/{{ $labels.model }} acceptance is below its floor` | quote }}
+          description: {{ printf "The figure the floor of %s judges (its spec.rollback.metric, over %s, stable pods; first-position acceptance when the operator exports nothing) is %s, under its spec.rollback.minAcceptance (%v when the operator exports nothing). Below the floor the operator keeps the fastest K while speculation still pays (condition AcceptanceBelowFloor) and switches to plain decoding when it does not; if this keeps firing, the draft no longer matches the traffic (retrain or replace it), or the operator is down." `{{ $labels.namespace }}/{{ $labels.model }}` .window `{{ $value | humanizePercentage }}` .floor | quote }}
           runbook_url: {{ printf "%s#specfleetacceptancebelowfloor" $runbook }}
       {{- end }}
       {{- end }}

@@ -40,7 +40,21 @@ app.kubernetes.io/part-of: specfleet
 {{- end -}}
 
 {{- define "specfleet.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- $repository := .Values.image.repository -}}
+{{- with (.Values.global).imageRegistry -}}
+{{- /* The first path part is a registry when it names a host (a dot, a port, localhost). */ -}}
+{{- $parts := splitn "/" 2 $repository -}}
+{{- if and $parts._1 (or (contains "." $parts._0) (contains ":" $parts._0) (eq $parts._0 "localhost")) -}}
+{{- $repository = printf "%s/%s" . $parts._1 -}}
+{{- else -}}
+{{- $repository = printf "%s/%s" . $repository -}}
+{{- end -}}
+{{- end -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*

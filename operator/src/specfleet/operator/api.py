@@ -1553,6 +1553,11 @@ class AcceptanceWindow(ApiModel):
     """The last metrics window of the stable track."""
 
     rate: float | None = Field(default=None, description="Draft acceptance rate (vLLM's).")
+    judged: float | None = Field(
+        default=None,
+        description="The rollback metric (spec.rollback.metric) in the last window: the "
+        "figure the floor judges, shown as ACCEPT.",
+    )
     lower_bound: float | None = Field(
         default=None, description="Lower confidence bound of the rollback metric."
     )
@@ -1667,9 +1672,14 @@ RULES: list[Rule[Any]] = [
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "K", "type": "integer", "jsonPath": ".status.speculation.tokens"},
-    {"name": "Accept", "type": "number", "jsonPath": ".status.acceptance.rate"},
+    # ACCEPT is the figure the floor judges (spec.rollback.metric), next to the floor itself;
+    # vLLM's draft acceptance rate and the metric's name are in `-o wide`.
+    {"name": "Accept", "type": "number", "jsonPath": ".status.acceptance.judged"},
+    {"name": "Floor", "type": "number", "jsonPath": ".spec.rollback.minAcceptance"},
     {"name": "ALen", "type": "number", "jsonPath": ".status.acceptance.meanLength"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Metric", "type": "string", "jsonPath": ".spec.rollback.metric", "priority": 1},
+    {"name": "Rate", "type": "number", "jsonPath": ".status.acceptance.rate", "priority": 1},
 ]

@@ -10,7 +10,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 
-from specfleet.operator import api, crd, manifests, render
+from specfleet.operator import api, crd, logs, manifests, render
 from specfleet.operator.errors import describe, validation_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
@@ -157,10 +157,15 @@ def operator_command(
             "--lease-duration minus --renew-deadline."
         ),
     ] = 4.0,
+    log_level: Annotated[
+        logs.LogLevel, typer.Option(help="Least severe level logged.")
+    ] = logs.LogLevel.INFO,
+    log_format: Annotated[
+        logs.LogFormat, typer.Option(help="text, or json: one JSON object a line.")
+    ] = logs.LogFormat.TEXT,
 ) -> None:
     """Run the operator."""
     import asyncio
-    import logging
     import os
     import socket
     import uuid
@@ -188,7 +193,7 @@ def operator_command(
         typer.echo(f"--leader-elect: {problem}", err=True)
     if problems:
         raise typer.Exit(2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(log_level, log_format)
     start_http_server(metrics_port)
     api = kube.api_client(instance)
     stop_flag = asyncio.Event()

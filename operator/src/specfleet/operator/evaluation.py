@@ -143,6 +143,7 @@ class Evaluator:
         window = status.acceptance
         for gauge, value in (
             (observability.ACCEPTANCE_RATE, window.rate),
+            (observability.ACCEPTANCE_JUDGED, window.judged),
             (observability.ACCEPTANCE_LOWER_BOUND, window.lower_bound),
             (observability.MEAN_ACCEPTANCE_LENGTH, window.mean_length),
             (observability.GOODPUT, window.goodput),

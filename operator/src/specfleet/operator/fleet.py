@@ -568,6 +568,7 @@ class Fleet:
             speculation.candidate_tokens or 0
         )
         observability.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
+        observability.export_acceptance_metric(*labels, model.spec.rollback.metric)
         observability.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
         observability.PLAIN_DECODING_CHOSEN.labels(*labels).set(
             1 if speculation.plain_decoding_chosen else 0

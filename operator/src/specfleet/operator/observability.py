@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from specfleet.operator.api import RollbackMetric
+
 RECONCILES = Counter(
     "specfleet_reconcile_total", "Reconciles by handler and result.", ["handler", "result"]
 )
@@ -31,6 +33,16 @@ GOODPUT = Gauge(
     "specfleet_goodput_tokens_per_second", "Generated tokens per second, last window.", MODEL
 )
 ACCEPTANCE_FLOOR = Gauge("specfleet_acceptance_floor", "rollback.minAcceptance.", MODEL)
+ACCEPTANCE_JUDGED = Gauge(
+    "specfleet_acceptance_judged",
+    "The rollback metric (rollback.metric) in the last window: the figure the floor judges.",
+    MODEL,
+)
+ACCEPTANCE_METRIC = Gauge(
+    "specfleet_acceptance_metric",
+    "1 for the rollback metric the floor judges (rollback.metric), 0 for the others.",
+    [*MODEL, "metric"],
+)
 DECISIONS = Counter("specfleet_decisions_total", "Tuning decisions by action.", [*MODEL, "action"])
 ROLLBACKS = Counter("specfleet_rollbacks_total", "Rollbacks by reason.", [*MODEL, "reason"])
 INCONCLUSIVE_WINDOWS = Counter(
@@ -69,6 +81,8 @@ PER_MODEL = [
     SPECULATION_ACTIVE,
     SPECULATION_DISABLED,
     PLAIN_DECODING_CHOSEN,
+    ACCEPTANCE_JUDGED,
+    ACCEPTANCE_METRIC,
 ]
 
 
@@ -77,3 +91,10 @@ def forget_model(namespace: str, model: str) -> None:
     seeing it and a thousand deleted models leave no series behind."""
     for metric in PER_MODEL:
         metric.remove_by_labels({"namespace": namespace, "model": model})
+
+
+def export_acceptance_metric(namespace: str, model: str, metric: RollbackMetric) -> None:
+    """Which metric a model's floor judges, one series per metric, so an alert can pick
+    each model's own figure and compare it with its own floor."""
+    for each in RollbackMetric:
+        ACCEPTANCE_METRIC.labels(namespace, model, each.value).set(1 if each is metric else 0)

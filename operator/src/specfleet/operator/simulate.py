@@ -310,7 +310,7 @@ class WindowRecord:
     candidate: int | None
     goodput: float
     best_static: float  # goodput of the phase's best static K, no floor
-    acceptance: float | None
+    acceptance: float | None  # the rollback metric: the figure the floor judges
     actions: list[str] = field(default_factory=list)
 
 
@@ -323,6 +323,7 @@ class SimulationResult:
     seed: int
     interval: float
     floor: float
+    metric: str  # spec.rollback.metric: what `floor` judges and `acceptance` records
     records: list[WindowRecord]
     phase_starts: list[float]
     oracle_tokens: list[int]  # best static K per phase whose expected metric clears the floor
@@ -361,6 +362,7 @@ class SimulationResult:
             "windows": len(self.records),
             "interval_seconds": self.interval,
             "floor": self.floor,
+            "metric": self.metric,
             "goodput": {k: round(v, 2) for k, v in self.goodput.items()},
             "steady_state_goodput": {k: round(v, 2) for k, v in self.steady_goodput.items()},
             "steady_state_ratio_to_best_static": round(self.steady_ratio, 4),
@@ -533,7 +535,7 @@ class _Simulation:
                 canary_k,
                 values["achieved"],
                 values["unconstrained"],
-                self.status.acceptance.rate,
+                self.status.acceptance.judged,
                 kinds,
             )
         )
@@ -665,6 +667,7 @@ class _Simulation:
             seed=self.seed,
             interval=self.interval,
             floor=self.floor,
+            metric=self.spec.rollback.metric.value,
             records=records,
             phase_starts=[p.start for p in cuts],
             oracle_tokens=self.oracle_k,
@@ -748,9 +751,9 @@ def plot(result: SimulationResult, out: Path) -> None:
     a_axis.plot(
         minutes,
         [r.acceptance if r.acceptance is not None else float("nan") for r in result.records],
-        label="draft acceptance rate",
+        label=result.metric,
     )
-    a_axis.axhline(result.floor, color="red", linestyle=":", label="floor")
+    a_axis.axhline(result.floor, color="red", linestyle=":", label=f"floor ({result.metric})")
     a_axis.set_ylabel("acceptance")
     a_axis.set_xlabel("minutes")
     for axis in (k_axis, g_axis, a_axis):

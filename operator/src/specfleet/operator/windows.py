@@ -164,6 +164,7 @@ def record_acceptance(run: Run, judged: Judged, observation: Observation) -> Non
     mean_length = mean_acceptance_length(window).value if window and window.drafts else None
     run.status.acceptance = AcceptanceWindow(
         rate=round(rate.value, 4) if rate else None,
+        judged=_judged_figure(run, judged),
         lower_bound=round(judged.metric.low, 4) if judged.metric else None,
         mean_length=round(mean_length, 4) if mean_length is not None else None,
         per_position=positions,
@@ -184,6 +185,18 @@ def record_acceptance(run: Run, judged: Judged, observation: Observation) -> Non
         if len(observation.errors) > LEFT_OUT_LIMIT
         else None,
     )
+
+
+def _judged_figure(run: Run, judged: Judged) -> float | None:
+    """The rollback metric's value in the stable window, inconclusive ones included (as
+    `rate` is), so ACCEPT shows what the floor judges."""
+    window = judged.window
+    metric = judged.metric or (
+        rollback_metric(window, run.spec.rollback.metric, run.sp.baseline_acceptance)
+        if window and window.draft_tokens > 0
+        else None
+    )
+    return round(metric.value, 4) if metric else None
 
 
 def record_load(run: Run, observation: Observation) -> None:

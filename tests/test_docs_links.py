@@ -1,0 +1,37 @@
+"""Every relative link in the README, CHANGELOG and docs/ points at a file that exists and,
+for a Markdown heading, at a heading that exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_alerts import heading_anchors
+
+PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_relative_links_resolve(page: Path) -> None:
+    for target in links(page):
+        path, _, anchor = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        assert resolved.exists(), f"{page.name}: {target} does not exist"
+        if anchor and resolved.suffix == ".md":
+            assert anchor in heading_anchors(resolved.read_text()), f"{page.name}: {target}"
+
+
+def test_the_link_check_can_fail(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n[a](missing.md) [b](#title) [c](#nowhere)\n")
+    assert links(page) == ["missing.md", "#title", "#nowhere"]
+    assert "nowhere" not in heading_anchors(page.read_text())
