@@ -37,8 +37,8 @@ HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
 # Traffic the draft fits less well: block acceptance (first position) under the 0.75
 # floor, but deep drafts still pay, so the fastest K stays and the alert fires.
 BELOW_FLOOR_ACCEPTANCE = [0.6, 0.85, 0.85, 0.85]
-# The chart operator's metrics port here (its health port is the next one).
-OPERATOR_METRICS_PORT = 9100
+# The chart's default metrics.port: each pod has its own network, so no port is taken.
+OPERATOR_METRICS_PORT = 8080
 # A stale draft: speculation no longer pays, so plain decoding comes.
 STALE_ACCEPTANCE = [0.05, 0.02]
 
@@ -131,19 +131,12 @@ class Story:
             f"watch.namespaces[0]={self.namespace}",
             "--set",
             "image.pullPolicy=Never",
-            # One replica, still behind the Lease: the node agent runs pods on the host's
-            # network, where two replicas would contend for one metrics port.
-            # Two replicas failing over: e2e/test_leader_election.py.
+            # One replica, still behind the Lease: the story reads that operator's
+            # metrics. The chart's two replicas failing over: e2e/test_leader_election.py.
             "--set",
             "replicas=1",
             "--set-json",
             'extraArgs=["--period", "1"]',
-            # Off the ports a Prometheus pod's config reloader takes (8080, 8081): the node
-            # agent runs every pod on the host's network.
-            "--set",
-            f"metrics.port={OPERATOR_METRICS_PORT}",
-            "--set",
-            f"health.port={OPERATOR_METRICS_PORT + 1}",
             *(argument for value in values for argument in ("--set", value)),
             "--wait",
             "--timeout",
