@@ -48,6 +48,7 @@ NODE_AGENT_HEALTH_PORT = 16300
 SERVER = f"https://{podnet.HOST_ADDRESS}:{API_PORT}"
 SERVICE_CIDR = "10.0.0.0/24"
 AUDIT_LOG = STATE / "audit.log"
+NODE_AGENT_STATE = STATE / "pods"  # a directory per pod, and runc's state (runc/)
 # Who wrote what: the writes to the kinds the operator writes, at Metadata level (the
 # request's user agent names the operator replica). Node leases and the system's own
 # namespace would drown them.
@@ -288,7 +289,7 @@ def components(binaries: Path) -> list[Component]:
                 "-m",
                 "e2e.node_agent",
                 f"--kubeconfig={kubeconfig_path()}",
-                f"--state-dir={STATE / 'pods'}",
+                f"--state-dir={NODE_AGENT_STATE}",
                 f"--health-port={NODE_AGENT_HEALTH_PORT}",
                 f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
                 # The chart's operator pod runs its real image (`make images`).

@@ -38,6 +38,8 @@ def control_plane() -> Iterator[None]:
     yield
     if started and not os.environ.get("SPECFLEET_KEEP_CLUSTER"):
         cluster.down()
+        left = podnet.ours()
+        assert left == ([], []), f"namespaces and links left after cluster down: {left}"
 
 
 @pytest.fixture(scope="session")

@@ -327,9 +327,9 @@ class Agent:
 
     # ------------------------------------------------------------------- pods
 
-    def allocate_address(self) -> str:
+    def allocate_address(self, preferred: str | None) -> str:
         with self.lock:
-            return self.addresses.take()
+            return self.addresses.take(preferred)
 
     def release_address(self, address: str) -> None:
         with self.lock:
@@ -414,7 +414,7 @@ class PodRunner(threading.Thread):
         self.key = f"{meta['namespace']}/{meta['name']}"
         self.directory = agent.state_dir / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.pod_ip = agent.allocate_address()
+        self.pod_ip = agent.allocate_address(pod["status"].get("podIP"))
         self.network: Path | None = None  # the pod's network namespace, once made
         self.node = pod["spec"]["nodeName"]
         gpus = sum(

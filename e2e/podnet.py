@@ -38,7 +38,7 @@ class Unavailable(RuntimeError):
     """This machine cannot give pods their own network (the message says why)."""
 
 
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)}: {result.stderr.strip()}")
@@ -65,7 +65,7 @@ def check() -> None:
         raise Unavailable("pod networks need root (network namespaces, veth pairs, a bridge)")
     if shutil.which("ip") is None:
         raise Unavailable("pod networks need iproute2's `ip` (e2e/install-debian-packages.sh)")
-    routes = json.loads(_ip("-j", "-4", "route", "show", "table", "all").stdout or "[]")
+    routes = json.loads(run_ip("-j", "-4", "route", "show", "table", "all").stdout or "[]")
     for route in routes:
         destination = route.get("dst", "")
         if destination in ("", "default") or route.get("dev") == BRIDGE:
@@ -87,28 +87,28 @@ def check() -> None:
             ("link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", probe),
             ("link", "add", f"{link}b", "type", "bridge"),
         ):
-            result = _ip(*args, check=False)
+            result = run_ip(*args, check=False)
             if result.returncode != 0:
                 raise Unavailable(
                     f"`ip {' '.join(args)}` failed ({result.stderr.strip()}): the kernel or "
                     "this container lacks network namespaces, veth or bridge support"
                 )
     finally:
-        _ip("link", "del", f"{link}b", check=False)
-        _ip("link", "del", link, check=False)
-        _ip("netns", "del", probe, check=False)
+        run_ip("link", "del", f"{link}b", check=False)
+        run_ip("link", "del", link, check=False)
+        run_ip("netns", "del", probe, check=False)
 
 
 def ours() -> tuple[list[str], list[str]]:
     """The network namespaces and links a run of the local cluster made."""
     namespaces = [
         line.split()[0]
-        for line in _ip("netns", "list").stdout.splitlines()
+        for line in run_ip("netns", "list").stdout.splitlines()
         if line.startswith(f"{PREFIX}-")
     ]
     links = [
         entry["ifname"]
-        for entry in json.loads(_ip("-j", "link", "show").stdout or "[]")
+        for entry in json.loads(run_ip("-j", "link", "show").stdout or "[]")
         if entry["ifname"] == BRIDGE or entry["ifname"].startswith(VETH_PREFIX)
     ]
     return namespaces, links
@@ -118,17 +118,17 @@ def remove_all() -> None:
     """Remove every namespace and link of ours (a veth goes with its pod's namespace)."""
     namespaces, links = ours()
     for name in namespaces:
-        _ip("netns", "del", name, check=False)
+        run_ip("netns", "del", name, check=False)
     for link in links:
-        _ip("link", "del", link, check=False)
+        run_ip("link", "del", link, check=False)
 
 
 def create_bridge() -> None:
     """The bridge with the host's address on the pod network (after removing leftovers)."""
     remove_all()
-    _ip("link", "add", BRIDGE, "type", "bridge")
-    _ip("addr", "add", f"{HOST_ADDRESS}/{POD_NETWORK.prefixlen}", "dev", BRIDGE)
-    _ip("link", "set", BRIDGE, "up")
+    run_ip("link", "add", BRIDGE, "type", "bridge")
+    run_ip("addr", "add", f"{HOST_ADDRESS}/{POD_NETWORK.prefixlen}", "dev", BRIDGE)
+    run_ip("link", "set", BRIDGE, "up")
 
 
 def create_pod_network(pod_uid: str, address: str) -> Path:
@@ -137,23 +137,23 @@ def create_pod_network(pod_uid: str, address: str) -> Path:
     namespace = namespace_name(pod_uid)
     veth = veth_name(pod_uid)
     delete_pod_network(pod_uid)  # a restarted agent may meet its own pod's leftovers
-    _ip("netns", "add", namespace)
-    _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
-    _ip("link", "set", veth, "master", BRIDGE, "up")
-    _ip("-n", namespace, "addr", "add", f"{address}/{POD_NETWORK.prefixlen}", "dev", "eth0")
-    _ip("-n", namespace, "link", "set", "lo", "up")
-    _ip("-n", namespace, "link", "set", "eth0", "up")
+    run_ip("netns", "add", namespace)
+    run_ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", namespace)
+    run_ip("link", "set", veth, "master", BRIDGE, "up")
+    run_ip("-n", namespace, "addr", "add", f"{address}/{POD_NETWORK.prefixlen}", "dev", "eth0")
+    run_ip("-n", namespace, "link", "set", "lo", "up")
+    run_ip("-n", namespace, "link", "set", "eth0", "up")
     return namespace_path(pod_uid)
 
 
 def delete_pod_network(pod_uid: str) -> None:
-    _ip("netns", "del", namespace_name(pod_uid), check=False)
-    _ip("link", "del", veth_name(pod_uid), check=False)  # gone with the namespace, normally
+    run_ip("netns", "del", namespace_name(pod_uid), check=False)
+    run_ip("link", "del", veth_name(pod_uid), check=False)  # gone with the namespace, normally
 
 
 def set_connected(pod_uid: str, connected: bool) -> None:
     """Cut a pod off the network (its veth's host end down) or join it again."""
-    _ip("link", "set", veth_name(pod_uid), "up" if connected else "down")
+    run_ip("link", "set", veth_name(pod_uid), "up" if connected else "down")
 
 
 class AddressPool:
@@ -164,12 +164,17 @@ class AddressPool:
         self.free.reverse()  # pop() hands out the lowest first
         self.taken: set[str] = set()
 
-    def take(self) -> str:
-        if not self.free:
+    def take(self, preferred: str | None = None) -> str:
+        """A free address: `preferred` when it is one (a pod's address from before a
+        restart of the node agent keeps it), else the lowest."""
+        if preferred is not None and preferred in self.free:
+            self.free.remove(preferred)
+        elif not self.free:
             raise RuntimeError("the pod network has no address left")
-        address = self.free.pop()
-        self.taken.add(address)
-        return address
+        else:
+            preferred = self.free.pop()
+        self.taken.add(preferred)
+        return preferred
 
     def release(self, address: str) -> None:
         if address in self.taken:

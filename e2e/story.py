@@ -112,38 +112,10 @@ class Story:
     # ----------------------------------------------------------------- steps
 
     def install_chart(self, values: Sequence[str] = ()) -> None:
-        """The chart as a user installs it, with `values` (`--set`) on top; its operator pod
-        runs the operator image built here (the node agent runs it with runc), so the
-        Deployment the chart renders is what runs."""
-        helm = str(cluster.build_binaries() / "helm")
-        images.build_all()
-        cluster.install_crds()
-        result = _run(
-            helm,
-            "install",
-            RELEASE,
-            str(cluster.REPO / "charts" / "specfleet"),
-            "--namespace",
-            self.namespace,
-            "--kubeconfig",
-            str(cluster.kubeconfig_path()),
-            "--set",
-            f"watch.namespaces[0]={self.namespace}",
-            "--set",
-            "image.pullPolicy=Never",
-            # One replica, still behind the Lease: the story reads that operator's
-            # metrics. The chart's two replicas failing over: e2e/test_leader_election.py.
-            "--set",
-            "replicas=1",
-            "--set-json",
-            'extraArgs=["--period", "1"]',
-            *(argument for value in values for argument in ("--set", value)),
-            "--wait",
-            "--timeout",
-            "3m",
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"helm install failed: {result.stderr}")
+        """The chart as a user installs it (see `install_chart`), one replica, with
+        `values` on top: the story reads that operator's metrics. The chart's two
+        replicas failing over: e2e/test_leader_election.py."""
+        install_chart(self.namespace, ["replicas=1", *values])
 
     def uninstall(self) -> list[str]:
         """Delete the model and the release; return whatever is left behind."""
@@ -327,6 +299,37 @@ class Story:
             .items
         )
         return [e.reason for e in items]
+
+
+def install_chart(namespace: str, values: Sequence[str] = ()) -> None:
+    """`helm install` the chart into `namespace`, watching it, with `values` (`--set`) on
+    top; its operator pods run the operator image built here (the node agent runs it with
+    runc, in the pod's own network), so the Deployment the chart renders is what runs."""
+    helm = str(cluster.build_binaries() / "helm")
+    images.build_all()
+    cluster.install_crds()
+    result = _run(
+        helm,
+        "install",
+        RELEASE,
+        str(cluster.REPO / "charts" / "specfleet"),
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        str(cluster.kubeconfig_path()),
+        "--set",
+        f"watch.namespaces[0]={namespace}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-json",
+        'extraArgs=["--period", "1"]',
+        *(argument for value in values for argument in ("--set", value)),
+        "--wait",
+        "--timeout",
+        "3m",
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"helm install failed: {result.stderr}")
 
 
 def _epoch(timestamp: str) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import ipaddress
 import json
 import sys
 import urllib.request
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e import cluster
+from e2e import cluster, podnet
 from e2e.waiting import wait_for
 from tests.invalid_manifests import INVALID_CASES, InvalidCase, apply_changes
 
@@ -95,7 +96,7 @@ def test_deployment_pod_becomes_ready_and_serves_on_its_ip(
         ),
     )
     pod = core.list_namespaced_pod(namespace, label_selector="app=web").items[0]
-    assert pod.status.pod_ip.startswith("127.") and pod.status.pod_ip != "127.0.0.1"
+    assert ipaddress.ip_address(pod.status.pod_ip) in podnet.PROCESS_POD_RANGE
     with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8080/", timeout=5) as reply:
         assert reply.status == 200
 
