@@ -6,7 +6,7 @@ says which replica wrote what: each replica's user agent carries its pod's name.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
@@ -21,9 +21,10 @@ from specfleet.operator.kube import user_agent
 
 # Shorter than the chart's defaults (15/10/2 s, measured by benchmarks/failover.py) to keep
 # the test quick; the same ratios: the renew deadline well before the Lease runs out.
+RENEW_DEADLINE = 4
 QUICK_ELECTION = (
     "leaderElection.leaseDuration=6",
-    "leaderElection.renewDeadline=4",
+    f"leaderElection.renewDeadline={RENEW_DEADLINE}",
     "leaderElection.retryPeriod=1",
 )
 
@@ -169,8 +170,15 @@ def test_a_leader_cut_off_the_network_is_fenced_and_comes_back_as_standby(
     wait_for("the old leader back as a standby", back_as_standby, timeout=180)
     back = time.monotonic() - reconnected
     assert standby.leading()
-    assert not writes(namespace, leader.name, cut)  # nothing accepted after the cut
+    # Its fence: the renew deadline after its last renew (the Lease write the API server
+    # accepted last, received just after the renew started). Nothing of it was accepted
+    # after that, before or after the reconnection, and the standby wrote only after it.
+    renewed = [w for w in writes(namespace, leader.name) if w.resource == "leases"][-1]
+    fence = renewed.received + timedelta(seconds=RENEW_DEADLINE)
+    assert not writes(namespace, leader.name, fence)
+    assert fence < took_over
     print(
-        f"partition: cut -> standby's first write {(took_over - cut).total_seconds():.1f}s; "
-        f"reconnect -> old leader back as a standby {back:.1f}s"
+        f"partition: cut -> fence {(fence - cut).total_seconds():.1f}s, -> standby's first "
+        f"write {(took_over - cut).total_seconds():.1f}s; reconnect -> old leader back as a "
+        f"standby {back:.1f}s"
     )
