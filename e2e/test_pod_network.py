@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,8 @@ def test_a_pod_has_its_own_network_and_its_service_endpoints(
     address = pod.status.pod_ip
     assert ipaddress.ip_address(address) in podnet.PROCESS_POD_RANGE
     assert pod.status.host_ip == str(podnet.HOST_ADDRESS)
+    with urllib.request.urlopen(f"http://{address}:8080/", timeout=5) as reply:
+        assert reply.status == 200
 
     # Its namespace: eth0 with the pod's address, the pod network's route and no other.
     name = podnet.namespace_name(pod.metadata.uid)
