@@ -1,12 +1,16 @@
-"""The local cluster's pod addresses and names (e2e/podnet.py), without touching the host."""
+"""The local cluster's pod addresses and names (e2e/podnet.py), and a pod's container
+joining its network namespace (e2e/oci.py), without touching the host."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from e2e import podnet
+from e2e import oci, podnet
 
 
 def test_addresses_are_handed_out_once_lowest_first_and_reused_last() -> None:
@@ -39,3 +43,26 @@ def test_link_names_fit_the_kernels_limit() -> None:
     assert len(podnet.veth_name(uid)) <= 15  # IFNAMSIZ - 1
     assert podnet.veth_name(uid).startswith(podnet.VETH_PREFIX)
     assert podnet.namespace_name(uid) == f"{podnet.PREFIX}-{uid}"
+
+
+def _runtime_config(tmp_path: Path, spec: oci.ContainerSpec) -> dict[str, Any]:
+    template = tmp_path / "template.json"
+    namespaces = [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]
+    template.write_text(
+        json.dumps({"process": {}, "mounts": [], "linux": {"namespaces": namespaces}})
+    )
+    image = {"Entrypoint": ["specfleet", "operator"]}
+    oci.write_config(template, tmp_path / "bundle", tmp_path / "rootfs", image, spec)
+    return dict(json.loads((tmp_path / "bundle" / "config.json").read_text()))
+
+
+def test_a_pods_container_joins_its_network_namespace(tmp_path: Path) -> None:
+    joined = oci.ContainerSpec(network_namespace=podnet.namespace_path("abc"))
+    namespaces = _runtime_config(tmp_path, joined)["linux"]["namespaces"]
+    networks = [n for n in namespaces if n["type"] == "network"]
+    assert networks == [{"type": "network", "path": "/run/netns/specfleet-abc"}]
+
+
+def test_a_smoke_run_without_a_pod_uses_the_hosts_network(tmp_path: Path) -> None:
+    namespaces = _runtime_config(tmp_path, oci.ContainerSpec())["linux"]["namespaces"]
+    assert "network" not in {n["type"] for n in namespaces}
