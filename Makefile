@@ -74,8 +74,10 @@ bench-real-engine-k: $(INSTALLED) real-engine-tools
 # Every benchmark; the scale ones run on the local control plane (docs/benchmarks.md).
 bench: bench-tuner bench-schedule bench-scale bench-failover
 
-bench-failover: $(INSTALLED) cluster-up
-	timeout 1200 $(BIN)/python benchmarks/failover.py --runs 10 --json build/bench/failover.json
+# The chart's two replicas as pods: the leader's container SIGKILLed, then its network cut.
+bench-failover: $(INSTALLED) cluster-up images
+	timeout 1200 $(BIN)/python benchmarks/failover.py --fault kill --runs 10 --json build/bench/failover-kill.json
+	timeout 1800 $(BIN)/python benchmarks/failover.py --fault cut --runs 10 --json build/bench/failover-cut.json
 
 bench-scale: $(INSTALLED) cluster-up
 	$(BIN)/python benchmarks/scrape_fanout.py --json build/bench/scrape_fanout.json

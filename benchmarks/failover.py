@@ -1,19 +1,24 @@
-"""Failover time of two operator replicas behind a Lease, on the local control plane.
+"""Failover time of the chart's two operator replicas behind their Lease, on the local
+control plane.
 
-    .venv/bin/python benchmarks/failover.py [--runs 10] [--json build/bench/failover.json]
+    .venv/bin/python benchmarks/failover.py [--fault kill|cut] [--runs 10] [--json FILE]
 
 Needs the local control plane (`make cluster-up`). In a fresh namespace (`bench-failover-*`,
-deleted afterwards) one model (the story's, on the simulated engine, evaluated every 5 s)
-runs under two replicas with the default election settings (15 s Lease, 10 s renew deadline,
-2 s retry). Each run SIGKILLs the leader and measures, from the kill:
+deleted afterwards) the chart runs its two replicas as pods from the operator image built
+here, with its default election settings (15 s Lease, 10 s renew deadline, 2 s retry), and
+one model (the story's, on the simulated engine, evaluated every 5 s). Each run, in steady
+state, faults the leader and measures, from the fault:
 
-- takeover: the standby's first write the API server accepted (its Lease update), read from
-  the API server's audit log by the replica's user agent;
+- takeover: the next leader's first write the API server accepted (its Lease update), read
+  from the API server's audit log by the replica's user agent (its pod's name);
 - first model write: its first write to the model (a status patch after its first
   evaluation window).
 
-The killed replica is then started again as the new standby, so each run kills the replica
-that took over in the previous one.
+`--fault kill` SIGKILLs the leader's container. The node agent restarts it at once (after
+its first back-off, 2.5 s), as a kubelet does, and the restarted operator, named by its pod,
+takes its own Lease back; the run says which replica led next. `--fault cut` takes the
+leader's veth down: the standby takes over once the Lease expires; the old leader is joined
+again and waited for as a standby before the next run, which cuts the new leader.
 """
 
 from __future__ import annotations
@@ -22,20 +27,20 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client, config
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from e2e import cluster  # noqa: E402
+from e2e import cluster, operator_pods  # noqa: E402
 from e2e.models import apply  # noqa: E402
-from e2e.operator_process import OperatorProcess, replica  # noqa: E402
-from e2e.story import story_model  # noqa: E402
+from e2e.story import install_chart, story_model  # noqa: E402
 from e2e.waiting import wait_for  # noqa: E402
 from specfleet.operator.kube import user_agent  # noqa: E402
 
@@ -50,47 +55,73 @@ def first_write_after(namespace: str, name: str, after: datetime, resource: str 
     return (write.received - after).total_seconds()
 
 
+def one_run(api_client: client.ApiClient, namespace: str, fault: str) -> dict[str, Any]:
+    """Fault the leader; measure who leads next and when (see the module's docstring)."""
+    current = wait_for(
+        "one leader", lambda: operator_pods.leader(api_client, namespace), timeout=240
+    )
+    (standby,) = [
+        r for r in operator_pods.replicas(api_client, namespace).values() if r.name != current.name
+    ]
+    faulted = datetime.now(UTC)
+    if fault == "kill":
+        current.signal("KILL")
+    else:
+        current.connect(False)
+
+    def successor() -> str | None:
+        for name in (standby.name, current.name):
+            if cluster.accepted_writes(user_agent(name), namespace, faulted):
+                return name
+        return None
+
+    name = wait_for("a new leader's write", successor, timeout=90)
+    result = {
+        "next_leader": "standby" if name == standby.name else "restarted",
+        "takeover_seconds": first_write_after(namespace, name, faulted),
+        "first_model_write_seconds": first_write_after(
+            namespace, name, faulted, "speculativemodels"
+        ),
+    }
+    if fault == "cut":
+        current.connect(True)
+
+        def back_as_standby() -> bool:
+            now = operator_pods.replicas(api_client, namespace).get(current.name)
+            return now is not None and bool(now.runc_id) and now.answers() and not now.leading()
+
+        wait_for("the old leader back as a standby", back_as_standby, timeout=240)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fault", choices=("kill", "cut"), default="kill")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--json", type=Path, default=ROOT / "build/bench/failover.json")
     args = parser.parse_args()
-    cluster.install_crds()
+    api_client = config.new_client_from_config(config_file=str(cluster.kubeconfig_path()))
     namespace = f"bench-failover-{uuid.uuid4().hex[:5]}"
     cluster.kubectl("create", "namespace", namespace)
-    logs = Path(tempfile.mkdtemp(prefix="specfleet-failover-"))
-    started = 0
-
-    def new_replica() -> OperatorProcess:
-        nonlocal started
-        started += 1
-        process = replica(namespace, logs, f"op-{started}")
-        process.start()
-        return process
-
-    leader = new_replica()
-    standby: OperatorProcess | None = None
     runs: list[dict[str, Any]] = []
+
     try:
-        wait_for("a leader", leader.leading, timeout=30)
-        standby = new_replica()
+        install_chart(namespace)
         apply(story_model(), namespace)
         for run in range(args.runs):
             time.sleep(8)  # a few renews and evaluations in steady state
-            assert leader.leading() and not standby.leading()
-            killed = datetime.now(UTC)
-            leader.kill()
-            successor = standby.identity
-            assert successor is not None
-            takeover = first_write_after(namespace, successor, killed)
-            model_write = first_write_after(namespace, successor, killed, "speculativemodels")
-            runs.append({"takeover_seconds": takeover, "first_model_write_seconds": model_write})
-            log(f"run {run + 1}: takeover {takeover:.1f} s, first model write {model_write:.1f} s")
-            leader, standby = standby, new_replica()
+            runs.append(one_run(api_client, namespace, args.fault))
+            log(
+                f"run {run + 1}: {args.fault}; next leader: the {runs[-1]['next_leader']}; "
+                f"takeover {runs[-1]['takeover_seconds']:.1f} s, first model write "
+                f"{runs[-1]['first_model_write_seconds']:.1f} s"
+            )
         takeovers = [r["takeover_seconds"] for r in runs]
         model_writes = [r["first_model_write_seconds"] for r in runs]
         summary = {
+            "fault": args.fault,
             "runs": len(runs),
+            "next_leader_standby": sum(r["next_leader"] == "standby" for r in runs),
             "takeover_median": statistics.median(takeovers),
             "takeover_max": max(takeovers),
             "takeover_min": min(takeovers),
@@ -100,15 +131,14 @@ def main() -> None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"runs": runs, "summary": summary}, indent=2))
         print(
-            f"| {len(runs)} SIGKILLs | takeover median {summary['takeover_median']:.1f} s, "
-            f"min {summary['takeover_min']:.1f}, max {summary['takeover_max']:.1f} | first "
-            f"model write median {summary['first_model_write_median']:.1f} s, max "
+            f"| {len(runs)} x {args.fault} | next leader the standby in "
+            f"{summary['next_leader_standby']} | takeover median "
+            f"{summary['takeover_median']:.1f} s, min {summary['takeover_min']:.1f}, max "
+            f"{summary['takeover_max']:.1f} | first model write median "
+            f"{summary['first_model_write_median']:.1f} s, max "
             f"{summary['first_model_write_max']:.1f} |"
         )
     finally:
-        for process in (leader, standby):
-            if process is not None:
-                process.stop()
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 

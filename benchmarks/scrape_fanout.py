@@ -44,8 +44,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def address(index: int) -> str:
-    """The index-th endpoint's address: 127.240.0.1 onwards (outside the node agent's
-    127.10-209.x.y range, so no pod of the test cluster can hold it)."""
+    """The index-th endpoint's address: 127.240.0.1 onwards (loopback, where no pod of
+    the test cluster has its address)."""
     n = index + 1
     return f"127.240.{(n >> 8) & 255}.{n & 255}"
 

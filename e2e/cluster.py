@@ -7,7 +7,10 @@
 
 Everything lives under $SPECFLEET_CLUSTER_DIR (default ~/.cache/specfleet/cluster):
 certificates, etcd's data, a log and a pid file per component. `up` is idempotent:
-components that are already healthy are left alone.
+components that are already healthy are left alone. Pods get their own network
+namespaces on a bridge (e2e/podnet.py), where the API server listens too; `up` checks
+first that this machine allows that (root, iproute2, the kernel's netns, veth and bridge
+support) and says what is missing; `down` removes the bridge and every pod namespace.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from e2e import images, pki, real_engine
+from e2e import images, pki, podnet, real_engine
 from e2e.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,12 +44,14 @@ API_PORT = 16443
 CONTROLLER_MANAGER_PORT = 16257
 SCHEDULER_PORT = 16259
 NODE_AGENT_HEALTH_PORT = 16300
-SERVER = f"https://127.0.0.1:{API_PORT}"
+# On the pod network's host address: pods reach it there, as the host's clients do.
+SERVER = f"https://{podnet.HOST_ADDRESS}:{API_PORT}"
 SERVICE_CIDR = "10.0.0.0/24"
 AUDIT_LOG = STATE / "audit.log"
 # Service accounts of this namespace: every request they make is logged, reads too
 # (e2e/test_rbac_audit.py runs the operator as the chart's ServiceAccount there).
 RBAC_AUDIT_NAMESPACE = "specfleet-rbac-audit"
+NODE_AGENT_STATE = STATE / "pods"  # a directory per pod, and runc's state (runc/)
 # Who wrote what: the writes to the kinds the operator writes, at Metadata level (the
 # request's user agent names the operator replica). Node leases and the system's own
 # namespace would drown them.
@@ -215,11 +220,9 @@ def components(binaries: Path) -> list[Component]:
             [
                 str(binaries / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # A loopback advertise address cannot back the `kubernetes` Service's
-                # endpoints; nothing here needs them (pods reach the server by KUBECONFIG).
-                "--endpoint-reconciler-type=none",
+                f"--bind-address={podnet.HOST_ADDRESS}",
+                # The `kubernetes` Service's endpoints (the default lease reconciler).
+                f"--advertise-address={podnet.HOST_ADDRESS}",
                 f"--secure-port={API_PORT}",
                 f"--cert-dir={STATE / 'apiserver-certs'}",
                 f"--tls-cert-file={pki_dir / 'apiserver.crt'}",
@@ -290,7 +293,7 @@ def components(binaries: Path) -> list[Component]:
                 "-m",
                 "e2e.node_agent",
                 f"--kubeconfig={kubeconfig_path()}",
-                f"--state-dir={STATE / 'pods'}",
+                f"--state-dir={NODE_AGENT_STATE}",
                 f"--health-port={NODE_AGENT_HEALTH_PORT}",
                 f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
                 # The chart's operator pod runs its real image (`make images`).
@@ -460,12 +463,17 @@ def first_accepted_write(
 
 def up() -> None:
     started = time.monotonic()
+    podnet.check()
     binaries = build_binaries()
-    if STATE.exists() and all(c.pid() is None for c in components(binaries)):
-        # Nothing runs: whatever is left (a previous session's etcd data and pods)
-        # belongs to no one, and its pods must not be started again. Start clean.
-        log(f"removing stale state in {STATE}")
-        shutil.rmtree(STATE)
+    if all(c.pid() is None for c in components(binaries)):
+        if STATE.exists():
+            # Nothing runs: whatever is left (a previous session's etcd data and pods)
+            # belongs to no one, and its pods must not be started again. Start clean.
+            log(f"removing stale state in {STATE}")
+            shutil.rmtree(STATE)
+        # Removes a killed run's pod namespaces and links first.
+        log(f"creating the pod network {podnet.POD_NETWORK} on bridge {podnet.BRIDGE}")
+        podnet.create_bridge()
     STATE.mkdir(parents=True, exist_ok=True)
     if not (STATE / "pki" / "ca.crt").exists():
         log(f"creating certificates in {STATE / 'pki'}")
@@ -481,6 +489,7 @@ def up() -> None:
 
 def down() -> None:
     if not STATE.exists():
+        remove_pod_network()
         return
     for component in reversed(components(Path("/nonexistent"))):
         pid = component.pid()
@@ -493,8 +502,15 @@ def down() -> None:
             time.sleep(0.2)
         if component.pid() is not None:
             os.killpg(pid, signal.SIGKILL)
+    remove_pod_network()
     shutil.rmtree(STATE)
     log("down")
+
+
+def remove_pod_network() -> None:
+    """The bridge and every pod's namespace and veth (a killed node agent leaves them)."""
+    if shutil.which("ip") is not None and os.geteuid() == 0:
+        podnet.remove_all()
 
 
 def main(argv: list[str]) -> int:

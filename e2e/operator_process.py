@@ -81,18 +81,8 @@ class OperatorProcess:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait()
 
-    def freeze(self) -> None:
-        """SIGSTOP: it neither writes nor lets go, as a hung node would leave it."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)  # a frozen process cannot take SIGTERM
             self.process.terminate()
             try:
                 self.process.wait(timeout=20)

@@ -11,6 +11,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from e2e.podnet import HOST_ADDRESS
+
 VALIDITY = dt.timedelta(days=365)
 
 
@@ -66,6 +68,7 @@ def create(directory: Path, client_users: dict[str, str]) -> None:
         "kubernetes.default.svc",
         "127.0.0.1",
         "10.0.0.1",
+        str(HOST_ADDRESS),  # where the API server listens (e2e/podnet.py)
     )
     server = [ExtendedKeyUsageOID.SERVER_AUTH]
     _leaf(directory, "apiserver", _name("kube-apiserver"), ca_key, ca_cert, server, hosts)

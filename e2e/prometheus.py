@@ -204,34 +204,6 @@ class Prometheus:
                 return f"{pod.status.pod_ip}:{PORT}"
         return None
 
-    def scrape_operator_pods(self, release: str) -> None:
-        """A PodMonitor for the chart's operator pods, doing what the chart's
-        ServiceMonitor does: its Service gets no endpoints here, as the API server refuses
-        the loopback addresses the node agent gives pods. e2e/test_monitoring.py checks
-        the ServiceMonitor's scrape job itself."""
-        monitor = {
-            "apiVersion": "monitoring.coreos.com/v1",
-            "kind": "PodMonitor",
-            "metadata": {"name": f"{release}-operator-pods", "labels": SELECTED},
-            "spec": {
-                "selector": {
-                    "matchLabels": {
-                        "app.kubernetes.io/instance": release,
-                        "app.kubernetes.io/component": "operator",
-                    }
-                },
-                "podMetricsEndpoints": [
-                    {
-                        "port": "metrics",
-                        "interval": "2s",
-                        "honorLabels": True,
-                        "relabelings": [{"targetLabel": "job", "replacement": OPERATOR_JOB}],
-                    }
-                ],
-            },
-        }
-        cluster.kubectl("apply", "-n", self.namespace, "-f", "-", input=yaml.safe_dump(monitor))
-
     @property
     def url(self) -> str:
         if self.address is None:

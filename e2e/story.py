@@ -37,8 +37,8 @@ HIGH_ACCEPTANCE = [0.96, 0.94, 0.92, 0.90, 0.88, 0.86, 0.84, 0.82]
 # Traffic the draft fits less well: block acceptance (first position) under the 0.75
 # floor, but deep drafts still pay, so the fastest K stays and the alert fires.
 BELOW_FLOOR_ACCEPTANCE = [0.6, 0.85, 0.85, 0.85]
-# The chart operator's metrics port here (its health port is the next one).
-OPERATOR_METRICS_PORT = 9100
+# The chart's default metrics.port: each pod has its own network, so no port is taken.
+OPERATOR_METRICS_PORT = 8080
 # A stale draft: speculation no longer pays, so plain decoding comes.
 STALE_ACCEPTANCE = [0.05, 0.02]
 
@@ -112,45 +112,10 @@ class Story:
     # ----------------------------------------------------------------- steps
 
     def install_chart(self, values: Sequence[str] = ()) -> None:
-        """The chart as a user installs it, with `values` (`--set`) on top; its operator pod
-        runs the operator image built here (the node agent runs it with runc), so the
-        Deployment the chart renders is what runs."""
-        helm = str(cluster.build_binaries() / "helm")
-        images.build_all()
-        cluster.install_crds()
-        result = _run(
-            helm,
-            "install",
-            RELEASE,
-            str(cluster.REPO / "charts" / "specfleet"),
-            "--namespace",
-            self.namespace,
-            "--kubeconfig",
-            str(cluster.kubeconfig_path()),
-            "--set",
-            f"watch.namespaces[0]={self.namespace}",
-            "--set",
-            "image.pullPolicy=Never",
-            # One replica, still behind the Lease: the node agent runs pods on the host's
-            # network, where two replicas would contend for one metrics port.
-            # Two replicas failing over: e2e/test_leader_election.py.
-            "--set",
-            "replicas=1",
-            "--set-json",
-            'extraArgs=["--period", "1"]',
-            # Off the ports a Prometheus pod's config reloader takes (8080, 8081): the node
-            # agent runs every pod on the host's network.
-            "--set",
-            f"metrics.port={OPERATOR_METRICS_PORT}",
-            "--set",
-            f"health.port={OPERATOR_METRICS_PORT + 1}",
-            *(argument for value in values for argument in ("--set", value)),
-            "--wait",
-            "--timeout",
-            "3m",
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"helm install failed: {result.stderr}")
+        """The chart as a user installs it (see `install_chart`), one replica, with
+        `values` on top: the story reads that operator's metrics. The chart's two
+        replicas failing over: e2e/test_leader_election.py."""
+        install_chart(self.namespace, ["replicas=1", *values])
 
     def uninstall(self) -> list[str]:
         """Delete the model and the release; return whatever is left behind."""
@@ -334,6 +299,37 @@ class Story:
             .items
         )
         return [e.reason for e in items]
+
+
+def install_chart(namespace: str, values: Sequence[str] = ()) -> None:
+    """`helm install` the chart into `namespace`, watching it, with `values` (`--set`) on
+    top; its operator pods run the operator image built here (the node agent runs it with
+    runc, in the pod's own network), so the Deployment the chart renders is what runs."""
+    helm = str(cluster.build_binaries() / "helm")
+    images.build_all()
+    cluster.install_crds()
+    result = _run(
+        helm,
+        "install",
+        RELEASE,
+        str(cluster.REPO / "charts" / "specfleet"),
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        str(cluster.kubeconfig_path()),
+        "--set",
+        f"watch.namespaces[0]={namespace}",
+        "--set",
+        "image.pullPolicy=Never",
+        "--set-json",
+        'extraArgs=["--period", "1"]',
+        *(argument for value in values for argument in ("--set", value)),
+        "--wait",
+        "--timeout",
+        "3m",
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"helm install failed: {result.stderr}")
 
 
 def _epoch(timestamp: str) -> float:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
-import urllib.request
 from typing import Any
 
 import pytest
@@ -60,44 +58,6 @@ def test_invalid_manifests_are_refused_at_admission(
     )
     assert result.returncode != 0, f"{case.id} was admitted"
     assert case.field in result.stderr, result.stderr
-
-
-def test_deployment_pod_becomes_ready_and_serves_on_its_ip(
-    api_client: client.ApiClient, namespace: str
-) -> None:
-    apps = client.AppsV1Api(api_client)
-    core = client.CoreV1Api(api_client)
-    container = {
-        "name": "web",
-        "image": "local/python",
-        "command": [sys.executable, "-m", "http.server", "--bind", "$(POD_IP)", "8080"],
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-        "ports": [{"name": "http", "containerPort": 8080}],
-        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
-    }
-    labels = {"app": "web"}
-    apps.create_namespaced_deployment(
-        namespace,
-        {
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
-            },
-        },
-    )
-    wait_for(
-        "deployment web available",
-        lambda: (
-            (apps.read_namespaced_deployment_status("web", namespace).status.ready_replicas or 0)
-            >= 1
-        ),
-    )
-    pod = core.list_namespaced_pod(namespace, label_selector="app=web").items[0]
-    assert pod.status.pod_ip.startswith("127.") and pod.status.pod_ip != "127.0.0.1"
-    with urllib.request.urlopen(f"http://{pod.status.pod_ip}:8080/", timeout=5) as reply:
-        assert reply.status == 200
 
 
 def test_scheduler_honours_gpu_capacity(api_client: client.ApiClient, namespace: str) -> None:

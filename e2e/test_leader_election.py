@@ -1,31 +1,32 @@
-"""Two operator replicas behind a Lease on the real control plane: the leader killed
-mid-canary, then the new leader frozen. The API server's audit log (e2e/cluster.py) says
-which replica wrote what: each replica's user agent carries its name."""
+"""The chart's two operator replicas, as pods from the operator image built here, behind
+their Lease on the real control plane, mid-canary: the leader's container killed, then
+frozen, then the leader cut off the network. The API server's audit log (e2e/cluster.py)
+says which replica wrote what: each replica's user agent carries its pod's name."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from pathlib import Path
+import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
 
-from e2e import cluster
+from e2e import cluster, operator_pods
 from e2e.cluster import AuditedWrite
 from e2e.models import apply, canary_running, get_model, history
-from e2e.operator_process import OperatorProcess, replica
-from e2e.story import MODEL, story_model
+from e2e.operator_pods import Replica
+from e2e.story import MODEL, install_chart, story_model
 from e2e.waiting import wait_for
 from specfleet.operator.kube import user_agent
 
-# Shorter than the defaults (15/10/2 s, measured by benchmarks/failover.py) to keep the test
-# quick; the same ratios: the renew deadline well before the Lease runs out, and requests
-# that time out within the margin between the two.
+# Shorter than the chart's defaults (15/10/2 s, measured by benchmarks/failover.py) to keep
+# the test quick; the same ratios: the renew deadline well before the Lease runs out.
+RENEW_DEADLINE = 4
 QUICK_ELECTION = (
-    "--lease-duration=6",
-    "--renew-deadline=4",
-    "--retry-period=1",
-    "--request-timeout=1.5",
+    "leaderElection.leaseDuration=6",
+    f"leaderElection.renewDeadline={RENEW_DEADLINE}",
+    "leaderElection.retryPeriod=1",
+    "requestTimeout=1.5",
 )
 
 
@@ -38,68 +39,147 @@ def first_write(namespace: str, name: str, after: datetime) -> datetime:
     return cluster.first_accepted_write(user_agent(name), namespace, after).received
 
 
-def test_a_standby_takes_over_from_a_killed_then_a_frozen_leader(
-    crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path
+def two_replicas_mid_canary(
+    api_client: client.ApiClient, namespace: str
+) -> tuple[Replica, Replica, dict[str, Any]]:
+    """The chart installed with its two replicas and the story's model: (leader, standby,
+    the model while its first canary runs)."""
+    install_chart(namespace, QUICK_ELECTION)
+    leader = wait_for("a leader", lambda: operator_pods.leader(api_client, namespace), timeout=60)
+    (standby,) = [
+        r for r in operator_pods.replicas(api_client, namespace).values() if r.name != leader.name
+    ]
+    apply(story_model(), namespace)
+    during = wait_for("a canary", lambda: canary_running(api_client, namespace, MODEL), timeout=180)
+    assert writes(namespace, leader.name)
+    assert not writes(namespace, standby.name)  # a standby is silent
+    return leader, standby, during
+
+
+def decided(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | None:
+    body = get_model(api_client, namespace, MODEL)
+    return body if {"Promote", "Abort"} & {h["action"] for h in history(body)} else None
+
+
+def assert_finished_once(after: dict[str, Any], during: dict[str, Any]) -> None:
+    """Nothing of the history before the fault is lost, and the canary running then is the
+    one decided: no second StartCanary before the decision."""
+    candidate = during["status"]["speculation"]["candidateTokens"]
+    assert history(after)[: len(history(during))] == history(during)
+    decision = next(i for i, h in enumerate(history(after)) if h["action"] in ("Promote", "Abort"))
+    starts = [h["toTokens"] for h in history(after)[:decision] if h["action"] == "StartCanary"]
+    assert starts == [candidate]
+
+
+def replica(api_client: client.ApiClient, namespace: str, name: str) -> Replica | None:
+    return operator_pods.replicas(api_client, namespace).get(name)
+
+
+def test_the_charts_replicas_through_a_killed_then_a_frozen_leader(
+    crds: None, api_client: client.ApiClient, ha_namespace: str
 ) -> None:
     namespace = ha_namespace
-    first = replica(namespace, tmp_path, "op-a", *QUICK_ELECTION)
-    second = replica(namespace, tmp_path, "op-b", *QUICK_ELECTION)
-    third: OperatorProcess | None = None
+    first, _, during = two_replicas_mid_canary(api_client, namespace)
+
+    # SIGKILL of the leader's container: the node agent restarts it, as a kubelet does.
+    # Named by its pod, the restarted operator takes its own Lease back at once; the
+    # standby takes over only if the Lease expires first. Either way one leader finishes
+    # the same canary.
+    killed = datetime.now(UTC)
+    first.signal("KILL")
+
+    def next_leader() -> Replica | None:
+        now = operator_pods.leader(api_client, namespace)
+        restarted = now is not None and (now.name != first.name or now.restarts > first.restarts)
+        return now if restarted else None
+
+    successor = wait_for("a leader after the kill", next_leader, timeout=60)
+    took_over = first_write(namespace, successor.name, killed)
+    after = wait_for("the canary's decision", lambda: decided(api_client, namespace), timeout=180)
+    assert_finished_once(after, during)
+
+    # SIGSTOP: the leader is frozen with the Lease; the other replica takes over once it
+    # expires, an evaluation due meanwhile happens after that, and the frozen one, thawed,
+    # sends nothing more: it exits (1) and its container comes back as the standby.
+    (other,) = [
+        r
+        for r in operator_pods.replicas(api_client, namespace).values()
+        if r.name != successor.name
+    ]
+    frozen = datetime.now(UTC)
+    successor.signal("STOP")
     try:
-        first.start()
-        wait_for("op-a to lead", first.leading, timeout=30)
-        second.start()
-        apply(story_model(), namespace)
-        during = wait_for(
-            "a canary", lambda: canary_running(api_client, namespace, MODEL), timeout=180
-        )
-        candidate = during["status"]["speculation"]["candidateTokens"]
-        assert writes(namespace, "op-a") and not writes(namespace, "op-b")  # a standby is silent
-
-        # SIGKILL: the leader neither finishes nor lets go; op-b waits out the Lease.
-        killed = datetime.now(UTC)
-        first.kill()
-        wait_for("op-b to lead", second.leading, timeout=60)
-        took_over = first_write(namespace, "op-b", killed)
-
-        def decided() -> dict[str, Any] | None:
-            body = get_model(api_client, namespace, MODEL)
-            return body if {"Promote", "Abort"} & {h["action"] for h in history(body)} else None
-
-        after = wait_for("the canary's decision", decided, timeout=180)
-        assert history(after)[: len(history(during))] == history(during)  # nothing lost
-        decision = next(
-            i for i, h in enumerate(history(after)) if h["action"] in ("Promote", "Abort")
-        )
-        # op-b finished the same canary rather than starting another.
-        starts = [h["toTokens"] for h in history(after)[:decision] if h["action"] == "StartCanary"]
-        assert starts == [candidate]
-
-        # SIGSTOP: the leader is frozen with the Lease; a new standby takes over once it
-        # expires, an evaluation due meanwhile happens after that, and op-b, thawed, sends
-        # nothing more and exits.
-        third = replica(namespace, tmp_path, "op-c", *QUICK_ELECTION)
-        third.start()
-        frozen = datetime.now(UTC)
-        second.freeze()
-        wait_for("op-c to lead", third.leading, timeout=60)
-        op_c_took_over = first_write(namespace, "op-c", frozen)
+        wait_for("the other replica to lead", other.leading, timeout=60)
+        other_took_over = first_write(namespace, other.name, frozen)
 
         def evaluated_after_takeover() -> bool:
-            acceptance = get_model(api_client, namespace, MODEL)["status"].get("acceptance") or {}
-            measured = acceptance.get("measuredAt")
-            return measured is not None and datetime.fromisoformat(measured) > op_c_took_over
+            acceptance = get_model(api_client, namespace, MODEL)["status"].get("acceptance")
+            measured = (acceptance or {}).get("measuredAt")
+            return measured is not None and datetime.fromisoformat(measured) > other_took_over
 
-        wait_for("an evaluation by op-c", evaluated_after_takeover, timeout=60)
-        second.thaw()
-        assert second.process is not None
-        assert second.process.wait(timeout=30) == 1  # lost leadership: exits to restart
-        assert not writes(namespace, "op-b", op_c_took_over)
-        print(
-            f"failover: SIGKILL -> first write {(took_over - killed).total_seconds():.1f}s; "
-            f"SIGSTOP -> first write {(op_c_took_over - frozen).total_seconds():.1f}s"
-        )
+        wait_for("an evaluation by the new leader", evaluated_after_takeover, timeout=60)
     finally:
-        for process in (first, second, third):
-            if process is not None:
-                process.stop()
+        successor.signal("CONT")
+
+    def exited_and_back() -> Replica | None:
+        now = replica(api_client, namespace, successor.name)
+        if now is None or now.restarts <= successor.restarts or not now.runc_id:
+            return None
+        return now if now.last_exit_code == 1 and not now.leading() else None
+
+    wait_for("the thawed replica to exit (1) and run again", exited_and_back, timeout=60)
+    assert not writes(namespace, successor.name, other_took_over)
+    assert other.leading()
+    print(
+        f"failover: SIGKILL -> first write by {successor.name} "
+        f"({'restarted' if successor.name == first.name else 'standby'}) "
+        f"{(took_over - killed).total_seconds():.1f}s; "
+        f"SIGSTOP -> first write {(other_took_over - frozen).total_seconds():.1f}s"
+    )
+
+
+def test_a_leader_cut_off_the_network_is_fenced_and_comes_back_as_standby(
+    crds: None, api_client: client.ApiClient, ha_namespace: str
+) -> None:
+    namespace = ha_namespace
+    leader, standby, during = two_replicas_mid_canary(api_client, namespace)
+
+    # The leader's veth goes down: it can neither renew nor write. By its renew deadline it
+    # stops writing (its fence) and exits; the standby takes over once the Lease expires.
+    cut = datetime.now(UTC)
+    leader.connect(False)
+    try:
+        wait_for("the standby to lead", standby.leading, timeout=60)
+        took_over = first_write(namespace, standby.name, cut)
+        after = wait_for(
+            "the canary's decision", lambda: decided(api_client, namespace), timeout=180
+        )
+        assert_finished_once(after, during)
+        log = cluster.NODE_AGENT_STATE / f"{namespace}_{leader.name}_{leader.uid[:8]}"
+        assert "lost leadership" in (log / "operator.log").read_text(errors="replace")
+    finally:
+        reconnected = time.monotonic()
+        leader.connect(True)
+
+    # Reconnected, the old leader runs as a standby: Ready, not leading, silent.
+    def back_as_standby() -> Replica | None:
+        now = replica(api_client, namespace, leader.name)
+        pod = client.CoreV1Api(api_client).read_namespaced_pod(leader.name, namespace)
+        ready = any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
+        return now if now is not None and ready and not now.leading() else None
+
+    wait_for("the old leader back as a standby", back_as_standby, timeout=180)
+    back = time.monotonic() - reconnected
+    assert standby.leading()
+    # Its fence: the renew deadline after its last renew (the Lease write the API server
+    # accepted last, received just after the renew started). Nothing of it was accepted
+    # after that, before or after the reconnection, and the standby wrote only after it.
+    renewed = [w for w in writes(namespace, leader.name) if w.resource == "leases"][-1]
+    fence = renewed.received + timedelta(seconds=RENEW_DEADLINE)
+    assert not writes(namespace, leader.name, fence)
+    assert fence < took_over
+    print(
+        f"partition: cut -> fence {(fence - cut).total_seconds():.1f}s, -> standby's first "
+        f"write {(took_over - cut).total_seconds():.1f}s; reconnect -> old leader back as a "
+        f"standby {back:.1f}s"
+    )

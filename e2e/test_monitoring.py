@@ -2,9 +2,8 @@
 ServiceMonitor, PodMonitor and PrometheusRule into a Prometheus's configuration: the
 scrape jobs keep the labels the alerts group by, and the rule file it writes is the
 chart's alerts, valid for promtool. The story (e2e/test_story.py) runs that Prometheus
-and sees the alerts fire; here each reconciled piece is checked on its own, the
-ServiceMonitor's job included (the story cannot scrape through it: the API server keeps
-no Service endpoints at the node agent's loopback pod IPs)."""
+and sees the alerts fire and both monitors' targets up; here each reconciled piece is
+checked on its own."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from e2e.story import (
     BELOW_FLOOR_ACCEPTANCE,
     FAILURE_LIMIT,
     MODEL,
+    OPERATOR_METRICS_PORT,
     RELEASE,
     STALE_ACCEPTANCE,
     Story,
@@ -40,7 +41,6 @@ def test_tuning_drift_rollback_and_alerts(
     try:
         prometheus.start()
         story.install_chart([*MONITOR_VALUES, *ALERT_VALUES])
-        prometheus.scrape_operator_pods(RELEASE)
         # The chart's pod, with the chart's RBAC, holds the chart's Lease under its pod name.
         operator_pods = client.CoreV1Api(api_client).list_namespaced_pod(
             namespace, label_selector="app.kubernetes.io/component=operator"
@@ -87,14 +87,18 @@ def test_tuning_drift_rollback_and_alerts(
         wait_firing("SpecfleetAcceptanceBelowFloor")
 
         # The chart's ServiceMonitor and PodMonitor, reconciled by prometheus-operator,
-        # scrape the operator and the model's pods.
+        # scrape the operator (through its Service's endpoints, which the controller
+        # manager keeps at the operator pod's IP) and the model's pods.
         targets = prometheus.targets()
         up = {t["scrapePool"]: t for t in targets if t["health"] == "up"}
         runtime = f"podMonitor/{namespace}/{RELEASE}-runtime/0"
-        operator = f"podMonitor/{namespace}/{RELEASE}-operator-pods/0"
+        operator = f"serviceMonitor/{namespace}/{RELEASE}/0"
         assert {runtime, operator} <= up.keys(), targets
         assert up[runtime]["labels"]["model"] == MODEL
         assert up[operator]["labels"]["job"] == OPERATOR_JOB
+        (operator_pod,) = operator_pods.items
+        address = f"{operator_pod.status.pod_ip}:{OPERATOR_METRICS_PORT}"
+        assert up[operator]["labels"]["instance"] == address
         # metrics.source Prometheus: the tuner's query reads the same pods' counters.
         samples = asyncio.run(query_prometheus(prometheus.url, namespace, MODEL, timeout=5))
         serving = {p["metadata"]["name"] for p in story.serving_pods()}

@@ -262,7 +262,7 @@ def test_election_timings_a_slow_write_could_cross_are_refused() -> None:
         check=False,
     )
     assert result.returncode != 0
-    assert "leaseDuration must be more than leaderElection.renewDeadline + 4" in result.stderr
+    assert "leaseDuration must be more than leaderElection.renewDeadline + requestTimeout" in result.stderr
     rendered(set_json=["leaderElection.leaseDuration=15", "leaderElection.renewDeadline=10"])
 
 
