@@ -22,10 +22,17 @@ from e2e.api_faults import Mode, TcpProxy, compact_etcd, restart_api_server
 from e2e.models import apply, canary_running, condition, get_model, history, sim_model
 from e2e.operator_process import OperatorProcess, replica
 from e2e.story import MODEL, story_model
-from e2e.test_leader_election import QUICK_ELECTION
 from e2e.waiting import wait_for
 from specfleet.operator.kube import user_agent
 
+# Shorter than the defaults (15/10/2 s) to keep the test quick, in the same ratios, with
+# requests that time out within the margin between the renew deadline and the Lease.
+QUICK_ELECTION = (
+    "--lease-duration=6",
+    "--renew-deadline=4",
+    "--retry-period=1",
+    "--request-timeout=1.5",
+)
 RENEW_DEADLINE = timedelta(seconds=4)  # QUICK_ELECTION's
 DECISIONS = {"Promote", "Abort", "Reject"}
 

@@ -17,11 +17,11 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from specfleet.operator import tuner
-from specfleet.operator.outcomes import Action
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet, without_nulls
 from specfleet.operator.kube import Conflict, Gone
+from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren
 
 ObjectKey = tuple[str, str, str]  # kind, namespace, name

@@ -13,7 +13,7 @@ from specfleet.operator import observability
 from specfleet.operator.api import RollbackMetric, SpeculativeModelStatus
 from specfleet.operator.metrics import Observation
 from specfleet.operator.tuner import decide
-from tests.test_tuner import DAR, T0, make_spec, window
+from tests.decisions import DAR, T0, make_spec, window
 
 CODE = [0.83, 0.66]
 

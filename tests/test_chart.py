@@ -262,7 +262,10 @@ def test_election_timings_a_slow_write_could_cross_are_refused() -> None:
         check=False,
     )
     assert result.returncode != 0
-    assert "leaseDuration must be more than leaderElection.renewDeadline + requestTimeout" in result.stderr
+    assert (
+        "leaseDuration must be more than leaderElection.renewDeadline + requestTimeout"
+        in result.stderr
+    )
     rendered(set_json=["leaderElection.leaseDuration=15", "leaderElection.renewDeadline=10"])
 
 
@@ -435,6 +438,8 @@ def test_operator_deployment_follows_the_contract() -> None:
         "10",
         "--retry-period",
         "2",
+        "--request-timeout",
+        "4",
     ]
     assert {p["name"]: p["containerPort"] for p in main["ports"]} == {
         "metrics": 8080,

@@ -13,8 +13,8 @@ import yaml
 
 from benchmarks.step_cost_shape import published_profiles
 from specfleet.operator.api import RollbackMetric
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS
 from specfleet.operator.simulate import Scenario, SimulationResult, simulate
-from specfleet.operator.tuner import ROLLBACK_ACTIONS
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "llama-peagle.yaml"
 PROFILES = published_profiles()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 from typing import Any
@@ -125,7 +124,6 @@ def test_rendering_is_deterministic(peagle_manifest: dict[str, Any]) -> None:
 
 
 def test_render_cli_prints_children() -> None:
-    from typer.testing import CliRunner
 
     from specfleet.operator.cli import app
 
@@ -133,28 +131,3 @@ def test_render_cli_prints_children() -> None:
     assert result.exit_code == 0, result.output
     kinds = [d["kind"] for d in yaml.safe_load_all(result.output)]
     assert kinds == ["Deployment", "Deployment", "Service"]
-
-
-def test_validate_refuses_two_models_whose_children_share_a_name(
-    tmp_path: Path, peagle_manifest: dict[str, Any]
-) -> None:
-    """`foo`'s canary Deployment and `foo-canary`'s stable Deployment are both named
-    `foo-canary`: the pair is refused in words, other namespaces are fine."""
-    from specfleet.operator.cli import app
-
-    documents = []
-    for name, namespace in (("foo", "team"), ("foo-canary", "team"), ("bar", "team")):
-        manifest = copy.deepcopy(peagle_manifest)
-        manifest["metadata"] = {"name": name, "namespace": namespace}
-        documents.append(manifest)
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump_all(documents))
-    result = CliRunner().invoke(app, ["validate", str(tmp_path / "models.yaml")])
-    assert result.exit_code == 1
-    assert (
-        "models foo and foo-canary in namespace team would both need the Deployment foo-canary"
-        in result.output
-    )
-    apart = copy.deepcopy(documents[1])
-    apart["metadata"]["namespace"] = "other"
-    (tmp_path / "apart.yaml").write_text(yaml.safe_dump_all([documents[0], apart]))
-    assert CliRunner().invoke(app, ["validate", str(tmp_path / "apart.yaml")]).exit_code == 0

@@ -18,8 +18,8 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import Observation
 from specfleet.operator.stats import rollback_metric
 from specfleet.operator.tuner import decide

@@ -31,10 +31,9 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from specfleet.operator.counts import Counts
 from specfleet.operator.durations import Duration
 from specfleet.operator.rules import DELETE, CheckedAnnotation, Refusal, Rule, RuledModel
-
-from specfleet.operator.counts import Counts
 
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.

@@ -214,6 +214,7 @@ def operator_command(
         ),
         election,
         scan_namespaces=any(c in n for n in namespaces for c in "*?["),
+        request_timeout=request_timeout,
     )
     asyncio.run(
         kopf.operator(

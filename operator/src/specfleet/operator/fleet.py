@@ -548,7 +548,10 @@ class Fleet:
             raise Forgotten
         try:
             return await asyncio.to_thread(
-                self.cluster.patch_status, *key, status, base["metadata"].get("resourceVersion")
+                self.cluster.patch_status,
+                *key,
+                replacing(base.get("status") or {}, status),
+                base["metadata"].get("resourceVersion"),
             )
         except Gone:
             log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
@@ -763,6 +766,18 @@ def _new_failures(before: SpeculativeModelStatus, after: SpeculativeModelStatus)
     if now.reason == "SpeculationDisabled":
         return []
     return [Action(kind=now.reason, reason=now.reason, message=now.message, warning=True)]
+
+
+def replacing(old: Any, new: Any) -> Any:
+    """A merge patch that turns `old` into `new`: keys `new` lacks are sent as null, so a
+    key only an earlier version wrote (a status field since renamed) is removed rather than
+    left beside its successor, where a reader converting old status would find it again."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    return {
+        **{key: None for key in old.keys() - new.keys()},
+        **{key: replacing(old.get(key), value) for key, value in new.items()},
+    }
 
 
 def without_nulls(value: Any) -> Any:

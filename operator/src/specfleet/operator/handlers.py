@@ -56,6 +56,8 @@ class Running:
     election: Election | None = None
     # Namespace globs (e.g. "team-*") need kopf to list and watch Namespaces.
     scan_namespaces: bool = False
+    # Seconds any request of kopf's own (not its watch streams) may take, as the fleet's.
+    request_timeout: float | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     election_task: asyncio.Task[None] | None = None
     loop_task: asyncio.Task[None] | None = None
@@ -81,6 +83,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
     settings.watching.connect_timeout = 10
+    # kopf's own requests (lists, its annotation patches, Events) time out like the
+    # fleet's, so none of them can land long after this replica's fence has closed.
+    if run.request_timeout is not None:
+        settings.networking.request_timeout = run.request_timeout
+        settings.networking.connect_timeout = run.request_timeout
     settings.posting.level = logging.WARNING
     # The chart grants no access to Namespaces (least privilege); with plain namespace
     # names or cluster-wide watching kopf takes them as given instead of scanning.

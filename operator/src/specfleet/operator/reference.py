@@ -51,6 +51,9 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "SpeculationDisabled": "The operator switched speculation off after rollbacks (not "
         "when plain decoding was chosen because it measured faster); it re-probes after "
         "spec.rollback.reprobeAfter.",
+        "ChildNotOwned": "An object with a child's name (a Deployment or Service) exists and "
+        "is not the operator's: it is left untouched; the message names it and its owner. "
+        "Rename the model or remove the object.",
         "InvalidSpec": "The API server admitted a spec the operator's models refuse (an "
         "older CRD than the operator): the message lists the fields; nothing is rendered.",
     },
@@ -110,18 +113,28 @@ def _modules() -> dict[str, _Module]:
 
 
 def _constants(modules: dict[str, _Module]) -> dict[str, str]:
-    """Module-level `NAME = "literal"` of every module."""
-    found = {}
-    for module in modules.values():
-        for node in module.tree.body:
-            if (
-                isinstance(node, ast.Assign)
-                and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)
-            ):
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        found[target.id] = node.value.value
+    """Module-level `NAME = "literal"` of every module, and `Class.NAME` for a class's
+    (an enum's members: reasons are enums such as WindowVerdict)."""
+    found: dict[str, str] = {}
+
+    def literals(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef) and not prefix:
+                literals(node.body, f"{node.name}.")
+            if not isinstance(node, ast.Assign):
+                continue
+            value = node.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                literal: str | None = value.value
+            else:  # `MEMBER = CONSTANT`, a literal named elsewhere
+                literal = found.get(value.id) if isinstance(value, ast.Name) else None
+            for target in node.targets:
+                if isinstance(target, ast.Name) and literal is not None:
+                    found[prefix + target.id] = literal
+
+    for _ in range(2):  # the second pass resolves names defined in a later module
+        for module in modules.values():
+            literals(module.tree.body, "")
     return found
 
 
@@ -171,6 +184,9 @@ class _Resolver:
         if isinstance(node, ast.IfExp):
             return self.values(node.body, module) | self.values(node.orelse, module)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            member = f"{node.value.id}.{node.attr}"
+            if member in self.constants:
+                return {self.constants[member]}
             return self._field_values(node.value.id, node.attr)
         if isinstance(node, ast.Name):
             if node.id in self.constants:

@@ -33,9 +33,9 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.children import Track
 from specfleet.operator.counts import Counts
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import (
     Observation,
     PodSample,

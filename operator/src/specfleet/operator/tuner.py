@@ -45,9 +45,9 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.floor import (
     below_floor,
     clear_below_floor,
