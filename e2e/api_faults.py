@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e import cluster
+from e2e import cluster, podnet
 
 CHUNK = 65536
 
@@ -81,7 +81,7 @@ def _reset(connection: socket.socket) -> None:
 
 class TcpProxy:
     def __init__(self, upstream_port: int) -> None:
-        self.upstream = ("127.0.0.1", upstream_port)
+        self.upstream = (podnet.HOST_ADDRESS, upstream_port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.listener.getsockname()[1]
         self.mode = Mode.PASS
