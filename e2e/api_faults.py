@@ -81,7 +81,7 @@ def _reset(connection: socket.socket) -> None:
 
 class TcpProxy:
     def __init__(self, upstream_port: int) -> None:
-        self.upstream = (podnet.HOST_ADDRESS, upstream_port)
+        self.upstream = (str(podnet.HOST_ADDRESS), upstream_port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self.listener.getsockname()[1]
         self.mode = Mode.PASS
