@@ -2,10 +2,8 @@
 one by one with bash, on the local control plane.
 
 What the local cluster cannot be is added around the commands, not into them: KUBECONFIG
-points kubectl and helm at it; `helm` is a wrapper that adds `--set replicas=1` to
-`helm install` (the node agent runs every pod on the host's network, where two operator
-replicas would contend for one metrics port); the chart's operator pod runs the operator
-image `make images` built. HF_TOKEN is a dummy. The model's pods cannot serve Llama here;
+points kubectl and helm at it, and the chart's two operator replicas (each in its own
+network namespace) run the operator image `make images` built. HF_TOKEN is a dummy. The model's pods cannot serve Llama here;
 the test checks that every command succeeds, that the operator takes the model up (its
 Deployment and status appear) and that `kubectl get specmodel` shows the columns the
 README names.
@@ -44,24 +42,16 @@ def test_the_quickstart_is_the_one_this_test_runs() -> None:
 
 
 @pytest.fixture
-def environment(control_plane: None, tmp_path: Path) -> Iterator[dict[str, str]]:
+def environment(control_plane: None) -> Iterator[dict[str, str]]:
     for namespace in (OPERATOR_NAMESPACE, NAMESPACE):
         existing = cluster.kubectl("get", "namespace", namespace, check=False)
         assert existing.returncode != 0, f"namespace {namespace} exists: the test needs it fresh"
     images.build_all()
     helm = cluster.build_binaries() / "helm"
-    wrapper = tmp_path / "bin" / "helm"
-    wrapper.parent.mkdir()
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'if [ "$1" = install ]; then exec {helm} "$@" --set replicas=1; fi\n'
-        f'exec {helm} "$@"\n'
-    )
-    wrapper.chmod(0o755)
     kubectl_dir = Path(cluster.kubectl_binary()).parent
     yield {
         **os.environ,
-        "PATH": f"{wrapper.parent}:{kubectl_dir}:{os.environ['PATH']}",
+        "PATH": f"{helm.parent}:{kubectl_dir}:{os.environ['PATH']}",
         "KUBECONFIG": str(cluster.kubeconfig_path()),
         "HF_TOKEN": "hf_dummy_token_for_the_quickstart_test",
     }
