@@ -38,6 +38,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import CHILD_KINDS, DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator
@@ -351,7 +352,11 @@ class Fleet:
         now = datetime.now(UTC)
         recorded = model
         synced = tuner.sync_with_spec(
-            model.spec, model.status, now, generation=model.metadata.generation
+            model.spec,
+            model.status,
+            now,
+            generation=model.metadata.generation,
+            forced_config=model.metadata.annotations.get(FORCE_CONFIG_ANNOTATION),
         )
         model = model.model_copy(update={"status": synced.status})
         actions = list(synced.actions)

@@ -1,0 +1,73 @@
+"""A model's config: the spec fields whose change is a config change (draft.method,
+draft.model, runtime.image, runtime.args), named by a hash, and the model as the stable
+pods run it while a new config is on trial or was rejected (docs/rollouts.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from specfleet.operator.api import RunningConfig, SpeculativeModel, SpeculativeModelSpec
+
+# The annotation that forces a config through without a trial: its value is the hash.
+FORCE_CONFIG_ANNOTATION = "specfleet.io/force-config"
+
+
+def config_of(spec: SpeculativeModelSpec) -> RunningConfig:
+    """The spec's config and its hash: equal fields, equal hash, on every operator."""
+    fields = {
+        "method": spec.draft.method.value,
+        "draftModel": spec.draft.model,
+        "image": spec.runtime.image,
+        "args": list(spec.runtime.args),
+    }
+    blob = json.dumps(fields, sort_keys=True).encode()
+    return RunningConfig(
+        hash=hashlib.sha256(blob).hexdigest()[:12],
+        method=spec.draft.method,
+        draft_model=spec.draft.model,
+        image=spec.runtime.image,
+        args=list(spec.runtime.args),
+    )
+
+
+def changes(before: RunningConfig, after: RunningConfig) -> str:
+    """What a config change changes, in words."""
+    words = [
+        f"{name} {old!r} -> {new!r}"
+        for name, old, new in (
+            ("draft.method", before.method.value, after.method.value),
+            ("draft.model", before.draft_model, after.draft_model),
+            ("runtime.image", before.image, after.image),
+            ("runtime.args", before.args, after.args),
+        )
+        if old != new
+    ]
+    return ", ".join(words) or "no field"
+
+
+def stable_config(model: SpeculativeModel) -> RunningConfig | None:
+    """The config the stable pods run when it is not the spec's (None: the spec's)."""
+    state = model.status.config
+    if state is None:
+        return None
+    trial = state.trial
+    if trial is not None and trial.in_place and trial.switched:
+        return None if trial.config.hash == config_of(model.spec).hash else trial.config
+    if state.running.hash == config_of(model.spec).hash:
+        return None
+    return state.running
+
+
+def as_stable_runs(model: SpeculativeModel) -> SpeculativeModel:
+    """The model with the config its stable pods run in place of the spec's: the spec
+    says the new config, the stable pods keep the last good one until it is promoted."""
+    running = stable_config(model)
+    if running is None:
+        return model
+    spec = model.spec
+    draft = spec.draft.model_copy(update={"method": running.method, "model": running.draft_model})
+    runtime = spec.runtime.model_copy(update={"image": running.image, "args": running.args})
+    return model.model_copy(
+        update={"spec": spec.model_copy(update={"draft": draft, "runtime": runtime})}
+    )
