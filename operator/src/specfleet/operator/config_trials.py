@@ -330,7 +330,7 @@ def _reject(run: Run, reason: TrialOutcome, message: str) -> None:
         to_tokens=run.sp.tokens,
         acceptance=rate,
     )
-    run.condition(ConditionType.CONFIG_REJECTED, "True", reason.value, said)
+    run.condition(ConditionType.CONFIG_REJECTED, "True", reason, said)
 
 
 def _cancel(run: Run, message: str) -> None:

@@ -581,6 +581,8 @@ class Fleet:
         observability.PLAIN_DECODING_CHOSEN.labels(*labels).set(
             1 if speculation.plain_decoding_chosen else 0
         )
+        rejected = status.config is not None and status.config.rejected is not None
+        observability.CONFIG_REJECTED.labels(*labels).set(1 if rejected else 0)
 
     # ------------------------------------------------------------------- loop
 
