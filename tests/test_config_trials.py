@@ -82,7 +82,9 @@ class ConfigFleet:
                 window(self.profiles[draft], sp.candidate_tokens, 10_000, engine=ENGINE), pods=1
             )
         self.now += timedelta(minutes=1)
-        decided = decide(self.spec, self.status, Observation(stable=stable, canary=canary), self.now)
+        decided = decide(
+            self.spec, self.status, Observation(stable=stable, canary=canary), self.now
+        )
         self.status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
         self.kinds += kinds
@@ -135,7 +137,7 @@ def test_a_better_head_is_tried_on_a_canary_and_promoted() -> None:
     assert fleet.status.step_cost is None or fleet.status.step_cost.samples
     assert fleet.status.speculation.candidate_tokens is None
     assert condition_status(fleet.status.conditions, ConditionType.CONFIG_REJECTED) == "False"
-    assert "d2" == _draft_arg(render.deployment(fleet.model(), "stable"))
+    assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"
 
 
 def test_a_worse_head_is_rejected_and_the_stable_pods_never_run_it() -> None:
@@ -201,16 +203,16 @@ def test_the_annotation_forces_a_rejected_config_through() -> None:
     assert fleet.sync(forced="not-this-hash") == []
     assert fleet.sync(forced=config.rejected.hash) == ["AdoptConfig"]
     assert fleet.status.config is not None and fleet.status.config.running.draft_model == "d2"
-    assert "d2" == _draft_arg(render.deployment(fleet.model(), "stable"))
+    assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"
 
 
 def test_immediate_rolls_the_stable_pods_at_once() -> None:
     fleet = _settled({"d": CODE, "d2": BROKEN}, rollout={"strategy": "Immediate"})
     fleet.spec = _with(fleet.spec, **{"runtime.image": "vllm:next"})
     assert fleet.sync() == ["AdoptConfig"]
-    assert render.deployment(fleet.model(), "stable")["spec"]["template"]["spec"]["containers"][
-        0
-    ]["image"] == ("vllm:next")
+    assert render.deployment(fleet.model(), "stable")["spec"]["template"]["spec"]["containers"][0][
+        "image"
+    ] == ("vllm:next")
 
 
 @pytest.mark.parametrize(("head", "outcome"), [(CODE, "PromoteConfig"), (BROKEN, "RejectConfig")])
@@ -222,7 +224,7 @@ def test_in_place_switches_after_a_window_before_and_judges_after(
     assert fleet.sync() == ["StartConfigTrial"]
     assert fleet.status.speculation.candidate_tokens is None  # no canary
     assert fleet.step() == ["SwitchConfigInPlace"]
-    assert "d2" == _draft_arg(render.deployment(fleet.model(), "stable"))
+    assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"
     for _ in range(8):
         fleet.step()
     assert outcome in fleet.kinds

@@ -103,14 +103,12 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "Forced": "The annotation specfleet.io/force-config named the spec's config: the "
         "stable pods run it without a trial.",
         "SpecReverted": "The spec names the running config again: the rejection is cleared.",
-        "Cancelled": "The trial ended unjudged: the spec changed again, or the config was "
-        "forced.",
+        "Cancelled": "The trial ended unjudged: the spec changed again, or the config was forced.",
         "BelowFloor": "Rejected: the new config's rollback metric fell below the floor. The "
         "stable pods stay on the last good config (status.config.running).",
         "NoGain": "Rejected: the new config's goodput gain did not clear "
         "spec.rollout.minGain (the message has the measured numbers and the hash).",
-        "Timeout": "Rejected: the trial had not gathered its windows within "
-        "spec.rollout.timeout.",
+        "Timeout": "Rejected: the trial had not gathered its windows within spec.rollout.timeout.",
     },
 }
 
