@@ -151,7 +151,7 @@ def test_a_worse_head_is_rejected_and_the_stable_pods_never_run_it() -> None:
     assert config is not None and config.rejected is not None
     rejected = next(c for c in fleet.status.conditions if c.type is ConditionType.CONFIG_REJECTED)
     assert rejected.status == "True" and config.rejected.hash in rejected.message
-    assert "lower bound" in rejected.message
+    assert "FirstPositionAcceptance 0.400" in rejected.message  # BROKEN's first position
     assert fleet.status.speculation.candidate_tokens is None
     # Held back: the same hash does not start another trial.
     for _ in range(3):
@@ -173,6 +173,9 @@ def test_a_slower_head_passes_only_within_the_minimum_gain_allowed() -> None:
             fleet.step()
     assert "RejectConfig" in strict.kinds
     assert "PromoteConfig" in lenient.kinds
+    rejected = strict.status.config.rejected if strict.status.config else None
+    assert rejected is not None and rejected.reason == "NoGain"
+    assert "goodput -" in rejected.message and "needs +0.0%" in rejected.message
 
 
 def test_reverting_the_spec_cancels_the_trial_and_clears_a_rejection() -> None:

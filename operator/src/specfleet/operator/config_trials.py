@@ -25,7 +25,7 @@ from specfleet.operator.api import (
     ScheduledBand,
 )
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, changes, config_of
-from specfleet.operator.floor import clear_below_floor, stable_failing
+from specfleet.operator.floor import clear_below_floor
 from specfleet.operator.metrics import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.reprobes import enable
@@ -173,10 +173,9 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
         trial.stable = totals_add(trial.stable, stable.window)
     if not canary.conclusive or canary.window is None:
         return
-    if stable_failing(run, canary):
-        _reject(run, TrialOutcome.BELOW_FLOOR, _below_floor(run, canary))
-        return
     trial.canary = totals_add(trial.canary, canary.window)
+    if _clearly_below_floor(run, trial):
+        return
     if trial.canary.windows >= run.spec.rollout.windows and trial.stable.windows >= 1:
         batch = stable.window.batch_per_pod if stable.window is not None else 1.0
         before = None if sp.disabled else sp.schedule
@@ -206,21 +205,27 @@ def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
             to_tokens=trial.tokens,
         )
         return
-    if stable_failing(run, stable):
-        _reject(run, TrialOutcome.BELOW_FLOOR, _below_floor(run, stable))
-        return
     trial.canary = totals_add(trial.canary, stable.window)
+    if _clearly_below_floor(run, trial):
+        return
     if trial.canary.windows >= run.spec.rollout.windows:
         before_k = trial.previous_tokens or 0
         _compare(run, trial, before_k, trial.previous_schedule, stable.window.batch_per_pod)
 
 
-def _below_floor(run: Run, judged: Judged) -> str:
-    low = judged.metric.low if judged.metric else float("nan")
-    return (
-        f"the new config's {run.spec.rollback.metric.value} lower bound {low:.3f} "
-        f"< floor {run.floor:.3f}"
+def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
+    """Reject before the windows are in when even the upper bound of the new config's
+    rollback metric, over all its windows, is below the floor: a poor head goes at once,
+    one near the floor is measured to the end (where its lower bound must clear it)."""
+    metric = totals_metric(trial.canary, run.spec.rollback.metric)
+    if metric is None or metric.high >= run.floor:
+        return False
+    message = (
+        f"the new config's {run.spec.rollback.metric.value} {metric.value:.3f} (upper bound "
+        f"{metric.high:.3f}) over {trial.canary.windows} windows < floor {run.floor:.3f}"
     )
+    _reject(run, TrialOutcome.BELOW_FLOOR, message)
+    return True
 
 
 def _compare(

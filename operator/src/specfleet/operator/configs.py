@@ -7,7 +7,12 @@ from __future__ import annotations
 import hashlib
 import json
 
-from specfleet.operator.api import RunningConfig, SpeculativeModel, SpeculativeModelSpec
+from specfleet.operator.api import (
+    RunningConfig,
+    SpeculativeModel,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
 
 # The annotation that forces a config through without a trial: its value is the hash.
 FORCE_CONFIG_ANNOTATION = "specfleet.io/force-config"
@@ -46,15 +51,17 @@ def changes(before: RunningConfig, after: RunningConfig) -> str:
     return ", ".join(words) or "no field"
 
 
-def stable_config(model: SpeculativeModel) -> RunningConfig | None:
+def stable_config(
+    spec: SpeculativeModelSpec, status: SpeculativeModelStatus
+) -> RunningConfig | None:
     """The config the stable pods run when it is not the spec's (None: the spec's)."""
-    state = model.status.config
+    state = status.config
     if state is None:
         return None
     trial = state.trial
     if trial is not None and trial.in_place and trial.switched:
-        return None if trial.config.hash == config_of(model.spec).hash else trial.config
-    if state.running.hash == config_of(model.spec).hash:
+        return None if trial.config.hash == config_of(spec).hash else trial.config
+    if state.running.hash == config_of(spec).hash:
         return None
     return state.running
 
@@ -62,7 +69,7 @@ def stable_config(model: SpeculativeModel) -> RunningConfig | None:
 def as_stable_runs(model: SpeculativeModel) -> SpeculativeModel:
     """The model with the config its stable pods run in place of the spec's: the spec
     says the new config, the stable pods keep the last good one until it is promoted."""
-    running = stable_config(model)
+    running = stable_config(model.spec, model.status)
     if running is None:
         return model
     spec = model.spec
