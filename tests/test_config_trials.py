@@ -17,7 +17,7 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
 )
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.configs import config_of
+from specfleet.operator.configs import as_track_runs, config_of
 from specfleet.operator.metrics import Observation
 from specfleet.operator.tuner import decide, sync_with_spec
 from specfleet.runtime.sim_model import StepCost
@@ -70,7 +70,7 @@ class ConfigFleet:
     def step(self) -> list[str]:
         self.sync()
         model = self.model()
-        stable_draft = render.as_stable_runs(model).spec.draft.model if model else None
+        stable_draft = as_track_runs(model, "stable").spec.draft.model if model else None
         self.stable_models.append(stable_draft)
         sp = self.status.speculation
         k = sp.tokens or self.spec.speculation.tokens
@@ -153,6 +153,8 @@ def test_a_worse_head_is_rejected_and_the_stable_pods_never_run_it() -> None:
     assert rejected.status == "True" and config.rejected.hash in rejected.message
     assert "FirstPositionAcceptance 0.400" in rejected.message  # BROKEN's first position
     assert fleet.status.speculation.candidate_tokens is None
+    # A K trial's canary after the rejection runs the config the stable pods run.
+    assert _draft_arg(render.deployment(fleet.model(), "canary")) == "d"
     # Held back: the same hash does not start another trial.
     for _ in range(3):
         fleet.step()

@@ -116,11 +116,15 @@ def feed(run: Run, stable: Judged, observation: Observation) -> bool:
     return True
 
 
-def _start_tokens(run: Run) -> int:
-    """The spec's K (or the largest of its fixed schedule): the new config starts from
-    what the user asked for, not from K tuned for another draft."""
-    fixed = schedule.fixed(run.spec)
-    return schedule.largest(fixed) if fixed else run.spec.speculation.tokens
+def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
+    """The K (and schedule) a new config is tried and started at: the stable pods' own,
+    so that a trial compares the configs, not two Ks; the spec's with speculation off.
+    Everything K was tuned from (acceptance, step cost) is measured afresh after."""
+    sp = run.sp
+    if sp.disabled or sp.tokens is None:
+        fixed = schedule.fixed(run.spec)
+        return (schedule.largest(fixed) if fixed else run.spec.speculation.tokens), fixed
+    return sp.tokens, sp.schedule
 
 
 def _start(run: Run, wanted: RunningConfig) -> None:
@@ -145,14 +149,14 @@ def _start(run: Run, wanted: RunningConfig) -> None:
         # No trial wanted, or no draft to compare (plain decoding on either side).
         _adopt(run, wanted, ActionKind.ADOPT_CONFIG, "Immediate", f"config {wanted.hash}: {what}")
         return
-    k = _start_tokens(run)
+    k, bands = _matched(run)
     # Plain stable pods (speculation disabled) have no windows before to switch from.
     in_place = strategy is RolloutStrategy.IN_PLACE and not sp.disabled
     state.trial = ConfigTrial(config=wanted, tokens=k, in_place=in_place, started_at=run.now)
     where = "the stable pods, after their windows before," if in_place else "a canary"
     if not in_place:
         sp.candidate_tokens = k
-        sp.candidate_schedule = None
+        sp.candidate_schedule = bands
         sp.canary_started_at = run.now
     message = (
         f"config {wanted.hash} ({what}) on {where} at K={k}, against the running config "
@@ -179,7 +183,8 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
     if trial.canary.windows >= run.spec.rollout.windows and trial.stable.windows >= 1:
         batch = stable.window.batch_per_pod if stable.window is not None else 1.0
         before = None if sp.disabled else sp.schedule
-        _compare(run, trial, 0 if sp.disabled else (sp.tokens or 0), before, batch)
+        tried = sp.candidate_schedule
+        _compare(run, trial, 0 if sp.disabled else (sp.tokens or 0), before, tried, batch)
 
 
 def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
@@ -190,8 +195,7 @@ def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
         trial.stable = totals_add(trial.stable, stable.window)
         trial.previous_tokens, trial.previous_schedule = sp.tokens, sp.schedule
         trial.switched = True
-        sp.schedule = None
-        run.changed(trial.tokens)
+        run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
         message = (
             f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
             f"compared with K={trial.previous_tokens} of config "
@@ -210,7 +214,8 @@ def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
         return
     if trial.canary.windows >= run.spec.rollout.windows:
         before_k = trial.previous_tokens or 0
-        _compare(run, trial, before_k, trial.previous_schedule, stable.window.batch_per_pod)
+        before, tried = trial.previous_schedule, sp.schedule
+        _compare(run, trial, before_k, before, tried, stable.window.batch_per_pod)
 
 
 def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
@@ -233,6 +238,7 @@ def _compare(
     trial: ConfigTrial,
     before_k: int,
     before: list[ScheduledBand] | None,
+    tried: list[ScheduledBand] | None,
     batch: float,
 ) -> None:
     """The K trial's evidence standard: promoted when the lower bound of the goodput gain
@@ -240,8 +246,9 @@ def _compare(
     is promising but not proven, up to TRIAL_EXTENSION times the windows."""
     spec = run.spec
     minimum = spec.rollout.min_gain
-    if before is not None and trial.stable.timed_windows and trial.canary.timed_windows:
-        after = [ScheduledBand(tokens=trial.tokens)]
+    schedules = before is not None or tried is not None
+    if schedules and trial.stable.timed_windows and trial.canary.timed_windows:
+        after = tried or [ScheduledBand(tokens=trial.tokens)]
         gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
     else:
         gain, basis = goodput_gain(
@@ -268,8 +275,8 @@ def _compare(
 
 
 def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:
-    """The stable pods run `wanted` from now on; K, the schedule and the step cost are
-    learned anew for it."""
+    """The stable pods run `wanted` from now on, at the K they ran (the trial's); the
+    step cost and every memory of K are learned anew for it."""
     sp, state = run.sp, run.status.config
     trial = state.trial if state is not None else None
     rate = totals_rate(trial.canary).value if trial is not None and trial.canary.windows else None
@@ -278,14 +285,15 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
         run.status.config = ConfigState(running=wanted)
     else:
         state.running, state.trial, state.rejected = wanted, None, None
-    k = trial.tokens if trial is not None else _start_tokens(run)
+    k, bands = _matched(run)
+    k = trial.tokens if trial is not None else k
     sp.candidate_tokens = None
     sp.candidate_schedule = None
     sp.canary_started_at = None
     run.keep_collecting("canary", None)
     run.status.step_cost = None  # measured with another draft, image or vLLM
     run.cost = speed.prior(run.drafting)
-    sp.schedule = sp.last_known_good_schedule = schedule.fixed(run.spec)
+    sp.schedule = sp.last_known_good_schedule = bands
     sp.rejected = None
     sp.failed_reprobes = 0
     sp.reprobed_at = None

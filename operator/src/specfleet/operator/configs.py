@@ -13,6 +13,7 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
+from specfleet.operator.children import Track
 
 # The annotation that forces a config through without a trial: its value is the hash.
 FORCE_CONFIG_ANNOTATION = "specfleet.io/force-config"
@@ -51,25 +52,28 @@ def changes(before: RunningConfig, after: RunningConfig) -> str:
     return ", ".join(words) or "no field"
 
 
-def stable_config(
-    spec: SpeculativeModelSpec, status: SpeculativeModelStatus
+def track_config(
+    spec: SpeculativeModelSpec, status: SpeculativeModelStatus, track: Track
 ) -> RunningConfig | None:
-    """The config the stable pods run when it is not the spec's (None: the spec's)."""
+    """The config a track's pods run when it is not the spec's (None: the spec's): the
+    config on trial on its canary (or, switched in place, on the stable pods), else the
+    last good one on both tracks, so that a K trial after a rejection measures the
+    config the stable pods run."""
     state = status.config
     if state is None:
         return None
     trial = state.trial
-    if trial is not None and trial.in_place and trial.switched:
+    if trial is not None and (track == "canary" or (trial.in_place and trial.switched)):
         return None if trial.config.hash == config_of(spec).hash else trial.config
     if state.running.hash == config_of(spec).hash:
         return None
     return state.running
 
 
-def as_stable_runs(model: SpeculativeModel) -> SpeculativeModel:
-    """The model with the config its stable pods run in place of the spec's: the spec
+def as_track_runs(model: SpeculativeModel, track: Track) -> SpeculativeModel:
+    """The model with the config a track's pods run in place of the spec's: the spec
     says the new config, the stable pods keep the last good one until it is promoted."""
-    running = stable_config(model.spec, model.status)
+    running = track_config(model.spec, model.status, track)
     if running is None:
         return model
     spec = model.spec

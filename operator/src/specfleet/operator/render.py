@@ -22,7 +22,7 @@ from specfleet.operator.api import (
     SuffixDecoding,
 )
 from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
-from specfleet.operator.configs import as_stable_runs
+from specfleet.operator.configs import as_track_runs
 from specfleet.runtime.config import Method, RuntimeConfig
 
 Manifest = dict[str, Any]
@@ -219,8 +219,7 @@ def config_hash(container: dict[str, Any]) -> str:
 
 
 def deployment(model: SpeculativeModel, track: Track) -> Manifest:
-    if track == "stable":  # the last good config until a new one is promoted
-        model = as_stable_runs(model)
+    model = as_track_runs(model, track)  # the last good config but on a config trial
     method = _track_method(model, track)
     tokens = track_tokens(model, track)
     candidate = model.status.speculation.candidate_tokens

@@ -34,7 +34,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.children import Track
-from specfleet.operator.configs import stable_config
+from specfleet.operator.configs import track_config
 from specfleet.operator.counts import Counts
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import (
@@ -303,6 +303,8 @@ def phases(scenario: Scenario) -> list[Phase]:
         | {s.after for s in scenario.engine.drift if s.after < scenario.duration}
         | {s.after for s in scenario.load if s.after < scenario.duration}
         | {s.after for s in scenario.scale if s.after < scenario.duration}
+        # A new draft head: a new stretch, whose trial and re-learned K settle first.
+        | ({scenario.config_change.after} if scenario.config_change else set())
     )
     result = []
     for start in starts:
@@ -517,11 +519,11 @@ class _Simulation:
         return goodput(self.cost, p.acceptance, k, p.concurrency, self.drafting)
 
     def new_head(self, track: Track) -> bool:
-        """Whether a track's pods run the config change's new head: the canary runs the
-        spec's config, the stable pods the one status says they run."""
+        """Whether a track's pods run the config change's new head (the config status
+        says they run)."""
         if self.scenario.config_change is None:
             return False
-        running = None if track == "canary" else stable_config(self.spec, self.status)
+        running = track_config(self.spec, self.status, track)
         draft = self.spec.draft.model if running is None else running.draft_model
         return draft == NEW_HEAD
 
