@@ -15,6 +15,7 @@ from specfleet.operator.api import (
     ConditionType,
     SpeculativeModel,
     SpeculativeModelSpec,
+    SpeculativeModelStatus,
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.configs import as_track_runs, config_of
@@ -44,7 +45,7 @@ class ConfigFleet:
     def __init__(self, spec: SpeculativeModelSpec, profiles: dict[str, list[float]]) -> None:
         self.spec = spec
         self.profiles = profiles  # draft.model -> acceptance profile
-        self.status = sync_with_spec(spec, SpeculativeModel.model_construct().status, T0).status
+        self.status = sync_with_spec(spec, SpeculativeModelStatus(), T0).status
         self.now = T0
         self.kinds: list[str] = []
         self.stable_models: list[str | None] = []
@@ -70,7 +71,7 @@ class ConfigFleet:
     def step(self) -> list[str]:
         self.sync()
         model = self.model()
-        stable_draft = as_track_runs(model, "stable").spec.draft.model if model else None
+        stable_draft = as_track_runs(model, "stable").spec.draft.model
         self.stable_models.append(stable_draft)
         sp = self.status.speculation
         k = sp.tokens or self.spec.speculation.tokens
