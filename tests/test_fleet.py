@@ -8,7 +8,6 @@ import asyncio
 from typing import Any
 
 import pytest
-
 from prometheus_client import REGISTRY
 
 from specfleet.operator import render
