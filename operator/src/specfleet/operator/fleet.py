@@ -408,7 +408,10 @@ class Fleet:
     ) -> bool:
         """The decided status renders other children than the recorded one, and there
         are children to change."""
-        if decided.status.speculation == recorded.status.speculation:
+        if (
+            decided.status.speculation == recorded.status.speculation
+            and decided.status.config == recorded.status.config  # what each track runs
+        ):
             return False
         return bool(self.cache.children.get(key)) and manifests != render.manifests(recorded)
 
