@@ -32,7 +32,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from specfleet.operator.counts import Counts
-from specfleet.operator.durations import Duration
+from specfleet.operator.durations import Duration, parse_duration
 from specfleet.operator.rules import DELETE, CheckedAnnotation, Refusal, Rule, RuledModel
 
 # The runtime's config is the contract the operator renders; the API shares its
@@ -1169,6 +1169,21 @@ class SpeculativeModelSpec(SpecModel):
                         },
                     },
                 ),
+            ),
+        ),
+        Rule(
+            "duration(self.rollout.timeout).getSeconds() >= "
+            "duration(self.tuning.interval).getSeconds() * self.rollout.windows",
+            "rollout.timeout must be at least rollout.windows times tuning.interval: a config "
+            "trial needs that many windows before it can be judged",
+            lambda s: (
+                int(parse_duration(s.rollout.timeout).total_seconds())
+                >= int(parse_duration(s.tuning.interval).total_seconds()) * s.rollout.windows
+            ),
+            ".rollout.timeout",
+            found=lambda s: f"{s.rollout.timeout} < {s.rollout.windows} x {s.tuning.interval}",
+            refusals=(
+                Refusal("rollout-timeout-shorter-than-its-windows", {"spec.rollout.timeout": "2m"}),
             ),
         ),
         Rule(
