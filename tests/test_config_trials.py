@@ -252,3 +252,17 @@ def _draft_arg(deployment: dict[str, Any]) -> str:
     """The draft model a Deployment's pods load."""
     args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     return args[args.index("--draft-model") + 1]
+
+
+def test_a_new_config_whose_pod_fails_is_rejected_at_once() -> None:
+    fleet = _settled({"d": CODE, "d2": CODE})
+    fleet.spec = _with(fleet.spec, **{"runtime.image": "vllm:broken"})
+    fleet.sync()
+    failure = "pod m-canary-0: draft vocab 32000 != target vocab 128256 (exit code 1)"
+    fleet.now += timedelta(minutes=1)
+    observation = Observation(stable=None, canary=None, runtime_failures={"canary": failure})
+    decided = decide(fleet.spec, fleet.status, observation, fleet.now)
+    config = decided.status.config
+    assert config is not None and config.rejected is not None
+    assert config.rejected.reason == "RuntimeFailed" and failure in config.rejected.message
+    assert decided.status.speculation.candidate_tokens is None

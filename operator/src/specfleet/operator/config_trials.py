@@ -102,7 +102,13 @@ def feed(run: Run, stable: Judged, observation: Observation) -> bool:
     if trial is None:
         return False
     timeout = run.seconds(run.spec.rollout.timeout)
-    if run.now - trial.started_at > timeout:
+    # The pods running the new config: the canary, or switched in place the stable pods.
+    failed = observation.runtime_failures.get(
+        "stable" if trial.in_place and trial.switched else "canary"
+    )
+    if failed is not None and (trial.switched or not trial.in_place):
+        _reject(run, TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
+    elif run.now - trial.started_at > timeout:
         message = (
             f"{trial.canary.windows} of {run.spec.rollout.windows} conclusive windows of the "
             f"new config after {run.now - trial.started_at} (rollout.timeout "

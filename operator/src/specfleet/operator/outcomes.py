@@ -99,3 +99,4 @@ class TrialOutcome(StrEnum):
     FLEET_SCALED = "FleetScaled"
     CONFIG_CHANGED = "ConfigChanged"
     TIMEOUT = "Timeout"
+    RUNTIME_FAILED = "RuntimeFailed"

@@ -108,6 +108,8 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "stable pods stay on the last good config (status.config.running).",
         "NoGain": "Rejected: the new config's goodput gain did not clear "
         "spec.rollout.minGain (the message has the measured numbers and the hash).",
+        "RuntimeFailed": "Rejected: a pod running the new config failed (its preflight "
+        "refused it, or vLLM exited); the message is the pod's reason.",
         "Timeout": "Rejected: the trial had not gathered its windows within spec.rollout.timeout.",
     },
 }
