@@ -266,3 +266,17 @@ def test_a_new_config_whose_pod_fails_is_rejected_at_once() -> None:
     assert config is not None and config.rejected is not None
     assert config.rejected.reason == "RuntimeFailed" and failure in config.rejected.message
     assert decided.status.speculation.candidate_tokens is None
+
+
+def test_the_step_cost_of_the_running_draft_is_kept_until_a_new_method_is_promoted() -> None:
+    fleet = _settled({"d": CODE, "d2": CODE})
+    assert fleet.status.step_cost is not None
+    fitted = fleet.status.step_cost.fitted
+    fleet.spec = _with(fleet.spec, **{"draft.method": "eagle3"})  # sequential drafting
+    fleet.sync()
+    assert fleet.status.step_cost is not None and fleet.status.step_cost.fitted == fitted
+    assert fleet.status.speculation.drafting is not None
+    assert fleet.status.speculation.drafting.value == "Parallel"
+    fleet.sync(forced=config_of(fleet.spec).hash)
+    assert fleet.status.step_cost is None
+    assert fleet.status.speculation.drafting.value == "Sequential"

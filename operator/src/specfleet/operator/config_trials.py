@@ -298,6 +298,7 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
     sp.canary_started_at = None
     run.keep_collecting("canary", None)
     run.status.step_cost = None  # measured with another draft, image or vLLM
+    run.drafting = sp.drafting = wanted.method.runtime.drafting
     run.cost = speed.prior(run.drafting)
     sp.schedule = sp.last_known_good_schedule = bands
     sp.rejected = None

@@ -47,6 +47,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
+from specfleet.operator.configs import track_config
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.floor import (
     below_floor,
@@ -95,7 +96,9 @@ class Run:
         self.now = now
         self.generation = generation
         self.actions: list[Action] = []
-        self.drafting = spec.draft.method.runtime.drafting
+        # The stable pods' drafting: the running config's while a new one is on trial.
+        running = track_config(spec, status, "stable")
+        self.drafting = (running.method if running else spec.draft.method).runtime.drafting
         self.cost = speed.cost_in(status.step_cost, self.drafting)
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
