@@ -280,3 +280,27 @@ def test_the_step_cost_of_the_running_draft_is_kept_until_a_new_method_is_promot
     fleet.sync(forced=config_of(fleet.spec).hash)
     assert fleet.status.step_cost is None
     assert fleet.status.speculation.drafting.value == "Sequential"
+
+
+def test_a_canary_pending_too_long_goes_on_in_place() -> None:
+    fleet = _settled({"d": CHAT, "d2": CODE})
+    fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
+    fleet.sync()
+    fleet.now += timedelta(minutes=10)
+    stable = window(CHAT, fleet.status.speculation.tokens or 3, engine=ENGINE)
+    pending = Observation(
+        stable=stable,
+        canary=None,
+        canary_pending_since=(fleet.now - timedelta(minutes=6)).timestamp(),
+    )
+    decided = decide(fleet.spec, fleet.status, pending, fleet.now)
+    assert [a.kind for a in decided.actions if a.kind != "Inconclusive"] == ["InPlaceFallback"]
+    fleet.status = decided.status
+    trial = fleet.status.config.trial if fleet.status.config else None
+    assert (
+        trial is not None and trial.in_place and fleet.status.speculation.candidate_tokens is None
+    )
+    for _ in range(8):
+        fleet.step()
+    assert "SwitchConfigInPlace" in fleet.kinds and "PromoteConfig" in fleet.kinds
+    assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"

@@ -176,7 +176,25 @@ def _start(run: Run, wanted: RunningConfig) -> None:
 
 def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
     sp = run.sp
-    canary = judge_collected(run, "canary", observation.canary, trial.tokens, None)
+    pending = observation.canary_pending_since
+    limit = run.seconds(run.spec.tuning.canary_pending_timeout).total_seconds()
+    if pending is not None and run.now.timestamp() - pending >= limit and not sp.disabled:
+        # No node for the canary pod: the trial goes on in place, as a K trial's would;
+        # the stable windows so far are its windows before.
+        trial.in_place = True
+        _drop_canary(run)
+        run.act(
+            ActionKind.IN_PLACE_FALLBACK,
+            "CanaryPending",
+            f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s (> "
+            f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
+            "in place instead",
+            warning=True,
+        )
+        return
+    canary = judge_collected(
+        run, "canary", observation.canary, trial.tokens, None, sp.candidate_schedule
+    )
     # The stable windows of the trial are its comparison: the same hours, the same mix.
     plain = sp.disabled and stable.window is not None and stable.window.generation_tokens > 0
     if (stable.conclusive or plain) and stable.window is not None:
@@ -293,10 +311,7 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
         state.running, state.trial, state.rejected = wanted, None, None
     k, bands = _matched(run)
     k = trial.tokens if trial is not None else k
-    sp.candidate_tokens = None
-    sp.candidate_schedule = None
-    sp.canary_started_at = None
-    run.keep_collecting("canary", None)
+    _drop_canary(run)
     run.status.step_cost = None  # measured with another draft, image or vLLM
     run.drafting = sp.drafting = wanted.method.runtime.drafting
     run.cost = speed.prior(run.drafting)
@@ -322,6 +337,11 @@ def _end(run: Run, trial: ConfigTrial) -> None:
             run.cost = speed.prior(run.drafting)
             run.changed(trial.previous_tokens or run.spec.speculation.tokens)
         return
+    _drop_canary(run)
+
+
+def _drop_canary(run: Run) -> None:
+    sp = run.sp
     sp.candidate_tokens = None
     sp.candidate_schedule = None
     sp.canary_started_at = None
