@@ -6,7 +6,10 @@ Bars, checked in every scenario and every seed (exit status 1 when one is missed
       no longer pays, and speculation never switched off where it still pays;
   (c) at most one stable-K change in any hour of steady state;
   (d) no false rollback: none while speculation at the stable K still pays and its
-      first-position acceptance clears the floor.
+      first-position acceptance clears the floor;
+  (e) a config change (a new draft head) is decided as the scenario expects within its
+      `within` windows: a better head promoted, a worse one rejected with the stable pods
+      never serving it.
 Prints a Markdown table (``--markdown``: only the table) for docs/benchmarks.md.
 
     .venv/bin/python benchmarks/tuner.py --seeds 20 --markdown
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 MIN_RATIO = 0.95
 MAX_K_CHANGES_PER_HOUR = 1
-BARS = "abcd"
+BARS = "abcde"
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,15 @@ def _worst_delay(delays: list[int | None]) -> str:
     if any(d is None for d in delays):
         return f"never in {sum(d is None for d in delays)}"
     return str(max(d for d in delays if d is not None))
+
+
+def _config_cell(scenario: Scenario, results: list[SimulationResult]) -> str:
+    """The config change's outcomes and the most windows one took (`-`: none)."""
+    if scenario.config_change is None:
+        return "-"
+    outcomes = sorted({r.config_outcome or "undecided" for r in results})
+    after = [r.config_decided_after for r in results if r.config_decided_after is not None]
+    return "/".join(outcomes) + (f" ({max(after)})" if after else "")
 
 
 def evaluate(scenario: Scenario, results: list[SimulationResult]) -> Row:
@@ -84,6 +96,26 @@ def evaluate(scenario: Scenario, results: list[SimulationResult]) -> Row:
         missed["c"] = f"{max(flapping)} K changes in an hour ({worse}/{seeds} seeds)"
     if false:
         missed["d"] = f"{false} false rollbacks"
+    change = scenario.config_change
+    if change is not None:
+        wrong_outcome = [r.config_outcome for r in results if r.config_outcome != change.expect]
+        late_decisions = [
+            r.config_decided_after
+            for r in results
+            if r.config_decided_after is None or r.config_decided_after > change.within
+        ]
+        served = sum(r.new_head_on_stable_before_promotion for r in results)
+        why = [
+            f"{len(wrong_outcome)} seeds decided {set(wrong_outcome)}, not {change.expect}"
+            if wrong_outcome
+            else "",
+            f"{len(late_decisions)} seeds later than {change.within} windows"
+            if late_decisions
+            else "",
+            f"stable pods ran the new head unpromoted for {served} windows" if served else "",
+        ]
+        if any(why):
+            missed["e"] = ", ".join(w for w in why if w)
     best = results[0].best_static_tokens  # the same in every seed: no randomness in it
     cells = [
         scenario.name,
@@ -98,6 +130,7 @@ def evaluate(scenario: Scenario, results: list[SimulationResult]) -> Row:
         str(wrong),
         _worst_delay(delays),
         str(max(flapping)),
+        _config_cell(scenario, results),
         "".join(bar for bar in BARS if bar in missed) or "-",
     ]
     return Row(cells, missed)
@@ -106,8 +139,8 @@ def evaluate(scenario: Scenario, results: list[SimulationResult]) -> Row:
 HEADER = (
     "| scenario | best static K | min ratio | mean ratio | tuner | best static | no spec "
     "| rollbacks | false rollbacks | wrong disables | drift→plain (max windows) "
-    "| max K changes/h | bars missed |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| max K changes/h | config change (max windows) | bars missed |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 

@@ -56,7 +56,17 @@ def test_create_renders_children_and_reports_ready(
 
     table = cluster.kubectl("get", "specmodel", "llama", "-n", model_namespace).stdout
     header, row = table.strip().splitlines()
-    assert header.split() == ["NAME", "K", "ACCEPT", "FLOOR", "ALEN", "PHASE", "READY", "AGE"]
+    assert header.split() == [
+        "NAME",
+        "K",
+        "ACCEPT",
+        "FLOOR",
+        "ALEN",
+        "PHASE",
+        "READY",
+        "REJECTED",
+        "AGE",
+    ]
     assert row.split()[1] == "3" and "Ready" in row.split()
 
 

@@ -80,7 +80,17 @@ def test_the_readme_quickstart_runs_as_written(environment: dict[str, str]) -> N
         assert result.returncode == 0, f"{command}\n{result.stdout}\n{result.stderr}"
         outputs.append(result.stdout)
     header = outputs[-1].splitlines()[0].split()
-    assert header[:8] == ["NAME", "K", "ACCEPT", "FLOOR", "ALEN", "PHASE", "READY", "AGE"]
+    assert header[:9] == [
+        "NAME",
+        "K",
+        "ACCEPT",
+        "FLOOR",
+        "ALEN",
+        "PHASE",
+        "READY",
+        "REJECTED",
+        "AGE",
+    ]
     assert outputs[-1].splitlines()[1].split()[0] == MODEL
     secret = cluster.kubectl(
         "get", "secret", "hf-token", "-n", NAMESPACE, "-o", "jsonpath={.data.token}"

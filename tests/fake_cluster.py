@@ -73,6 +73,17 @@ class FakeCluster:
         body["metadata"]["generation"] += 1
         self._store(body, "MODIFIED")
 
+    def annotate(self, name: str, key: str, value: str) -> None:
+        body = copy.deepcopy(self.objects[("SpeculativeModel", "team", name)])
+        body["metadata"].setdefault("annotations", {})[key] = value
+        self._store(body, "MODIFIED")
+
+    def write_status(self, name: str, status: dict[str, Any]) -> None:
+        """A status as an earlier operator (or another writer) left it."""
+        body = copy.deepcopy(self.objects[("SpeculativeModel", "team", name)])
+        body["status"] = status
+        self._store(body, "MODIFIED")
+
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
         """Someone else's object (a user's Service, another model's Deployment)."""
         body = copy.deepcopy(body)

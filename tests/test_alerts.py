@@ -48,6 +48,7 @@ ALERTS = {
     "SpecfleetSpeculationInactive",
     "SpecfleetTunerFlapping",
     "SpecfleetMetricsUnavailable",
+    "SpecfleetConfigRejected",
     "SpecfleetOperatorDown",
     "SpecfleetNoLeader",
 }
@@ -79,6 +80,7 @@ KNOWN_METRICS = {
     "specfleet_speculation_active",
     "specfleet_speculation_disabled",
     "specfleet_plain_decoding_chosen",
+    "specfleet_config_rejected",
     "specfleet_leader",
 }
 

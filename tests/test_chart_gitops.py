@@ -124,6 +124,34 @@ CASES = [
         "SpeculationDisabled: acceptance 0.41 < 0.75",
     ),
     (
+        "config-rejected",
+        model(
+            status=status(
+                condition(READY, "True", "Ready"),
+                condition(DEGRADED, "False"),
+                condition(
+                    api.ConditionType.CONFIG_REJECTED,
+                    "True",
+                    "NoGain",
+                    "config 3f2a rejected; the stable pods stay on config 9c1b",
+                ),
+            )
+        ),
+        "Degraded",
+        "NoGain: config 3f2a rejected; the stable pods stay on config 9c1b",
+    ),
+    (
+        "config-promoted",
+        model(
+            status=status(
+                condition(READY, "True", "Ready"),
+                condition(api.ConditionType.CONFIG_REJECTED, "False", "GoodputGain"),
+            )
+        ),
+        "Healthy",
+        "Ready",
+    ),
+    (
         "canary-in-progress",
         model(
             status=status(

@@ -82,7 +82,7 @@ def test_every_cel_rule_of_the_crd_is_a_declared_rule() -> None:
     crd_rules = [rule for _, rule in crd._validations(crd.open_api_schema(), "")]
     declared = [rule.validation() for rule in api.RULES]
     durations = [rule for rule in crd_rules if "duration(self)" in rule["rule"]]
-    assert len(durations) == 6
+    assert len(durations) == 7
     key = functools.partial(json.dumps, sort_keys=True)
     assert set(map(key, crd_rules)) == set(map(key, declared + durations))
     assert len(set(map(key, declared))) == len(declared)
@@ -116,13 +116,25 @@ def test_crd_has_status_subresource_printer_columns_and_short_name() -> None:
         },
     }
     names = [c["name"].upper() for c in version["additionalPrinterColumns"]]
-    assert names == ["K", "ACCEPT", "FLOOR", "ALEN", "PHASE", "READY", "AGE", "METRIC", "RATE"]
+    assert names == [
+        "K",
+        "ACCEPT",
+        "FLOOR",
+        "ALEN",
+        "PHASE",
+        "READY",
+        "REJECTED",
+        "AGE",
+        "METRIC",
+        "RATE",
+        "CONFIG",
+    ]
     # ACCEPT is the figure the floor judges, beside the floor; the rest only in -o wide.
     paths = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert paths["Accept"] == ".status.acceptance.judged"
     assert paths["Floor"] == ".spec.rollback.minAcceptance"
     wide = [c["name"] for c in version["additionalPrinterColumns"] if c.get("priority")]
-    assert wide == ["Metric", "Rate"]
+    assert wide == ["Metric", "Rate", "Config"]
     assert "specmodel" in crd.custom_resource_definition()["spec"]["names"]["shortNames"]
 
 

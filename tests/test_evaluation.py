@@ -15,7 +15,12 @@ from prometheus_client import REGISTRY
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.children import Track
-from specfleet.operator.evaluation import Evaluator, canary_pending_since, scrape_targets
+from specfleet.operator.evaluation import (
+    Evaluator,
+    canary_pending_since,
+    runtime_failures,
+    scrape_targets,
+)
 from specfleet.operator.status import ObservedChildren
 from tests.test_runtime_sim_server import PEAGLE, sim
 
@@ -85,6 +90,27 @@ def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, A
     pending["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
     assert canary_pending_since(ObservedChildren(pods=[pending])) == 1795953600.0
     assert canary_pending_since(ObservedChildren(pods=[_pod("s", model, "stable")])) is None
+
+
+def test_a_failed_runtime_is_reported_for_the_track_whose_config_it_runs(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    model = _model(peagle_manifest, tokens=3, candidateTokens=3)
+    exited = {
+        "containerStatuses": [
+            {
+                "ready": False,
+                "state": {"terminated": {"exitCode": 1, "message": "draft vocab 32000 != 128256"}},
+            }
+        ]
+    }
+    failed = _pod("c", model, "canary", **exited)
+    assert runtime_failures(model, ObservedChildren(pods=[failed])) == {
+        "canary": "pod c: draft vocab 32000 != 128256 (exit code 1)"
+    }
+    # A pod of a config the track no longer runs (an older K) is not the track's failure.
+    older = _model(peagle_manifest, tokens=3, candidateTokens=5)
+    assert runtime_failures(older, ObservedChildren(pods=[failed])) == {}
 
 
 def _free_port(host: str) -> int:

@@ -8,9 +8,11 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.fleet import Fleet, replacing
 from specfleet.runtime.config import ConfigError
 from tests.fake_cluster import FakeCluster, ScriptedEvaluator
@@ -227,3 +229,57 @@ def test_a_status_write_removes_keys_an_earlier_version_wrote() -> None:
         "speculation": {"tokens": 4, "rejected": None, "rejectedUntil": None},
         "phase": "Ready",
     }
+
+
+def _draft(cluster: FakeCluster, name: str) -> str:
+    deployment = cluster.objects[("Deployment", "team", name)]
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args[args.index("--draft-model") + 1]
+
+
+def test_a_new_draft_runs_on_the_canary_until_the_annotation_forces_it(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    started(cluster, fleet, peagle_manifest)
+    running = _draft(cluster, "llama")
+    cluster.edit_spec("llama", lambda spec: spec["draft"].update(model="team/retrained-head"))
+    settle(cluster, fleet)
+    # The stable pods keep the running draft; the canary pod runs the commit's.
+    assert _draft(cluster, "llama") == running
+    assert _draft(cluster, "llama-canary") == "team/retrained-head"
+    assert cluster.objects[("Deployment", "team", "llama-canary")]["spec"]["replicas"] == 1
+    assert [e["reason"] for e in cluster.events] == ["StartConfigTrial"]
+    config = cluster.model("llama")["status"]["config"]
+    assert config["running"]["draftModel"] == running
+    assert config["trial"]["config"]["draftModel"] == "team/retrained-head"
+    # The annotation names the new config's hash: it runs without a trial.
+    cluster.annotate("llama", FORCE_CONFIG_ANNOTATION, config["trial"]["config"]["hash"])
+    settle(cluster, fleet)
+    assert _draft(cluster, "llama") == "team/retrained-head"
+    assert cluster.objects[("Deployment", "team", "llama-canary")]["spec"]["replicas"] == 0
+    assert [e["reason"] for e in cluster.events][-1] == "AdoptConfig"
+    assert "trial" not in cluster.model("llama")["status"]["config"]
+
+
+def test_a_rejected_config_is_exported_and_keeps_the_stable_pods(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    started(cluster, fleet, peagle_manifest)
+    running = _draft(cluster, "llama")
+    cluster.edit_spec("llama", lambda spec: spec["draft"].update(model="team/poor-head"))
+    settle(cluster, fleet)
+    body = cluster.model("llama")
+    trial = body["status"]["config"].pop("trial")
+    body["status"]["config"]["rejected"] = {
+        "hash": trial["config"]["hash"],
+        "reason": "NoGain",
+        "message": "goodput -12.0%",
+        "at": "2026-01-01T00:00:00Z",
+    }
+    body["status"]["speculation"].pop("candidateTokens")
+    cluster.write_status("llama", body["status"])
+    settle(cluster, fleet)
+    assert _draft(cluster, "llama") == running
+    assert cluster.objects[("Deployment", "team", "llama-canary")]["spec"]["replicas"] == 0
+    labels = {"namespace": "team", "model": "llama"}
+    assert REGISTRY.get_sample_value("specfleet_config_rejected", labels) == 1

@@ -21,6 +21,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
     TrackTotals,
 )
+from specfleet.operator.configs import config_of
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 
@@ -45,6 +46,7 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
     body = status.model_dump(by_alias=True, mode="json")
     # Added since the fixtures were written (the figure the floor judges, for ACCEPT).
     (body.get("acceptance") or {}).pop("judged", None)
+    body.pop("config", None)  # the running config: its own test below
     for track in ("stable", "canary"):
         totals = (body.get("canary") or {}).get(track)
         if totals is not None:
@@ -72,6 +74,10 @@ def test_an_old_status_is_read_and_decided_on_as_before(path: Path) -> None:
     assert [a.kind for a in decided.actions] == record["decided"]["actions"]
     then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
     assert _comparable(decided.status) == _comparable(then)
+    # A status from before config trials takes the spec's config as running: no trial.
+    config = decided.status.config
+    assert config is not None and config.trial is None
+    assert config.running.hash == config_of(spec).hash
 
 
 def test_the_fixtures_cover_every_state_of_the_old_shape() -> None:

@@ -58,6 +58,7 @@ def test_shipped_scenario_names_are_unique_and_profiles_published() -> None:
         for acceptance in [
             scenario.engine.acceptance,
             *(d.acceptance for d in scenario.engine.drift),
+            *([scenario.config_change.acceptance] if scenario.config_change else []),
         ]:
             assert acceptance in published, (scenario.name, acceptance)
 

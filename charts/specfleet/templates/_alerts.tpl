@@ -158,6 +158,22 @@ groups:
           runbook_url: {{ printf "%s#specfleetmetricsunavailable" $runbook }}
       {{- end }}
       {{- end }}
+      {{- with $a.configRejected }}
+      {{- if .enabled }}
+      - alert: SpecfleetConfigRejected
+        expr: |-
+          max by (namespace, model) (specfleet_config_rejected) == 1
+        labels:
+          severity: {{ .severity }}
+          {{- with $a.labels }}
+          {{- toYaml . | nindent 10 }}
+          {{- end }}
+        annotations:
+          summary: {{ `{{ $labels.namespace }}/{{ $labels.model }}: a new config was rejected; the stable pods run the last good one` | quote }}
+          description: {{ printf "The config in the spec of %s (its draft model, method, runtime image or args) lost its trial against the running config: its goodput gain fell short of spec.rollout.minGain, its acceptance fell below the floor, or it timed out. The stable pods keep the last good config; the spec is not what runs. The condition ConfigRejected has the measured numbers and the config hash; commit a new config, revert the spec, or force this one with the annotation specfleet.io/force-config." `{{ $labels.namespace }}/{{ $labels.model }}` | quote }}
+          runbook_url: {{ printf "%s#specfleetconfigrejected" $runbook }}
+      {{- end }}
+      {{- end }}
       {{- with $a.operatorDown }}
       {{- if .enabled }}
       - alert: SpecfleetOperatorDown

@@ -1,6 +1,7 @@
 -- Argo CD health check for specfleet.io/SpeculativeModel (docs/gitops.md).
 -- Healthy only when the operator has observed the current generation and says Ready;
--- Degraded when it says Degraded (e.g. speculation disabled after rollbacks);
+-- Degraded when it says Degraded (e.g. speculation disabled after rollbacks) or
+-- ConfigRejected (the spec's config lost its trial: the stable pods run the last good one);
 -- Progressing otherwise (rollout, canary trial, or status not caught up with spec).
 -- Lua 5.1 as Argo CD runs it (gopher-lua); tested with lua5.4.
 local hs = {}
@@ -45,6 +46,13 @@ local degraded = find(status.conditions, "Degraded")
 if degraded ~= nil and degraded.status == "True" then
   hs.status = "Degraded"
   hs.message = describe(degraded, "Degraded")
+  return hs
+end
+
+local rejected = find(status.conditions, "ConfigRejected")
+if rejected ~= nil and rejected.status == "True" then
+  hs.status = "Degraded"
+  hs.message = describe(rejected, "ConfigRejected")
   return hs
 end
 

@@ -32,7 +32,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
 from specfleet.operator.counts import Counts
-from specfleet.operator.durations import Duration
+from specfleet.operator.durations import Duration, parse_duration
 from specfleet.operator.rules import DELETE, CheckedAnnotation, Refusal, Rule, RuledModel
 
 # The runtime's config is the contract the operator renders; the API shares its
@@ -231,6 +231,12 @@ NO_DRAFT_MODEL = _methods(lambda m: not m.takes_draft_model)
 class TuningStrategy(StrEnum):
     CANARY = "Canary"
     IN_PLACE = "InPlace"
+
+
+class RolloutStrategy(StrEnum):
+    CANARY = "Canary"
+    IN_PLACE = "InPlace"
+    IMMEDIATE = "Immediate"
 
 
 class RollbackMetric(StrEnum):
@@ -818,6 +824,34 @@ class Rollback(SpecModel):
     ] = "30m"
 
 
+class Rollout(SpecModel):
+    """How a changed config (draft.method, draft.model, runtime.image or runtime.args)
+    reaches the stable pods (docs/rollouts.md)."""
+
+    strategy: Annotated[RolloutStrategy, Lax] = Field(
+        default=RolloutStrategy.CANARY,
+        description="Canary: the new config on one extra pod, compared with the stable pods; "
+        "InPlace: the stable pods switch and are compared with their windows before; "
+        "Immediate: the stable pods switch with no trial.",
+    )
+    windows: int = Field(
+        default=3,
+        ge=1,
+        description="Conclusive windows of the new config compared before it is promoted "
+        "(up to three times as many while its gain is promising but not proven).",
+    )
+    min_gain: float = Field(
+        default=0.0,
+        ge=-0.5,
+        le=1,
+        description="Lower confidence bound of the new config's goodput gain it must show; "
+        "negative lets a slightly slower config through (-0.02: at most 2% slower).",
+    )
+    timeout: Annotated[
+        str, Duration("720h", "A trial not decided by then is rejected; the stable pods stay.")
+    ] = "2h"
+
+
 class SecretKeyRef(SpecModel):
     name: NonEmptyString = Field(description="Secret name in the model's namespace.")
     key: NonEmptyString = Field(default="token", description="Key holding the token.")
@@ -1138,6 +1172,21 @@ class SpeculativeModelSpec(SpecModel):
             ),
         ),
         Rule(
+            "duration(self.rollout.timeout).getSeconds() >= "
+            "duration(self.tuning.interval).getSeconds() * self.rollout.windows",
+            "rollout.timeout must be at least rollout.windows times tuning.interval: a config "
+            "trial needs that many windows before it can be judged",
+            lambda s: (
+                int(parse_duration(s.rollout.timeout).total_seconds())
+                >= int(parse_duration(s.tuning.interval).total_seconds()) * s.rollout.windows
+            ),
+            ".rollout.timeout",
+            found=lambda s: f"{s.rollout.timeout} < {s.rollout.windows} x {s.tuning.interval}",
+            refusals=(
+                Refusal("rollout-timeout-shorter-than-its-windows", {"spec.rollout.timeout": "2m"}),
+            ),
+        ),
+        Rule(
             "!has(self.draft.rejectionSampleMethod) || "
             "self.draft.rejectionSampleMethod != 'fly' || self.speculation.minTokens >= 2",
             "speculation.minTokens must be at least 2 with draft.rejectionSampleMethod fly "
@@ -1161,6 +1210,7 @@ class SpeculativeModelSpec(SpecModel):
     speculation: Speculation = Field(default_factory=Speculation)
     tuning: Tuning = Field(default_factory=Tuning)
     rollback: Rollback = Field(default_factory=Rollback)
+    rollout: Rollout = Field(default_factory=Rollout)
     replicas: int = Field(
         default=1,
         ge=1,
@@ -1190,6 +1240,7 @@ class ConditionType(StrEnum):
     SPECULATION_ACTIVE = "SpeculationActive"
     METRICS_AVAILABLE = "MetricsAvailable"
     ACCEPTANCE_BELOW_FLOOR = "AcceptanceBelowFloor"
+    CONFIG_REJECTED = "ConfigRejected"
 
 
 class Condition(ApiModel):
@@ -1525,6 +1576,60 @@ class CanaryComparison(ApiModel):
     canary: TrackTotals = Field(default_factory=TrackTotals)
 
 
+class RunningConfig(ApiModel):
+    """The part of the spec a config change is named by, as the stable pods run it:
+    enough to render them while the spec already says the next one."""
+
+    hash: str = Field(description="Names the config: a hash of the fields below.")
+    method: DraftMethod
+    draft_model: str | None = None
+    image: str
+    args: list[str] = Field(default_factory=list)
+
+
+class ConfigTrial(ApiModel):
+    """A new config on trial against the running one."""
+
+    config: RunningConfig = Field(description="The config on trial (the spec's).")
+    tokens: int = Field(description="K the new config runs in the trial (the spec's K).")
+    in_place: bool = Field(
+        default=False, description="InPlace: the stable pods themselves switch to it."
+    )
+    switched: bool = Field(
+        default=False, description="InPlace: the stable pods run it (after the windows before)."
+    )
+    previous_tokens: int | None = Field(
+        default=None, description="InPlace: the stable K before the switch, restored on reject."
+    )
+    previous_schedule: list[ScheduledBand] | None = Field(
+        default=None, description="InPlace: the stable schedule before the switch."
+    )
+    started_at: datetime
+    stable: TrackTotals = Field(
+        default_factory=TrackTotals, description="The running config's windows."
+    )
+    canary: TrackTotals = Field(
+        default_factory=TrackTotals, description="The new config's windows."
+    )
+
+
+class ConfigRejection(ApiModel):
+    """A config a trial held back; its hash is not tried again until the spec changes."""
+
+    hash: str
+    reason: str
+    message: str
+    at: datetime
+
+
+class ConfigState(ApiModel):
+    """Progressive delivery of config changes (docs/rollouts.md)."""
+
+    running: RunningConfig = Field(description="The last good config: what the stable pods run.")
+    trial: ConfigTrial | None = None
+    rejected: ConfigRejection | None = None
+
+
 class LeftOutReason(StrEnum):
     """Why an evaluation left a pod's metrics out (a specfleet_scrape_errors_total label)."""
 
@@ -1610,6 +1715,9 @@ class SpeculativeModelStatus(ApiModel):
         default=None, description="Windows still collecting draft tokens."
     )
     step_cost: StepCostStatus | None = None
+    config: ConfigState | None = Field(
+        default=None, description="The config the stable pods run, and a trial of a new one."
+    )
     conditions: list[Condition] = Field(default_factory=list)
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(
         default_factory=list, description=f"The last {HISTORY_LIMIT} decisions, oldest first."
@@ -1678,7 +1786,9 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "ALen", "type": "number", "jsonPath": ".status.acceptance.meanLength"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
+    {"name": "Rejected", "type": "string", "jsonPath": ".status.config.rejected.hash"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Metric", "type": "string", "jsonPath": ".spec.rollback.metric", "priority": 1},
     {"name": "Rate", "type": "number", "jsonPath": ".status.acceptance.rate", "priority": 1},
+    {"name": "Config", "type": "string", "jsonPath": ".status.config.running.hash", "priority": 1},
 ]

@@ -32,7 +32,7 @@ from specfleet.operator.metrics import (
     scrape,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
-from specfleet.operator.status import ObservedChildren, pod_ready
+from specfleet.operator.status import ObservedChildren, pod_ready, runtime_failure
 
 log = logging.getLogger("specfleet.evaluation")
 SCRAPE_CONCURRENCY = 64
@@ -60,6 +60,25 @@ def scrape_targets(model: SpeculativeModel, children: ObservedChildren) -> list[
         url = f"http://{ip}:{model.spec.runtime.port}/metrics"
         targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
     return targets
+
+
+def runtime_failures(model: SpeculativeModel, children: ObservedChildren) -> dict[str, str]:
+    """Per track, why the runtime of a pod running the track's rendered config failed (a
+    config on trial that cannot start is rejected, not waited for)."""
+    failures: dict[str, str] = {}
+    for track in TRACKS:
+        expected = _expected_config(model, track)
+        pods = [
+            pod
+            for pod in children.pods
+            if pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable") == track
+            and (pod["metadata"].get("annotations") or {}).get(render.CONFIG_HASH_ANNOTATION)
+            == expected
+        ]
+        failure = runtime_failure(pods)
+        if failure is not None:
+            failures[track] = failure
+    return failures
 
 
 def canary_pending_since(children: ObservedChildren) -> float | None:
@@ -108,7 +127,11 @@ class Evaluator:
         else:
             tokens = {track: render.track_tokens(model, track) for track in TRACKS}
             observation = tracker.observe(samples, tokens)
-        observation = replace(observation, canary_pending_since=canary_pending_since(children))
+        observation = replace(
+            observation,
+            canary_pending_since=canary_pending_since(children),
+            runtime_failures=runtime_failures(model, children),
+        )
         self._count_errors(model, observation)
         decided = tuner.decide(
             model.spec, model.status, observation, now, generation=model.metadata.generation

@@ -38,6 +38,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import CHILD_KINDS, DEPLOYMENT, POD, child_kind
 from specfleet.operator.conditions import set_condition
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator
@@ -351,7 +352,11 @@ class Fleet:
         now = datetime.now(UTC)
         recorded = model
         synced = tuner.sync_with_spec(
-            model.spec, model.status, now, generation=model.metadata.generation
+            model.spec,
+            model.status,
+            now,
+            generation=model.metadata.generation,
+            forced_config=model.metadata.annotations.get(FORCE_CONFIG_ANNOTATION),
         )
         model = model.model_copy(update={"status": synced.status})
         actions = list(synced.actions)
@@ -403,7 +408,10 @@ class Fleet:
     ) -> bool:
         """The decided status renders other children than the recorded one, and there
         are children to change."""
-        if decided.status.speculation == recorded.status.speculation:
+        if (
+            decided.status.speculation == recorded.status.speculation
+            and decided.status.config == recorded.status.config  # what each track runs
+        ):
             return False
         return bool(self.cache.children.get(key)) and manifests != render.manifests(recorded)
 
@@ -576,6 +584,8 @@ class Fleet:
         observability.PLAIN_DECODING_CHOSEN.labels(*labels).set(
             1 if speculation.plain_decoding_chosen else 0
         )
+        rejected = status.config is not None and status.config.rejected is not None
+        observability.CONFIG_REJECTED.labels(*labels).set(1 if rejected else 0)
 
     # ------------------------------------------------------------------- loop
 

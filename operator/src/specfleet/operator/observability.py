@@ -66,6 +66,12 @@ PLAIN_DECODING_CHOSEN = Gauge(
     "Speculation stopped because plain decoding measured faster: no K pays (0/1).",
     MODEL,
 )
+CONFIG_REJECTED = Gauge(
+    "specfleet_config_rejected",
+    "1 while a new config (draft model, method, image, vLLM args) is held back and the "
+    "stable pods run the last good one (condition ConfigRejected, status.config.rejected).",
+    MODEL,
+)
 PER_MODEL = [
     SPECULATIVE_TOKENS,
     ACCEPTANCE_RATE,
@@ -83,6 +89,7 @@ PER_MODEL = [
     PLAIN_DECODING_CHOSEN,
     ACCEPTANCE_JUDGED,
     ACCEPTANCE_METRIC,
+    CONFIG_REJECTED,
 ]
 
 

@@ -30,6 +30,13 @@ class ActionKind(StrEnum):
     INCONCLUSIVE = "Inconclusive"
     METRICS_UNAVAILABLE = "MetricsUnavailable"
     SPECULATION_MISSING = "SpeculationMissing"
+    # A config change (draft model, method, image, vLLM args): config_trials.py.
+    START_CONFIG_TRIAL = "StartConfigTrial"
+    SWITCH_CONFIG_IN_PLACE = "SwitchConfigInPlace"
+    PROMOTE_CONFIG = "PromoteConfig"
+    REJECT_CONFIG = "RejectConfig"
+    ADOPT_CONFIG = "AdoptConfig"
+    CANCEL_CONFIG_TRIAL = "CancelConfigTrial"
 
 
 # The decisions that move K down or switch speculation off because of the floor.
@@ -90,3 +97,6 @@ class TrialOutcome(StrEnum):
     OUTSIDE_RANGE = "OutsideRange"
     STABLE_ROLLING_BACK = "StableRollingBack"
     FLEET_SCALED = "FleetScaled"
+    CONFIG_CHANGED = "ConfigChanged"
+    TIMEOUT = "Timeout"
+    RUNTIME_FAILED = "RuntimeFailed"

@@ -90,6 +90,27 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "AboveFloor": "The rollback metric clears the floor again.",
         "Disabled": "Speculation was switched off, so nothing is below the floor.",
         "SpecChanged": "spec.speculation.tokens changed: the new K starts unjudged.",
+        "ConfigChanged": "The stable pods switched to a new config (promoted, forced or "
+        "Immediate): its acceptance starts unjudged.",
+    },
+    api.ConditionType.CONFIG_REJECTED: {
+        "Trying": "A new config (draft model, method, runtime image or args) is on trial "
+        "against the running one (docs/rollouts.md).",
+        "GoodputGain": "The new config was promoted: its goodput gain cleared "
+        "spec.rollout.minGain and its acceptance the floor.",
+        "Immediate": "The stable pods switched to the new config with no trial "
+        "(spec.rollout.strategy Immediate, or plain decoding on either side).",
+        "Forced": "The annotation specfleet.io/force-config named the spec's config: the "
+        "stable pods run it without a trial.",
+        "SpecReverted": "The spec names the running config again: the rejection is cleared.",
+        "Cancelled": "The trial ended unjudged: the spec changed again, or the config was forced.",
+        "BelowFloor": "Rejected: the new config's rollback metric fell below the floor. The "
+        "stable pods stay on the last good config (status.config.running).",
+        "NoGain": "Rejected: the new config's goodput gain did not clear "
+        "spec.rollout.minGain (the message has the measured numbers and the hash).",
+        "RuntimeFailed": "Rejected: a pod running the new config failed (its preflight "
+        "refused it, or vLLM exited); the message is the pod's reason.",
+        "Timeout": "Rejected: the trial had not gathered its windows within spec.rollout.timeout.",
     },
 }
 

@@ -22,6 +22,7 @@ from specfleet.operator.api import (
     SuffixDecoding,
 )
 from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
+from specfleet.operator.configs import as_track_runs
 from specfleet.runtime.config import Method, RuntimeConfig
 
 Manifest = dict[str, Any]
@@ -218,6 +219,7 @@ def config_hash(container: dict[str, Any]) -> str:
 
 
 def deployment(model: SpeculativeModel, track: Track) -> Manifest:
+    model = as_track_runs(model, track)  # the last good config but on a config trial
     method = _track_method(model, track)
     tokens = track_tokens(model, track)
     candidate = model.status.speculation.candidate_tokens

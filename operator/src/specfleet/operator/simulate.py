@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -34,6 +34,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.children import Track
+from specfleet.operator.configs import track_config
 from specfleet.operator.counts import Counts
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.metrics import (
@@ -81,6 +82,30 @@ class ScaleStep(_Strict):
     replicas: int = Field(ge=1)
 
 
+# The draft model a scenario's config change commits (the running one is "sim/draft").
+NEW_HEAD = "sim/draft-next"
+
+
+class ConfigChange(_Strict):
+    """At `after` seconds a commit names a new draft head (spec.draft.model): the pods
+    that run it draw from its own acceptance and drafting cost. The tuner is told nothing;
+    it sees the spec change and the pods' counters."""
+
+    after: Seconds
+    acceptance: list[float] = Field(
+        min_length=1, description="the new head's acceptance per position (conditional)"
+    )
+    draft_cost_scale: float = Field(
+        1.0, gt=0, description="its drafting costs times this, over the scenario's engine"
+    )
+    expect: Literal["Promote", "Reject"] = Field(
+        description="what the benchmark holds the config trial to"
+    )
+    within: int = Field(
+        12, ge=1, description="windows after the change by which it must be decided"
+    )
+
+
 class Scenario(_Strict):
     """A scenario file (YAML): engines, load over time, and the policy under test."""
 
@@ -114,18 +139,12 @@ class Scenario(_Strict):
         default_factory=dict,
         description="SpeculativeModel spec fields (camelCase): speculation, tuning, rollback",
     )
+    config_change: ConfigChange | None = None
 
     @property
     def engine_cost(self) -> StepCost:
         """The step cost the engines run (never shown to the tuner)."""
-        cost, scale = self.engine.cost, self.draft_cost_scale
-        return cost.model_copy(
-            update={
-                "draft_ms_per_token": cost.draft_ms_per_token * scale,
-                "parallel_draft_ms": cost.parallel_draft_ms * scale,
-                "parallel_draft_ms_per_token": cost.parallel_draft_ms_per_token * scale,
-            }
-        )
+        return scaled_drafting(self.engine.cost, self.draft_cost_scale)
 
 
 # ----------------------------------------------------------------------------- files
@@ -284,6 +303,8 @@ def phases(scenario: Scenario) -> list[Phase]:
         | {s.after for s in scenario.engine.drift if s.after < scenario.duration}
         | {s.after for s in scenario.load if s.after < scenario.duration}
         | {s.after for s in scenario.scale if s.after < scenario.duration}
+        # A new draft head: a new stretch, whose trial and re-learned K settle first.
+        | ({scenario.config_change.after} if scenario.config_change else set())
     )
     result = []
     for start in starts:
@@ -312,6 +333,7 @@ class WindowRecord:
     best_static: float  # goodput of the phase's best static K, no floor
     acceptance: float | None  # the rollback metric: the figure the floor judges
     actions: list[str] = field(default_factory=list)
+    stable_new_head: bool = False  # the stable pods ran the config change's new head
 
 
 HOUR = 3600.0
@@ -340,6 +362,11 @@ class SimulationResult:
     drift_to_plain: list[int | None]
     steady_k_changes: list[float]  # when the stable K changed in steady state (seconds)
     decisions: list[dict[str, Any]]
+    # The config change's trial: PromoteConfig or RejectConfig (None: undecided), the
+    # windows from the change to it, and windows the stable pods ran the new head before.
+    config_outcome: str | None = None
+    config_decided_after: int | None = None
+    new_head_on_stable_before_promotion: int = 0
 
     @property
     def steady_ratio(self) -> float:
@@ -460,7 +487,14 @@ class _Simulation:
         self.status = SpeculativeModelStatus()
         self.tracker = WindowTracker()
         self.counters: dict[str, SpecDecodeCounters] = {}
-        self.pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...]]] = {}
+        self.pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...], bool]] = {}
+        change = scenario.config_change
+        self.change_window = None if change is None else int(change.after // self.interval)
+        self.head_cost = (
+            None if change is None else scaled_drafting(self.cost, change.draft_cost_scale)
+        )
+        self.config_outcome: tuple[str, int] | None = None
+        self.new_head_on_stable = 0
         self.records: list[WindowRecord] = []
         self.decisions: list[dict[str, Any]] = []
         names = ("achieved", "oracle", "unconstrained", "k3", "k5", "none")
@@ -483,6 +517,26 @@ class _Simulation:
 
     def good(self, p: Phase, k: int) -> float:
         return goodput(self.cost, p.acceptance, k, p.concurrency, self.drafting)
+
+    def new_head(self, track: Track) -> bool:
+        """Whether a track's pods run the config change's new head (the config status
+        says they run)."""
+        if self.scenario.config_change is None:
+            return False
+        running = track_config(self.spec, self.status, track)
+        draft = self.spec.draft.model if running is None else running.draft_model
+        return draft == NEW_HEAD
+
+    def engine_of(self, track: Track, p: Phase) -> tuple[StepCost, Phase]:
+        """The step cost and acceptance a track's pods run in phase `p`."""
+        change = self.scenario.config_change
+        if change is None or self.head_cost is None or not self.new_head(track):
+            return self.cost, p
+        return self.head_cost, replace(p, acceptance=list(change.acceptance))
+
+    def good_on(self, track: Track, p: Phase, k: int) -> float:
+        cost, p = self.engine_of(track, p)
+        return goodput(cost, p.acceptance, k, p.concurrency, self.drafting)
 
     def pays(self, p: Phase, k: int) -> bool:
         return k > 0 and self.good(p, k) > self.good(p, 0)
@@ -509,6 +563,9 @@ class _Simulation:
             self._phase_changed(index, phase_index)
         # What the scaler wrote: the decision core sees the spec it would read.
         self.spec = self.spec.model_copy(update={"replicas": phase.replicas})
+        if index == self.change_window:  # the commit of a new draft head
+            draft = self.spec.draft.model_copy(update={"model": NEW_HEAD})
+            self.spec = self.spec.model_copy(update={"draft": draft})
         running = self.pods(phase.replicas)
         observation = self._run_engines(running, phase, start)
         now = START + timedelta(seconds=start + self.interval)
@@ -519,6 +576,9 @@ class _Simulation:
             else None
         )
         values = self._count_goodput(phase, phase_index, start, stable_k, canary_k)
+        stable_new_head = self.new_head("stable")
+        if stable_new_head and not (self.config_outcome and self.config_outcome[0] == "Promote"):
+            self.new_head_on_stable += 1
         decided = self.decider(self.spec, self.status, observation, now)
         self.status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
@@ -537,6 +597,7 @@ class _Simulation:
                 values["unconstrained"],
                 self.status.acceptance.judged,
                 kinds,
+                stable_new_head,
             )
         )
 
@@ -567,16 +628,18 @@ class _Simulation:
             del self.pod_config[gone]  # scaled in: a pod of that name later is a new process
         samples = []
         for name, track, k, bands in running:
-            if self.pod_config.get(name) != (k, bands):
+            cost, on = self.engine_of(track, phase)
+            config = (k, bands, self.new_head(track))
+            if self.pod_config.get(name) != config:
                 # A rollout restarts the pod: a new process, its counters from zero.
                 self.counters[name] = SpecDecodeCounters(process_start_time=start)
-                self.pod_config[name] = (k, bands)
+                self.pod_config[name] = config
             self.counters[name] = _engine_window(
                 self.rng,
                 self.scenario.engine,
-                self.cost,
+                cost,
                 self.counters[name],
-                phase.acceptance,
+                on.acceptance,
                 _k_in_window(k, bands, phase.concurrency),
                 phase.concurrency,
                 self.interval,
@@ -591,10 +654,12 @@ class _Simulation:
     ) -> dict[str, float]:
         """This window's goodput: achieved, the oracles', and each K's held all along."""
         good = self.good
+        stable_good = self.good_on("stable", phase, stable_k)
         achieved = (
-            (phase.replicas * good(phase, stable_k) + good(phase, canary_k)) / (phase.replicas + 1)
+            (phase.replicas * stable_good + self.good_on("canary", phase, canary_k))
+            / (phase.replicas + 1)
             if canary_k is not None
-            else good(phase, stable_k)
+            else stable_good
         )
         values = {
             "achieved": achieved,
@@ -630,6 +695,9 @@ class _Simulation:
                     "message": action.message,
                 }
             )
+            outcome = _CONFIG_OUTCOMES.get(action.kind)
+            if outcome and self.config_outcome is None and self.change_window is not None:
+                self.config_outcome = (outcome, index - self.change_window)
             if action.kind in ROLLBACK_ACTIONS:
                 self.rollbacks += 1
                 first_position = expected_rollback_metric(
@@ -680,7 +748,27 @@ class _Simulation:
             drift_to_plain=self.drift_to_plain,
             steady_k_changes=steady_k_changes,
             decisions=self.decisions,
+            config_outcome=self.config_outcome[0] if self.config_outcome else None,
+            config_decided_after=self.config_outcome[1] if self.config_outcome else None,
+            new_head_on_stable_before_promotion=self.new_head_on_stable,
         )
+
+
+_CONFIG_OUTCOMES: dict[str, str] = {
+    ActionKind.PROMOTE_CONFIG: "Promote",
+    ActionKind.REJECT_CONFIG: "Reject",
+}
+
+
+def scaled_drafting(cost: StepCost, scale: float) -> StepCost:
+    """`cost` with its drafting costs times `scale` (a cheaper or dearer draft)."""
+    return cost.model_copy(
+        update={
+            "draft_ms_per_token": cost.draft_ms_per_token * scale,
+            "parallel_draft_ms": cost.parallel_draft_ms * scale,
+            "parallel_draft_ms_per_token": cost.parallel_draft_ms_per_token * scale,
+        }
+    )
 
 
 def _k_in_window(k: int, bands: tuple[ScheduledBand, ...], concurrency: int) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from specfleet.operator import schedule, speed
+from specfleet.operator import config_trials, schedule, speed
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     ConditionType,
@@ -47,6 +47,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
+from specfleet.operator.configs import track_config
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.floor import (
     below_floor,
@@ -95,7 +96,9 @@ class Run:
         self.now = now
         self.generation = generation
         self.actions: list[Action] = []
-        self.drafting = spec.draft.method.runtime.drafting
+        # The stable pods' drafting: the running config's while a new one is on trial.
+        running = track_config(spec, status, "stable")
+        self.drafting = (running.method if running else spec.draft.method).runtime.drafting
         self.cost = speed.cost_in(status.step_cost, self.drafting)
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
@@ -198,11 +201,13 @@ def decide(
     if run.sp.disabled:
         if run.status.canary is not None:  # a re-probe on a canary
             feed_trial(run, stable, observation)
-        else:
+        elif not config_trials.feed(run, stable, observation):
             maybe_reprobe(run, stable)
     else:
         metrics_condition(run, stable)
-        if not (stable.conclusive and _floor_decided(run, stable)):
+        if not (stable.conclusive and _floor_decided(run, stable)) and not config_trials.feed(
+            run, stable, observation
+        ):
             _tune(run, stable, observation)
     return Decided(run.status, run.actions)
 
@@ -289,11 +294,14 @@ def sync_with_spec(
     now: datetime,
     *,
     generation: int | None = None,
+    forced_config: str | None = None,
 ) -> Decided:
     """Status after a spec edit, on every reconcile (not only when a window is judged):
     a new `speculation.tokens` resets K, clears a trial and re-enables speculation, and
-    K or a trial outside new bounds is clamped or ended; each change is in history."""
+    K or a trial outside new bounds is clamped or ended; each change is in history.
+    `forced_config`: the hash a user's annotation forces through (config_trials.force)."""
     run = Run(spec, status.model_copy(deep=True), now, generation)
+    config_trials.force(run, forced_config)
     _sync_with_spec(run)
     return Decided(run.status, run.actions)
 
@@ -318,6 +326,7 @@ def _sync_with_spec(run: Run) -> None:
     restart_trial_if_scaled(run)
     if sp.rejected is not None and run.now >= sp.rejected.until:
         sp.rejected = None
+    config_trials.sync(run)
 
 
 def _restart_from_spec(run: Run, schedule_changed: bool) -> None:

@@ -1,0 +1,389 @@
+"""Config trials: a changed draft model, method, runtime image or vLLM args is tried
+against the running config and promoted on measured goodput, or rejected with the stable
+pods kept on the last good config (docs/rollouts.md).
+
+The running config lives in status.config (the operator never writes spec); a trial
+runs the spec's config on the canary (or, InPlace, on the stable pods after their
+windows before), is judged with the same statistics as a K trial (trial_stats), and on
+promotion K and the step cost are learned anew: the new draft's acceptance and step
+cost are its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from specfleet.operator import schedule, speed
+from specfleet.operator.api import (
+    ConditionType,
+    ConfigRejection,
+    ConfigState,
+    ConfigTrial,
+    DraftMethod,
+    RolloutStrategy,
+    RunningConfig,
+    ScheduledBand,
+)
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, changes, config_of
+from specfleet.operator.floor import clear_below_floor
+from specfleet.operator.metrics import Observation
+from specfleet.operator.outcomes import ActionKind, TrialOutcome
+from specfleet.operator.reprobes import enable
+from specfleet.operator.trial_stats import (
+    goodput_gain,
+    schedule_gain,
+    totals_add,
+    totals_metric,
+    totals_rate,
+)
+from specfleet.operator.trials import TRIAL_EXTENSION, end_trial
+from specfleet.operator.windows import Judged, judge_collected
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+
+def sync(run: Run) -> None:
+    """On every reconcile: take the spec's config as running when there is none yet (a
+    new model, or a status from before config trials), start a trial for a new one, end
+    a trial the spec no longer asks for."""
+    wanted = config_of(run.spec)
+    state = run.status.config
+    if state is None:
+        run.status.config = ConfigState(running=wanted)
+        return
+    trial = state.trial
+    if wanted.hash == state.running.hash:
+        if trial is not None:
+            _cancel(run, f"the spec is back at the running config {wanted.hash}")
+        if state.rejected is not None:
+            state.rejected = None
+            run.condition(
+                ConditionType.CONFIG_REJECTED,
+                "False",
+                "SpecReverted",
+                f"the spec names the running config {wanted.hash} again",
+            )
+        return
+    if trial is not None and trial.config.hash == wanted.hash:
+        if not trial.in_place:  # a new spec.speculation.tokens clears the candidate
+            run.sp.candidate_tokens = trial.tokens
+        return
+    if state.rejected is not None and state.rejected.hash == wanted.hash:
+        return  # held back until the spec changes or a user forces it
+    if trial is not None:
+        _cancel(run, f"config {wanted.hash} replaces config {trial.config.hash} on trial")
+    _start(run, wanted)
+
+
+def force(run: Run, forced: str | None) -> None:
+    """The annotation names the spec's config: it becomes the running config at once."""
+    wanted = config_of(run.spec)
+    state = run.status.config
+    if forced != wanted.hash or (state is not None and state.running.hash == wanted.hash):
+        return
+    if state is not None and state.trial is not None:
+        _cancel(run, f"{FORCE_CONFIG_ANNOTATION} forces config {wanted.hash}")
+    _adopt(
+        run,
+        wanted,
+        ActionKind.ADOPT_CONFIG,
+        "Forced",
+        f"{FORCE_CONFIG_ANNOTATION} names config {wanted.hash}: the stable pods run it "
+        "without a trial",
+    )
+
+
+def feed(run: Run, stable: Judged, observation: Observation) -> bool:
+    """Feed this evaluation's windows to a running config trial; False when none runs
+    (K is tuned instead: one trial at a time)."""
+    state = run.status.config
+    trial = state.trial if state is not None else None
+    if trial is None:
+        return False
+    timeout = run.seconds(run.spec.rollout.timeout)
+    # The pods running the new config: the canary, or switched in place the stable pods.
+    failed = observation.runtime_failures.get(
+        "stable" if trial.in_place and trial.switched else "canary"
+    )
+    if failed is not None and (trial.switched or not trial.in_place):
+        _reject(run, TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
+    elif run.now - trial.started_at > timeout:
+        message = (
+            f"{trial.canary.windows} of {run.spec.rollout.windows} conclusive windows of the "
+            f"new config after {run.now - trial.started_at} (rollout.timeout "
+            f"{run.spec.rollout.timeout})"
+        )
+        _reject(run, TrialOutcome.TIMEOUT, message)
+    elif trial.in_place:
+        _feed_in_place(run, trial, stable)
+    else:
+        _feed_canary(run, trial, stable, observation)
+    return True
+
+
+def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
+    """The K (and schedule) a new config is tried and started at: the stable pods' own,
+    so that a trial compares the configs, not two Ks; the spec's with speculation off.
+    Everything K was tuned from (acceptance, step cost) is measured afresh after."""
+    sp = run.sp
+    if sp.disabled or sp.tokens is None:
+        fixed = schedule.fixed(run.spec)
+        return (schedule.largest(fixed) if fixed else run.spec.speculation.tokens), fixed
+    return sp.tokens, sp.schedule
+
+
+def _start(run: Run, wanted: RunningConfig) -> None:
+    sp, spec = run.sp, run.spec
+    state = run.status.config
+    assert state is not None
+    if run.status.canary is not None:  # one canary: the config change comes first
+        end_trial(
+            run,
+            promote=False,
+            reason=TrialOutcome.CONFIG_CHANGED,
+            message=f"config {wanted.hash} is tried first",
+            reject=False,
+            judged=False,
+        )
+    what = changes(state.running, wanted)
+    strategy = spec.rollout.strategy
+    if strategy is RolloutStrategy.IMMEDIATE or DraftMethod.NONE in (
+        wanted.method,
+        state.running.method,
+    ):
+        # No trial wanted, or no draft to compare (plain decoding on either side).
+        _adopt(run, wanted, ActionKind.ADOPT_CONFIG, "Immediate", f"config {wanted.hash}: {what}")
+        return
+    k, bands = _matched(run)
+    # Plain stable pods (speculation disabled) have no windows before to switch from.
+    in_place = strategy is RolloutStrategy.IN_PLACE and not sp.disabled
+    state.trial = ConfigTrial(config=wanted, tokens=k, in_place=in_place, started_at=run.now)
+    where = "the stable pods, after their windows before," if in_place else "a canary"
+    if not in_place:
+        sp.candidate_tokens = k
+        sp.candidate_schedule = bands
+        sp.canary_started_at = run.now
+    message = (
+        f"config {wanted.hash} ({what}) on {where} at K={k}, against the running config "
+        f"{state.running.hash}"
+    )
+    run.act(
+        ActionKind.START_CONFIG_TRIAL, "ConfigChanged", message, from_tokens=sp.tokens, to_tokens=k
+    )
+    run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
+
+
+def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
+    sp = run.sp
+    pending = observation.canary_pending_since
+    limit = run.seconds(run.spec.tuning.canary_pending_timeout).total_seconds()
+    if pending is not None and run.now.timestamp() - pending >= limit and not sp.disabled:
+        # No node for the canary pod: the trial goes on in place, as a K trial's would;
+        # the stable windows so far are its windows before.
+        trial.in_place = True
+        _drop_canary(run)
+        run.act(
+            ActionKind.IN_PLACE_FALLBACK,
+            "CanaryPending",
+            f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s (> "
+            f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
+            "in place instead",
+            warning=True,
+        )
+        return
+    canary = judge_collected(
+        run, "canary", observation.canary, trial.tokens, None, sp.candidate_schedule
+    )
+    # The stable windows of the trial are its comparison: the same hours, the same mix.
+    plain = sp.disabled and stable.window is not None and stable.window.generation_tokens > 0
+    if (stable.conclusive or plain) and stable.window is not None:
+        trial.stable = totals_add(trial.stable, stable.window)
+    if not canary.conclusive or canary.window is None:
+        return
+    trial.canary = totals_add(trial.canary, canary.window)
+    if _clearly_below_floor(run, trial):
+        return
+    if trial.canary.windows >= run.spec.rollout.windows and trial.stable.windows >= 1:
+        batch = stable.window.batch_per_pod if stable.window is not None else 1.0
+        before = None if sp.disabled else sp.schedule
+        tried = sp.candidate_schedule
+        _compare(run, trial, 0 if sp.disabled else (sp.tokens or 0), before, tried, batch)
+
+
+def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
+    sp = run.sp
+    if not stable.conclusive or stable.window is None:
+        return
+    if not trial.switched:
+        trial.stable = totals_add(trial.stable, stable.window)
+        trial.previous_tokens, trial.previous_schedule = sp.tokens, sp.schedule
+        trial.switched = True
+        run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
+        message = (
+            f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
+            f"compared with K={trial.previous_tokens} of config "
+            f"{run.status.config.running.hash if run.status.config else '?'} before"
+        )
+        run.act(
+            ActionKind.SWITCH_CONFIG_IN_PLACE,
+            "ConfigChanged",
+            message,
+            from_tokens=trial.previous_tokens,
+            to_tokens=trial.tokens,
+        )
+        return
+    trial.canary = totals_add(trial.canary, stable.window)
+    if _clearly_below_floor(run, trial):
+        return
+    if trial.canary.windows >= run.spec.rollout.windows:
+        before_k = trial.previous_tokens or 0
+        before, tried = trial.previous_schedule, sp.schedule
+        _compare(run, trial, before_k, before, tried, stable.window.batch_per_pod)
+
+
+def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
+    """Reject before the windows are in when even the upper bound of the new config's
+    rollback metric, over all its windows, is below the floor: a poor head goes at once,
+    one near the floor is measured to the end (where its lower bound must clear it)."""
+    metric = totals_metric(trial.canary, run.spec.rollback.metric)
+    if metric is None or metric.high >= run.floor:
+        return False
+    message = (
+        f"the new config's {run.spec.rollback.metric.value} {metric.value:.3f} (upper bound "
+        f"{metric.high:.3f}) over {trial.canary.windows} windows < floor {run.floor:.3f}"
+    )
+    _reject(run, TrialOutcome.BELOW_FLOOR, message)
+    return True
+
+
+def _compare(
+    run: Run,
+    trial: ConfigTrial,
+    before_k: int,
+    before: list[ScheduledBand] | None,
+    tried: list[ScheduledBand] | None,
+    batch: float,
+) -> None:
+    """The K trial's evidence standard: promoted when the lower bound of the goodput gain
+    clears rollout.minGain and the acceptance clears the floor; measured on while the gain
+    is promising but not proven, up to TRIAL_EXTENSION times the windows."""
+    spec = run.spec
+    minimum = spec.rollout.min_gain
+    schedules = before is not None or tried is not None
+    if schedules and trial.stable.timed_windows and trial.canary.timed_windows:
+        after = tried or [ScheduledBand(tokens=trial.tokens)]
+        gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
+    else:
+        gain, basis = goodput_gain(
+            trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
+        )
+    metric = totals_metric(trial.canary, spec.rollback.metric)
+    running = run.status.config.running.hash if run.status.config else "?"
+    summary = (
+        f"config {trial.config.hash} at K={trial.tokens} vs {running} at K={before_k}: goodput "
+        f"{gain.value:+.1%} (lower bound {gain.low:+.1%}, needs {minimum:+.1%}; {basis})"
+    )
+    if metric is not None:
+        summary += (
+            f", {spec.rollback.metric.value} {metric.value:.3f} (lower bound {metric.low:.3f}, "
+            f"floor {run.floor:.3f})"
+        )
+    if metric is not None and metric.low < run.floor:
+        _reject(run, TrialOutcome.BELOW_FLOOR, summary)
+    elif gain.low >= minimum:
+        _adopt(run, trial.config, ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN, summary)
+    elif gain.value < minimum or trial.canary.windows >= TRIAL_EXTENSION * spec.rollout.windows:
+        _reject(run, TrialOutcome.NO_GAIN, summary)
+    # else: promising but not proven: measure on
+
+
+def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:
+    """The stable pods run `wanted` from now on, at the K they ran (the trial's); the
+    step cost and every memory of K are learned anew for it."""
+    sp, state = run.sp, run.status.config
+    trial = state.trial if state is not None else None
+    rate = totals_rate(trial.canary).value if trial is not None and trial.canary.windows else None
+    previous = sp.tokens
+    if state is None:
+        run.status.config = ConfigState(running=wanted)
+    else:
+        state.running, state.trial, state.rejected = wanted, None, None
+    k, bands = _matched(run)
+    k = trial.tokens if trial is not None else k
+    _drop_canary(run)
+    run.status.step_cost = None  # measured with another draft, image or vLLM
+    run.drafting = sp.drafting = wanted.method.runtime.drafting
+    run.cost = speed.prior(run.drafting)
+    sp.schedule = sp.last_known_good_schedule = bands
+    sp.rejected = None
+    sp.failed_reprobes = 0
+    sp.reprobed_at = None
+    enable(run, k)
+    clear_below_floor(run, "ConfigChanged", f"the stable pods run config {wanted.hash}")
+    run.act(kind, reason, message, from_tokens=previous, to_tokens=k, acceptance=rate)
+    run.condition(ConditionType.CONFIG_REJECTED, "False", reason, message)
+
+
+def _end(run: Run, trial: ConfigTrial) -> None:
+    """The stable pods back on the running config (InPlace), the canary gone."""
+    sp, state = run.sp, run.status.config
+    assert state is not None
+    state.trial = None
+    if trial.in_place:
+        if trial.switched:
+            sp.schedule = trial.previous_schedule
+            run.status.step_cost = None  # its last samples are the rejected config's
+            run.cost = speed.prior(run.drafting)
+            run.changed(trial.previous_tokens or run.spec.speculation.tokens)
+        return
+    _drop_canary(run)
+
+
+def _drop_canary(run: Run) -> None:
+    sp = run.sp
+    sp.candidate_tokens = None
+    sp.candidate_schedule = None
+    sp.canary_started_at = None
+    run.keep_collecting("canary", None)
+
+
+def _reject(run: Run, reason: TrialOutcome, message: str) -> None:
+    state = run.status.config
+    assert state is not None and state.trial is not None
+    trial = state.trial
+    rate = totals_rate(trial.canary).value if trial.canary.windows else None
+    _end(run, trial)
+    state.rejected = ConfigRejection(
+        hash=trial.config.hash, reason=reason.value, message=message, at=run.now
+    )
+    said = (
+        f"config {trial.config.hash} rejected; the stable pods stay on config "
+        f"{state.running.hash}: {message}"
+    )
+    run.act(
+        ActionKind.REJECT_CONFIG,
+        reason,
+        said,
+        warning=True,
+        from_tokens=trial.tokens,
+        to_tokens=run.sp.tokens,
+        acceptance=rate,
+    )
+    run.condition(ConditionType.CONFIG_REJECTED, "True", reason, said)
+
+
+def _cancel(run: Run, message: str) -> None:
+    """A trial the spec no longer asks for ends unjudged: nothing is rejected."""
+    state = run.status.config
+    assert state is not None and state.trial is not None
+    trial = state.trial
+    _end(run, trial)
+    run.condition(ConditionType.CONFIG_REJECTED, "False", "Cancelled", message)
+    run.act(
+        ActionKind.CANCEL_CONFIG_TRIAL,
+        TrialOutcome.CONFIG_CHANGED,
+        message,
+        from_tokens=trial.tokens,
+        to_tokens=run.sp.tokens,
+    )
