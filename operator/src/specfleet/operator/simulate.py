@@ -62,6 +62,22 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 Decider = Callable[[SpeculativeModelSpec, SpeculativeModelStatus, Observation, datetime], Decided]
 
 
+@dataclass(frozen=True)
+class EnginePart:
+    """A share of one pod's window run at one K: `k` verified per draft, `drafted` drafted
+    (more than k only where the engine trims verification), `share` of the window's time."""
+
+    k: int
+    share: float
+    drafted: int
+
+
+# How an engine runs the K its pod was started with (`configured`) for one window: the
+# engine's own per-step rule (the peers in `specfleet.operator.peers`). Called with the
+# pod's name, that K, the phase and the run's random source; None: the configured K all along.
+EngineRule = Callable[[str, int, "Phase", random.Random], list[EnginePart]]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -390,12 +406,13 @@ def _engine_window(
     seconds: float,
     drafting: Drafting,
     configured: bool,
+    drafted: int | None = None,
 ) -> SpecDecodeCounters:
     """One pod's counters after `seconds` more at K=k (k=0: no drafting; the spec-decode
     series exist only if speculation is `configured`, e.g. a schedule's K=0 band). Every
     engine step serves the whole batch: one draft and one inter-token latency
     observation per request, one iteration-tokens observation per step."""
-    step = step_seconds(cost, k, batch, drafting) * step_jitter(rng, engine.step_noise)
+    step = step_seconds(cost, k, batch, drafting, drafted) * step_jitter(rng, engine.step_noise)
     engine_steps = round(seconds / step)
     decode_steps = engine_steps * batch
     accepted = (
@@ -420,9 +437,15 @@ def _engine_window(
     )
 
 
-def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> SimulationResult:
-    """Run the scenario window by window through WindowTracker and `decider`."""
-    run = _Simulation(scenario, seed, decider)
+def simulate(
+    scenario: Scenario,
+    seed: int = 0,
+    decider: Decider = decide,
+    engine_rule: EngineRule | None = None,
+) -> SimulationResult:
+    """Run the scenario window by window through WindowTracker and `decider`; the engines
+    change K within a window only by `engine_rule`'s parts (no restart)."""
+    run = _Simulation(scenario, seed, decider, engine_rule)
     for index in range(run.windows):
         run.window(index)
     return run.result()
@@ -431,9 +454,16 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
 class _Simulation:
     """One run of `simulate`: the engines, the tuner's status, and the accounts kept."""
 
-    def __init__(self, scenario: Scenario, seed: int, decider: Decider) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int,
+        decider: Decider,
+        engine_rule: EngineRule | None = None,
+    ) -> None:
         self.scenario = scenario
         self.decider = decider
+        self.engine_rule = engine_rule
         self.spec = spec = scenario_spec(scenario)
         self.drafting = spec.draft.method.runtime.drafting
         self.cost = scenario.engine_cost
@@ -484,6 +514,20 @@ class _Simulation:
     def good(self, p: Phase, k: int) -> float:
         return goodput(self.cost, p.acceptance, k, p.concurrency, self.drafting)
 
+    def parts(self, name: str, k: int, p: Phase) -> list[EnginePart]:
+        """How a pod started at K=k runs this window: its engine's rule, or k all along."""
+        if self.engine_rule is None:
+            return [EnginePart(k, 1.0, k)]
+        return self.engine_rule(name, k, p, self.rng)
+
+    def good_parts(self, p: Phase, parts: list[EnginePart]) -> float:
+        """A pod's goodput over a window of parts, each weighted by its share of the time."""
+        return sum(
+            part.share
+            * goodput(self.cost, p.acceptance, part.k, p.concurrency, self.drafting, part.drafted)
+            for part in parts
+        )
+
     def pays(self, p: Phase, k: int) -> bool:
         return k > 0 and self.good(p, k) > self.good(p, 0)
 
@@ -510,7 +554,11 @@ class _Simulation:
         # What the scaler wrote: the decision core sees the spec it would read.
         self.spec = self.spec.model_copy(update={"replicas": phase.replicas})
         running = self.pods(phase.replicas)
-        observation = self._run_engines(running, phase, start)
+        parts = {
+            name: self.parts(name, _k_in_window(k, bands, phase.concurrency), phase)
+            for name, _, k, bands in running
+        }
+        observation = self._run_engines(running, phase, start, parts)
         now = START + timedelta(seconds=start + self.interval)
         stable_k = _k_in_window(running[0][2], running[0][3], phase.concurrency)
         canary_k = (
@@ -518,7 +566,24 @@ class _Simulation:
             if running[-1][1] == "canary"
             else None
         )
-        values = self._count_goodput(phase, phase_index, start, stable_k, canary_k)
+        stable_goods = [
+            self.good_parts(phase, parts[name])
+            for name, track, _, _ in running
+            if track == "stable"
+        ]
+        # Pods alike (one value) keep it exact; an engine rule may set them apart.
+        stable_good = (
+            stable_goods[0]
+            if len(set(stable_goods)) == 1
+            else sum(stable_goods) / len(stable_goods)
+        )
+        values = self._count_goodput(
+            phase,
+            phase_index,
+            start,
+            stable_good,
+            self.good_parts(phase, parts[running[-1][0]]) if canary_k is not None else None,
+        )
         decided = self.decider(self.spec, self.status, observation, now)
         self.status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
@@ -561,8 +626,10 @@ class _Simulation:
         running: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]],
         phase: Phase,
         start: float,
+        parts: Mapping[str, list[EnginePart]],
     ) -> Observation:
-        """Each pod's counters after one more interval, cut into windows by the tracker."""
+        """Each pod's counters after one more interval (part by part), cut into windows by
+        the tracker."""
         for gone in self.pod_config.keys() - {name for name, _, _, _ in running}:
             del self.pod_config[gone]  # scaled in: a pod of that name later is a new process
         samples = []
@@ -571,30 +638,39 @@ class _Simulation:
                 # A rollout restarts the pod: a new process, its counters from zero.
                 self.counters[name] = SpecDecodeCounters(process_start_time=start)
                 self.pod_config[name] = (k, bands)
-            self.counters[name] = _engine_window(
-                self.rng,
-                self.scenario.engine,
-                self.cost,
-                self.counters[name],
-                phase.acceptance,
-                _k_in_window(k, bands, phase.concurrency),
-                phase.concurrency,
-                self.interval,
-                self.drafting,
-                k > 0,
-            )
+            # Smallest K first: vLLM's per-position counts end at the last K drafted.
+            for part in sorted(parts[name], key=lambda part: part.k):
+                self.counters[name] = _engine_window(
+                    self.rng,
+                    self.scenario.engine,
+                    self.cost,
+                    self.counters[name],
+                    phase.acceptance,
+                    part.k,
+                    phase.concurrency,
+                    self.interval * part.share,
+                    self.drafting,
+                    k > 0,
+                    part.drafted,
+                )
             samples.append(PodSample(name, track, start + self.interval, self.counters[name]))
         return self.tracker.observe(samples, {track: k for _, track, k, _ in running})
 
     def _count_goodput(
-        self, phase: Phase, phase_index: int, start: float, stable_k: int, canary_k: int | None
+        self,
+        phase: Phase,
+        phase_index: int,
+        start: float,
+        stable_good: float,
+        canary_good: float | None,
     ) -> dict[str, float]:
-        """This window's goodput: achieved, the oracles', and each K's held all along."""
+        """This window's goodput: achieved (a stable and the canary pod's), the oracles',
+        and each K's held all along."""
         good = self.good
         achieved = (
-            (phase.replicas * good(phase, stable_k) + good(phase, canary_k)) / (phase.replicas + 1)
-            if canary_k is not None
-            else good(phase, stable_k)
+            (phase.replicas * stable_good + canary_good) / (phase.replicas + 1)
+            if canary_good is not None
+            else stable_good
         )
         values = {
             "achieved": achieved,
