@@ -286,9 +286,10 @@ class TrtLlmGate:
 
 
 def adaptive_verification(scenario: Scenario) -> EngineRule:
-    """vLLM's adaptive verification (`enable_adaptive_verification`, method dspark only:
-    vllm/config/speculative.py refuses it otherwise; the budget in
-    vllm/v1/worker/gpu/spec_decode/adaptive_verification.py `AdaptiveVerificationManager`):
+    """vLLM 0.33's adaptive verification (`enable_adaptive_verification`, documented for
+    method dspark only in vllm/config/speculative.py; the budget in
+    vllm/v1/worker/gpu/spec_decode/adaptive_verification.py: every (request, step) draft
+    slot scored by its survival probability, the globally best admitted while they pay):
     the draft runs at the configured K (the cap), and each step verifies the draft tokens
     whose confidence pays for their verification, up to the cap. With every request
     alike (the simulator's traffic), that is the K at most the cap with the best expected
@@ -345,7 +346,14 @@ class Peer:
 PEERS: tuple[Peer, ...] = (
     Peer("static K=3", 3, lambda s: None),
     Peer("static K=7", 7, lambda s: None),
-    Peer("SGLang adaptive", 7, lambda s: SGLangAdaptive(s)),
+    # SGLang refuses --speculative-adaptive for any algorithm but EAGLE/EAGLE3
+    # (adaptive_unsupported_reason); P-EAGLE is EAGLE-3 drafting in one pass.
+    Peer(
+        "SGLang adaptive",
+        7,
+        lambda s: SGLangAdaptive(s),
+        methods=frozenset({"peagle", "eagle3", "eagle"}),
+    ),
     Peer("TRT-LLM gate", 7, lambda s: TrtLlmGate(s, TRT_WINDOW, TRT_THRESHOLD)),
     Peer(
         "TRT-LLM gate+schedule",
