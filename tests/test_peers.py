@@ -208,3 +208,14 @@ def test_every_peer_runs_where_it_applies() -> None:
             continue
         result = simulate(s, 0, hold(peer.tokens), peer.rule(s))
         assert 0.5 < result.steady_ratio <= 1.0 + 1e-9, peer.name
+
+
+def test_the_tuner_tunes_the_cap_of_adaptive_verification() -> None:
+    # At 32 in flight the engine verifies few of K's drafts but still drafts K: only no
+    # drafting pays, and the tuner, fitting step times by the count verified, stops.
+    s = scenario("dspark/c32", "methods.yaml")
+    draft = {"method": "dspark", "adaptiveVerification": True}
+    capped = s.model_copy(update={"policy": {**s.policy, "draft": draft}})
+    result = simulate(capped, 0, engine_rule=adaptive_verification(capped))
+    assert [d["kind"] for d in result.decisions] == ["StopSpeculation"]
+    assert result.steady_ratio == pytest.approx(1.0)
