@@ -58,9 +58,11 @@ images: $(INSTALLED) cluster-tools
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds
 
-# The tuner against simulated engines: every scenario in scenarios/, 20 seeds each.
+# The tuner against simulated engines: every scenario in scenarios/, 20 seeds each; then
+# the same scenarios under what users run instead (the engines' own adaptive speculation).
 bench-tuner: $(INSTALLED)
 	$(BIN)/python benchmarks/tuner.py --seeds 20
+	$(BIN)/python benchmarks/peers.py --seeds 5
 
 # A learned K schedule against one K on load cycling between 1 and 32 in flight.
 bench-schedule: $(INSTALLED)

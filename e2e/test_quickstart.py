@@ -3,10 +3,10 @@ one by one with bash, on the local control plane.
 
 What the local cluster cannot be is added around the commands, not into them: KUBECONFIG
 points kubectl and helm at it, and the chart's two operator replicas (each in its own
-network namespace) run the operator image `make images` built. HF_TOKEN is a dummy. The model's pods cannot serve Llama here;
-the test checks that every command succeeds, that the operator takes the model up (its
-Deployment and status appear) and that `kubectl get specmodel` shows the columns the
-README names.
+network namespace) run the operator image `make images` built. HF_TOKEN is a dummy. The
+model's pods cannot serve Llama here; the test checks that every command succeeds, that
+the operator takes the model up (its Deployment and status appear) and that `kubectl get
+specmodel` shows the columns the README names.
 """
 
 from __future__ import annotations

@@ -26,3 +26,26 @@ def test_parallel_drafting_makes_deep_k_cheaper() -> None:
     sequential = predict(CODE, 6, 1, metric, speed.prior(drafting=Drafting.SEQUENTIAL))
     assert parallel.goodput > sequential.goodput
     assert parallel.acceptance_rate == sequential.acceptance_rate
+
+
+def test_a_cap_is_predicted_at_the_count_below_it_that_pays_best() -> None:
+    # vLLM's adaptive verification: the engine drafts K and verifies the best count <= K.
+    cost = speed.prior(Drafting.PARALLEL)
+    metric = RollbackMetric.FIRST_POSITION_ACCEPTANCE
+    for batch in (1.0, 8.0, 32.0):
+        capped = predict(CODE, 7, batch, metric, cost, cap=True)
+        plain = predict(CODE, 7, batch, metric, cost)
+        assert capped.goodput >= plain.goodput
+        best = max(
+            batch
+            * predict(CODE, j, batch, metric, cost).mean_length
+            * 1000.0
+            / speed.step_ms(cost, j, batch, 7)
+            for j in range(8)
+        )
+        assert capped.goodput == pytest.approx(best)
+    # At batch 32 the best is to verify fewer than 7, paying the drafting of 7.
+    assert (
+        predict(CODE, 7, 32.0, metric, cost, cap=True).goodput
+        > predict(CODE, 7, 32.0, metric, cost).goodput * 1.1
+    )

@@ -138,6 +138,13 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
          _spec(method="dspark", num_speculative_tokens=6, parallel_drafting=True,
                rejection_sample_method="fly")],
     ),
+    "dspark with adaptive verification: K is the engine's cap": (
+        ["--model", TARGET, "--method", "dspark", "--num-speculative-tokens", "7",
+         "--adaptive-verification"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--speculative-config",
+         _spec(method="dspark", num_speculative_tokens=7, parallel_drafting=True,
+               enable_adaptive_verification=True)],
+    ),
     "ngram_gpu with its window": (
         ["--model", TARGET, "--method", "ngram_gpu", "--num-speculative-tokens", "4",
          "--prompt-lookup-min", "2", "--prompt-lookup-max", "5"],
@@ -290,6 +297,8 @@ def test_the_pattern_refuses_exactly_what_some_owned_flag_refuses(arg: str) -> N
         (["--method", "ngram", "--num-speculative-tokens", "3", "--draft-model", DRAFT],
          "method ngram takes no --draft-model"),
         (["--method", "dflash", "--num-speculative-tokens", "3"], "needs --draft-model"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--adaptive-verification"], "--adaptive-verification applies to method dspark only"),
         (["--method", "mtp"], "method mtp needs --num-speculative-tokens"),
         (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "1",
           "--rejection-sample-method", "fly"], "fly needs --num-speculative-tokens >= 2"),

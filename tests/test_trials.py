@@ -7,9 +7,13 @@ from datetime import timedelta
 
 import pytest
 
+from specfleet.operator import speed
 from specfleet.operator.api import (
+    TrackTotals,
     TuningStrategy,
 )
+from specfleet.operator.counts import Counts
+from specfleet.operator.trial_stats import goodput_gain
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import goodput
 from tests.decisions import CODE, DEAR_VERIFY, Fleet, make_spec, scaled
@@ -113,3 +117,27 @@ def test_a_trial_from_before_replicas_were_recorded_adopts_the_current_size() ->
     fleet.status.canary.stable_replicas = None  # as a status written by an older operator
     assert "Abort" not in fleet.step(CODE)
     assert fleet.status.canary is not None and fleet.status.canary.stable_replicas == 1
+
+
+def test_a_track_verifying_below_its_k_is_judged_on_what_it_verified() -> None:
+    # vLLM's adaptive verification: the stable track was handed K=3 and verified one
+    # draft token per draft, as the canary at K=1 did; same counts and step times, so
+    # no gain either way (taking 3 verified per draft would make the canary 47% worse).
+    counts = Counts(
+        drafts=10_000,
+        draft_tokens=10_000,
+        accepted_tokens=8_000,
+        decode_seconds=80.0,
+        decode_steps=10_000,
+        engine_steps=10_000,
+    )
+    totals = TrackTotals(
+        counts=counts,
+        timed=counts,
+        windows=4,
+        timed_windows=4,
+        step_seconds_sum=0.032,
+        step_seconds_squares=4 * 0.008**2,
+    )
+    estimate, _ = goodput_gain(totals, 3, totals, 1, 1.0, speed.prior(Drafting.PARALLEL))
+    assert estimate.value == pytest.approx(0.0)

@@ -293,6 +293,12 @@ ACCEPTED: dict[str, Case] = {
         "qwen3-target", "spark-draft", ("--method", "dspark", *k(4)),
         architecture="Qwen3DSparkModel",
     ),
+    # The engine's own verification budget per step, K its cap (vLLM 0.33 documents it
+    # for method dspark only: SpeculativeConfig.enable_adaptive_verification).
+    "dspark, Qwen3 draft, adaptive verification": Case(
+        "qwen3-target", "spark-draft", ("--method", "dspark", *k(7), "--adaptive-verification"),
+        architecture="Qwen3DSparkModel",
+    ),
     "dspark, in a DeepSeek-V4 target": Case(
         "v4-target", None, ("--method", "dspark", *k(4)), architecture="DSparkDraftModel"
     ),

@@ -359,6 +359,20 @@ class DraftModel(SpecModel):
             ),
         ),
         Rule(
+            "!has(self.adaptiveVerification) || !self.adaptiveVerification "
+            "|| self.method == 'dspark'",
+            "draft.adaptiveVerification applies to draft.method dspark only",
+            lambda d: not d.adaptive_verification or d.method.runtime is Method.DSPARK,
+            ".adaptiveVerification",
+            found=lambda d: f"method {d.method.value}",
+            refusals=(
+                Refusal(
+                    "adaptive-verification-on-peagle",
+                    {"spec.draft.adaptiveVerification": True},
+                ),
+            ),
+        ),
+        Rule(
             "!has(self.suffix) || self.method == 'suffix'",
             "draft.suffix applies to draft.method suffix only",
             lambda d: d.suffix is None or d.method.runtime is Method.SUFFIX,
@@ -425,6 +439,14 @@ class DraftModel(SpecModel):
         description=(
             "How vLLM verifies drafts: standard (its default), block (jointly; model runner "
             "v2) or fly (deferred over a window; needs K >= 2, not on vLLM's CPU build)."
+        ),
+    )
+    adaptive_verification: bool | None = Field(
+        default=None,
+        description=(
+            "dspark only: vLLM's adaptive verification (enable_adaptive_verification). The "
+            "engine drafts K and verifies, per step, as many drafts as pay for their "
+            "verification; K (speculation.tokens, tuned) is then its cap."
         ),
     )
     prompt_lookup_min: int = Field(default=1, ge=1, description="ngram: shortest match.")

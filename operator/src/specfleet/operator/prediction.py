@@ -33,10 +33,13 @@ class Prediction:
     goodput: float
 
 
-def goodput_at(mean_length: float, k: int, batch: float, cost: FittedStepCost) -> float:
-    """Generated tokens per second of one pod at `batch` decoding requests (k=0: plain)."""
+def goodput_at(
+    mean_length: float, k: int, batch: float, cost: FittedStepCost, drafted: int | None = None
+) -> float:
+    """Generated tokens per second of one pod at `batch` decoding requests (k=0: plain),
+    `drafted` as in `speed.step_ms`."""
     running = max(1.0, batch)
-    return running * mean_length * 1000.0 / speed.step_ms(cost, k, running)
+    return running * mean_length * 1000.0 / speed.step_ms(cost, k, running, drafted)
 
 
 def predict(
@@ -45,16 +48,24 @@ def predict(
     batch: float,
     metric: RollbackMetric,
     cost: FittedStepCost,
+    cap: bool = False,
 ) -> Prediction:
-    """Expected acceptance, acceptance length, rollback metric and goodput at K=k."""
+    """Expected acceptance, acceptance length, rollback metric and goodput at K=k; with
+    `cap` (vLLM's adaptive verification) k is the engine's cap: it drafts k and verifies
+    the count at most k that pays best, so the goodput is the best of those."""
     rates = extrapolate(conditional, k)
     mean_length = 1.0 + expected_accepted(rates, k)
+    good = goodput_at(mean_length, k, batch, cost)
+    if cap:
+        good = max(
+            goodput_at(1.0 + expected_accepted(rates, j), j, batch, cost, k) for j in range(k + 1)
+        )
     return Prediction(
         k,
         expected_draft_acceptance_rate(rates, k),
         mean_length,
         expected_rollback_metric(metric, rates, k),
-        goodput_at(mean_length, k, batch, cost),
+        good,
     )
 
 
@@ -75,7 +86,14 @@ def _predict_ks(
     spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
 ) -> dict[int, Prediction]:
     return {
-        k: predict(conditional, k, batch, spec.rollback.metric, cost)
+        k: predict(
+            conditional,
+            k,
+            batch,
+            spec.rollback.metric,
+            cost,
+            bool(spec.draft.adaptive_verification),
+        )
         for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
     }
 

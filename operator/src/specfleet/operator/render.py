@@ -130,6 +130,7 @@ def runtime_config(
         draft_tensor_parallel_size=draft.tensor_parallel_size if runtime.learned_draft else None,
         draft_sample_method=draft.sample_method if runtime.learned_draft else None,
         rejection_sample_method=draft.rejection_sample_method if runtime.speculates else None,
+        adaptive_verification=bool(draft.adaptive_verification),
         prompt_lookup_min=draft.prompt_lookup_min if runtime.prompt_lookup else None,
         prompt_lookup_max=draft.prompt_lookup_max if runtime.prompt_lookup else None,
         suffix_max_tree_depth=suffix.max_tree_depth,

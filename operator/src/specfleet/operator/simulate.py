@@ -63,6 +63,22 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 Decider = Callable[[SpeculativeModelSpec, SpeculativeModelStatus, Observation, datetime], Decided]
 
 
+@dataclass(frozen=True)
+class EnginePart:
+    """A share of one pod's window run at one K: `k` verified per draft, `drafted` drafted
+    (more than k only where the engine trims verification), `share` of the window's time."""
+
+    k: int
+    share: float
+    drafted: int
+
+
+# How an engine runs the K its pod was started with (`configured`) for one window: the
+# engine's own per-step rule (the peers in `specfleet.operator.peers`). Called with the
+# pod's name, that K, the phase and the run's random source; None: the configured K all along.
+EngineRule = Callable[[str, int, "Phase", random.Random], list[EnginePart]]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -417,12 +433,13 @@ def _engine_window(
     seconds: float,
     drafting: Drafting,
     configured: bool,
+    drafted: int | None = None,
 ) -> SpecDecodeCounters:
     """One pod's counters after `seconds` more at K=k (k=0: no drafting; the spec-decode
     series exist only if speculation is `configured`, e.g. a schedule's K=0 band). Every
     engine step serves the whole batch: one draft and one inter-token latency
     observation per request, one iteration-tokens observation per step."""
-    step = step_seconds(cost, k, batch, drafting) * step_jitter(rng, engine.step_noise)
+    step = step_seconds(cost, k, batch, drafting, drafted) * step_jitter(rng, engine.step_noise)
     engine_steps = round(seconds / step)
     decode_steps = engine_steps * batch
     accepted = (
@@ -447,9 +464,15 @@ def _engine_window(
     )
 
 
-def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> SimulationResult:
-    """Run the scenario window by window through WindowTracker and `decider`."""
-    run = _Simulation(scenario, seed, decider)
+def simulate(
+    scenario: Scenario,
+    seed: int = 0,
+    decider: Decider = decide,
+    engine_rule: EngineRule | None = None,
+) -> SimulationResult:
+    """Run the scenario window by window through WindowTracker and `decider`; the engines
+    change K within a window only by `engine_rule`'s parts (no restart)."""
+    run = _Simulation(scenario, seed, decider, engine_rule)
     for index in range(run.windows):
         run.window(index)
     return run.result()
@@ -458,9 +481,16 @@ def simulate(scenario: Scenario, seed: int = 0, decider: Decider = decide) -> Si
 class _Simulation:
     """One run of `simulate`: the engines, the tuner's status, and the accounts kept."""
 
-    def __init__(self, scenario: Scenario, seed: int, decider: Decider) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        seed: int,
+        decider: Decider,
+        engine_rule: EngineRule | None = None,
+    ) -> None:
         self.scenario = scenario
         self.decider = decider
+        self.engine_rule = engine_rule
         self.spec = spec = scenario_spec(scenario)
         self.drafting = spec.draft.method.runtime.drafting
         self.cost = scenario.engine_cost
@@ -534,9 +564,21 @@ class _Simulation:
             return self.cost, p
         return self.head_cost, replace(p, acceptance=list(change.acceptance))
 
-    def good_on(self, track: Track, p: Phase, k: int) -> float:
-        cost, p = self.engine_of(track, p)
-        return goodput(cost, p.acceptance, k, p.concurrency, self.drafting)
+    def parts(self, name: str, k: int, p: Phase) -> list[EnginePart]:
+        """How a pod started at K=k runs this window: its engine's rule, or k all along."""
+        if self.engine_rule is None:
+            return [EnginePart(k, 1.0, k)]
+        return self.engine_rule(name, k, p, self.rng)
+
+    def good_parts(self, track: Track, p: Phase, parts: list[EnginePart]) -> float:
+        """A pod's goodput over a window of parts, each weighted by its share of the time,
+        on the engine its track runs."""
+        cost, on = self.engine_of(track, p)
+        return sum(
+            part.share
+            * goodput(cost, on.acceptance, part.k, on.concurrency, self.drafting, part.drafted)
+            for part in parts
+        )
 
     def pays(self, p: Phase, k: int) -> bool:
         return k > 0 and self.good(p, k) > self.good(p, 0)
@@ -567,7 +609,11 @@ class _Simulation:
             draft = self.spec.draft.model_copy(update={"model": NEW_HEAD})
             self.spec = self.spec.model_copy(update={"draft": draft})
         running = self.pods(phase.replicas)
-        observation = self._run_engines(running, phase, start)
+        parts = {
+            name: self.parts(name, _k_in_window(k, bands, phase.concurrency), phase)
+            for name, _, k, bands in running
+        }
+        observation = self._run_engines(running, phase, start, parts)
         now = START + timedelta(seconds=start + self.interval)
         stable_k = _k_in_window(running[0][2], running[0][3], phase.concurrency)
         canary_k = (
@@ -575,7 +621,26 @@ class _Simulation:
             if running[-1][1] == "canary"
             else None
         )
-        values = self._count_goodput(phase, phase_index, start, stable_k, canary_k)
+        stable_goods = [
+            self.good_parts(track, phase, parts[name])
+            for name, track, _, _ in running
+            if track == "stable"
+        ]
+        # Pods alike (one value) keep it exact; an engine rule may set them apart.
+        stable_good = (
+            stable_goods[0]
+            if len(set(stable_goods)) == 1
+            else sum(stable_goods) / len(stable_goods)
+        )
+        values = self._count_goodput(
+            phase,
+            phase_index,
+            start,
+            stable_good,
+            self.good_parts("canary", phase, parts[running[-1][0]])
+            if canary_k is not None
+            else None,
+        )
         stable_new_head = self.new_head("stable")
         if stable_new_head and not (self.config_outcome and self.config_outcome[0] == "Promote"):
             self.new_head_on_stable += 1
@@ -622,8 +687,10 @@ class _Simulation:
         running: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]],
         phase: Phase,
         start: float,
+        parts: Mapping[str, list[EnginePart]],
     ) -> Observation:
-        """Each pod's counters after one more interval, cut into windows by the tracker."""
+        """Each pod's counters after one more interval (part by part), cut into windows by
+        the tracker."""
         for gone in self.pod_config.keys() - {name for name, _, _, _ in running}:
             del self.pod_config[gone]  # scaled in: a pod of that name later is a new process
         samples = []
@@ -634,31 +701,38 @@ class _Simulation:
                 # A rollout restarts the pod: a new process, its counters from zero.
                 self.counters[name] = SpecDecodeCounters(process_start_time=start)
                 self.pod_config[name] = config
-            self.counters[name] = _engine_window(
-                self.rng,
-                self.scenario.engine,
-                cost,
-                self.counters[name],
-                on.acceptance,
-                _k_in_window(k, bands, phase.concurrency),
-                phase.concurrency,
-                self.interval,
-                self.drafting,
-                k > 0,
-            )
+            # Smallest K first: vLLM's per-position counts end at the last K drafted.
+            for part in sorted(parts[name], key=lambda part: part.k):
+                self.counters[name] = _engine_window(
+                    self.rng,
+                    self.scenario.engine,
+                    cost,
+                    self.counters[name],
+                    on.acceptance,
+                    part.k,
+                    phase.concurrency,
+                    self.interval * part.share,
+                    self.drafting,
+                    k > 0,
+                    part.drafted,
+                )
             samples.append(PodSample(name, track, start + self.interval, self.counters[name]))
         return self.tracker.observe(samples, {track: k for _, track, k, _ in running})
 
     def _count_goodput(
-        self, phase: Phase, phase_index: int, start: float, stable_k: int, canary_k: int | None
+        self,
+        phase: Phase,
+        phase_index: int,
+        start: float,
+        stable_good: float,
+        canary_good: float | None,
     ) -> dict[str, float]:
-        """This window's goodput: achieved, the oracles', and each K's held all along."""
+        """This window's goodput: achieved (a stable and the canary pod's), the oracles',
+        and each K's held all along."""
         good = self.good
-        stable_good = self.good_on("stable", phase, stable_k)
         achieved = (
-            (phase.replicas * stable_good + self.good_on("canary", phase, canary_k))
-            / (phase.replicas + 1)
-            if canary_k is not None
+            (phase.replicas * stable_good + canary_good) / (phase.replicas + 1)
+            if canary_good is not None
             else stable_good
         )
         values = {

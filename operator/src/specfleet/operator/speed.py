@@ -66,12 +66,14 @@ def prior(drafting: Drafting) -> FittedStepCost:
     )
 
 
-def step_ms(cost: FittedStepCost, k: int, batch: float) -> float:
-    """Predicted step time at K=k (0: plain decoding) with `batch` decoding requests."""
+def step_ms(cost: FittedStepCost, k: int, batch: float, drafted: int | None = None) -> float:
+    """Predicted step time at K=k (0: plain decoding) with `batch` decoding requests, each
+    drafting `drafted` (default k: more where the engine verifies below what it drafts)."""
     verified = max(batch, 1.0) * (k + 1)
+    drafted = k if drafted is None else drafted
     return (
         cost.target_forward_ms
-        + (cost.draft_ms + cost.draft_ms_per_token * k if k > 0 else 0.0)
+        + (cost.draft_ms + cost.draft_ms_per_token * drafted if drafted > 0 else 0.0)
         + cost.verify_ms_per_token * max(0.0, verified - cost.compute_bound_tokens)
     )
 

@@ -63,6 +63,14 @@ def _step_spread(totals: TrackTotals) -> float:
     return math.sqrt(variance / n) / mean
 
 
+def _verified_per_draft(totals: TrackTotals, k: int) -> float:
+    """Draft tokens per draft as the engine counted them; K when it counted K each."""
+    counts = totals.counts
+    if counts.drafts <= 0 or counts.draft_tokens == counts.drafts * k:
+        return float(k)
+    return counts.draft_tokens / counts.drafts
+
+
 def goodput_gain(
     before: TrackTotals,
     before_k: int,
@@ -105,9 +113,14 @@ def goodput_gain(
         spread = 0.0
         basis = f"modelled step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {batch:.1f}"
 
+    # Tokens verified per draft as counted: K, or fewer where the engine verifies below
+    # the K it was handed (vLLM's adaptive verification: K is a cap).
+    verified_after = _verified_per_draft(after, after_k)
+    verified_before = _verified_per_draft(before, before_k)
+
     def gain(rate_after: float, rate_before: float, widen: float) -> float:
-        length_after = (1 + rate_after * after_k) / (after_ms * (1 + widen))
-        length_before = (1 + rate_before * before_k) / (before_ms * (1 - widen))
+        length_after = (1 + rate_after * verified_after) / (after_ms * (1 + widen))
+        length_before = (1 + rate_before * verified_before) / (before_ms * (1 - widen))
         return length_after / length_before - 1
 
     estimate = Estimate(

@@ -155,6 +155,10 @@ class Run:
         """Add a window's step time at K=tokens to the fitted cost."""
         if window is None:
             return
+        if self.spec.draft.adaptive_verification and window.drafts > 0:
+            # K is a cap: the step's verification is the count verified, the most
+            # of the step; keyed by it the fit reads verification right.
+            tokens = round(window.draft_tokens / window.drafts)
         self.status.step_cost = speed.record(
             self.status.step_cost, tokens, window, self.now, self.drafting
         )

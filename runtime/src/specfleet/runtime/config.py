@@ -165,6 +165,8 @@ class RuntimeConfig(BaseModel):
     draft_tensor_parallel_size: PositiveInt | None = None
     draft_sample_method: DraftSampleMethod | None = None
     rejection_sample_method: RejectionSampleMethod | None = None
+    # vLLM's enable_adaptive_verification: the engine verifies per step at most K drafts.
+    adaptive_verification: bool = False
     prompt_lookup_min: PositiveInt | None = None
     prompt_lookup_max: PositiveInt | None = None
     suffix_max_tree_depth: PositiveInt | None = None
@@ -200,6 +202,8 @@ class RuntimeConfig(BaseModel):
             and (self.num_speculative_tokens or 0) < 2
         ):
             raise ValueError("--rejection-sample-method fly needs --num-speculative-tokens >= 2")
+        if self.adaptive_verification and method is not Method.DSPARK:
+            raise ValueError(f"--adaptive-verification applies to method dspark only, not {method}")
         if not method.prompt_lookup and method.speculates and self.prompt_lookup_given:
             raise ValueError(
                 "--prompt-lookup-min/--prompt-lookup-max apply to methods ngram and ngram_gpu only"
@@ -300,6 +304,8 @@ class RuntimeConfig(BaseModel):
         for flag, value in options:
             if value is not None:
                 args += [flag, str(value)]
+        if self.adaptive_verification:
+            args.append("--adaptive-verification")
         if self.termination_log != DEFAULT_TERMINATION_LOG:
             args += ["--termination-log", self.termination_log]
         if self.engine is not Engine.VLLM:
@@ -373,6 +379,11 @@ def _parser() -> _Parser:
         "--rejection-sample-method",
         choices=[m.value for m in RejectionSampleMethod],
         help="how drafts are verified; fly needs K >= 2",
+    )
+    add(
+        "--adaptive-verification",
+        action="store_true",
+        help="dspark: the engine verifies per step as many drafts as pay, at most K",
     )
     add("--prompt-lookup-min", type=int, metavar="N", help="ngram and ngram_gpu: shortest match")
     add("--prompt-lookup-max", type=int, metavar="N", help="ngram and ngram_gpu: longest match")
@@ -490,6 +501,7 @@ def parse_serve_args(
             draft_tensor_parallel_size=namespace.draft_tensor_parallel_size,
             draft_sample_method=namespace.draft_sample_method,
             rejection_sample_method=namespace.rejection_sample_method,
+            adaptive_verification=namespace.adaptive_verification,
             prompt_lookup_min=namespace.prompt_lookup_min,
             prompt_lookup_max=namespace.prompt_lookup_max,
             suffix_max_tree_depth=namespace.suffix_max_tree_depth,

@@ -135,14 +135,19 @@ def load_profile(text: str) -> SimProfile:
     return SimProfile.model_validate(data)
 
 
-def step_seconds(cost: StepCost, k: int, batch: int, drafting: Drafting) -> float:
-    """Seconds for one step of `batch` running requests drafting k tokens each."""
-    if k <= 0 or drafting is Drafting.LOOKUP:
+def step_seconds(
+    cost: StepCost, k: int, batch: int, drafting: Drafting, drafted: int | None = None
+) -> float:
+    """Seconds for one step of `batch` running requests verifying k draft tokens each,
+    drafted `drafted` (default k) each: an engine that trims verification below what it
+    drafted (vLLM's adaptive verification) pays the drafting of all of them."""
+    drafted = k if drafted is None else drafted
+    if drafted <= 0 or drafting is Drafting.LOOKUP:
         draft_ms = 0.0
     elif drafting is Drafting.PARALLEL:
-        draft_ms = cost.parallel_draft_ms + cost.parallel_draft_ms_per_token * k
+        draft_ms = cost.parallel_draft_ms + cost.parallel_draft_ms_per_token * drafted
     else:
-        draft_ms = cost.draft_ms_per_token * k
+        draft_ms = cost.draft_ms_per_token * drafted
     verified = max(batch, 1) * (k + 1)
     verify_ms = cost.target_forward_ms + cost.verify_ms_per_token * max(
         0, verified - cost.compute_bound_tokens
@@ -151,11 +156,17 @@ def step_seconds(cost: StepCost, k: int, batch: int, drafting: Drafting) -> floa
 
 
 def goodput(
-    cost: StepCost, conditional: Sequence[float], k: int, batch: int, drafting: Drafting
+    cost: StepCost,
+    conditional: Sequence[float],
+    k: int,
+    batch: int,
+    drafting: Drafting,
+    drafted: int | None = None,
 ) -> float:
-    """Expected generated tokens per second at a batch size (k=0: no speculation)."""
+    """Expected generated tokens per second at a batch size (k=0: no speculation);
+    `drafted` as in `step_seconds`."""
     tokens_per_step = batch * (mean_acceptance_length(conditional, k) if k else 1.0)
-    return tokens_per_step / step_seconds(cost, k, batch, drafting)
+    return tokens_per_step / step_seconds(cost, k, batch, drafting, drafted)
 
 
 def sample_accepted(rng: random.Random, conditional: Sequence[float], k: int) -> int:

@@ -136,6 +136,8 @@ def speculative_config(config: RuntimeConfig) -> dict[str, Any] | None:
         spec["draft_sample_method"] = config.draft_sample_method.value
     if config.rejection_sample_method is not None:
         spec["rejection_sample_method"] = config.rejection_sample_method.value
+    if config.adaptive_verification:
+        spec["enable_adaptive_verification"] = True
     if config.batch_schedule:
         spec["num_speculative_tokens_per_batch_size"] = [
             [entry.start, entry.end, entry.k] for entry in config.batch_schedule
