@@ -79,6 +79,7 @@ KNOWN_METRICS = {
     "specfleet_speculation_active",
     "specfleet_speculation_disabled",
     "specfleet_plain_decoding_chosen",
+    "specfleet_pod_startup_seconds",
     "specfleet_leader",
 }
 

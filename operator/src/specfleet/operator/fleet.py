@@ -576,6 +576,8 @@ class Fleet:
         observability.PLAIN_DECODING_CHOSEN.labels(*labels).set(
             1 if speculation.plain_decoding_chosen else 0
         )
+        if status.startup_seconds is not None:
+            observability.POD_STARTUP_SECONDS.labels(*labels).set(status.startup_seconds)
 
     # ------------------------------------------------------------------- loop
 

@@ -66,7 +66,13 @@ PLAIN_DECODING_CHOSEN = Gauge(
     "Speculation stopped because plain decoding measured faster: no K pays (0/1).",
     MODEL,
 )
+POD_STARTUP_SECONDS = Gauge(
+    "specfleet_pod_startup_seconds",
+    "Median seconds from a pod's creation to Ready (status.startupSeconds): a restart's cost.",
+    MODEL,
+)
 PER_MODEL = [
+    POD_STARTUP_SECONDS,
     SPECULATIVE_TOKENS,
     ACCEPTANCE_RATE,
     ACCEPTANCE_LOWER_BOUND,
