@@ -15,7 +15,12 @@ from prometheus_client import REGISTRY
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.children import Track
-from specfleet.operator.evaluation import Evaluator, canary_pending_since, scrape_targets
+from specfleet.operator.evaluation import (
+    Evaluator,
+    canary_pending_reason,
+    canary_pending_since,
+    scrape_targets,
+)
 from specfleet.operator.status import ObservedChildren
 from tests.test_runtime_sim_server import PEAGLE, sim
 
@@ -80,11 +85,23 @@ def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, A
         model,
         "canary",
         phase="Pending",
-        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": SCHEDULER_SAYS,
+            }
+        ],
     )
     pending["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
     assert canary_pending_since(ObservedChildren(pods=[pending])) == 1795953600.0
-    assert canary_pending_since(ObservedChildren(pods=[_pod("s", model, "stable")])) is None
+    assert canary_pending_reason(ObservedChildren(pods=[pending])) == SCHEDULER_SAYS
+    stable = ObservedChildren(pods=[_pod("s", model, "stable")])
+    assert canary_pending_since(stable) is None and canary_pending_reason(stable) is None
+
+
+SCHEDULER_SAYS = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
 
 def _free_port(host: str) -> int:

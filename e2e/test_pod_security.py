@@ -1,0 +1,91 @@
+"""Pod Security on the real API server: a namespace enforcing `restricted` admits a model's
+stable and canary pods as specfleet renders them by default (a refusal would show as the
+ReplicaSets' FailedCreate events and no pods), and the pod settings reach the pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from e2e.models import apply, canary_running, get_model
+from e2e.operator_process import OperatorProcess
+from e2e.story import MODEL, story_model
+from e2e.waiting import wait_for
+
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+def _ready_pods(core: client.CoreV1Api, namespace: str, track: str) -> list[Any] | None:
+    pods = core.list_namespaced_pod(namespace, label_selector=f"specfleet.io/track={track}").items
+    ready = [
+        p
+        for p in pods
+        if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+    ]
+    return ready or None
+
+
+def _failed_creates(core: client.CoreV1Api, namespace: str) -> list[str]:
+    events = core.list_namespaced_event(namespace).items
+    return [e.message for e in events if e.reason == "FailedCreate"]
+
+
+def test_restricted_namespace_runs_stable_and_canary_pods(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    core = client.CoreV1Api(api_client)
+    core.patch_namespace(model_namespace, {"metadata": {"labels": RESTRICTED}})
+    manifest = story_model()
+    manifest["spec"]["runtime"]["pod"] = {
+        "labels": {"team": "ml"},
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
+        ],
+    }
+    apply(manifest, model_namespace)
+
+    stable = wait_for(
+        "a Ready stable pod", lambda: _ready_pods(core, model_namespace, "stable"), timeout=240
+    )
+    wait_for("a canary", lambda: canary_running(api_client, model_namespace, MODEL), timeout=300)
+    canary = wait_for(
+        "a Ready canary pod", lambda: _ready_pods(core, model_namespace, "canary"), timeout=240
+    )
+
+    assert _failed_creates(core, model_namespace) == []
+    for pod in stable + canary:
+        assert pod.spec.security_context.run_as_non_root is True
+        assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+        container = pod.spec.containers[0]
+        assert container.security_context.allow_privilege_escalation is False
+        assert container.security_context.capabilities.drop == ["ALL"]
+        assert pod.metadata.labels["team"] == "ml"
+    status = get_model(api_client, model_namespace, MODEL)["status"]
+    # Each pod's start (created to Ready) is measured into status.
+    assert status["startupSeconds"] > 0
+
+
+def test_restricted_namespace_refuses_what_specfleet_does_not_render(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The test above can fail: the same namespace refuses a pod without the settings."""
+    core = client.CoreV1Api(api_client)
+    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
+    pod = {
+        "metadata": {"name": "plain"},
+        "spec": {"containers": [{"name": "c", "image": "ghcr.io/specfleet/runtime:0.1.0"}]},
+    }
+    try:
+        core.create_namespaced_pod(namespace, pod)
+    except client.ApiException as error:
+        assert error.status == 403 and "restricted" in str(error.body)
+    else:
+        raise AssertionError("a pod without a security context was admitted")
