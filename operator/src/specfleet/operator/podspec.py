@@ -33,11 +33,10 @@ CONTAINER_SECURITY_DEFAULT: dict[str, Any] = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
 }
-# Where HOME points: vLLM, torch's compiler and triton keep their caches under it, and
-# the image's HOME (/root) is not writable by a non-root user.
-HOME = "/tmp"
-# The user name torch asks getpass for: a uid without a passwd entry has none.
-USER = "vllm"
+# Variables render sets unless runtime.env does: HOME, under which vLLM, torch's
+# compiler and triton keep their caches (the image's /root is not writable by a non-root
+# user), and USER, the name torch asks getpass for (a uid without a passwd entry has none).
+DEFAULT_ENV = {"HOME": "/tmp", "USER": "vllm"}
 INJECT_VOLUME = "specfleet-runtime"
 INJECT_CONTAINER = "specfleet-runtime"
 # The serving container's command when the runtime is injected: the image's Python.
@@ -61,9 +60,7 @@ def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
     given = {var.name for var in runtime.env}
     env = [{"name": "HF_HOME", "value": MODEL_CACHE_PATH}]
     env += [
-        {"name": name, "value": value}
-        for name, value in (("HOME", HOME), ("USER", USER))
-        if name not in given
+        {"name": name, "value": value} for name, value in DEFAULT_ENV.items() if name not in given
     ]
     if runtime.inject_runtime:
         env.append({"name": INJECTED_ENV, "value": INJECTED_RUNTIME_PATH})
