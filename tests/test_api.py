@@ -309,7 +309,6 @@ def test_runtime_args_are_refused_by_the_runtimes_own_check(
 
 def test_the_env_render_sets_is_the_env_users_may_not_set(peagle_manifest: dict[str, Any]) -> None:
     from specfleet.operator import render
-
     from specfleet.operator.podspec import DEFAULT_ENV
 
     # Besides the defaults a user's runtime.env replaces (HOME, USER): they are left out
