@@ -127,6 +127,11 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
             return served if served and speculation.get("tokens") == k else None
 
         wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
+        # The K change restarted the pod: its start (created to Ready: vLLM loading the
+        # model and compiling) is the restart's cost, in status for the tuner.
+        startup = (model().get("status") or {}).get("startupSeconds")
+        assert startup is not None and 0 < startup < 600, startup
+        print(f"pod startup after the K change: {startup:.1f}s")
 
         # Hotter requests: first-position acceptance falls under the floor.
         load.temperature = 1.0
