@@ -1284,7 +1284,14 @@ class ModelCache(SpecModel):
         description="A PersistentVolumeClaim in the model's namespace (ReadWriteMany for "
         "more than one node, or ReadOnlyMany once warm).",
     )
-    host_path: Annotated[str, StringConstraints(pattern=r"^/", max_length=4096)] | None = Field(
+    host_path: (
+        Annotated[
+            str,
+            StringConstraints(max_length=4096),
+            Matching(r"^/.*$", "an absolute path (starting with '/')"),
+        ]
+        | None
+    ) = Field(
         default=None,
         description="A directory on each node (a hostPath volume: Pod Security 'restricted' "
         "refuses it; use a local PersistentVolume there).",
