@@ -304,6 +304,7 @@ def components(binaries: Path) -> list[Component]:
                 f"--health-port={NODE_AGENT_HEALTH_PORT}",
                 f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
                 f"--image-bin={PLAIN_PYTHON_IMAGE}={PLAIN_PYTHON_BIN}",
+                f"--image-bin={real_engine.PLAIN_IMAGE}={real_engine.PLAIN_IMAGE_BIN}",
                 # The chart's operator pod runs its real image (`make images`).
                 f"--image-oci={images.OPERATOR.ref}={images.LAYOUT}",
                 # A Prometheus of prometheus-operator: Prometheus and the operator's reloader.

