@@ -33,7 +33,7 @@ from specfleet.operator.metrics import (
     scrape,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
-from specfleet.operator.status import ObservedChildren, pod_ready
+from specfleet.operator.status import ObservedChildren, api_time, pod_ready
 
 log = logging.getLogger("specfleet.evaluation")
 SCRAPE_CONCURRENCY = 64
@@ -82,8 +82,8 @@ def canary_pending_since(children: ObservedChildren) -> float | None:
     pending = _pending_canary(children)
     if pending is None:
         return None
-    created = pending[0]["metadata"]["creationTimestamp"]
-    return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+    created = api_time(pending[0]["metadata"]["creationTimestamp"])
+    return created.timestamp() if created else None
 
 
 def canary_pending_reason(children: ObservedChildren) -> str | None:

@@ -96,7 +96,8 @@ def runtime_failure(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _time(text: Any) -> datetime | None:
+def api_time(text: Any) -> datetime | None:
+    """A timestamp of an API object (RFC 3339, 'Z' for UTC), or None when absent."""
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
 
 
@@ -109,9 +110,9 @@ def startup_seconds(pods: list[dict[str, Any]]) -> float | None:
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         if not pod_ready(pod) or any(c.get("restartCount") for c in statuses):
             continue
-        created = _time(pod["metadata"].get("creationTimestamp"))
+        created = api_time(pod["metadata"].get("creationTimestamp"))
         ready = next(
-            _time(c.get("lastTransitionTime"))
+            api_time(c.get("lastTransitionTime"))
             for c in pod["status"]["conditions"]
             if c.get("type") == "Ready"
         )
