@@ -351,7 +351,28 @@ class Load:
             sent += 1
 
 
-def real_model(name: str, target: Path, draft: Path, floor: float) -> dict[str, Any]:
+# Hub names the tiny models go by in a model cache laid out as the hub client's.
+TARGET_HUB = "specfleet/tiny-target"
+DRAFT_HUB = "specfleet/peagle-draft"
+HUB_REVISION = "0" * 40
+
+
+def hub_cache(cache: Path, models: dict[str, Path]) -> None:
+    """Lay model directories out as the hub client's cache holds a download
+    (models--ORG--NAME/snapshots/REVISION, refs/main naming it): what a pod's model cache
+    holds once warm, from which vLLM loads NAME offline."""
+    for name, directory in models.items():
+        repo = cache / ("models--" + name.replace("/", "--"))
+        snapshot = repo / "snapshots" / HUB_REVISION
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for file in directory.iterdir():
+            if not (snapshot / file.name).exists():
+                (snapshot / file.name).symlink_to(file)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(HUB_REVISION)
+
+
+def real_model(name: str, target: Path | str, draft: Path | str, floor: float) -> dict[str, Any]:
     """A SpeculativeModel of P-EAGLE K=3 on the tiny models, run on this image, tuned in
     place (one replica: a rollout surges to two vLLM pods, never more) from 10 s windows,
     with the floor on first-position acceptance (this head's later positions are rarely

@@ -25,6 +25,7 @@ from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
+from specfleet.runtime import preflight
 from specfleet.runtime.config import Drafting
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
@@ -183,3 +184,51 @@ def test_vllms_own_build_runs_the_injected_runtime(
     (pod,) = stable_pods(api_client, model_namespace)
     assert pod["spec"]["containers"][0]["command"][:3] == ["python3", "-m", "specfleet.runtime.cli"]
     assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+def test_a_k_change_restarts_from_the_warm_model_cache(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    """The models by hub name from a warm model cache (vLLM offline: nothing to download),
+    and a K change: the pod restarts from the cache, and its start is measured into
+    status.startupSeconds. (The node agent runs pods as processes, without mounts: the
+    cache is where HF_HUB_CACHE points, as a mounted runtime.modelCache would be.)"""
+    target, draft = models
+    cache = tmp_path / "hub"
+    real_engine.hub_cache(cache, {real_engine.TARGET_HUB: target, real_engine.DRAFT_HUB: draft})
+    cache_env = {"HF_HUB_CACHE": str(cache)}
+    for name in (real_engine.TARGET_HUB, real_engine.DRAFT_HUB):
+        assert "weights found in the model cache" in preflight.cache_report(name, "", cache_env)
+    manifest = real_engine.real_model(
+        NAME, real_engine.TARGET_HUB, real_engine.DRAFT_HUB, floor=FLOOR
+    )
+    manifest["spec"]["tuning"] = {"enabled": False}
+    manifest["spec"]["runtime"]["env"].append({"name": "HF_HUB_CACHE", "value": str(cache)})
+    apply(manifest, model_namespace)
+
+    def serving(k: int) -> list[str] | None:
+        addresses = ready_addresses(api_client, model_namespace)
+        pods = stable_pods(api_client, model_namespace)
+        served = [a for a in addresses if served_tokens(a) == k]
+        return served if served and len(pods) == 1 else None
+
+    wait_for(
+        "vLLM serving K=3 from the cache", lambda: serving(3), timeout=real_engine.START_TIMEOUT
+    )
+    first = get_model(api_client, model_namespace, NAME)["status"]["startupSeconds"]
+
+    manifest["spec"]["speculation"]["tokens"] = 2
+    apply(manifest, model_namespace)
+    wait_for("the restarted pod serving K=2", lambda: serving(2), timeout=real_engine.START_TIMEOUT)
+
+    def measured() -> float | None:
+        startup = get_model(api_client, model_namespace, NAME)["status"].get("startupSeconds")
+        return startup if startup != first else None
+
+    restart = wait_for("the restart's startup in status", measured, timeout=60)
+    assert 0 < restart < real_engine.START_TIMEOUT, restart
+    print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")
