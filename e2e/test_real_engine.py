@@ -25,6 +25,7 @@ from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
+from specfleet.operator.status import startup_seconds
 from specfleet.runtime import preflight
 from specfleet.runtime.config import Drafting
 
@@ -216,19 +217,21 @@ def test_a_k_change_restarts_from_the_warm_model_cache(
         served = [a for a in addresses if served_tokens(a) == k]
         return served if served and len(pods) == 1 else None
 
+    def startup_in_status() -> float | None:
+        """status.startupSeconds once it is the serving pod's own (created to Ready)."""
+        (pod,) = stable_pods(api_client, model_namespace)
+        expected = startup_seconds([pod])
+        status = get_model(api_client, model_namespace, NAME)["status"]
+        return expected if expected and status.get("startupSeconds") == expected else None
+
     wait_for(
         "vLLM serving K=3 from the cache", lambda: serving(3), timeout=real_engine.START_TIMEOUT
     )
-    first = get_model(api_client, model_namespace, NAME)["status"]["startupSeconds"]
+    first = wait_for("the first pod's startup in status", startup_in_status, timeout=60)
 
     manifest["spec"]["speculation"]["tokens"] = 2
     apply(manifest, model_namespace)
     wait_for("the restarted pod serving K=2", lambda: serving(2), timeout=real_engine.START_TIMEOUT)
-
-    def measured() -> float | None:
-        startup = get_model(api_client, model_namespace, NAME)["status"].get("startupSeconds")
-        return startup if startup != first else None
-
-    restart = wait_for("the restart's startup in status", measured, timeout=60)
+    restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
     assert 0 < restart < real_engine.START_TIMEOUT, restart
     print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")
