@@ -78,6 +78,7 @@ def test_restricted_namespace_runs_stable_and_canary_pods(
     status = get_model(api_client, model_namespace, MODEL)["status"]
     # Each pod's start (created to Ready) is measured into status.
     assert status["startupSeconds"] > 0
+    print(f"status.startupSeconds: {status['startupSeconds']}")
 
 
 def test_restricted_namespace_refuses_what_specfleet_does_not_render(
