@@ -48,6 +48,9 @@ def test_restricted_namespace_runs_stable_and_canary_pods(
     core.patch_namespace(model_namespace, {"metadata": {"labels": RESTRICTED}})
     manifest = story_model()
     manifest["spec"]["runtime"]["pod"] = {
+        # A core Volume passes through the CRD's preserve-unknown-fields as written.
+        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
         "labels": {"team": "ml"},
         "topologySpreadConstraints": [
             {
@@ -75,6 +78,9 @@ def test_restricted_namespace_runs_stable_and_canary_pods(
         assert container.security_context.allow_privilege_escalation is False
         assert container.security_context.capabilities.drop == ["ALL"]
         assert pod.metadata.labels["team"] == "ml"
+        scratch = next(v for v in pod.spec.volumes if v.name == "scratch")
+        assert scratch.empty_dir.size_limit == "1Gi"
+        assert any(m.mount_path == "/scratch" for m in container.volume_mounts)
     status = get_model(api_client, model_namespace, MODEL)["status"]
     # Each pod's start (created to Ready) is measured into status.
     assert status["startupSeconds"] > 0
