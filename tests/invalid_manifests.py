@@ -159,6 +159,45 @@ INVALID_CASES += [
         unknown_field=True,
     ),
     InvalidCase("unknown-top-level-field", {"spce": {}}, "spce", unknown_field=True),
+    # What the operator owns of the container is no field of runtime.pod.
+    *(
+        InvalidCase(
+            f"pod-{name.lower()}",
+            {f"spec.runtime.pod.{name}": value},
+            f"spec.runtime.pod.{name}",
+            unknown_field=True,
+        )
+        for name, value in [
+            ("command", ["sh"]),
+            ("args", ["--port", "9"]),
+            ("ports", [{"containerPort": 9000}]),
+            ("resources", {"limits": {"nvidia.com/gpu": 8}}),
+        ]
+    ),
+]
+INVALID_CASES += [
+    # Pod settings the schema refuses.
+    InvalidCase(
+        "pod-volume-name", {"spec.runtime.pod.volumes": [{"name": "Cache"}]}, "volumes[0].name"
+    ),
+    InvalidCase(
+        "pod-service-account-name",
+        {"spec.runtime.pod.serviceAccountName": "Weights Reader"},
+        "serviceAccountName",
+    ),
+    InvalidCase(
+        "rolling-update-not-a-percentage",
+        {"spec.runtime.rollingUpdate": {"maxSurge": "half"}},
+        "maxSurge",
+    ),
+    InvalidCase(
+        "pod-seccomp-type",
+        {"spec.runtime.pod.securityContext": {"seccompProfile": {"type": "Default"}}},
+        "seccompProfile.type",
+    ),
+    InvalidCase(
+        "model-cache-relative-path", {"spec.runtime.modelCache": {"hostPath": "hub"}}, "hostPath"
+    ),
 ]
 INVALID_CASES += [
     InvalidCase(refusal.id, dict(refusal.changes), rule.message, cel=True, rule=rule)

@@ -81,6 +81,7 @@ KNOWN_METRICS = {
     "specfleet_speculation_disabled",
     "specfleet_plain_decoding_chosen",
     "specfleet_config_rejected",
+    "specfleet_pod_startup_seconds",
     "specfleet_leader",
 }
 

@@ -309,12 +309,19 @@ def test_runtime_args_are_refused_by_the_runtimes_own_check(
 
 def test_the_env_render_sets_is_the_env_users_may_not_set(peagle_manifest: dict[str, Any]) -> None:
     from specfleet.operator import render
+    from specfleet.operator.podspec import DEFAULT_ENV
 
-    changes = {"spec.runtime.hfTokenSecretRef": {"name": "hf"}, "spec.runtime.env": []}
+    # Besides the defaults a user's runtime.env replaces (HOME, USER): they are left out
+    # when it sets them.
+    home = {"name": "HOME", "value": "/home/me"}
+    changes = {"spec.runtime.hfTokenSecretRef": {"name": "hf"}, "spec.runtime.env": [home]}
     model = api.SpeculativeModel.model_validate(apply_changes(peagle_manifest, changes))
     for child in render.manifests(model):
         for container in child["spec"].get("template", {}).get("spec", {}).get("containers", []):
-            assert [var["name"] for var in container["env"]] == list(api.RENDERED_ENV)
+            names = [var["name"] for var in container["env"]]
+            rendered = [name for name in names if name not in DEFAULT_ENV]
+            assert rendered == list(api.RENDERED_ENV)
+            assert names.count("HOME") == 1 and "USER" in names
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.children import Track
 from specfleet.operator.evaluation import (
     Evaluator,
+    canary_pending_reason,
     canary_pending_since,
     runtime_failures,
     scrape_targets,
@@ -85,11 +86,23 @@ def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, A
         model,
         "canary",
         phase="Pending",
-        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": SCHEDULER_SAYS,
+            }
+        ],
     )
     pending["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
     assert canary_pending_since(ObservedChildren(pods=[pending])) == 1795953600.0
-    assert canary_pending_since(ObservedChildren(pods=[_pod("s", model, "stable")])) is None
+    assert canary_pending_reason(ObservedChildren(pods=[pending])) == SCHEDULER_SAYS
+    stable = ObservedChildren(pods=[_pod("s", model, "stable")])
+    assert canary_pending_since(stable) is None and canary_pending_reason(stable) is None
+
+
+SCHEDULER_SAYS = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 
 
 def test_a_failed_runtime_is_reported_for_the_track_whose_config_it_runs(

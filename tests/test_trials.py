@@ -54,8 +54,11 @@ def test_pending_canary_falls_back_to_in_place() -> None:
         fleet.step(CODE)
     pending_since = fleet.now.timestamp()
     fleet.now += timedelta(minutes=10)
-    kinds = fleet.step(CODE, canary_pending_since=pending_since)
+    waiting = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+    kinds = fleet.step(CODE, canary_pending_since=pending_since, canary_pending_reason=waiting)
     assert "InPlaceFallback" in kinds
+    # What the canary waited for is in status: the scheduler's own words.
+    assert f"the scheduler says: {waiting}" in fleet.status.history[-1].reason
     assert fleet.status.speculation.strategy is TuningStrategy.IN_PLACE
     assert fleet.status.speculation.candidate_tokens is None
     for _ in range(20):

@@ -884,6 +884,7 @@ class SecretKeyRef(SpecModel):
 RENDERED_ENV = {
     "POD_IP": "the pod's IP, which vLLM binds to (--host $(POD_IP))",
     "HF_TOKEN": "set from runtime.hfTokenSecretRef: name the Secret there",
+    "HF_HOME": "the model cache (runtime.modelCache)",
 }
 
 
@@ -952,10 +953,487 @@ _NODE_SELECTOR_KEYS: Rule[dict[str, str]] = Rule(
 )
 
 
+# ------------------------------------------------------------------ pod settings
+# What platform teams set on inference pods (runtime.pod), passed to the pod template
+# as Kubernetes defines it; render_pod.py merges it with what the operator owns.
+
+# Labels and annotations the operator puts on the pods: spec.runtime.pod may not set
+# them (the selectors, the scrape relabelling and rollouts read them).
+OPERATOR_LABELS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+)
+OPERATOR_PREFIX = "specfleet.io/"
+# Volumes and mount paths the operator renders (render_pod.py): shared memory, the
+# writable temp directory, the model cache and the injected runtime.
+OPERATOR_VOLUMES = ("dshm", "tmp", "model-cache", "specfleet-runtime")
+MODEL_CACHE_PATH = "/var/cache/specfleet"
+INJECTED_RUNTIME_PATH = "/opt/specfleet-runtime"
+OPERATOR_MOUNT_PATHS = ("/dev/shm", "/tmp", MODEL_CACHE_PATH, INJECTED_RUNTIME_PATH)
+DEFAULT_RUNTIME_IMAGE = "ghcr.io/specfleet/runtime:0.1.0"
+GPU_RESOURCE = "nvidia.com/gpu"
+# The variable render sets to load the injected runtime (runtime.injectRuntime).
+INJECTED_ENV = "PYTHONPATH"
+POD_LIST_MAX = 32
+DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+PERCENT_PATTERN = r"^[0-9]+%$"
+
+
+def _operator_key(key: str) -> bool:
+    return key.startswith(OPERATOR_PREFIX) or key in OPERATOR_LABELS
+
+
+def _percent_or_count(value: str | int) -> str | int:
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must not be negative")
+        return value
+    if not re.fullmatch(PERCENT_PATTERN, value):
+        raise ValueError("must be a count (2) or a percentage ('25%')")
+    return value
+
+
+CountOrPercent = Annotated[
+    str | int,
+    AfterValidator(_percent_or_count),
+    Field(json_schema_extra={"pattern": PERCENT_PATTERN, "minimum": 0}),
+]
+
+
+class ProbeTimings(SpecModel):
+    """Timings of one of the runtime's /health probes (the operator owns what it probes)."""
+
+    initial_delay_seconds: int | None = Field(default=None, ge=0, le=86400)
+    period_seconds: int | None = Field(default=None, ge=1, le=3600)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=3600)
+    failure_threshold: int | None = Field(default=None, ge=1, le=100000)
+
+
+class Probes(SpecModel):
+    """Probe timings; unset values keep specfleet's (startup: every 5s for 30 minutes)."""
+
+    startup: ProbeTimings | None = Field(
+        default=None, description="A large model's load takes minutes: raise failureThreshold."
+    )
+    readiness: ProbeTimings | None = None
+    liveness: ProbeTimings | None = None
+
+
+class LocalObjectReference(SpecModel):
+    name: NonEmptyString
+
+
+class SeccompProfile(SpecModel):
+    type: Literal["RuntimeDefault", "Localhost", "Unconfined"]
+    localhost_profile: str | None = None
+
+
+class AppArmorProfile(SpecModel):
+    type: Literal["RuntimeDefault", "Localhost", "Unconfined"]
+    localhost_profile: str | None = None
+
+
+class SELinuxOptions(SpecModel):
+    user: str | None = None
+    role: str | None = None
+    type: str | None = None
+    level: str | None = None
+
+
+class WindowsSecurityContextOptions(SpecModel):
+    gmsa_credential_spec_name: str | None = None
+    gmsa_credential_spec: str | None = None
+    run_as_user_name: str | None = None
+    host_process: bool | None = None
+
+
+class Sysctl(SpecModel):
+    name: NonEmptyString
+    value: str
+
+
+class Capabilities(SpecModel):
+    add: list[str] | None = None
+    drop: list[str] | None = None
+
+
+class PodSecurityContext(SpecModel):
+    """core/v1 PodSecurityContext. Given, it replaces specfleet's restricted default
+    field by field (runAsNonRoot, runAsUser/Group 1000, fsGroup 1000, seccomp
+    RuntimeDefault): a field set here wins, the others keep the default."""
+
+    run_as_user: int | None = Field(default=None, ge=0)
+    run_as_group: int | None = Field(default=None, ge=0)
+    run_as_non_root: bool | None = None
+    fs_group: int | None = Field(default=None, ge=0)
+    fs_group_change_policy: Literal["OnRootMismatch", "Always"] | None = None
+    supplemental_groups: list[int] | None = None
+    supplemental_groups_policy: Literal["Merge", "Strict"] | None = None
+    seccomp_profile: SeccompProfile | None = None
+    app_armor_profile: AppArmorProfile | None = None
+    se_linux_options: SELinuxOptions | None = None
+    se_linux_change_policy: str | None = None
+    sysctls: list[Sysctl] | None = None
+    windows_options: WindowsSecurityContextOptions | None = None
+
+
+class SecurityContext(SpecModel):
+    """core/v1 SecurityContext of the runtime container. Given, it replaces specfleet's
+    restricted default (no privilege escalation, all capabilities dropped) field by field."""
+
+    run_as_user: int | None = Field(default=None, ge=0)
+    run_as_group: int | None = Field(default=None, ge=0)
+    run_as_non_root: bool | None = None
+    allow_privilege_escalation: bool | None = None
+    privileged: bool | None = None
+    read_only_root_filesystem: bool | None = None
+    capabilities: Capabilities | None = None
+    proc_mount: Literal["Default", "Unmasked"] | None = None
+    seccomp_profile: SeccompProfile | None = None
+    app_armor_profile: AppArmorProfile | None = None
+    se_linux_options: SELinuxOptions | None = None
+    windows_options: WindowsSecurityContextOptions | None = None
+
+
+class LabelSelectorRequirement(SpecModel):
+    key: NonEmptyString
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] | None = None
+
+
+class LabelSelector(SpecModel):
+    match_labels: dict[str, str] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class TopologySpreadConstraint(SpecModel):
+    """core/v1 TopologySpreadConstraint. Without labelSelector, the model's pods (both
+    tracks) are the ones spread."""
+
+    max_skew: int = Field(ge=1)
+    topology_key: NonEmptyString
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+    label_selector: LabelSelector | None = None
+    match_label_keys: list[str] | None = None
+    min_domains: int | None = Field(default=None, ge=1)
+    node_affinity_policy: Literal["Honor", "Ignore"] | None = None
+    node_taints_policy: Literal["Honor", "Ignore"] | None = None
+
+
+class VolumeMount(SpecModel):
+    """core/v1 VolumeMount on the runtime container."""
+
+    name: NonEmptyString
+    mount_path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    read_only: bool | None = None
+    sub_path: str | None = None
+    sub_path_expr: str | None = None
+    mount_propagation: Literal["None", "HostToContainer", "Bidirectional"] | None = None
+    recursive_read_only: Literal["Disabled", "IfPossible", "Enabled"] | None = None
+
+
+class Volume(SpecModel):
+    """A core/v1 Volume, passed through as written: its name is checked here, its
+    source (one of some thirty kinds) by the API server when the pods are created."""
+
+    # The Volume type is too large to inline in the CRD (a field per volume source,
+    # each with its own schema): the schema keeps `name` and preserves the rest.
+    model_config = ConfigDict(extra="allow")
+
+    name: Annotated[
+        str,
+        StringConstraints(max_length=63),
+        Matching(DNS_1123_LABEL, "a DNS-1123 label (lower case letters, digits and '-')"),
+    ]
+
+
+_POD_LABEL_KEYS: Rule[dict[str, str]] = Rule(
+    f"self.all(k, k.matches('{LABEL_KEY_PATTERN}') && k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
+    f"runtime.pod.labels keys must be label keys: {_LABEL_KEY_WORDS}",
+    lambda labels: all(_is_label_key(key) for key in labels),
+    found=lambda labels: repr(next(key for key in labels if not _is_label_key(key))),
+    refusals=(Refusal("pod-label-key-with-space", {"spec.runtime.pod.labels": {"a b": "c"}}),),
+)
+
+
+class PodSettings(SpecModel):
+    """What a platform team sets on the inference pods, passed to the pod template as
+    Kubernetes defines it. The operator owns the container's command, args, port and
+    GPU count, the model's labels and its own volumes; this block cannot set those."""
+
+    rules: ClassVar[tuple[Rule[PodSettings], ...]] = (
+        Rule(
+            "self.labels.all(k, !k.startsWith('"
+            + OPERATOR_PREFIX
+            + f"') && !(k in {_cel_list(list(OPERATOR_LABELS))}))",
+            f"runtime.pod.labels may not set the model's labels (keys under {OPERATOR_PREFIX}, "
+            + ", ".join(OPERATOR_LABELS)
+            + "): the operator selects and tells the pods apart by them",
+            lambda p: not any(_operator_key(k) for k in p.labels),
+            ".labels",
+            found=lambda p: next(k for k in p.labels if _operator_key(k)),
+            refusals=(
+                Refusal(
+                    "pod-label-track", {"spec.runtime.pod.labels": {"specfleet.io/track": "x"}}
+                ),
+                Refusal(
+                    "pod-label-instance",
+                    {"spec.runtime.pod.labels": {"app.kubernetes.io/instance": "x"}},
+                ),
+            ),
+        ),
+        Rule(
+            f"self.annotations.all(k, !k.startsWith('{OPERATOR_PREFIX}'))",
+            f"runtime.pod.annotations may not set keys under {OPERATOR_PREFIX}: the operator "
+            "writes the runtime config hash and K there",
+            lambda p: not any(k.startswith(OPERATOR_PREFIX) for k in p.annotations),
+            ".annotations",
+            found=lambda p: next(k for k in p.annotations if k.startswith(OPERATOR_PREFIX)),
+            refusals=(
+                Refusal(
+                    "pod-annotation-config-hash",
+                    {"spec.runtime.pod.annotations": {"specfleet.io/runtime-config-hash": "x"}},
+                ),
+            ),
+        ),
+        Rule(
+            f"self.volumes.all(v, !(v.name in {_cel_list(list(OPERATOR_VOLUMES))}))",
+            "runtime.pod.volumes may not be named as a volume specfleet renders: "
+            + _words(list(OPERATOR_VOLUMES))
+            + " (the model cache is runtime.modelCache)",
+            lambda p: not any(v.name in OPERATOR_VOLUMES for v in p.volumes),
+            ".volumes",
+            found=lambda p: next(v.name for v in p.volumes if v.name in OPERATOR_VOLUMES),
+            refusals=(
+                Refusal(
+                    "pod-volume-dshm",
+                    {"spec.runtime.pod.volumes": [{"name": "dshm", "emptyDir": {}}]},
+                ),
+            ),
+        ),
+        Rule(
+            f"self.volumeMounts.all(m, !(m.mountPath in {_cel_list(list(OPERATOR_MOUNT_PATHS))}))",
+            "runtime.pod.volumeMounts may not mount over a path specfleet renders: "
+            + _words(list(OPERATOR_MOUNT_PATHS))
+            + " (the model cache is runtime.modelCache)",
+            lambda p: not any(m.mount_path in OPERATOR_MOUNT_PATHS for m in p.volume_mounts),
+            ".volumeMounts",
+            found=lambda p: next(
+                m.mount_path for m in p.volume_mounts if m.mount_path in OPERATOR_MOUNT_PATHS
+            ),
+            refusals=(
+                Refusal(
+                    "pod-mount-over-cache",
+                    {
+                        "spec.runtime.pod.volumes": [{"name": "models", "emptyDir": {}}],
+                        "spec.runtime.pod.volumeMounts": [
+                            {"name": "models", "mountPath": MODEL_CACHE_PATH}
+                        ],
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name))",
+            "runtime.pod.volumeMounts must each name one of runtime.pod.volumes",
+            lambda p: all(any(v.name == m.name for v in p.volumes) for m in p.volume_mounts),
+            ".volumeMounts",
+            found=lambda p: next(
+                m.name for m in p.volume_mounts if not any(v.name == m.name for v in p.volumes)
+            ),
+            refusals=(
+                Refusal(
+                    "pod-mount-without-volume",
+                    {"spec.runtime.pod.volumeMounts": [{"name": "nowhere", "mountPath": "/x"}]},
+                ),
+            ),
+        ),
+    )
+
+    volumes: Annotated[list[Volume], Field(max_length=POD_LIST_MAX)] = Field(
+        default_factory=list,
+        description="core/v1 Volumes added to the pods (each as Kubernetes defines it).",
+    )
+    volume_mounts: Annotated[list[VolumeMount], Field(max_length=POD_LIST_MAX)] = Field(
+        default_factory=list, description="core/v1 VolumeMounts of the runtime container."
+    )
+    image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=POD_LIST_MAX)] = (
+        Field(default_factory=list, description="Secrets to pull the images with.")
+    )
+    service_account_name: (
+        Annotated[
+            str,
+            StringConstraints(max_length=253),
+            Matching(f"^{_DNS_1123_SUBDOMAIN}$", "a DNS-1123 subdomain (a ServiceAccount's name)"),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="ServiceAccount of the pods (IRSA / workload identity for S3 or GCS "
+        "weights); none: the namespace's default.",
+    )
+    security_context: PodSecurityContext | None = Field(
+        default=None,
+        description="Pod securityContext, over specfleet's restricted default field by field.",
+    )
+    container_security_context: SecurityContext | None = Field(
+        default=None,
+        description="The runtime container's securityContext, over specfleet's restricted "
+        "default field by field.",
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None,
+        description="A core/v1 Affinity (node, pod and anti-affinity), passed through: too "
+        "large to inline in the CRD, the API server checks it when the pods are created.",
+    )
+    topology_spread_constraints: Annotated[
+        list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX)
+    ] = Field(default_factory=list, description="How the pods spread across nodes or zones.")
+    priority_class_name: NonEmptyString | None = None
+    runtime_class_name: NonEmptyString | None = Field(
+        default=None, description="A RuntimeClass (e.g. nvidia for the GPU container runtime)."
+    )
+    scheduler_name: NonEmptyString | None = None
+    termination_grace_period_seconds: int | None = Field(
+        default=None, ge=0, le=3600, description="Time to drain in-flight requests (60s)."
+    )
+    labels: Annotated[
+        dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _POD_LABEL_KEYS
+    ] = Field(default_factory=dict, description="Extra labels on the pods (not on selectors).")
+    annotations: Annotated[dict[str, str], Field(max_length=NODE_SELECTOR_MAX)] = Field(
+        default_factory=dict, description="Extra annotations on the pods."
+    )
+    probes: Probes = Field(default_factory=Probes, description="The /health probes' timings.")
+
+
+class ModelCache(SpecModel):
+    """Where the hub cache lives (HF_HOME, where vLLM downloads to): a PVC shared by the
+    pods, a directory on each node, or (neither) an emptyDir lost with each pod."""
+
+    rules: ClassVar[tuple[Rule[ModelCache], ...]] = (
+        Rule(
+            "!(has(self.claimName) && has(self.hostPath))",
+            "runtime.modelCache takes claimName or hostPath, not both",
+            lambda c: c.claim_name is None or c.host_path is None,
+            ".hostPath",
+            refusals=(
+                Refusal(
+                    "model-cache-claim-and-host-path",
+                    {"spec.runtime.modelCache": {"claimName": "hub", "hostPath": "/mnt/hub"}},
+                ),
+            ),
+        ),
+    )
+
+    claim_name: (
+        Annotated[
+            str,
+            StringConstraints(max_length=253),
+            Matching(
+                f"^{_DNS_1123_SUBDOMAIN}$", "a DNS-1123 subdomain (a PersistentVolumeClaim's name)"
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="A PersistentVolumeClaim in the model's namespace (ReadWriteMany for "
+        "more than one node, or ReadOnlyMany once warm).",
+    )
+    host_path: (
+        Annotated[
+            str,
+            StringConstraints(max_length=4096),
+            Matching(r"^/.*$", "an absolute path (starting with '/')"),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="A directory on each node (a hostPath volume: Pod Security 'restricted' "
+        "refuses it; use a local PersistentVolume there).",
+    )
+    read_only: bool = Field(
+        default=False, description="Mount read-only (a cache filled beforehand)."
+    )
+
+
+class RuntimeInjection(SpecModel):
+    """Run specfleet-runtime in an image without it (e.g. vllm/vllm-openai): an init
+    container copies it from `image` into a shared volume, and the serving container
+    runs it with its own Python."""
+
+    image: NonEmptyString = Field(
+        default=DEFAULT_RUNTIME_IMAGE, description="The specfleet-runtime image to copy from."
+    )
+
+
+class RollingUpdate(SpecModel):
+    """The Deployments' rolling update: GPUs borrowed (maxSurge) or capacity given up
+    (maxUnavailable) while pods are replaced."""
+
+    rules: ClassVar[tuple[Rule[RollingUpdate], ...]] = (
+        Rule(
+            "!((self.maxSurge == 0 || self.maxSurge == '0%') && "
+            "(self.maxUnavailable == 0 || self.maxUnavailable == '0%'))",
+            "runtime.rollingUpdate: maxSurge and maxUnavailable may not both be 0 (no pod "
+            "could ever be replaced)",
+            lambda r: not (_zero(r.max_surge) and _zero(r.max_unavailable)),
+            ".maxSurge",
+            refusals=(
+                Refusal(
+                    "rolling-update-both-zero",
+                    {"spec.runtime.rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}},
+                ),
+            ),
+        ),
+    )
+
+    max_surge: CountOrPercent = Field(
+        default=1,
+        description="Pods above replicas during a rollout (each needs its GPUs): 0 when no "
+        "GPU is spare, with maxUnavailable 1.",
+    )
+    max_unavailable: CountOrPercent = Field(
+        default=0, description="Pods below replicas during a rollout."
+    )
+
+
+def _zero(value: str | int) -> bool:
+    return value in (0, "0%")
+
+
 class Runtime(SpecModel):
     """The inference pods: image, GPUs and what the runtime passes on to vLLM."""
 
     rules: ClassVar[tuple[Rule[Runtime], ...]] = (
+        Rule(
+            f"!has(self.injectRuntime) || !self.env.exists(e, e.name == '{INJECTED_ENV}')",
+            f"runtime.env may not set {INJECTED_ENV} with runtime.injectRuntime: it points "
+            "the image's Python at the injected runtime",
+            lambda r: r.inject_runtime is None or all(e.name != INJECTED_ENV for e in r.env),
+            ".env",
+            refusals=(
+                Refusal(
+                    "inject-with-pythonpath",
+                    {
+                        "spec.runtime.injectRuntime": {},
+                        "spec.runtime.env": [{"name": "PYTHONPATH", "value": "/x"}],
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            f"!('{GPU_RESOURCE}' in self.resources.requests) && "
+            f"!('{GPU_RESOURCE}' in self.resources.limits)",
+            f"runtime.resources may not set {GPU_RESOURCE}: the operator sets it from runtime.gpus",
+            lambda r: (
+                GPU_RESOURCE not in r.resources.requests and GPU_RESOURCE not in r.resources.limits
+            ),
+            ".resources",
+            refusals=(
+                Refusal("resources-gpu", {"spec.runtime.resources": {"limits": {GPU_RESOURCE: 2}}}),
+            ),
+        ),
         Rule(
             "self.tensorParallelSize == 1 || self.tensorParallelSize <= self.gpus",
             "runtime.tensorParallelSize must not exceed runtime.gpus (and must be 1 when "
@@ -1052,8 +1530,9 @@ class Runtime(SpecModel):
     )
 
     image: NonEmptyString = Field(
-        default="ghcr.io/specfleet/runtime:0.1.0",
-        description="Runtime image (vLLM plus specfleet-runtime).",
+        default=DEFAULT_RUNTIME_IMAGE,
+        description="Serving image: vLLM plus specfleet-runtime, or vLLM alone (e.g. "
+        "vllm/vllm-openai:v0.33.0) with injectRuntime.",
     )
     gpus: int = Field(default=1, ge=0, le=64, description="nvidia.com/gpu per pod.")
     tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="Target TP size.")
@@ -1078,6 +1557,26 @@ class Runtime(SpecModel):
     )
     hf_token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret with a hub token, exposed as HF_TOKEN."
+    )
+    pod: PodSettings = Field(
+        default_factory=PodSettings,
+        description="Pod settings: volumes, pull secrets, service account, security "
+        "context, affinity, topology spread, priority, probe timings, labels.",
+    )
+    model_cache: ModelCache = Field(
+        default_factory=ModelCache,
+        description=f"The hub cache, mounted at {MODEL_CACHE_PATH} (HF_HOME): a PVC or a "
+        "node directory keeps the weights across restarts; neither: an emptyDir per pod.",
+    )
+    inject_runtime: RuntimeInjection | None = Field(
+        default=None,
+        description="Copy specfleet-runtime into `image` with an init container, for a "
+        "vLLM image without it; none: `image` has it.",
+    )
+    rolling_update: RollingUpdate = Field(
+        default_factory=RollingUpdate,
+        description="Surge and unavailability of the Deployments' rollouts (a K change "
+        "rolls the stable pods).",
     )
 
 
@@ -1740,6 +2239,11 @@ class SpeculativeModelStatus(ApiModel):
     config: ConfigState | None = Field(
         default=None, description="The config the stable pods run, and a trial of a new one."
     )
+    startup_seconds: float | None = Field(
+        default=None,
+        description="Median seconds from a pod's creation to Ready over the model's latest "
+        "started pods: what a restart (a K change rolls the pods) costs.",
+    )
     conditions: list[Condition] = Field(default_factory=list)
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(
         default_factory=list, description=f"The last {HISTORY_LIMIT} decisions, oldest first."
@@ -1792,6 +2296,10 @@ RULES: list[Rule[Any]] = [
     *Speculation.rules,
     *Runtime.rules,
     _NODE_SELECTOR_KEYS,
+    *PodSettings.rules,
+    _POD_LABEL_KEYS,
+    *ModelCache.rules,
+    *RollingUpdate.rules,
     *EnvVar.rules,
     _FLOOR,
     *Metrics.rules,

@@ -42,7 +42,11 @@ def _resolve(node: Any, defs: dict[str, Schema]) -> Any:
         if key == "properties":
             out[key] = {name: _resolve(prop, defs) for name, prop in value.items()}
         elif key == "additionalProperties":
-            if value is not False:
+            # A model that allows extra fields (a core type passed through, such as a
+            # Volume): a structural schema says so with preserve-unknown-fields.
+            if value is True:
+                out["x-kubernetes-preserve-unknown-fields"] = True
+            elif value is not False:
                 out[key] = _resolve(value, defs) if isinstance(value, dict) else value
         elif key == "const":
             out["enum"] = [value]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from specfleet.operator import observability, render, tuner
 from specfleet.operator.api import (
@@ -32,7 +33,7 @@ from specfleet.operator.metrics import (
     scrape,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
-from specfleet.operator.status import ObservedChildren, pod_ready, runtime_failure
+from specfleet.operator.status import ObservedChildren, api_time, pod_ready, runtime_failure
 
 log = logging.getLogger("specfleet.evaluation")
 SCRAPE_CONCURRENCY = 64
@@ -81,8 +82,9 @@ def runtime_failures(model: SpeculativeModel, children: ObservedChildren) -> dic
     return failures
 
 
-def canary_pending_since(children: ObservedChildren) -> float | None:
-    """Since when a canary pod has waited for a node (the scheduler found no GPU)."""
+def _pending_canary(children: ObservedChildren) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A canary pod waiting for a node, and its PodScheduled condition (the scheduler's
+    reason in its message)."""
     for pod in children.pods:
         labels = pod["metadata"].get("labels", {})
         status = pod.get("status") or {}
@@ -90,9 +92,24 @@ def canary_pending_since(children: ObservedChildren) -> float | None:
             continue
         for condition in status.get("conditions") or []:
             if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                created = pod["metadata"]["creationTimestamp"]
-                return datetime.fromisoformat(str(created).replace("Z", "+00:00")).timestamp()
+                return pod, condition
     return None
+
+
+def canary_pending_since(children: ObservedChildren) -> float | None:
+    """Since when a canary pod has waited for a node (the scheduler found no GPU)."""
+    pending = _pending_canary(children)
+    if pending is None:
+        return None
+    created = api_time(pending[0]["metadata"]["creationTimestamp"])
+    return created.timestamp() if created else None
+
+
+def canary_pending_reason(children: ObservedChildren) -> str | None:
+    """What the scheduler said of the Pending canary pod (e.g. '0/3 nodes are
+    available: 3 Insufficient nvidia.com/gpu.')."""
+    pending = _pending_canary(children)
+    return (pending[1].get("message") or pending[1].get("reason")) if pending else None
 
 
 class Evaluator:
@@ -131,6 +148,7 @@ class Evaluator:
             observation,
             canary_pending_since=canary_pending_since(children),
             runtime_failures=runtime_failures(model, children),
+            canary_pending_reason=canary_pending_reason(children),
         )
         self._count_errors(model, observation)
         decided = tuner.decide(

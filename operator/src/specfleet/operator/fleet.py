@@ -586,6 +586,8 @@ class Fleet:
         )
         rejected = status.config is not None and status.config.rejected is not None
         observability.CONFIG_REJECTED.labels(*labels).set(1 if rejected else 0)
+        if status.startup_seconds is not None:
+            observability.POD_STARTUP_SECONDS.labels(*labels).set(status.startup_seconds)
 
     # ------------------------------------------------------------------- loop
 

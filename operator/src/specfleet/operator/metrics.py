@@ -438,8 +438,9 @@ class Observation:
     `errors` names the pods whose readings were left out, and why. `prometheus_error` says
     why Prometheus gave nothing at all. `canary_pending_since` is filled in by the
     operator, not by WindowTracker: the Unix time since when the canary pod has been
-    Pending (None when it is not Pending). `runtime_failures` too: per track, why a pod's
-    runtime failed (a preflight refusal, vLLM exiting), if one did.
+    Pending (None when it is not Pending), and `canary_pending_reason` what the scheduler
+    said of it. `runtime_failures` too: per track, why a pod's runtime failed (a preflight
+    refusal, vLLM exiting), if one did.
     """
 
     stable: TrackWindow | None
@@ -447,6 +448,7 @@ class Observation:
     errors: dict[str, PodError] = field(default_factory=dict)
     speculation_missing: bool = False
     canary_pending_since: float | None = None
+    canary_pending_reason: str | None = None
     prometheus_error: str | None = None
     runtime_failures: Mapping[str, str] = field(default_factory=dict)
 

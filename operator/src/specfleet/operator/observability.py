@@ -72,7 +72,13 @@ CONFIG_REJECTED = Gauge(
     "stable pods run the last good one (condition ConfigRejected, status.config.rejected).",
     MODEL,
 )
+POD_STARTUP_SECONDS = Gauge(
+    "specfleet_pod_startup_seconds",
+    "Median seconds from a pod's creation to Ready (status.startupSeconds): a restart's cost.",
+    MODEL,
+)
 PER_MODEL = [
+    POD_STARTUP_SECONDS,
     SPECULATIVE_TOKENS,
     ACCEPTANCE_RATE,
     ACCEPTANCE_LOWER_BOUND,

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from specfleet.operator import schedule
+from specfleet.operator import podspec, schedule
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -159,6 +159,7 @@ def _environment(model: SpeculativeModel) -> list[dict[str, Any]]:
                 "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
             }
         )
+    env += podspec.environment(model)
     for var in model.spec.runtime.env:
         env.append(var.model_dump(by_alias=True, exclude_none=True))
     return env
@@ -195,21 +196,25 @@ def _container(
     batch_schedule: list[ScheduledBand] | None,
 ) -> dict[str, Any]:
     runtime = model.spec.runtime
+    probes = runtime.pod.probes
     return {
         "name": CONTAINER_NAME,
         "image": runtime.image,
-        "command": ["specfleet-runtime", "serve"],
+        "command": podspec.command(model),
         "args": runtime_config(model, method, tokens, batch_schedule).to_args(),
         "env": _environment(model),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
         "resources": _resources(model),
-        "startupProbe": _probe("/health", STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD),
-        "readinessProbe": _probe("/health", 5, 3),
-        "livenessProbe": _probe("/health", 10, 6),
+        "startupProbe": podspec.with_timings(
+            _probe("/health", STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD), probes.startup
+        ),
+        "readinessProbe": podspec.with_timings(_probe("/health", 5, 3), probes.readiness),
+        "livenessProbe": podspec.with_timings(_probe("/health", 10, 6), probes.liveness),
         # The runtime writes a one-line preflight failure here; the operator shows it.
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "securityContext": podspec.container_security(model),
+        "volumeMounts": podspec.volume_mounts(model),
     }
 
 
@@ -227,18 +232,8 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
     replicas = model.spec.replicas if track == "stable" else (1 if candidate else 0)
     container = _container(model, method, tokens, track_schedule(model, track))
     pod_labels = labels(model, track)
-    runtime = model.spec.runtime
-    pod_spec: dict[str, Any] = {
-        "containers": [container],
-        "terminationGracePeriodSeconds": 60,
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-    }
-    if runtime.node_selector:
-        pod_spec["nodeSelector"] = dict(runtime.node_selector)
-    if runtime.tolerations:
-        pod_spec["tolerations"] = [
-            t.model_dump(by_alias=True, exclude_none=True) for t in runtime.tolerations
-        ]
+    pod = model.spec.runtime.pod
+    pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
     return {
         "apiVersion": DEPLOYMENT.api_version,
         "kind": DEPLOYMENT.kind,
@@ -251,16 +246,14 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": pod_selector(model, track)},
-            # One pod at a time, never below the serving capacity: a rollout borrows
-            # one GPU slot rather than dropping a replica.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-            },
+            # By default one pod at a time, never below the serving capacity: a rollout
+            # borrows one GPU slot rather than dropping a replica (runtime.rollingUpdate).
+            "strategy": podspec.strategy(model),
             "template": {
                 "metadata": {
-                    "labels": dict(pod_labels),
-                    "annotations": {
+                    "labels": pod.labels | pod_labels,
+                    "annotations": pod.annotations
+                    | {
                         CONFIG_HASH_ANNOTATION: config_hash(container),
                         TOKENS_ANNOTATION: str(tokens),
                     },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -95,6 +96,31 @@ def runtime_failure(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def api_time(text: Any) -> datetime | None:
+    """A timestamp of an API object (RFC 3339, 'Z' for UTC), or None when absent."""
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+
+
+def startup_seconds(pods: list[dict[str, Any]]) -> float | None:
+    """Median seconds from creation to Ready of the pods that have started (their Ready
+    condition's transition; a pod whose containers restarted is left out, its transition
+    no longer its start), or None when none has."""
+    seconds = []
+    for pod in pods:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        if not pod_ready(pod) or any(c.get("restartCount") for c in statuses):
+            continue
+        created = api_time(pod["metadata"].get("creationTimestamp"))
+        ready = next(
+            api_time(c.get("lastTransitionTime"))
+            for c in pod["status"]["conditions"]
+            if c.get("type") == "Ready"
+        )
+        if created is not None and ready is not None:
+            seconds.append((ready - created).total_seconds())
+    return statistics.median(seconds) if seconds else None
+
+
 def unschedulable(pods: list[dict[str, Any]]) -> str | None:
     for pod in pods:
         for condition in (pod.get("status") or {}).get("conditions") or []:
@@ -174,6 +200,8 @@ def summarize(
         phase = Phase.PROGRESSING if children.stable else Phase.PENDING
 
     ready_pods = sum(1 for pod in children.pods if pod_ready(pod))
+    # While no pod has started (all restarting, or scaled to 0), the last measure stays.
+    startup = startup_seconds(children.pods)
     return status.model_copy(
         update={
             "observed_generation": generation,
@@ -181,6 +209,7 @@ def summarize(
             "replicas": int(((children.stable or {}).get("status") or {}).get("replicas") or 0),
             "ready_replicas": ready_pods,
             "selector": scale_selector(model),
+            "startup_seconds": startup if startup is not None else status.startup_seconds,
             "conditions": conditions,
         }
     )

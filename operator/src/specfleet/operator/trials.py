@@ -141,10 +141,12 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
     limit = run.seconds(spec.tuning.canary_pending_timeout).total_seconds()
     if pending is None or run.now.timestamp() - pending < limit:
         return False
+    waiting = observation.canary_pending_reason
     message = (
         f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s "
-        f"(> {spec.tuning.canary_pending_timeout}); trying K={trial.candidate_tokens} "
-        "in place instead"
+        f"(> {spec.tuning.canary_pending_timeout})"
+        + (f", the scheduler says: {waiting}" if waiting else "")
+        + f"; trying K={trial.candidate_tokens} in place instead"
     )
     sp.strategy = TuningStrategy.IN_PLACE
     end_trial(run, promote=False, reason=TrialOutcome.CANARY_PENDING, message=message, reject=False)

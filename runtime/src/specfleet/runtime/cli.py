@@ -39,12 +39,16 @@ from specfleet.runtime.config import (
     split_extra,
     termination_log_path,
 )
+from specfleet.runtime.inject import inject
 from specfleet.runtime.sim_model import SimProfile, load_profile
 from specfleet.runtime.vllm_args import refuse_collisions, vllm_argv
 
 # vLLM's OpenAI server as a module; it takes `vllm serve`'s flags, the model as --model.
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-USAGE = "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]"
+USAGE = (
+    "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]\n"
+    "       specfleet-runtime inject DIR"
+)
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 # Lines of vLLM's output kept to find its reason when it fails: the reason is near the end.
@@ -187,6 +191,20 @@ def supervise(command: list[str], env: Mapping[str, str], termination_log: str) 
     return fail(f"vLLM: {reason}", termination_log)
 
 
+def inject_into(args: Sequence[str]) -> int:
+    """Copy the runtime into a directory (an init container's shared volume)."""
+    if len(args) != 1:
+        _log(f"specfleet-runtime: inject takes one directory\n{USAGE}")
+        return EXIT_USAGE
+    try:
+        written = inject(Path(args[0]))
+    except OSError as error:
+        return fail(f"cannot copy the runtime into {args[0]}: {error}", None)
+    for path in written:
+        _log(f"specfleet-runtime: copied {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     asks_help = args[:1] in (["-h"], ["--help"]) or args[:2] in (
@@ -199,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if asks_help:
         print(serve_help(), end="")
         return 0
+    if args[0] == "inject":
+        return inject_into(args[1:])
     if args[0] != "serve":
         _log(f"specfleet-runtime: unknown command {args[0]!r}\n{USAGE}")
         return EXIT_USAGE

@@ -440,6 +440,41 @@ def check_engine_supports(config: RuntimeConfig, use_torch: bool) -> None:
         )
 
 
+def hub_cache(env: Mapping[str, str]) -> Path:
+    """Where the hub client (and vLLM, without --download-dir) keeps downloads."""
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"])
+    home = env.get("HF_HOME") or str(Path(env.get("HOME", "~")) / ".cache" / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def cached_weights(name: str, cache: Path) -> Path | None:
+    """The snapshot of hub model `name` in the cache that has weights (the one `main`
+    points at when it does), or None: the engine downloads them."""
+    repo = cache / ("models--" + name.replace("/", "--"))
+    snapshots = repo / "snapshots"
+    if not snapshots.is_dir():
+        return None
+    ref = repo / "refs" / "main"
+    preferred = [snapshots / ref.read_text().strip()] if ref.is_file() else []
+    for snapshot in [*preferred, *sorted(snapshots.iterdir())]:
+        if snapshot.is_dir() and any(
+            f.name.endswith(WEIGHT_SUFFIXES) and f.exists() for f in snapshot.iterdir()
+        ):
+            return snapshot
+    return None
+
+
+def cache_report(name: str, role: str, env: Mapping[str, str]) -> str:
+    """Whether a hub model's weights are in the model cache: a restart that finds them
+    loads from disk rather than downloading."""
+    cache = hub_cache(env)
+    found = cached_weights(name, cache)
+    if found is not None:
+        return f"preflight: {role} {name}: weights found in the model cache ({found})"
+    return f"preflight: {role} {name}: not in the model cache ({cache}): the engine downloads it"
+
+
 def run(
     config: RuntimeConfig,
     env: Mapping[str, str],
@@ -455,6 +490,7 @@ def run(
         target = read_config(config.model, "target")
     else:
         log(f"preflight: target {config.model} is a hub name: file checks skipped")
+        log(cache_report(config.model, "target", env))
     method = config.method
     draft = None
     if config.draft_model and method.takes_draft_model:
@@ -469,6 +505,7 @@ def run(
                 check_compatible(method, target, draft)
         else:
             log(f"preflight: draft {config.draft_model} is a hub name: file checks skipped")
+            log(cache_report(config.draft_model, "draft", env))
     if method is Method.MTP:
         mtp_model = draft or (None if config.draft_model else target)
         if mtp_model is not None:

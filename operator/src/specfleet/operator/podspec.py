@@ -1,0 +1,182 @@
+"""The pod settings of a model's Deployments (spec.runtime.pod, modelCache, injectRuntime,
+rollingUpdate): what render.py adds to the pod template besides the runtime's config.
+
+Restricted Pod Security by default: a non-root user, no privilege escalation, every
+capability dropped, seccomp RuntimeDefault; what vLLM writes (the hub cache, its own
+caches under HOME, temp files) goes to volumes, so the image's root file system is
+never written. The user's securityContext fields win over the defaults one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specfleet.operator.api import (
+    INJECTED_ENV,
+    INJECTED_RUNTIME_PATH,
+    MODEL_CACHE_PATH,
+    ProbeTimings,
+    SpeculativeModel,
+)
+
+# The uid vLLM's pods run as unless the pod's securityContext says otherwise: not root,
+# and the group that owns the volumes (fsGroup), so a PVC cache is writable.
+RUN_AS = 1000
+POD_SECURITY_DEFAULT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "runAsUser": RUN_AS,
+    "runAsGroup": RUN_AS,
+    "fsGroup": RUN_AS,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+CONTAINER_SECURITY_DEFAULT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+}
+# Variables render sets unless runtime.env does: HOME, under which vLLM, torch's
+# compiler and triton keep their caches (the image's /root is not writable by a non-root
+# user), and USER, the name torch asks getpass for (a uid without a passwd entry has none).
+DEFAULT_ENV = {"HOME": "/tmp", "USER": "vllm"}
+INJECT_VOLUME = "specfleet-runtime"
+INJECT_CONTAINER = "specfleet-runtime"
+# The serving container's command when the runtime is injected: the image's Python.
+INJECTED_COMMAND = ["python3", "-m", "specfleet.runtime.cli", "serve"]
+RUNTIME_COMMAND = ["specfleet-runtime", "serve"]
+TERMINATION_GRACE_SECONDS = 60
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def command(model: SpeculativeModel) -> list[str]:
+    return INJECTED_COMMAND if model.spec.runtime.inject_runtime else RUNTIME_COMMAND
+
+
+def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
+    """The variables the pod settings need, before the user's runtime.env (HOME and USER
+    are defaults the user's env may replace; HF_HOME and PYTHONPATH are owned)."""
+    runtime = model.spec.runtime
+    given = {var.name for var in runtime.env}
+    env = [{"name": "HF_HOME", "value": MODEL_CACHE_PATH}]
+    env += [
+        {"name": name, "value": value} for name, value in DEFAULT_ENV.items() if name not in given
+    ]
+    if runtime.inject_runtime:
+        env.append({"name": INJECTED_ENV, "value": INJECTED_RUNTIME_PATH})
+    return env
+
+
+def with_timings(default: dict[str, Any], timings: ProbeTimings | None) -> dict[str, Any]:
+    """A probe with the user's timings over specfleet's."""
+    return default | (_dump(timings) if timings else {})
+
+
+def volume_mounts(model: SpeculativeModel) -> list[dict[str, Any]]:
+    runtime = model.spec.runtime
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "model-cache", "mountPath": MODEL_CACHE_PATH}
+        | ({"readOnly": True} if runtime.model_cache.read_only else {}),
+    ]
+    if runtime.inject_runtime:
+        mounts.append({"name": INJECT_VOLUME, "mountPath": INJECTED_RUNTIME_PATH, "readOnly": True})
+    return mounts + [_dump(m) for m in runtime.pod.volume_mounts]
+
+
+def container_security(model: SpeculativeModel) -> dict[str, Any]:
+    given = model.spec.runtime.pod.container_security_context
+    return CONTAINER_SECURITY_DEFAULT | (_dump(given) if given else {})
+
+
+def _model_cache_volume(model: SpeculativeModel) -> dict[str, Any]:
+    cache = model.spec.runtime.model_cache
+    if cache.claim_name:
+        claim: dict[str, Any] = {"claimName": cache.claim_name}
+        if cache.read_only:
+            claim["readOnly"] = True
+        return {"name": "model-cache", "persistentVolumeClaim": claim}
+    if cache.host_path:
+        return {
+            "name": "model-cache",
+            "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"},
+        }
+    return {"name": "model-cache", "emptyDir": {}}
+
+
+def _init_containers(model: SpeculativeModel) -> list[dict[str, Any]]:
+    inject = model.spec.runtime.inject_runtime
+    if inject is None:
+        return []
+    return [
+        {
+            "name": INJECT_CONTAINER,
+            "image": inject.image,
+            "command": ["specfleet-runtime", "inject", INJECTED_RUNTIME_PATH],
+            "volumeMounts": [{"name": INJECT_VOLUME, "mountPath": INJECTED_RUNTIME_PATH}],
+            "securityContext": container_security(model),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }
+    ]
+
+
+def _spread(model: SpeculativeModel, selector: dict[str, str]) -> list[dict[str, Any]]:
+    """The topology spread constraints; one without a labelSelector spreads the model's
+    pods."""
+    return [
+        _dump(c) if c.label_selector else _dump(c) | {"labelSelector": {"matchLabels": selector}}
+        for c in model.spec.runtime.pod.topology_spread_constraints
+    ]
+
+
+def pod_spec(
+    model: SpeculativeModel, container: dict[str, Any], selector: dict[str, str]
+) -> dict[str, Any]:
+    """The pod spec around the runtime container; `selector` picks the model's pods (for
+    topology spread constraints that name none)."""
+    runtime = model.spec.runtime
+    pod = runtime.pod
+    spec: dict[str, Any] = {}
+    init = _init_containers(model)
+    if init:
+        spec["initContainers"] = init
+    spec["containers"] = [container]
+    spec["securityContext"] = POD_SECURITY_DEFAULT | (
+        _dump(pod.security_context) if pod.security_context else {}
+    )
+    spec["terminationGracePeriodSeconds"] = (
+        pod.termination_grace_period_seconds
+        if pod.termination_grace_period_seconds is not None
+        else TERMINATION_GRACE_SECONDS
+    )
+    volumes = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        {"name": "tmp", "emptyDir": {}},
+        _model_cache_volume(model),
+    ]
+    if runtime.inject_runtime:
+        volumes.append({"name": INJECT_VOLUME, "emptyDir": {}})
+    spec["volumes"] = volumes + [_dump(v) for v in pod.volumes]
+    if runtime.node_selector:
+        spec["nodeSelector"] = dict(runtime.node_selector)
+    if runtime.tolerations:
+        spec["tolerations"] = [_dump(t) for t in runtime.tolerations]
+    if pod.affinity:
+        spec["affinity"] = pod.affinity
+    if pod.topology_spread_constraints:
+        spec["topologySpreadConstraints"] = _spread(model, selector)
+    if pod.image_pull_secrets:
+        spec["imagePullSecrets"] = [_dump(s) for s in pod.image_pull_secrets]
+    optional = {
+        "serviceAccountName": pod.service_account_name,
+        "priorityClassName": pod.priority_class_name,
+        "runtimeClassName": pod.runtime_class_name,
+        "schedulerName": pod.scheduler_name,
+    }
+    spec.update({key: value for key, value in optional.items() if value is not None})
+    return spec
+
+
+def strategy(model: SpeculativeModel) -> dict[str, Any]:
+    return {"type": "RollingUpdate", "rollingUpdate": _dump(model.spec.runtime.rolling_update)}
