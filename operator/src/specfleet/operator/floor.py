@@ -226,6 +226,7 @@ def _disable(
     sp.reprobe_at = next_reprobe(run)
     sp.changed_at = run.now
     sp.failing_windows = 0
+    sp.plain_faster_windows = 0
     sp.windows = 0
     sp.baseline_acceptance = None
     run.status.open_windows = None
@@ -242,6 +243,11 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     batch = judged.window.batch_per_pod
     fastest, plain = fastest_and_plain(spec, conditional, batch, run.cost)
     if plain < fastest.goodput * (1 + spec.tuning.min_improvement):
+        run.sp.plain_faster_windows = 0
+        return False
+    # As a rollback: one window (one slow minute, one odd batch) is not enough evidence.
+    run.sp.plain_faster_windows += 1
+    if run.sp.plain_faster_windows < spec.rollback.failure_limit:
         return False
     reason = (
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
