@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from specfleet.operator import speed
+from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     CanaryComparison,
     ConditionType,
@@ -96,4 +96,7 @@ def enable(run: Run, k: int) -> None:
     sp.reprobe_at = None
     sp.last_known_good_tokens = k
     sp.inconclusive_windows = 0
+    if sp.schedule is not None:  # K=k was tried: no band drafts more than it
+        sp.schedule = schedule.capped(sp.schedule, k)
+        sp.last_known_good_schedule = sp.schedule
     run.changed(k)

@@ -49,6 +49,11 @@ MAX_SAMPLES = 24
 WINDOW_WEIGHT_CAP = 4
 # Engine steps a window needs before its step time counts: a few steps say little.
 MIN_ENGINE_STEPS = 50
+# No engine step takes under a microsecond: counters that say so are not step times (and
+# would round to 0 ms in status).
+MIN_STEP_MS = 1e-3
+# Nor over a minute (a window of one stuck step says nothing about K).
+MAX_STEP_MS = 60_000.0
 # Windows at batches within this factor of a sample's batch are averaged into it.
 BATCH_BUCKET = 2**0.25
 # How far one window's mean step time is trusted: per-window jitter of real engines.
@@ -265,7 +270,7 @@ def measured(window: TrackWindow | None) -> tuple[float, float] | None:
     if window is None or window.engine_steps < MIN_ENGINE_STEPS:
         return None
     seconds = window.step_seconds
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+    if seconds is None or not MIN_STEP_MS <= seconds * 1000.0 <= MAX_STEP_MS:
         return None
     return seconds * 1000.0, window.batch_per_pod
 

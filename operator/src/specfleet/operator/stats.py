@@ -35,9 +35,9 @@ class Estimate:
 
 def wilson(rate: float, trials: float, z: float = Z_ONE_SIDED_95) -> Estimate:
     """Wilson score bounds of a proportion `rate` observed over `trials` trials."""
-    if trials <= 0:
-        return Estimate(rate, 0.0, 1.0)
     p = min(1.0, max(0.0, rate))
+    if trials < 1:  # under one trial (counters read mid-update) bounds nothing
+        return Estimate(p, 0.0, 1.0)
     z2 = z * z
     centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
