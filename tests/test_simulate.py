@@ -511,3 +511,25 @@ def test_a_slow_stretch_is_held_as_perturbed_not_learnt(variant: str) -> None:
     minutes = [(t - START).total_seconds() / 60 for t in held]
     assert minutes and all(60 < m <= 71 for m in minutes), minutes
     assert result.steady_ratio >= 0.95
+
+
+def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
+    """startupSeconds 300, one pod, in-place trials: the tuner that weighs the restart
+    (status.startupSeconds) changes K less often and serves more tokens than one blind to
+    it."""
+    scenario = load_scenario(SCENARIOS / "restart-cost.yaml", "s300")
+
+    def blind(
+        spec: SpeculativeModelSpec,
+        status: SpeculativeModelStatus,
+        observation: Observation,
+        now: datetime,
+    ) -> Decided:
+        return decide(spec, status.model_copy(update={"startup_seconds": None}), observation, now)
+
+    def changes(result: SimulationResult) -> int:
+        return sum(1 for a, b in itertools.pairwise(result.records) if a.tokens != b.tokens)
+
+    weighed, unweighed = simulate(scenario, 1), simulate(scenario, 1, blind)
+    assert changes(weighed) * 3 <= changes(unweighed)
+    assert weighed.goodput["achieved"] > 1.1 * unweighed.goodput["achieved"]

@@ -1620,6 +1620,11 @@ class SpeculativeModelStatus(ApiModel):
         default=None, description="Windows still collecting draft tokens."
     )
     step_cost: StepCostStatus | None = None
+    startup_seconds: float | None = Field(
+        default=None,
+        description="Seconds from pod created to Ready, the median of recent pods: what a "
+        "change of K costs each restarted pod in serving time.",
+    )
     conditions: list[Condition] = Field(default_factory=list)
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(
         default_factory=list, description=f"The last {HISTORY_LIMIT} decisions, oldest first."

@@ -242,7 +242,7 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     conditional = window_conditional(judged.window)
     batch = judged.window.batch_per_pod
     fastest, plain = fastest_and_plain(spec, conditional, batch, run.cost)
-    if plain < fastest.goodput * (1 + spec.tuning.min_improvement):
+    if plain < fastest.goodput * (1 + run.required_gain()):
         run.sp.plain_faster_windows = 0
         return False
     # As a rollback: one window (one slow minute, one odd batch) is not enough evidence.

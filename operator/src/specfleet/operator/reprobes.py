@@ -57,7 +57,7 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         best, plain = fastest_and_plain(
             spec, sp.disabled_acceptance, window.batch_per_pod, run.cost
         )
-        if best.goodput >= plain * (1 + spec.tuning.min_improvement):
+        if best.goodput >= plain * (1 + run.required_gain()):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
         return

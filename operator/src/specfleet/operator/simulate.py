@@ -554,6 +554,9 @@ class _Simulation:
             else None
         )
         values = self._count_goodput(phase, phase_index, start, running)
+        # What the fleet measures of its pods (created to Ready) for the tuner to weigh.
+        measured = self.scenario.startup_seconds or None
+        self.status = self.status.model_copy(update={"startup_seconds": measured})
         decided = self.decider(self.spec, self.status, observation, now)
         self.status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]

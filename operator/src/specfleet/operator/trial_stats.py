@@ -53,6 +53,15 @@ def totals_metric(totals: TrackTotals, metric: RollbackMetric) -> Estimate | Non
     return None
 
 
+def acceptance_length(totals: TrackTotals, rate: float) -> float:
+    """Tokens a decoding request gets per step, 1 + accepted / drafts, at a rate of
+    accepted draft tokens: measured draft lengths, not K (dspark, ngram, suffix and
+    schedules draft fewer than K), the same count `schedule_gain` and
+    `stats.mean_acceptance_length` use. A track with no drafts (plain decoding): 1."""
+    counts = totals.counts
+    return 1.0 + rate * counts.draft_tokens / counts.drafts if counts.drafts > 0 else 1.0
+
+
 def _step_spread(totals: TrackTotals) -> float:
     """Relative standard error of a track's mean step time, from its windows' spread."""
     n = totals.timed_windows
@@ -106,9 +115,9 @@ def goodput_gain(
         basis = f"modelled step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {batch:.1f}"
 
     def gain(rate_after: float, rate_before: float, widen: float) -> float:
-        length_after = (1 + rate_after * after_k) / (after_ms * (1 + widen))
-        length_before = (1 + rate_before * before_k) / (before_ms * (1 - widen))
-        return length_after / length_before - 1
+        speed_after = acceptance_length(after, rate_after) / (after_ms * (1 + widen))
+        speed_before = acceptance_length(before, rate_before) / (before_ms * (1 - widen))
+        return speed_after / speed_before - 1
 
     estimate = Estimate(
         gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)

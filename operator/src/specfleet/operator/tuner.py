@@ -72,6 +72,10 @@ from specfleet.operator.windows import (
     record_load,
 )
 
+# How long a new K is expected to hold: a change must repay its restarts within it. An
+# hour, as the tuner changes K at most about once an hour once settled.
+SWITCH_HORIZON = timedelta(hours=1)
+
 
 @dataclass(frozen=True)
 class Decided:
@@ -170,6 +174,13 @@ class Run:
 
     def seconds(self, duration: str) -> timedelta:
         return parse_duration(duration)
+
+    def required_gain(self) -> float:
+        """The relative goodput gain a change of K must promise (and a trial prove):
+        minImprovement, or more when restarting a pod costs more than that gain returns
+        within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds)."""
+        startup = self.status.startup_seconds or 0.0
+        return max(self.spec.tuning.min_improvement, startup / SWITCH_HORIZON.total_seconds())
 
 
 def decide(
