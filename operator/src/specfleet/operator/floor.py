@@ -236,7 +236,9 @@ def _disable(
 
 def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     """Plain decoding when the fitted cost says no K pays at this load (a large batch
-    makes verification compute-bound): not a rollback, the draft is fine."""
+    makes verification compute-bound) in rollback.failureLimit conclusive windows in a
+    row: not a rollback, the draft is fine. True while plain decoding is predicted
+    faster (stopped, or gathering the windows to stop): no trial is proposed then."""
     spec = run.spec
     assert judged.window is not None
     conditional = window_conditional(judged.window)
@@ -245,10 +247,11 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     if plain < fastest.goodput * (1 + run.required_gain()):
         run.sp.plain_faster_windows = 0
         return False
-    # As a rollback: one window (one slow minute, one odd batch) is not enough evidence.
+    # As a rollback: one window (one slow minute, one odd batch) is not enough evidence;
+    # nor is it the time to try another K (True: no proposal while the evidence grows).
     run.sp.plain_faster_windows += 1
     if run.sp.plain_faster_windows < spec.rollback.failure_limit:
-        return False
+        return True
     reason = (
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
         f"K={fastest.tokens} at batch {batch:.1f}"
