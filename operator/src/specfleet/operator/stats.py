@@ -83,7 +83,11 @@ def per_position(window: TrackWindow) -> list[Estimate]:
     estimates = []
     for i, accepted in enumerate(window.accepted_per_position):
         trials = reaching[i] if i < len(reaching) else window.drafts
-        estimates.append(wilson(accepted / trials, trials) if trials > 0 else Estimate(0, 0, 1))
+        if trials <= 0:
+            # No draft reached it (a two-K schedule ran its small K all window): unknown,
+            # not 0% (which would predict every deeper K useless); predictions extrapolate.
+            break
+        estimates.append(wilson(accepted / trials, trials))
     return estimates
 
 

@@ -392,7 +392,10 @@ def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
     sp.reprobed_at = None
     clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
     sp.requested_tokens = requested
-    sp.last_known_good_tokens = start
+    # A Fixed schedule that fails rolls back to one K: its smallest drafting K, the safest
+    # (its largest is where acceptance is lowest, and it is what the pods run as K).
+    drafting = schedule.drafting_ks(sp.schedule) if sp.schedule else ()
+    sp.last_known_good_tokens = min(drafting) if drafting else start
     run.changed(start)
     sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
 
