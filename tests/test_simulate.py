@@ -517,7 +517,7 @@ def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
     """startupSeconds 300, one pod, in-place trials: the tuner that weighs the restart
     (status.startupSeconds) changes K less often and serves more tokens than one blind to
     it."""
-    scenario = load_scenario(SCENARIOS / "restart-cost.yaml")
+    scenario = load_scenario(SCENARIOS / "restart" / "restart-cost.yaml")
 
     def blind(
         spec: SpeculativeModelSpec,
