@@ -89,3 +89,19 @@ def test_rollback_works_with_tuning_disabled() -> None:
     assert fleet.status.speculation.tokens == 5
     fleet.step(CHAT)
     assert any(k in ("Rollback", "StepDown") for k in fleet.step(CHAT))
+
+
+def test_stop_speculation_needs_failure_limit_windows_not_one() -> None:
+    """One window in which plain decoding looks faster (a slow minute, an odd batch) is no
+    more evidence for StopSpeculation than for a rollback: with failureLimit 3 it comes
+    two windows after it does with failureLimit 1, on the same windows."""
+
+    def stopped_at(limit: int) -> int:
+        fleet = Fleet(make_spec(rollback={"failureLimit": limit}), engine=NO_K_PAYS)
+        for index in range(30):
+            if "StopSpeculation" in fleet.step(CODE):
+                assert fleet.status.speculation.plain_faster_windows == 0
+                return index
+        raise AssertionError("speculation never stopped")
+
+    assert stopped_at(3) == stopped_at(1) + 2

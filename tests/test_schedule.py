@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from specfleet.operator import render, schedule, speed
 from specfleet.operator.api import (
+    RollbackMetric,
     ScheduledBand,
     SpeculativeModel,
     SpeculativeModelSpec,
@@ -23,6 +24,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.prediction import predict, window_conditional
 from specfleet.operator.stats import drafts_reaching, per_position
 from specfleet.operator.tuner import decide
 from specfleet.runtime import decoding, sim_model
@@ -343,3 +345,45 @@ def test_a_failing_schedule_rolls_back_as_a_whole(
     assert status.speculation.schedule == to_schedule
     assert status.speculation.tokens == to_tokens
     assert status.speculation.rejected_schedule == failed
+
+
+def test_positions_no_draft_reached_are_unknown_not_zero() -> None:
+    """A two-K schedule that ran its small K all window (K=2 of 2 and 6): positions 3-6
+    were drafted by no one. Read as 0% they would predict every deeper K useless; they are
+    left out, and the prediction extrapolates from what was measured."""
+    window = replace(_window(2, 1), ks=(2, 6))
+    window = replace(window, accepted_per_position=(*window.accepted_per_position, 0, 0, 0, 0))
+    assert len(per_position(window)) == 2
+    conditional = window_conditional(window)
+    assert len(conditional) == 2 and min(conditional) > 0.6
+    deep = predict(
+        conditional,
+        6,
+        1.0,
+        RollbackMetric.FIRST_POSITION_ACCEPTANCE,
+        speed.prior(Drafting.PARALLEL),
+    )
+    assert deep.mean_length > 3.0
+
+
+def test_a_failing_fixed_schedule_rolls_back_to_its_smallest_k() -> None:
+    """Not to its largest K at every load (where acceptance is lowest) before stepping down."""
+    spec = make_spec(
+        speculation={
+            "tokens": 7,
+            "schedule": {"mode": "Fixed", "bands": [{"upToBatch": 2, "tokens": 7}, {"tokens": 2}]},
+        },
+        rollback={**DAR, "failureLimit": 2},
+    )
+    status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
+    assert status.speculation.tokens == 7 and status.speculation.last_known_good_tokens == 2
+    bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
+    per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 7))
+    failing = replace(
+        _window(7, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos), ks=(2, 7)
+    )
+    for minute in (1, 2):
+        status = decide(
+            spec, status, Observation(failing, None), T0 + timedelta(minutes=minute)
+        ).status
+    assert status.speculation.schedule is None and status.speculation.tokens == 2

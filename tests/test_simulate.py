@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from benchmarks.step_cost_shape import published_profiles
@@ -18,6 +19,7 @@ from specfleet.operator.cli import app
 from specfleet.operator.metrics import Observation, PodSample, SpecDecodeCounters, WindowTracker
 from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.simulate import (
+    START,
     Decider,
     Scenario,
     SimulationResult,
@@ -28,7 +30,7 @@ from specfleet.operator.simulate import (
     phases,
     simulate,
 )
-from specfleet.operator.tuner import Decided
+from specfleet.operator.tuner import Decided, decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import SimProfile, StepCost, step_seconds
 
@@ -416,3 +418,119 @@ def test_a_scale_out_mid_canary_restarts_the_trial_at_the_new_load() -> None:
         assert [r.tokens for r in result.records if r.phase == 1][-1] == 8
         assert result.records[-1].tokens == result.best_static_tokens[-1] == 3
         assert result.steady_ratio >= 0.97
+
+
+def test_slowdowns_idle_load_and_startup_are_read_in_the_issue_format() -> None:
+    scenario = expand(
+        {
+            "name": "format",
+            "duration": "2h",
+            "slowdowns": [{"after": "60m", "until": "61m", "factor": 3}],
+            "load": [{"after": "30m", "concurrency": 0}, {"after": "90m", "concurrency": 4}],
+            "startupSeconds": 300,
+        }
+    )[0]
+    assert scenario.slowdowns[0].after == 3600 and scenario.slowdowns[0].until == 3660
+    assert scenario.startup_seconds == 300
+    assert [p.concurrency for p in phases(scenario)] == [8, 0, 4]
+    with pytest.raises(ValidationError, match="until"):
+        expand(
+            {"name": "x", "duration": "1h", "slowdowns": [{"after": 60, "until": 60, "factor": 2}]}
+        )
+
+
+def test_a_slowdown_slows_every_pod_and_is_not_steady_state() -> None:
+    base = {"name": "slow", "duration": "2h", "settle": "10m", "concurrency": 8}
+    calm = simulate(expand(base)[0], 0)
+    slow = simulate(
+        expand({**base, "slowdowns": [{"after": "60m", "until": "70m", "factor": 10}]})[0], 0
+    )
+    during = [r for r in slow.records if 3600 <= r.start < 4200]
+    assert during and all(
+        r.best_static == pytest.approx(c.best_static / 10, rel=0.01)
+        for r, c in zip(during, calm.records[60:70], strict=True)
+    )
+    # the slow windows are left out of steady state, the rest is the calm run's
+    assert slow.steady_goodput["unconstrained"] == pytest.approx(
+        calm.steady_goodput["unconstrained"], rel=0.01
+    )
+
+
+def test_an_idle_fleet_serves_nothing_and_decides_nothing() -> None:
+    scenario = expand(
+        {"name": "idle", "duration": "90m", "load": [{"after": "30m", "concurrency": 0}]}
+    )[0]
+    result = simulate(scenario, 0)
+    idle = [r for r in result.records if r.start >= 1800]
+    assert idle and all(r.goodput == 0 for r in idle)
+    # Told (an idle fleet's metrics say nothing), but nothing decided on no traffic.
+    decided = [d["kind"] for d in result.decisions if d["window"] > 32]
+    assert set(decided) <= {ActionKind.METRICS_UNAVAILABLE}
+
+
+def test_a_restarted_pod_serves_nothing_for_startup_seconds() -> None:
+    base = {
+        "name": "restart",
+        "duration": "1h",
+        "concurrency": 1,
+        "replicas": 1,
+        "policy": {
+            "speculation": {"tokens": 1, "minTokens": 1, "maxTokens": 16},
+            "tuning": {"strategy": "InPlace"},
+        },
+    }
+    free = simulate(expand(base)[0], 0)
+    charged = simulate(expand({**base, "startupSeconds": 300})[0], 0)
+    changes = [r for prev, r in itertools.pairwise(charged.records) if r.tokens != prev.tokens]
+    assert changes, "K=1 at one request is far from the best K: the tuner changes it"
+    first = charged.records.index(changes[0])
+    assert all(r.goodput == 0 for r in charged.records[first : first + 5])
+    assert charged.goodput["achieved"] < free.goodput["achieved"]
+
+
+@pytest.mark.parametrize("variant", ["x3-1m/c1", "x10-10m/c1"])
+def test_a_slow_stretch_is_held_as_perturbed_not_learnt(variant: str) -> None:
+    """The issue's cases: code-like traffic at one request per pod, every step x3 for a
+    minute or x10 for ten. Before: StopSpeculation and 0.59-0.85 of the best static K."""
+    scenario = load_scenario(SCENARIOS / "slow-minute.yaml", variant)
+    held: list[datetime] = []
+
+    def deciding(
+        spec: SpeculativeModelSpec,
+        status: SpeculativeModelStatus,
+        observation: Observation,
+        now: datetime,
+    ) -> Decided:
+        decided = decide(spec, status, observation, now)
+        if decided.status.acceptance.reason == "Perturbed":
+            held.append(now)
+        return decided
+
+    result = simulate(scenario, 0, deciding)
+    kinds = {d["kind"] for d in result.decisions}
+    assert not kinds & {ActionKind.STOP_SPECULATION, ActionKind.DISABLE}
+    minutes = [(t - START).total_seconds() / 60 for t in held]
+    assert minutes and all(60 < m <= 71 for m in minutes), minutes
+    assert result.steady_ratio >= 0.95
+
+
+def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
+    """startupSeconds 300, one pod, in-place trials: the tuner that weighs the restart
+    (status.startupSeconds) changes K less often and serves more tokens than one blind to
+    it."""
+    scenario = load_scenario(SCENARIOS / "restart" / "restart-cost.yaml")
+
+    def blind(
+        spec: SpeculativeModelSpec,
+        status: SpeculativeModelStatus,
+        observation: Observation,
+        now: datetime,
+    ) -> Decided:
+        return decide(spec, status.model_copy(update={"startup_seconds": None}), observation, now)
+
+    def changes(result: SimulationResult) -> int:
+        return sum(1 for a, b in itertools.pairwise(result.records) if a.tokens != b.tokens)
+
+    weighed, unweighed = simulate(scenario, 1), simulate(scenario, 1, blind)
+    assert changes(weighed) * 3 <= changes(unweighed)
+    assert weighed.goodput["achieved"] > 1.1 * unweighed.goodput["achieved"]

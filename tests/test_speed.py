@@ -12,6 +12,7 @@ from specfleet.operator import speed
 from specfleet.operator.api import StepTimeSample
 from specfleet.operator.metrics import TrackWindow
 from specfleet.runtime.config import Drafting
+from specfleet.runtime.decoding import mean_acceptance_length
 from specfleet.runtime.sim_model import StepCost, step_seconds
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -114,3 +115,77 @@ def test_the_fit_is_never_negative_and_never_nan(points: list[tuple[int, float, 
     assert fitted.target_forward_ms > 0
     for k, b, _ in points:
         assert speed.step_ms(fitted, k, b) > 0
+
+
+@pytest.mark.parametrize(
+    ("target_ms", "batch", "best"), [(10.0, 32, 2), (20.0, 32, 3), (40.0, 8, 7)]
+)
+def test_a_slow_target_is_fitted_at_its_own_scale(target_ms: float, batch: int, best: int) -> None:
+    """One exact sample at K=3 of a target far slower than the prior: the unexplained
+    time is the target's, so the best predicted K is the engine's (the spreads follow the
+    measured scale, not the prior's 2.7 ms)."""
+    engine = StepCost(target_forward_ms=target_ms)
+    fitted = speed.fit([sample(engine, 3, batch)], drafting=Drafting.PARALLEL)
+    assert fitted.target_forward_ms == pytest.approx(target_ms, rel=0.05)
+    code = [0.831, 0.664]
+
+    def goodput(cost: StepCost | None, k: int) -> float:
+        length = mean_acceptance_length(code, k) if k else 1.0
+        if cost is None:
+            return length / speed.step_ms(fitted, k, batch)
+        return length / step_seconds(cost, k, batch, Drafting.PARALLEL)
+
+    assert max(range(17), key=lambda k: goodput(engine, k)) == best
+    predicted = max(range(17), key=lambda k: goodput(None, k))
+    assert goodput(engine, predicted) >= 0.97 * goodput(engine, best)
+
+
+def test_samples_age_at_every_k_and_go_after_max_age() -> None:
+    """A sample at a K no longer run weighs less with every hour and is gone after
+    MAX_AGE, though only another K is measured."""
+    engine = StepCost()
+    slow = sample(StepCost(target_forward_ms=30.0), 7, 4)  # a bad stretch at K=7
+    status = speed.record(
+        None,
+        3,
+        timed(1000 * step_seconds(engine, 3, 4, Drafting.PARALLEL), 4),
+        T0,
+        Drafting.PARALLEL,
+    )
+    status = status.model_copy(update={"samples": [*status.samples, slow]})
+    ms = 1000 * step_seconds(engine, 3, 4, Drafting.PARALLEL)
+    errors = []
+    for hours in (1, 3, 5):
+        now = T0 + timedelta(hours=hours)
+        status = speed.record(status, 3, timed(ms, 4), now, Drafting.PARALLEL)
+        errors.append(abs(speed.step_ms(status.fitted, 3, 4) / ms - 1))
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 0.02
+    later = speed.record(
+        status, 3, timed(ms, 4), T0 + speed.MAX_AGE + timedelta(minutes=1), Drafting.PARALLEL
+    )
+    assert [s.tokens for s in later.samples] == [3]
+
+
+def test_one_far_sample_pulls_the_fit_less_than_squares_would() -> None:
+    """Huber's loss: a sample far off the others moves the prediction at the others' Ks
+    by little."""
+    engine = StepCost()
+    good = [sample(engine, k, 4) for k in (2, 3, 4, 5)]
+    bad = sample(StepCost(target_forward_ms=27.0), 6, 4)
+    fitted = speed.fit([*good, bad], drafting=Drafting.PARALLEL)
+    for s in good:
+        assert speed.step_ms(fitted, s.tokens, 4) == pytest.approx(s.step_ms, rel=0.1)
+
+
+def test_a_window_far_from_its_k_and_batch_is_perturbed() -> None:
+    ms = 1000 * step_seconds(StepCost(), 3, 4, Drafting.PARALLEL)
+    status = None
+    for minute in range(3):
+        status = speed.record(
+            status, 3, timed(ms, 4), T0 + timedelta(minutes=minute), Drafting.PARALLEL
+        )
+    assert speed.perturbation(status, 3, timed(ms * 1.1, 4)) is None  # jitter
+    assert speed.perturbation(status, 3, timed(ms * 3, 4)) is not None  # a slow minute
+    assert speed.perturbation(status, 3, timed(ms / 3, 4)) is not None
+    assert speed.perturbation(status, 5, timed(ms * 3, 4)) is None  # never measured there
+    assert speed.perturbation(status, 3, timed(ms * 3, 32)) is None  # another batch

@@ -3,6 +3,7 @@ at one fleet size."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -13,10 +14,10 @@ from specfleet.operator.api import (
     TuningStrategy,
 )
 from specfleet.operator.counts import Counts
-from specfleet.operator.trial_stats import goodput_gain
+from specfleet.operator.trial_stats import goodput_gain, totals_add
 from specfleet.runtime.config import Drafting
-from specfleet.runtime.sim_model import goodput
-from tests.decisions import CODE, DEAR_VERIFY, Fleet, make_spec, scaled
+from specfleet.runtime.sim_model import StepCost, goodput
+from tests.decisions import CODE, DEAR_VERIFY, Fleet, make_spec, scaled, window
 
 
 def test_high_acceptance_climbs_through_a_canary() -> None:
@@ -144,3 +145,20 @@ def test_a_track_verifying_below_its_k_is_judged_on_what_it_verified() -> None:
     )
     estimate, _ = goodput_gain(totals, 3, totals, 1, 1.0, speed.prior(Drafting.PARALLEL))
     assert estimate.value == pytest.approx(0.0)
+
+
+def test_the_gain_counts_measured_acceptance_length_not_k() -> None:
+    """Drafts shorter than K (dspark, ngram, suffix, schedules): equal true acceptance
+    lengths and a 4% slower candidate are a 4% loss, not the "+66%" 1 + rate x K made of
+    it."""
+    before_w = window(CODE, 3, engine=StepCost())
+    after_w = replace(
+        before_w,
+        decode_seconds=before_w.decode_seconds * 1.04,  # 4% slower steps
+        draft_tokens=before_w.draft_tokens,  # K=8 configured, 3 tokens a draft drafted
+    )
+    before = totals_add(TrackTotals(), before_w)
+    after = totals_add(TrackTotals(), after_w)
+    gain, _ = goodput_gain(before, 3, after, 8, 4.0, speed.prior(Drafting.PARALLEL))
+    assert gain.value == pytest.approx(1 / 1.04 - 1, abs=0.005)
+    assert gain.low < 0

@@ -1886,6 +1886,11 @@ class SpeculationState(ApiModel):
         return self.rejected.schedule if self.rejected else None
 
     failing_windows: int = 0
+    plain_faster_windows: int = Field(
+        default=0,
+        description="Conclusive windows in a row in which plain decoding was predicted "
+        "faster than every K; StopSpeculation needs rollback.failureLimit of them.",
+    )
     inconclusive_windows: int = 0
     windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
     failed_reprobes: int = Field(
@@ -2070,6 +2075,11 @@ class StepCostStatus(ApiModel):
     )
     relative_error: float | None = Field(
         default=None, description="RMS relative error of the fit over the samples."
+    )
+    perturbed_windows: int = Field(
+        default=0,
+        description="Windows in a row held out as perturbed: a step time far from the one "
+        "measured at the same K and batch (status.acceptance.reason Perturbed).",
     )
 
 

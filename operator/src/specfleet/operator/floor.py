@@ -226,6 +226,7 @@ def _disable(
     sp.reprobe_at = next_reprobe(run)
     sp.changed_at = run.now
     sp.failing_windows = 0
+    sp.plain_faster_windows = 0
     sp.windows = 0
     sp.baseline_acceptance = None
     run.status.open_windows = None
@@ -235,14 +236,22 @@ def _disable(
 
 def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     """Plain decoding when the fitted cost says no K pays at this load (a large batch
-    makes verification compute-bound): not a rollback, the draft is fine."""
+    makes verification compute-bound) in rollback.failureLimit conclusive windows in a
+    row: not a rollback, the draft is fine. True while plain decoding is predicted
+    faster (stopped, or gathering the windows to stop): no trial is proposed then."""
     spec = run.spec
     assert judged.window is not None
     conditional = window_conditional(judged.window)
     batch = judged.window.batch_per_pod
     fastest, plain = fastest_and_plain(spec, conditional, batch, run.cost)
-    if plain < fastest.goodput * (1 + spec.tuning.min_improvement):
+    if plain < fastest.goodput * (1 + run.required_gain()):
+        run.sp.plain_faster_windows = 0
         return False
+    # As a rollback: one window (one slow minute, one odd batch) is not enough evidence;
+    # nor is it the time to try another K (True: no proposal while the evidence grows).
+    run.sp.plain_faster_windows += 1
+    if run.sp.plain_faster_windows < spec.rollback.failure_limit:
+        return True
     reason = (
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
         f"K={fastest.tokens} at batch {batch:.1f}"

@@ -73,6 +73,9 @@ class WindowVerdict(StrEnum):
     # traffic without drafts where the schedule drafts nothing at this load.
     COLLECTING = "Collecting"
     NOT_DRAFTING = "NotDrafting"
+    # Step times far from the engine's own at this K and batch: a slow minute, not a
+    # measurement of K (held out of the fit, the floor and every trial).
+    PERTURBED = "Perturbed"
     SPECULATION_DISABLED = "SpeculationDisabled"
 
 

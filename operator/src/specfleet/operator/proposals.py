@@ -55,7 +55,7 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
     now_speed = schedule.speed_over(running, sp.load, conditional, run.cost)
     best_speed = schedule.speed_over(best, sp.load, conditional, run.cost)
     gain = best_speed / now_speed - 1 if now_speed > 0 else math.inf
-    if gain < spec.tuning.min_improvement:
+    if gain < run.required_gain():
         return
     candidate = None if schedule.is_flat(best) else best
     k = schedule.largest(best)
@@ -85,7 +85,7 @@ def _propose_k(run: Run, judged: Judged) -> None:
         return
     best = max(eligible, key=lambda p: p.goodput)
     gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
-    if gain < spec.tuning.min_improvement:
+    if gain < run.required_gain():
         return
     message = (
         f"K={best.tokens} predicted {gain:+.1%} goodput over K={sp.tokens} at batch "

@@ -73,6 +73,9 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "Collecting": "The window is still growing towards spec.tuning.minDraftTokens.",
         "NotDrafting": "The pods serve without drafting (plain decoding), so there is "
         "nothing to judge.",
+        "Perturbed": "The step time jumped far from the one measured at this K and batch "
+        "(a slow minute, a noisy neighbour): held out of the fit and of every judgement "
+        "(status.stepCost.perturbedWindows counts them).",
         "NoData": "No metrics from any stable pod (status.acceptance.podsLeftOut says why).",
         "NotANumber": "A counter was not a finite number.",
         "NoTraffic": "No tokens generated in the window.",

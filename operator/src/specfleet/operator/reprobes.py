@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from specfleet.operator import speed
+from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     CanaryComparison,
     ConditionType,
@@ -32,13 +32,18 @@ def next_reprobe(run: Run) -> datetime:
 
 
 def maybe_reprobe(run: Run, stable: Judged) -> None:
-    """Try speculation again: after the back-off, or as soon as the fitted cost says the
+    """Try speculation again, never on an idle fleet: after the back-off at the
+    requested K (spec.speculation.tokens), or as soon as the fitted cost says the
     acceptance measured before a StopSpeculation would pay at the batch plain decoding
-    runs now. On a canary when the strategy has one (the stable pods keep decoding plainly
-    until the trial is promoted); in place otherwise."""
+    runs now, at the K it predicts best. On a canary when the strategy has one (the
+    stable pods keep decoding plainly until the trial is promoted); in place otherwise."""
     sp, spec = run.sp, run.spec
-    k, why = spec.speculation.min_tokens, "BackoffElapsed"
     window = stable.window
+    if window is None or window.generation_tokens <= 0:
+        return  # an idle fleet measures nothing: the re-probe waits for traffic
+    # The K the user asked for, not minTokens: a draft that recovers is tried where it
+    # pays (K=1 of a parallel drafter is barely faster than plain decoding).
+    k, why = spec.speculation.tokens, "BackoffElapsed"
     cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
     backed_off = sp.failed_reprobes == 0 or sp.reprobe_at is None or run.now >= sp.reprobe_at
@@ -52,7 +57,7 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         best, plain = fastest_and_plain(
             spec, sp.disabled_acceptance, window.batch_per_pod, run.cost
         )
-        if best.goodput >= plain * (1 + spec.tuning.min_improvement):
+        if best.goodput >= plain * (1 + run.required_gain()):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
         return
@@ -91,4 +96,7 @@ def enable(run: Run, k: int) -> None:
     sp.reprobe_at = None
     sp.last_known_good_tokens = k
     sp.inconclusive_windows = 0
+    if sp.schedule is not None:  # K=k was tried: no band drafts more than it
+        sp.schedule = schedule.capped(sp.schedule, k)
+        sp.last_known_good_schedule = sp.schedule
     run.changed(k)

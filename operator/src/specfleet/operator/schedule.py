@@ -251,3 +251,9 @@ def _merged(schedule: Bands) -> Bands:
         else:
             merged.append(band)
     return merged
+
+
+def capped(schedule: Bands, k: int) -> Bands:
+    """The schedule with no band above K=k: what a re-probe proved at K=k may run, and
+    the pods' --num-speculative-tokens (k) bounds every band."""
+    return _merged([band.model_copy(update={"tokens": min(band.tokens, k)}) for band in schedule])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specfleet.operator import schedule
 from specfleet.operator.api import (
@@ -84,10 +84,26 @@ class _Strict(BaseModel):
 
 
 class LoadStep(_Strict):
-    """From `after` seconds on, each pod runs `concurrency` requests at a time."""
+    """From `after` seconds on, each pod runs `concurrency` requests at a time (0: no
+    requests at all, an idle fleet)."""
 
     after: Seconds
-    concurrency: int = Field(ge=1)
+    concurrency: int = Field(ge=0)
+
+
+class Slowdown(_Strict):
+    """Every pod's step time times `factor` in [after, until): a noisy neighbour, a
+    throttled GPU, a slow minute the tuner must not learn from."""
+
+    after: Seconds
+    until: Seconds
+    factor: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ends_after_start(self) -> Slowdown:
+        if self.until <= self.after:
+            raise ValueError("a slowdown's `until` must be after its `after`")
+        return self
 
 
 class ScaleStep(_Strict):
@@ -125,6 +141,8 @@ class ConfigChange(_Strict):
 class Scenario(_Strict):
     """A scenario file (YAML): engines, load over time, and the policy under test."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
     name: str
     description: str = ""
     duration: Seconds = Field(gt=0)
@@ -151,6 +169,15 @@ class Scenario(_Strict):
         "spread over the pods there are",
     )
     settle: Seconds = Field(600.0, description="time after each phase start not counted as steady")
+    slowdowns: list[Slowdown] = Field(
+        default_factory=list,
+        description="spans in which every pod's step time is multiplied (not steady state)",
+    )
+    startup_seconds: Seconds = Field(
+        0.0,
+        alias="startupSeconds",
+        description="a restarted pod (a new K, a canary created) serves nothing this long",
+    )
     policy: dict[str, Any] = Field(
         default_factory=dict,
         description="SpeculativeModel spec fields (camelCase): speculation, tuning, rollback",
@@ -333,7 +360,8 @@ def phases(scenario: Scenario) -> list[Phase]:
         for scale in scenario.scale:
             if scale.after <= start:
                 replicas = scale.replicas
-        per_pod = max(1, round(concurrency * scenario.replicas / replicas))
+        # Idle stays idle; any load gives each pod at least one request.
+        per_pod = concurrency and max(1, round(concurrency * scenario.replicas / replicas))
         result.append(Phase(start, list(acceptance), per_pod, replicas))
     return result
 
@@ -434,13 +462,19 @@ def _engine_window(
     drafting: Drafting,
     configured: bool,
     drafted: int | None = None,
+    share: float = 1.0,
 ) -> SpecDecodeCounters:
-    """One pod's counters after `seconds` more at K=k (k=0: no drafting; the spec-decode
-    series exist only if speculation is `configured`, e.g. a schedule's K=0 band). Every
-    engine step serves the whole batch: one draft and one inter-token latency
-    observation per request, one iteration-tokens observation per step."""
-    step = step_seconds(cost, k, batch, drafting, drafted) * step_jitter(rng, engine.step_noise)
-    engine_steps = round(seconds / step)
+    """One pod's counters after serving `seconds` more at K=k (k=0: no drafting; the
+    spec-decode series exist only if speculation is `configured`, e.g. a schedule's K=0
+    band), its steps slowed to `share` of their speed. Every engine step serves the whole
+    batch: one draft and one inter-token latency observation per request, one
+    iteration-tokens observation per step; with no request (batch 0) no step runs."""
+    step = (
+        step_seconds(cost, k, batch, drafting, drafted)
+        * step_jitter(rng, engine.step_noise)
+        / share
+    )
+    engine_steps = round(seconds / step) if batch else 0
     decode_steps = engine_steps * batch
     accepted = (
         sample_positions(rng, jitter(rng, acceptance, engine.noise), k, decode_steps) if k else []
@@ -514,10 +548,15 @@ class _Simulation:
             for p in cuts
         ]
         self.free_k = [max(allowed, key=lambda k: self.good(p, k)) for p in cuts]
+        for i, p in enumerate(cuts):
+            if p.concurrency == 0 and i > 0:  # idle: no K is better, the last best stands
+                self.oracle_k[i], self.free_k[i] = self.oracle_k[i - 1], self.free_k[i - 1]
         self.status = SpeculativeModelStatus()
         self.tracker = WindowTracker()
         self.counters: dict[str, SpecDecodeCounters] = {}
         self.pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...], bool]] = {}
+        self.ready_at: dict[str, float] = {}  # when a restarted pod serves again
+        self.serving: dict[str, float] = {}  # each pod's share of this window it served
         change = scenario.config_change
         self.change_window = None if change is None else int(change.after // self.interval)
         self.head_cost = (
@@ -621,26 +660,10 @@ class _Simulation:
             if running[-1][1] == "canary"
             else None
         )
-        stable_goods = [
-            self.good_parts(track, phase, parts[name])
-            for name, track, _, _ in running
-            if track == "stable"
-        ]
-        # Pods alike (one value) keep it exact; an engine rule may set them apart.
-        stable_good = (
-            stable_goods[0]
-            if len(set(stable_goods)) == 1
-            else sum(stable_goods) / len(stable_goods)
-        )
-        values = self._count_goodput(
-            phase,
-            phase_index,
-            start,
-            stable_good,
-            self.good_parts("canary", phase, parts[running[-1][0]])
-            if canary_k is not None
-            else None,
-        )
+        values = self._count_goodput(phase, phase_index, start, running, parts)
+        # What the fleet measures of its pods (created to Ready) for the tuner to weigh.
+        measured = self.scenario.startup_seconds or None
+        self.status = self.status.model_copy(update={"startup_seconds": measured})
         stable_new_head = self.new_head("stable")
         if stable_new_head and not (self.config_outcome and self.config_outcome[0] == "Promote"):
             self.new_head_on_stable += 1
@@ -694,13 +717,18 @@ class _Simulation:
         for gone in self.pod_config.keys() - {name for name, _, _, _ in running}:
             del self.pod_config[gone]  # scaled in: a pod of that name later is a new process
         samples = []
+        end = start + self.interval
         for name, track, k, bands in running:
             cost, on = self.engine_of(track, phase)
             config = (k, bands, self.new_head(track))
             if self.pod_config.get(name) != config:
-                # A rollout restarts the pod: a new process, its counters from zero.
+                # A rollout restarts the pod: a new process, its counters from zero, and
+                # (after the first window) nothing served until its weights are loaded.
                 self.counters[name] = SpecDecodeCounters(process_start_time=start)
                 self.pod_config[name] = config
+                self.ready_at[name] = start + self.scenario.startup_seconds if start else 0.0
+            served = max(0.0, end - max(start, self.ready_at[name]))
+            self.serving[name] = served / self.interval
             # Smallest K first: vLLM's per-position counts end at the last K drafted.
             for part in sorted(parts[name], key=lambda part: part.k):
                 self.counters[name] = _engine_window(
@@ -711,47 +739,67 @@ class _Simulation:
                     on.acceptance,
                     part.k,
                     phase.concurrency,
-                    self.interval * part.share,
+                    served * part.share,
                     self.drafting,
                     k > 0,
                     part.drafted,
+                    self.slowdown_share(start),
                 )
             samples.append(PodSample(name, track, start + self.interval, self.counters[name]))
         return self.tracker.observe(samples, {track: k for _, track, k, _ in running})
+
+    def slowdown_share(self, start: float) -> float:
+        """The share of its tokens a pod serves in the window from `start` under the
+        scenario's slowdowns: time at a step `factor` times longer serves 1/factor."""
+        end, share = start + self.interval, 1.0
+        for slow in self.scenario.slowdowns:
+            overlap = max(0.0, min(end, slow.until) - max(start, slow.after)) / self.interval
+            share -= overlap * (1.0 - 1.0 / slow.factor)
+        return share
+
+    def in_steady_state(self, start: float, phase: Phase) -> bool:
+        """Past the phase's settling time and outside every slowdown."""
+        end = start + self.interval
+        slowed = any(s.after < end and start < s.until for s in self.scenario.slowdowns)
+        return start >= phase.start + self.scenario.settle and not slowed
 
     def _count_goodput(
         self,
         phase: Phase,
         phase_index: int,
         start: float,
-        stable_good: float,
-        canary_good: float | None,
+        running: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]],
+        parts: Mapping[str, list[EnginePart]],
     ) -> dict[str, float]:
-        """This window's goodput: achieved (a stable and the canary pod's), the oracles',
-        and each K's held all along."""
-        good = self.good
-        achieved = (
-            (phase.replicas * stable_good + canary_good) / (phase.replicas + 1)
-            if canary_good is not None
-            else stable_good
-        )
+        """This window's goodput: achieved (each pod on the engine its track's config runs,
+        part by part, for the share of the window it served), the oracles', and each K's
+        held all along (never restarted)."""
+        share = self.slowdown_share(start)
+
+        def good(k: int) -> float:
+            return self.good(phase, k) * share
+
+        achieved = sum(
+            self.good_parts(track, phase, parts[name]) * share * self.serving[name]
+            for name, track, _, _ in running
+        ) / len(running)
         values = {
             "achieved": achieved,
-            "oracle": good(phase, self.oracle_k[phase_index]),
-            "unconstrained": good(phase, self.free_k[phase_index]),
-            "k3": good(phase, 3),
-            "k5": good(phase, 5),
-            "none": good(phase, 0),
+            "oracle": good(self.oracle_k[phase_index]),
+            "unconstrained": good(self.free_k[phase_index]),
+            "k3": good(3),
+            "k5": good(5),
+            "none": good(0),
         }
-        is_steady = start >= phase.start + self.scenario.settle
+        is_steady = self.in_steady_state(start, phase)
         for key, value in values.items():
             self.totals[key] += value
             if is_steady:
                 self.steady[key] += value
         for k in self.allowed:
-            self.per_k[k] += good(phase, k)
+            self.per_k[k] += good(k)
             if is_steady:
-                self.steady_per_k[k] += good(phase, k)
+                self.steady_per_k[k] += good(k)
         return values
 
     def _count_actions(
@@ -791,7 +839,7 @@ class _Simulation:
         cuts, records = self.cuts, self.records
 
         def in_steady_state(record: WindowRecord) -> bool:
-            return record.start >= cuts[record.phase].start + self.scenario.settle
+            return self.in_steady_state(record.start, cuts[record.phase])
 
         steady_k_changes = [
             record.start

@@ -10,17 +10,29 @@ in status and a step-time model is fitted to them by ridge regression towards a 
 
 (the form of `decoding.PublishedStepCost`: flat while the verify pass is memory-bound,
 linear past `computeBoundTokens`). The prior is `PRIOR`, the published P-EAGLE figures
-(`specfleet.runtime.decoding`; the simulated engine defaults to them too). With no
-measurement the fit is the prior, and each measured (K, batch) pulls the fit to itself
-while the prior keeps the directions no measurement constrains (a K never run, a batch
-never seen) where they were.
+(`specfleet.runtime.decoding`; the simulated engine defaults to them too), moved to the
+speed the pods measure: a 40 ms target is not a 2.7 ms one with 37 ms unexplained, so
+the prior's target forward takes the time the pods measure beyond the prior's (see
+`_scaled`) and every spread around the prior scales with it. With no measurement the fit
+is the prior, and each measured (K, batch) pulls the fit to itself while the prior keeps
+the directions no measurement constrains (a K never run, a batch never seen) where they
+were.
+
+Robust to a bad stretch: a sample's weight halves every `HALF_LIFE` whatever K runs (a
+K not run for hours says little about the engine now, and goes after `MAX_AGE`); the
+loss is Huber's (a sample far off the others pulls linearly, not quadratically); and a
+window whose step time jumps far from the sample at its own K and batch (`perturbation`)
+is held out of the fit until it has lasted `PERTURBED_LIMIT` windows (then the engine
+has changed, and the fit starts over from it).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import statistics
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.metrics import TrackWindow
@@ -37,6 +49,11 @@ MAX_SAMPLES = 24
 WINDOW_WEIGHT_CAP = 4
 # Engine steps a window needs before its step time counts: a few steps say little.
 MIN_ENGINE_STEPS = 50
+# No engine step takes under a microsecond: counters that say so are not step times (and
+# would round to 0 ms in status).
+MIN_STEP_MS = 1e-3
+# Nor over a minute (a window of one stuck step says nothing about K).
+MAX_STEP_MS = 60_000.0
 # Windows at batches within this factor of a sample's batch are averaged into it.
 BATCH_BUCKET = 2**0.25
 # How far one window's mean step time is trusted: per-window jitter of real engines.
@@ -48,6 +65,22 @@ PRIOR_SPREAD = (1.0, 0.5, 0.1, 0.05)
 # the prior's knee stands until measurements on both sides of another one show it.
 KNEE_RANGE = (1, 2**16)
 KNEE_PENALTY = 0.1
+# A sample's weight halves every HALF_LIFE since it was last measured, at every K; past
+# MAX_AGE it is dropped, so an hour-old slow minute is not in status three hours later.
+HALF_LIFE = timedelta(hours=1)
+MAX_AGE = timedelta(hours=6)
+# The measured scale's floor, as a share of the prior's target forward (a tiny model on
+# a fast GPU): the spreads never shrink to nothing.
+MIN_PRIOR_SCALE = 0.1
+# Huber's loss: residuals beyond this many STEP_TIME_PRECISIONs weigh linearly.
+HUBER_LIMIT = 2.0
+HUBER_ROUNDS = 2
+# A window at a sample's K and batch whose step time is beyond this factor of the
+# sample's (either way) is perturbed: a noisy neighbour, a throttled GPU, not the engine.
+PERTURBED_FACTOR = 1.5
+# Perturbed windows in a row after which the change is the engine's own (new hardware,
+# a new vLLM): the samples are dropped and the fit starts over from what it measures.
+PERTURBED_LIMIT = 15
 
 
 def prior(drafting: Drafting) -> FittedStepCost:
@@ -101,17 +134,48 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return solution
 
 
+def _scaled(base: FittedStepCost, samples: Sequence[StepTimeSample]) -> FittedStepCost:
+    """The prior at the measured speed: the target forward takes the time the prior
+    leaves unexplained at no verified token, and every spread around the prior scales
+    with it. That time is the intercept of a Theil-Sen line (medians: one slow window
+    does not move it) through the unexplained times against the tokens verified per
+    step, so time that grows with verified tokens (dear verification) is left to the
+    verify term, and time that does not (a slow target) moves the target's centre.
+    Drafting and verifying keep the prior's costs until the fit moves them."""
+    points = [
+        (max(s.batch, 1.0) * (s.tokens + 1), s.step_ms - step_ms(base, s.tokens, s.batch))
+        for s in samples
+    ]
+    slopes = [(v - u) / (y - x) for (x, u), (y, v) in itertools.combinations(points, 2) if y != x]
+    slope = statistics.median(slopes) if slopes else 0.0
+    shift = statistics.median(u - slope * x for x, u in points)
+    if slope > 0:  # verification dearer than the prior's explains it: not a faster target
+        shift = max(0.0, shift)
+    target = base.target_forward_ms + shift
+    if not math.isfinite(target) or target < base.target_forward_ms * MIN_PRIOR_SCALE:
+        target = base.target_forward_ms * MIN_PRIOR_SCALE
+    return base.model_copy(update={"target_forward_ms": target})
+
+
+def _weights(samples: Sequence[StepTimeSample], now: datetime) -> list[float]:
+    """Each sample's weight: its windows (capped), halved every HALF_LIFE of age."""
+    return [
+        min(s.windows, WINDOW_WEIGHT_CAP) * 0.5 ** (max(0.0, (now - s.measured_at) / HALF_LIFE))
+        for s in samples
+    ]
+
+
 def _fit_at_knee(
-    samples: Sequence[StepTimeSample], base: FittedStepCost, knee: float
+    samples: Sequence[StepTimeSample], base: FittedStepCost, knee: float, weights: list[float]
 ) -> tuple[list[float], float]:
-    """Coefficients >= 0 minimising relative squared error plus the prior's pull, and the
-    objective they reach."""
+    """Coefficients >= 0 minimising weighted relative squared error plus the prior's
+    pull, and the objective they reach."""
     centre = [base.target_forward_ms, base.draft_ms, base.draft_ms_per_token]
     centre.append(base.verify_ms_per_token)
     spread = [s * base.target_forward_ms for s in PRIOR_SPREAD]
     rows = [
-        (_features(s.tokens, s.batch, knee), s.step_ms, min(s.windows, WINDOW_WEIGHT_CAP))
-        for s in samples
+        (_features(s.tokens, s.batch, knee), s.step_ms, weight)
+        for s, weight in zip(samples, weights, strict=True)
     ]
     free = [True] * 4
     while True:
@@ -146,21 +210,47 @@ def _fit_at_knee(
     return theta, objective
 
 
-def fit(samples: Sequence[StepTimeSample], drafting: Drafting) -> FittedStepCost:
-    """The step-time model closest to the samples, pulled towards the prior."""
-    base = prior(drafting)
-    if not samples:
-        return base
+def _best_knee(
+    samples: Sequence[StepTimeSample], base: FittedStepCost, weights: list[float]
+) -> tuple[list[float], int]:
     best: tuple[float, list[float], int] | None = None
     centre = math.log2(base.compute_bound_tokens)
     for octave in range(int(math.log2(KNEE_RANGE[0])), int(math.log2(KNEE_RANGE[1])) + 1):
         knee = 2**octave
-        theta, objective = _fit_at_knee(samples, base, knee)
+        theta, objective = _fit_at_knee(samples, base, knee, weights)
         objective += KNEE_PENALTY * (octave - centre) ** 2
         if best is None or objective < best[0]:
             best = (objective, theta, knee)
     assert best is not None
-    _, (target, draft, per_token, verify), knee = best
+    return best[1], best[2]
+
+
+def fit(
+    samples: Sequence[StepTimeSample], drafting: Drafting, now: datetime | None = None
+) -> FittedStepCost:
+    """The step-time model closest to the samples, pulled towards the prior scaled to
+    them; samples weigh by age (from `now`, else the newest sample) and by Huber's loss."""
+    if not samples:
+        return prior(drafting)
+    base = _scaled(prior(drafting), samples)
+    now = now or max(s.measured_at for s in samples)
+    aged = _weights(samples, now)
+    weights = aged
+    for _ in range(HUBER_ROUNDS):
+        theta, knee = _best_knee(samples, base, weights)
+        residuals = [
+            abs(
+                sum(a * b for a, b in zip(_features(s.tokens, s.batch, knee), theta, strict=True))
+                - s.step_ms
+            )
+            / (s.step_ms * STEP_TIME_PRECISION)
+            for s in samples
+        ]
+        weights = [
+            w * min(1.0, HUBER_LIMIT / r) if r > 0 else w
+            for w, r in zip(aged, residuals, strict=True)
+        ]
+    target, draft, per_token, verify = theta
     return FittedStepCost(
         target_forward_ms=round(max(target, 1e-3), 4),
         draft_ms=round(draft, 4),
@@ -182,9 +272,41 @@ def measured(window: TrackWindow | None) -> tuple[float, float] | None:
     if window is None or window.engine_steps < MIN_ENGINE_STEPS:
         return None
     seconds = window.step_seconds
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+    if seconds is None or not MIN_STEP_MS <= seconds * 1000.0 <= MAX_STEP_MS:
         return None
     return seconds * 1000.0, window.batch_per_pod
+
+
+def _matching(samples: Sequence[StepTimeSample], k: int, batch: float) -> int | None:
+    """The sample at K=k whose batch is within a bucket of `batch`."""
+    return next(
+        (
+            i
+            for i, s in enumerate(samples)
+            if s.tokens == k and max(s.batch, batch) <= min(s.batch, batch) * BATCH_BUCKET
+        ),
+        None,
+    )
+
+
+def perturbation(status: StepCostStatus | None, k: int, window: TrackWindow | None) -> str | None:
+    """Why a window's step time is not the engine's (None: it is, or nothing says it is
+    not): beyond PERTURBED_FACTOR of a sample measured at the same K and batch over
+    more than one window."""
+    point = measured(window)
+    if status is None or point is None:
+        return None
+    ms, batch = point
+    match = _matching(status.samples, k, batch)
+    if match is None or status.samples[match].windows < 2:
+        return None
+    usual = status.samples[match].step_ms
+    if usual / PERTURBED_FACTOR <= ms <= usual * PERTURBED_FACTOR:
+        return None
+    return (
+        f"step time {ms:.3g} ms at K={k}, batch {batch:.1f} is {ms / usual:.2f}x the "
+        f"{usual:.3g} ms measured there; held out of the fit and of every judgement"
+    )
 
 
 def record(
@@ -194,19 +316,13 @@ def record(
     now: datetime,
     drafting: Drafting,
 ) -> StepCostStatus:
-    """Status with a window's step time at K=k added (if it has one) and the fit redone."""
-    samples = list(status.samples) if status is not None else []
+    """Status with a window's step time at K=k added (if it has one), samples past
+    MAX_AGE dropped and the fit redone."""
+    samples = [s for s in status.samples if now - s.measured_at <= MAX_AGE] if status else []
     point = measured(window)
     if point is not None and window is not None:
         ms, batch = point
-        match = next(
-            (
-                i
-                for i, s in enumerate(samples)
-                if s.tokens == k and max(s.batch, batch) <= min(s.batch, batch) * BATCH_BUCKET
-            ),
-            None,
-        )
+        match = _matching(samples, k, batch)
         if match is None:
             samples.append(
                 StepTimeSample(
@@ -232,9 +348,9 @@ def record(
         # The least recently measured go first: they say least about the engine now.
         samples = sorted(samples, key=lambda s: s.measured_at)[-MAX_SAMPLES:]
         samples.sort(key=lambda s: (s.tokens, s.batch))
-    elif status is not None:
+    elif status is not None and len(samples) == len(status.samples):
         return status
-    cost = fit(samples, drafting)
+    cost = fit(samples, drafting, now)
     return StepCostStatus(
         fitted=cost, samples=samples, relative_error=relative_error(cost, samples)
     )

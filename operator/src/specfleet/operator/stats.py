@@ -35,9 +35,9 @@ class Estimate:
 
 def wilson(rate: float, trials: float, z: float = Z_ONE_SIDED_95) -> Estimate:
     """Wilson score bounds of a proportion `rate` observed over `trials` trials."""
-    if trials <= 0:
-        return Estimate(rate, 0.0, 1.0)
     p = min(1.0, max(0.0, rate))
+    if trials < 1:  # under one trial (counters read mid-update) bounds nothing
+        return Estimate(p, 0.0, 1.0)
     z2 = z * z
     centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
     half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
@@ -83,7 +83,11 @@ def per_position(window: TrackWindow) -> list[Estimate]:
     estimates = []
     for i, accepted in enumerate(window.accepted_per_position):
         trials = reaching[i] if i < len(reaching) else window.drafts
-        estimates.append(wilson(accepted / trials, trials) if trials > 0 else Estimate(0, 0, 1))
+        if trials <= 0:
+            # No draft reached it (a two-K schedule ran its small K all window): unknown,
+            # not 0% (which would predict every deeper K useless); predictions extrapolate.
+            break
+        estimates.append(wilson(accepted / trials, trials))
     return estimates
 
 

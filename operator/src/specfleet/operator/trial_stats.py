@@ -53,6 +53,15 @@ def totals_metric(totals: TrackTotals, metric: RollbackMetric) -> Estimate | Non
     return None
 
 
+def acceptance_length(totals: TrackTotals, rate: float) -> float:
+    """Tokens a decoding request gets per step, 1 + accepted / drafts, at a rate of
+    accepted draft tokens: measured draft lengths, not K (dspark, ngram, suffix and
+    schedules draft fewer than K), the same count `schedule_gain` and
+    `stats.mean_acceptance_length` use. A track with no drafts (plain decoding): 1."""
+    counts = totals.counts
+    return 1.0 + rate * counts.draft_tokens / counts.drafts if counts.drafts > 0 else 1.0
+
+
 def _step_spread(totals: TrackTotals) -> float:
     """Relative standard error of a track's mean step time, from its windows' spread."""
     n = totals.timed_windows
@@ -61,14 +70,6 @@ def _step_spread(totals: TrackTotals) -> float:
     mean = totals.step_seconds_sum / n
     variance = max(0.0, (totals.step_seconds_squares - n * mean * mean) / (n - 1))
     return math.sqrt(variance / n) / mean
-
-
-def _verified_per_draft(totals: TrackTotals, k: int) -> float:
-    """Draft tokens per draft as the engine counted them; K when it counted K each."""
-    counts = totals.counts
-    if counts.drafts <= 0 or counts.draft_tokens == counts.drafts * k:
-        return float(k)
-    return counts.draft_tokens / counts.drafts
 
 
 def goodput_gain(
@@ -113,15 +114,12 @@ def goodput_gain(
         spread = 0.0
         basis = f"modelled step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {batch:.1f}"
 
-    # Tokens verified per draft as counted: K, or fewer where the engine verifies below
-    # the K it was handed (vLLM's adaptive verification: K is a cap).
-    verified_after = _verified_per_draft(after, after_k)
-    verified_before = _verified_per_draft(before, before_k)
-
+    # Tokens verified per draft as counted (acceptance_length): fewer than K where drafts
+    # are shorter or the engine verifies below the K it was handed (adaptive verification).
     def gain(rate_after: float, rate_before: float, widen: float) -> float:
-        length_after = (1 + rate_after * verified_after) / (after_ms * (1 + widen))
-        length_before = (1 + rate_before * verified_before) / (before_ms * (1 - widen))
-        return length_after / length_before - 1
+        speed_after = acceptance_length(after, rate_after) / (after_ms * (1 + widen))
+        speed_before = acceptance_length(before, rate_before) / (before_ms * (1 - widen))
+        return speed_after / speed_before - 1
 
     estimate = Estimate(
         gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)

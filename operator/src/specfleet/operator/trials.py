@@ -254,12 +254,13 @@ def _compare(run: Run, stable: Judged) -> None:
         gain, basis = goodput_gain(
             trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
         )
+    required = run.required_gain()
     metric = totals_metric(trial.canary, spec.rollback.metric)
     tried_words = schedule.describe(tried) if tried else f"K={trial.candidate_tokens}"
     before_words = schedule.describe(before) if before else f"K={before_k}"
     summary = (
         f"{tried_words} vs {before_words}: goodput {gain.value:+.1%} "
-        f"(lower bound {gain.low:+.1%}, needs {spec.tuning.min_improvement:+.1%}; {basis})"
+        f"(lower bound {gain.low:+.1%}, needs {required:+.1%}; {basis})"
     )
     reason = TrialOutcome.GOODPUT_GAIN
     if metric is not None:
@@ -274,10 +275,10 @@ def _compare(run: Run, stable: Judged) -> None:
             reason = TrialOutcome.BELOW_FLOOR
         elif metric.value < run.floor + run.margin:
             reason = TrialOutcome.BELOW_MARGIN
-    if reason is TrialOutcome.GOODPUT_GAIN and gain.low < spec.tuning.min_improvement:
+    if reason is TrialOutcome.GOODPUT_GAIN and gain.low < required:
         reason = TrialOutcome.NO_GAIN
         if (
-            gain.value >= spec.tuning.min_improvement
+            gain.value >= required
             and trial.canary.windows < TRIAL_EXTENSION * spec.tuning.canary_windows
         ):
             return  # promising but not proven: measure on

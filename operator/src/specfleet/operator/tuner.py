@@ -73,6 +73,10 @@ from specfleet.operator.windows import (
     record_load,
 )
 
+# How long a new K is expected to hold: a change must repay its restarts within it. An
+# hour, as the tuner changes K at most about once an hour once settled.
+SWITCH_HORIZON = timedelta(hours=1)
+
 
 @dataclass(frozen=True)
 class Decided:
@@ -147,6 +151,7 @@ class Run:
         self.sp.tokens = tokens
         self.sp.changed_at = self.now
         self.sp.failing_windows = 0
+        self.sp.plain_faster_windows = 0
         self.sp.windows = 0
         self.sp.baseline_acceptance = None
         self.status.open_windows = None
@@ -177,6 +182,13 @@ class Run:
     def seconds(self, duration: str) -> timedelta:
         return parse_duration(duration)
 
+    def required_gain(self) -> float:
+        """The relative goodput gain a change of K must promise (and a trial prove):
+        minImprovement, or more when restarting a pod costs more than that gain returns
+        within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds)."""
+        startup = self.status.startup_seconds or 0.0
+        return max(self.spec.tuning.min_improvement, startup / SWITCH_HORIZON.total_seconds())
+
 
 def decide(
     spec: SpeculativeModelSpec,
@@ -197,6 +209,13 @@ def decide(
         )
         return Decided(run.status, run.actions)
     _sync_with_spec(run)
+    held = _perturbed(run, observation)
+    if held is not None:
+        # A slow stretch says nothing about K: recorded, not learnt from nor judged.
+        record_acceptance(run, held, observation)
+        _speculation_condition(run, observation)
+        metrics_condition(run, held)
+        return Decided(run.status, run.actions)
     _learn_speed(run, observation)
     stable = _judge_stable(run, observation)
     record_acceptance(run, stable, observation)
@@ -221,7 +240,7 @@ def _judge_stable(run: Run, observation: Observation) -> Judged:
     if observation.prometheus_error is not None:
         unavailable = WindowVerdict.PROMETHEUS_UNAVAILABLE
         return Judged(None, False, unavailable, detail=observation.prometheus_error)
-    k = 0 if sp.disabled or sp.tokens is None else sp.tokens
+    k = _stable_k(run)
     running = None if sp.disabled else sp.schedule
     return judge_collected(run, "stable", observation.stable, k, sp.baseline_acceptance, running)
 
@@ -273,6 +292,28 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         propose(run, stable)
 
 
+def _stable_k(run: Run) -> int:
+    sp = run.sp
+    return 0 if sp.disabled or sp.tokens is None else sp.tokens
+
+
+def _perturbed(run: Run, observation: Observation) -> Judged | None:
+    """The stable window held as perturbed (its step time far from the engine's at this
+    K and batch), or None. Past speed.PERTURBED_LIMIT windows in a row the engine itself
+    changed: the samples go and the fit starts over from what the pods measure now."""
+    sp, cost, window = run.sp, run.status.step_cost, observation.stable
+    flat = sp.disabled or sp.schedule is None
+    why = speed.perturbation(cost, _stable_k(run), window) if flat else None
+    if why is None or cost is None:
+        return None
+    if cost.perturbed_windows + 1 >= speed.PERTURBED_LIMIT:
+        run.status.step_cost = None
+        run.cost = speed.prior(run.drafting)
+        return None
+    run.status.step_cost = cost.model_copy(update={"perturbed_windows": cost.perturbed_windows + 1})
+    return Judged(window, False, WindowVerdict.PERTURBED, detail=why)
+
+
 def _learn_speed(run: Run, observation: Observation) -> None:
     """Feed this interval's step times to the fitted cost: the stable track's at the K it
     ran for the whole window (not one that straddles a change of K), the canary's at its
@@ -285,7 +326,7 @@ def _learn_speed(run: Run, observation: Observation) -> None:
         and flat
         and (sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at)
     ):
-        run.learn_speed(0 if sp.disabled or sp.tokens is None else sp.tokens, window)
+        run.learn_speed(_stable_k(run), window)
     trial = run.status.canary
     if trial is not None and not trial.in_place and sp.candidate_schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
@@ -364,7 +405,10 @@ def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
     sp.reprobed_at = None
     clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
     sp.requested_tokens = requested
-    sp.last_known_good_tokens = start
+    # A Fixed schedule that fails rolls back to one K: its smallest drafting K, the safest
+    # (its largest is where acceptance is lowest, and it is what the pods run as K).
+    drafting = schedule.drafting_ks(sp.schedule) if sp.schedule else ()
+    sp.last_known_good_tokens = min(drafting) if drafting else start
     run.changed(start)
     sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
 

@@ -219,6 +219,10 @@ def metrics_condition(run: Run, judged: Judged) -> None:
         )
         return
     why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
+    if judged.reason is WindowVerdict.PERTURBED:
+        # Counted (the Inconclusive metric, by reason) but not a gap in the metrics.
+        run.act(ActionKind.INCONCLUSIVE, judged.reason, why, record=False)
+        return
     if judged.reason in (WindowVerdict.COLLECTING, WindowVerdict.NOT_DRAFTING):
         # Not a gap in the metrics: the window is still growing towards a decision, or
         # the schedule does not draft at this load.
