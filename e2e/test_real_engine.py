@@ -265,13 +265,18 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
     model_namespace: str,
     models: tuple[Path, Path],
 ) -> None:
-    """Config trials (docs/rollouts.md) with two real heads on the Canary strategy: the
-    stable pod runs an untrained head; a commit of the trained head runs on a canary pod,
-    is measured against it on vLLM's own counters and step times, and promoted (the stable
-    pod rolls to it); a commit of the untrained head again runs on a canary and is rejected
-    on the floor, while the stable pod, never restarted, keeps serving the trained head.
+    """Config trials (docs/rollouts.md) with two real heads: the stable pod runs an
+    untrained head; a commit of the trained head is tried InPlace (the stable pod's
+    windows before and after it switched, on vLLM's own counters and step times) and
+    promoted; a commit of the untrained head again runs on a canary and is rejected on the
+    floor, while the stable pod, never restarted, keeps serving the trained head.
 
-    Four vLLM starts: the stable pod, each canary, the promoted stable pod. The floor's
+    The promotion is InPlace because a Canary comparison on this 2-core machine measured
+    the just-started canary's steps at 16.4 ms against the stable pod's 8.5 ms (the two
+    vLLMs share the cores) and rejected the trained head (NoGain, -7.2%, lower bound
+    -44.2%) despite its 0.73 first-position acceptance against 0.
+
+    Three vLLM starts: the stable pod, its switch, the canary. The floor's
     failureLimit is out of reach: the untrained head serves under the floor until it is
     replaced, and a floor rollback (a lower K, then plain decoding) would change what the
     trained head is compared with."""
@@ -279,11 +284,11 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
     target, trained = models
     untrained = real_engine.untrained_head(real_engine.vllm_cpu_python(), trained)
 
-    def manifest(head: Path) -> dict[str, Any]:
+    def manifest(head: Path, strategy: str) -> dict[str, Any]:
         body = real_engine.real_model(NAME, target, head, floor=CONFIG_FLOOR)
         body["spec"]["tuning"]["enabled"] = False  # K stays 3: the trial compares heads
         body["spec"]["rollback"]["failureLimit"] = 10_000
-        body["spec"]["rollout"] = {"strategy": "Canary", "windows": 2, "timeout": "20m"}
+        body["spec"]["rollout"] = {"strategy": strategy, "windows": 2, "timeout": "20m"}
         return body
 
     def model() -> dict[str, Any]:
@@ -307,7 +312,7 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
         pods = [p for t in tracks for p in track_pods(api_client, model_namespace, t)]
         return real_engine.serving_addresses(pods)
 
-    apply(manifest(untrained), model_namespace)
+    apply(manifest(untrained, "Canary"), model_namespace)
     with real_engine.Load(traffic, max_seconds=2400) as load:
         wait_for(
             "the untrained head serving",
@@ -317,15 +322,8 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
         assert config()["running"]["draftModel"] == str(untrained)
         phase("the untrained head serves on the stable pod")
 
-        # The trained head: a canary beside the stable pod, then promoted.
-        apply(manifest(trained), model_namespace)
-        wait_for(
-            "the trained head on a canary",
-            lambda: ready("canary", trained),
-            timeout=real_engine.START_TIMEOUT,
-        )
-        assert ready("stable", untrained), "the stable pod changed before the trial ended"
-        phase("the trained head runs on the canary")
+        # The trained head, in place: the stable pod's windows before and after it switched.
+        apply(manifest(trained, "InPlace"), model_namespace)
 
         def decided(action: str) -> dict[str, Any] | None:
             found = [h for h in history(model()) if h["action"] == action]
@@ -352,7 +350,7 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
             "traffic to the stable pod", lambda: ready_addresses(api_client, model_namespace)
         )
         drafted = drafts(address)
-        apply(manifest(untrained), model_namespace)
+        apply(manifest(untrained, "Canary"), model_namespace)
         wait_for(
             "the untrained head on a canary",
             lambda: ready("canary", untrained),
