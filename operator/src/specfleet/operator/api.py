@@ -1904,6 +1904,13 @@ class SpeculationState(ApiModel):
         "speculation would pay again (e.g. when the load falls).",
     )
 
+    good_acceptance: list[float] | None = Field(
+        default=None,
+        description="Conditional acceptance per position in the last window at one K that "
+        "cleared the floor: a re-probe after a Disable tries the K it and the fitted cost "
+        "predict best, where a recovered draft pays.",
+    )
+
     @property
     def plain_decoding_chosen(self) -> bool:
         """Off because no K pays at this load, not because the draft failed: the model

@@ -11,8 +11,7 @@ from specfleet.operator.api import (
     ScheduledBand,
     ScheduleMode,
 )
-from specfleet.operator.floor import floor_caps_k
-from specfleet.operator.prediction import predict, predictions, window_conditional
+from specfleet.operator.prediction import floor_caps_k, predict, predictions, window_conditional
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
 

@@ -14,9 +14,10 @@ from specfleet.operator.api import (
     TrackTotals,
     TuningStrategy,
 )
-from specfleet.operator.floor import floor_caps_k, remember_rejected, stable_failing
+from specfleet.operator.floor import remember_rejected, stable_failing
 from specfleet.operator.metrics import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
+from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.reprobes import enable, next_reprobe
 from specfleet.operator.trial_stats import (
     goodput_gain,

@@ -13,8 +13,9 @@ States, all in status.speculation / status.canary:
                   otherwise aborted (and not proposed again for `reprobeAfter`).
   in-place trial  strategy InPlace (or a canary Pending past `canaryPendingTimeout`):
                   the stable K itself changes; windows after are compared with before.
-  disabled        plain decoding after the floor ruled out every K; re-probed at minTokens
-                  after `reprobeAfter`.
+  disabled        plain decoding after the floor ruled out every K; re-probed after
+                  `reprobeAfter` at the K predicted best for the acceptance last measured
+                  above the floor.
 Rollback (works with tuning disabled too): `failureLimit` conclusive stable windows in a
 row whose lower bound of `rollback.metric` is below the floor -> last known good K if it
 is predicted to clear the floor -> else the largest smaller K predicted to clear the floor
@@ -53,7 +54,6 @@ from specfleet.operator.floor import (
     below_floor,
     clear_below_floor,
     count_stable_window,
-    floor_caps_k,
     floor_message,
     recovered,
     rollback,
@@ -62,6 +62,7 @@ from specfleet.operator.floor import (
 )
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
+from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
 from specfleet.operator.trials import end_trial, feed_trial, restart_trial_if_scaled
