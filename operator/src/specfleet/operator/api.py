@@ -1927,7 +1927,9 @@ class SpeculationState(ApiModel):
         "at every load.",
     )
     candidate_schedule: list[ScheduledBand] | None = Field(
-        default=None, description="K by batch size on the canary, if it tries a schedule."
+        default=None,
+        description="K by batch size on the canary, if it tries a schedule (in place, while "
+        "the baseline is measured: the schedule the stable pods switch to).",
     )
     last_known_good_schedule: list[ScheduledBand] | None = None
     requested_schedule: Schedule | None = Field(
@@ -2098,6 +2100,12 @@ class CanaryComparison(ApiModel):
         default=False,
         description="InPlace trial: the stable K itself was changed; `stable` holds the "
         "windows measured before the change.",
+    )
+    baseline_pending: bool = Field(
+        default=False,
+        description="In place: the stable pods still run the K before the trial while its "
+        "`canaryWindows` baseline windows are measured (not the window that proposed it: "
+        "that one was chosen for looking bad); then the K changes.",
     )
     previous_schedule: list[ScheduledBand] | None = Field(
         default=None, description="In place: the schedule before the trial, restored on abort."

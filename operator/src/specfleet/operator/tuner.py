@@ -45,6 +45,7 @@ from specfleet.operator.api import (
     ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    TuningStrategy,
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
@@ -252,7 +253,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
     sp, spec, trial = run.sp, run.spec, run.status.canary
     count_stable_window(run, stable)
     below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-    if trial is not None and trial.in_place and floor_caps_k(spec):
+    if trial is not None and trial.in_place and not trial.baseline_pending and floor_caps_k(spec):
         if stable_failing(run, stable):  # the candidate K fails a floor that caps K
             reason, message = TrialOutcome.BELOW_FLOOR, floor_message(run, stable)
             end_trial(run, promote=False, reason=reason, message=message)
@@ -283,7 +284,7 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         and stable.conclusive
         and sp.failing_windows == 0
         and sp.windows >= 1
-        and (sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown))
+        and _cooled(run)
         # A schedule decides per load where drafting stops; no switch for the whole model.
         and (
             spec.speculation.schedule.mode is not ScheduleMode.OFF
@@ -291,6 +292,20 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         )
     ):
         propose(run, stable)
+
+
+def _cooled(run: Run) -> bool:
+    """`cooldown` since the last change; and when trials run in place, where each one
+    restarts the pods that serve (with one pod, all of them), SWITCH_HORIZON since the
+    last in-place trial started: the serving K then changes at most once an hour, an
+    aborted trial (there and back) included."""
+    sp, spec = run.sp, run.spec
+    if sp.changed_at is not None and run.now - sp.changed_at < run.seconds(spec.tuning.cooldown):
+        return False
+    if (sp.strategy or spec.tuning.strategy) is not TuningStrategy.IN_PLACE:
+        return True
+    started = [d.time for d in run.status.history if d.action == ActionKind.START_IN_PLACE]
+    return not started or run.now - max(started) >= SWITCH_HORIZON
 
 
 def _stable_k(run: Run) -> int:
