@@ -199,3 +199,18 @@ def test_in_place_trials_start_at_most_once_an_hour() -> None:
     assert len(starts) >= 2, starts
     assert all(b - a >= 60 for a, b in itertools.pairwise(starts)), starts
     assert starts[1] - starts[0] < 65, starts  # and no longer
+
+
+def test_a_proposal_says_what_its_predicted_step_time_rests_on() -> None:
+    """A K never run is an extrapolation of the fit (or the prior alone), and the proposal
+    says so: the trial is what checks it."""
+    timed = Fleet(make_spec(), engine=StepCost())
+    while "StartCanary" not in timed.step(CODE):
+        pass
+    reason = timed.status.history[-1].reason
+    k = timed.status.speculation.candidate_tokens
+    assert f"step time at K={k} extrapolated from K=3" in reason
+    untimed = Fleet(make_spec())
+    while "StartCanary" not in untimed.step(CODE):
+        pass
+    assert "from the prior alone (no K measured yet)" in untimed.status.history[-1].reason
