@@ -9,6 +9,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.prediction import predict_ks
 from specfleet.runtime.sim_model import StepCost
 from tests.decisions import CODE, STALE, T0, Fleet, make_spec, scaled
 
@@ -116,3 +117,42 @@ def test_a_reprobe_ended_by_a_scale_is_retried_not_counted_as_failed() -> None:
     sp = fleet.status.speculation
     assert sp.disabled and sp.failed_reprobes == 0
     assert sp.reprobe_at == fleet.now + timedelta(minutes=3)  # the cooldown, no back-off
+
+
+def test_a_reprobe_after_a_disable_tries_the_k_predicted_best_for_the_last_good_draft() -> None:
+    """The user asked for K=1 (where a parallel drafter barely beats plain decoding): a
+    recovered draft is re-probed at the K the fitted cost and the acceptance last
+    measured above the floor predict best, and is promoted there."""
+    spec = make_spec(speculation={"tokens": 1}, rollback={"failureLimit": 1, "reprobeAfter": "10m"})
+    fleet = Fleet(spec, engine=StepCost())
+    for _ in range(3):
+        fleet.step(CODE)
+    good = fleet.status.speculation.good_acceptance
+    assert good is not None and len(good) >= 1
+    assert "Disable" in fleet.step(STALE)
+    assert fleet.status.speculation.good_acceptance == good  # kept while off
+    while "Reprobe" not in fleet.step(CODE):
+        pass
+    sp = fleet.status.speculation
+    expected = max(
+        predict_ks(spec, good, 4.0, fleet.status.step_cost.fitted).values(),  # type: ignore[union-attr]
+        key=lambda p: p.goodput,
+    ).tokens
+    assert sp.candidate_tokens == expected >= 4
+    while fleet.status.canary is not None:
+        fleet.step(CODE)
+    assert fleet.kinds[-1] == ["Promote"] and fleet.status.speculation.tokens == expected
+
+
+def test_an_untuned_model_is_reprobed_at_the_k_it_asked_for() -> None:
+    spec = make_spec(
+        speculation={"tokens": 2},
+        rollback={"failureLimit": 1, "reprobeAfter": "10m"},
+        tuning={"enabled": False},
+    )
+    fleet = Fleet(spec)
+    fleet.step(CODE)
+    fleet.step(STALE)
+    while "Reprobe" not in fleet.step(CODE):
+        pass
+    assert fleet.status.speculation.candidate_tokens == 2

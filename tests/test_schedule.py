@@ -305,7 +305,8 @@ def test_an_in_place_schedule_trial_is_promoted_or_restores_what_ran() -> None:
         tuning={"strategy": "InPlace"},
     )
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
-    status, kinds, _ = _cycle(spec, status, range(1, 61), _light_then_heavy)
+    # In-place trials start at most once an hour: K first, the schedule after.
+    status, kinds, _ = _cycle(spec, status, range(1, 121), _light_then_heavy)
     assert ActionKind.START_IN_PLACE in kinds
     sp = status.speculation
     assert sp.candidate_schedule is None  # in place: no canary

@@ -3,6 +3,7 @@ at one fleet size."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import timedelta
 
@@ -162,3 +163,54 @@ def test_the_gain_counts_measured_acceptance_length_not_k() -> None:
     gain, _ = goodput_gain(before, 3, after, 8, 4.0, speed.prior(Drafting.PARALLEL))
     assert gain.value == pytest.approx(1 / 1.04 - 1, abs=0.005)
     assert gain.low < 0
+
+
+def test_an_in_place_trial_is_judged_against_a_baseline_measured_after_proposing() -> None:
+    """The window that proposed a trial was chosen for how it looked: judging against it
+    credits the candidate with its noise (the winner's curse). In place, the K that runs
+    is measured afresh for 3 x canaryWindows windows, then the pods switch."""
+    fleet = Fleet(make_spec(tuning={"strategy": "InPlace"}), engine=StepCost())
+    while "StartInPlace" not in fleet.step(CODE):
+        pass
+    trial, sp = fleet.status.canary, fleet.status.speculation
+    assert trial is not None and trial.baseline_pending
+    assert trial.stable.windows == 0  # not the proposing window
+    assert sp.tokens == trial.previous_tokens  # the pods still run the old K
+    for _ in range(3 * 3 - 1):
+        fleet.step(CODE)
+        assert fleet.status.speculation.tokens == trial.previous_tokens
+    fleet.step(CODE)
+    trial, sp = fleet.status.canary, fleet.status.speculation
+    assert trial is not None and not trial.baseline_pending and trial.stable.windows == 9
+    assert sp.tokens == trial.candidate_tokens
+
+
+def test_in_place_trials_start_at_most_once_an_hour() -> None:
+    """Each in-place trial restarts the serving pods: the next one waits out
+    tuner.SWITCH_HORIZON since the last started, whatever tuning.cooldown (3m) says."""
+    fleet = Fleet(make_spec(tuning={"strategy": "InPlace"}), engine=StepCost())
+    starts = []
+    for minute in range(150):
+        if minute == 40:  # K=1 now (as after a rollback): another trial pays at once
+            sp = fleet.status.speculation.model_copy(update={"tokens": 1})
+            fleet.status = fleet.status.model_copy(update={"speculation": sp})
+        if "StartInPlace" in fleet.step(CODE):
+            starts.append(minute)
+    assert len(starts) >= 2, starts
+    assert all(b - a >= 60 for a, b in itertools.pairwise(starts)), starts
+    assert starts[1] - starts[0] < 65, starts  # and no longer
+
+
+def test_a_proposal_says_what_its_predicted_step_time_rests_on() -> None:
+    """A K never run is an extrapolation of the fit (or the prior alone), and the proposal
+    says so: the trial is what checks it."""
+    timed = Fleet(make_spec(), engine=StepCost())
+    while "StartCanary" not in timed.step(CODE):
+        pass
+    reason = timed.status.history[-1].reason
+    k = timed.status.speculation.candidate_tokens
+    assert f"step time at K={k} extrapolated from K=3" in reason
+    untimed = Fleet(make_spec())
+    while "StartCanary" not in untimed.step(CODE):
+        pass
+    assert "from the prior alone (no K measured yet)" in untimed.status.history[-1].reason

@@ -1904,6 +1904,13 @@ class SpeculationState(ApiModel):
         "speculation would pay again (e.g. when the load falls).",
     )
 
+    good_acceptance: list[float] | None = Field(
+        default=None,
+        description="Conditional acceptance per position in the last window at one K that "
+        "cleared the floor: a re-probe after a Disable tries the K it and the fitted cost "
+        "predict best, where a recovered draft pays.",
+    )
+
     @property
     def plain_decoding_chosen(self) -> bool:
         """Off because no K pays at this load, not because the draft failed: the model
@@ -1920,7 +1927,9 @@ class SpeculationState(ApiModel):
         "at every load.",
     )
     candidate_schedule: list[ScheduledBand] | None = Field(
-        default=None, description="K by batch size on the canary, if it tries a schedule."
+        default=None,
+        description="K by batch size on the canary, if it tries a schedule (in place, while "
+        "the baseline is measured: the schedule the stable pods switch to).",
     )
     last_known_good_schedule: list[ScheduledBand] | None = None
     requested_schedule: Schedule | None = Field(
@@ -2091,6 +2100,12 @@ class CanaryComparison(ApiModel):
         default=False,
         description="InPlace trial: the stable K itself was changed; `stable` holds the "
         "windows measured before the change.",
+    )
+    baseline_pending: bool = Field(
+        default=False,
+        description="In place: the stable pods still run the K before the trial while its "
+        "`canaryWindows` baseline windows are measured (not the window that proposed it: "
+        "that one was chosen for looking bad); then the K changes.",
     )
     previous_schedule: list[ScheduledBand] | None = Field(
         default=None, description="In place: the schedule before the trial, restored on abort."

@@ -14,11 +14,15 @@ from specfleet.operator.api import (
     Rejected,
     RollbackMetric,
     ScheduledBand,
-    SpeculativeModelSpec,
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
-from specfleet.operator.prediction import fastest_and_plain, predictions, window_conditional
+from specfleet.operator.prediction import (
+    fastest_and_plain,
+    floor_caps_k,
+    predictions,
+    window_conditional,
+)
 from specfleet.operator.reprobes import next_reprobe
 from specfleet.operator.windows import Judged
 
@@ -42,13 +46,6 @@ def stable_failing(run: Run, judged: Judged) -> bool:
     return judged.metric is not None and judged.metric.low < run.floor
 
 
-def floor_caps_k(spec: SpeculativeModelSpec) -> bool:
-    """Whether the rollback metric depends on K (vLLM's draft acceptance rate falls as K
-    grows). Block acceptance does not: the floor then judges the draft, not a K, so no K
-    is chosen or refused for it, and rolling back to another K cannot help."""
-    return spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
-
-
 def floor_message(run: Run, judged: Judged) -> str:
     low = judged.metric.low if judged.metric else float("nan")
     return (
@@ -69,6 +66,9 @@ def count_stable_window(run: Run, judged: Judged) -> None:
         sp.failing_windows = 0
         return
     sp.failing_windows = sp.failing_windows + 1 if stable_failing(run, judged) else 0
+    if sp.failing_windows == 0 and sp.schedule is None and judged.window is not None:
+        # What a recovered draft is expected to do again: where a re-probe looks first.
+        sp.good_acceptance = [round(c, 4) for c in window_conditional(judged.window)]
     held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
     if sp.reprobed_at is not None and held:
         sp.reprobed_at = None  # the re-probe held: the back-off starts over

@@ -24,6 +24,13 @@ from specfleet.operator.stats import (
 from specfleet.runtime.decoding import expected_accepted, expected_draft_acceptance_rate
 
 
+def floor_caps_k(spec: SpeculativeModelSpec) -> bool:
+    """Whether the rollback metric depends on K (vLLM's draft acceptance rate falls as K
+    grows). Block acceptance does not: the floor then judges the draft, not a K, so no K
+    is chosen or refused for it, and rolling back to another K cannot help."""
+    return spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
+
+
 @dataclass(frozen=True)
 class Prediction:
     tokens: int
@@ -82,7 +89,7 @@ def window_conditional(window: TrackWindow) -> list[float]:
     return [draft_acceptance_rate(window).value]
 
 
-def _predict_ks(
+def predict_ks(
     spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
 ) -> dict[int, Prediction]:
     return {
@@ -102,12 +109,12 @@ def predictions(
     spec: SpeculativeModelSpec, window: TrackWindow, cost: FittedStepCost
 ) -> dict[int, Prediction]:
     """Predictions for every K the spec allows, from one window's per-position rates."""
-    return _predict_ks(spec, window_conditional(window), window.batch_per_pod, cost)
+    return predict_ks(spec, window_conditional(window), window.batch_per_pod, cost)
 
 
 def fastest_and_plain(
     spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
 ) -> tuple[Prediction, float]:
     """The K the spec allows with the best predicted goodput, and plain decoding's."""
-    fastest = max(_predict_ks(spec, conditional, batch, cost).values(), key=lambda p: p.goodput)
+    fastest = max(predict_ks(spec, conditional, batch, cost).values(), key=lambda p: p.goodput)
     return fastest, goodput_at(1.0, 0, batch, cost)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from specfleet.operator import schedule
+from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     ScheduledBand,
     ScheduleMode,
 )
-from specfleet.operator.floor import floor_caps_k
-from specfleet.operator.prediction import predict, predictions, window_conditional
+from specfleet.operator.prediction import floor_caps_k, predict, predictions, window_conditional
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
 
@@ -87,8 +86,22 @@ def _propose_k(run: Run, judged: Judged) -> None:
     gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
     if gain < run.required_gain():
         return
+    batch = judged.window.batch_per_pod
     message = (
         f"K={best.tokens} predicted {gain:+.1%} goodput over K={sp.tokens} at batch "
-        f"{judged.window.batch_per_pod:.1f}, {spec.rollback.metric.value} {best.metric:.3f}"
+        f"{batch:.1f}, {spec.rollback.metric.value} {best.metric:.3f}; "
+        + _how_sure(run, best.tokens, batch)
     )
     start_trial(run, judged, best.tokens, None, message)
+
+
+def _how_sure(run: Run, k: int, batch: float) -> str:
+    """What the candidate's step time rests on: a sample at its K and batch, or an
+    extrapolation from the Ks measured (or the prior alone), which the trial checks."""
+    samples = run.status.step_cost.samples if run.status.step_cost else []
+    if speed.matching(samples, k, batch) is not None:
+        return f"step time at K={k} measured"
+    measured = sorted({s.tokens for s in samples})
+    if not measured:
+        return f"step time at K={k} from the prior alone (no K measured yet)"
+    return f"step time at K={k} extrapolated from K={','.join(map(str, measured))}"

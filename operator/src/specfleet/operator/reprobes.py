@@ -14,7 +14,7 @@ from specfleet.operator.api import (
     TuningStrategy,
 )
 from specfleet.operator.outcomes import ActionKind
-from specfleet.operator.prediction import fastest_and_plain
+from specfleet.operator.prediction import fastest_and_plain, floor_caps_k, predict_ks
 from specfleet.operator.windows import Judged
 
 if TYPE_CHECKING:
@@ -41,9 +41,7 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     window = stable.window
     if window is None or window.generation_tokens <= 0:
         return  # an idle fleet measures nothing: the re-probe waits for traffic
-    # The K the user asked for, not minTokens: a draft that recovers is tried where it
-    # pays (K=1 of a parallel drafter is barely faster than plain decoding).
-    k, why = spec.speculation.tokens, "BackoffElapsed"
+    k, why = recovered_k(run, window.batch_per_pod), "BackoffElapsed"
     cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
     backed_off = sp.failed_reprobes == 0 or sp.reprobe_at is None or run.now >= sp.reprobe_at
@@ -86,6 +84,27 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     enable(run, k)
     sp.reprobed_at = run.now
     run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
+
+
+def recovered_k(run: Run, batch: float) -> int:
+    """The K a re-probe after the back-off tries: the best the fitted cost predicts at
+    today's batch for the acceptance last measured above the floor (what a recovered
+    draft does again), among the Ks predicted to clear floor + margin where the floor
+    caps K; the requested K when no window cleared the floor yet (or tuning is off).
+    Not minTokens: K=1 of
+    a parallel drafter is barely faster than plain decoding, so a recovered draft tried
+    there would find no gain and stay off."""
+    spec, good = run.spec, run.sp.good_acceptance
+    if not good or not spec.tuning.enabled:  # untuned, the K asked for is the K run
+        return spec.speculation.tokens
+    predicted = [
+        p
+        for p in predict_ks(spec, good, batch, run.cost).values()
+        if not floor_caps_k(spec) or p.metric >= run.floor + run.margin
+    ]
+    if not predicted:
+        return spec.speculation.tokens
+    return max(predicted, key=lambda p: p.goodput).tokens
 
 
 def enable(run: Run, k: int) -> None:

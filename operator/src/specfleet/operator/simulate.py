@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -843,10 +843,8 @@ class _Simulation:
 
         steady_k_changes = [
             record.start
-            for previous, record in itertools.pairwise(records)
-            if record.tokens != previous.tokens
-            and record.phase == previous.phase
-            and in_steady_state(record)
+            for previous, record, excursion in _k_changes(records)
+            if not excursion and record.phase == previous.phase and in_steady_state(record)
         ]
         count = max(1, self.windows)
         steady_count = max(1, sum(1 for r in records if in_steady_state(r)))
@@ -874,6 +872,19 @@ class _Simulation:
             config_decided_after=self.config_outcome[1] if self.config_outcome else None,
             new_head_on_stable_before_promotion=self.new_head_on_stable,
         )
+
+
+def _k_changes(records: list[WindowRecord]) -> Iterator[tuple[WindowRecord, WindowRecord, bool]]:
+    """Each change of the stable K (the window before, the window after) and whether it
+    only ends an excursion: an aborted in-place trial going back to the K before it. Such
+    a trial is one decision (two restarts, which the goodput counts), so it is one change
+    in the bar's count, made when it started."""
+    before = None  # the K before the last change
+    for previous, record in itertools.pairwise(records):
+        if record.tokens == previous.tokens:
+            continue
+        yield previous, record, ActionKind.ABORT in previous.actions and record.tokens == before
+        before = previous.tokens
 
 
 _CONFIG_OUTCOMES: dict[str, str] = {

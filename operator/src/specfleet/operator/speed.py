@@ -277,7 +277,7 @@ def measured(window: TrackWindow | None) -> tuple[float, float] | None:
     return seconds * 1000.0, window.batch_per_pod
 
 
-def _matching(samples: Sequence[StepTimeSample], k: int, batch: float) -> int | None:
+def matching(samples: Sequence[StepTimeSample], k: int, batch: float) -> int | None:
     """The sample at K=k whose batch is within a bucket of `batch`."""
     return next(
         (
@@ -297,7 +297,7 @@ def perturbation(status: StepCostStatus | None, k: int, window: TrackWindow | No
     if status is None or point is None:
         return None
     ms, batch = point
-    match = _matching(status.samples, k, batch)
+    match = matching(status.samples, k, batch)
     if match is None or status.samples[match].windows < 2:
         return None
     usual = status.samples[match].step_ms
@@ -322,7 +322,7 @@ def record(
     point = measured(window)
     if point is not None and window is not None:
         ms, batch = point
-        match = _matching(samples, k, batch)
+        match = matching(samples, k, batch)
         if match is None:
             samples.append(
                 StepTimeSample(

@@ -62,14 +62,75 @@ def acceptance_length(totals: TrackTotals, rate: float) -> float:
     return 1.0 + rate * counts.draft_tokens / counts.drafts if counts.drafts > 0 else 1.0
 
 
-def _step_spread(totals: TrackTotals) -> float:
-    """Relative standard error of a track's mean step time, from its windows' spread."""
+# One-sided 95% quantiles of Student's t for 1..30 degrees of freedom; past 30, the
+# normal's. A mean step time from a few windows is known only to its t interval: with the
+# normal's quantile, 3 windows a track would cover the true gain ~88% of the time, not 95%.
+T_ONE_SIDED_95 = (
+    6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812,
+    1.796, 1.782, 1.771, 1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725,
+    1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701, 1.699, 1.697,
+)  # fmt: skip
+
+
+def _step_variance(totals: TrackTotals) -> float | None:
+    """Relative variance of a track's mean step time, from its windows' spread (None:
+    under 2 timed windows, no spread to measure)."""
     n = totals.timed_windows
     if n < 2 or totals.step_seconds_sum <= 0:
-        return 0.0
+        return None
     mean = totals.step_seconds_sum / n
     variance = max(0.0, (totals.step_seconds_squares - n * mean * mean) / (n - 1))
-    return math.sqrt(variance / n) / mean
+    return variance / n / (mean * mean)
+
+
+def _t_quantile(dof: float) -> float:
+    index = math.floor(dof) - 1
+    return T_ONE_SIDED_95[max(0, index)] if index < len(T_ONE_SIDED_95) else Z_ONE_SIDED_95
+
+
+def _accepted_error(totals: TrackTotals, rate: Estimate, low: bool) -> float:
+    """Standard error of a track's count of accepted tokens. A draft's tokens are
+    accepted as a prefix, so the per-position counts give each draft's accepted length's
+    second moment (sum of (2j + 1) x accepted at j): its variance over drafts, not a
+    binomial's over tokens. Counts that do not add up (or none): the Wilson bound's side."""
+    counts = totals.counts
+    drafts, positions = counts.drafts, counts.accepted_per_position
+    if drafts > 0 and positions and math.isclose(sum(positions), counts.accepted_tokens):
+        mean = counts.accepted_tokens / drafts
+        second = sum((2 * j + 1) * c for j, c in enumerate(positions)) / drafts
+        return math.sqrt(max(0.0, second - mean * mean) * drafts)
+    half = rate.value - rate.low if low else rate.high - rate.value
+    return half / Z_ONE_SIDED_95 * counts.draft_tokens
+
+
+def _bounded(
+    point: float,
+    errors_low: tuple[float, float],
+    errors_high: tuple[float, float],
+    timed: tuple[TrackTotals, TrackTotals] | None,
+) -> Estimate:
+    """The gain with one-sided 95% bounds on log(1 + gain): the relative variances of
+    both tracks' mean step times (each counted once) and of both tracks' tokens per step
+    (`errors_low`: after's and before's errors on the side that lowers the gain;
+    `errors_high` the others) add up, at the t quantile of Welch-Satterthwaite's degrees
+    of freedom (the acceptance counted over thousands of drafts is known to the normal's).
+    Each pushed to its own bound instead counted the step spread twice and covered
+    ~0.998, not 0.95. `timed`: the tracks whose windows measured step times (None:
+    modelled steps, whose spread is not measured)."""
+    steps = [(v, t.timed_windows - 1) for t in timed or () if (v := _step_variance(t)) is not None]
+    step_variance = sum(v for v, _ in steps)
+    # Degrees of freedom: the step variances' only (the acceptance's are many).
+    spread = sum(v * v / d for v, d in steps)
+
+    def half(errors: tuple[float, float]) -> float:
+        total = step_variance + errors[0] ** 2 + errors[1] ** 2
+        quantile = _t_quantile(total * total / spread) if spread > 0 else Z_ONE_SIDED_95
+        return quantile * math.sqrt(total)
+
+    ratio = 1.0 + point
+    return Estimate(
+        point, ratio * math.exp(-half(errors_low)) - 1, ratio * math.exp(half(errors_high)) - 1
+    )
 
 
 def goodput_gain(
@@ -88,9 +149,8 @@ def goodput_gain(
     batch by the fitted cost (a faster K serves the same arrivals with fewer requests in
     flight: comparing raw step times would credit it with that). Without them both step
     times come from the fitted cost. Measured tokens per second would not do: below
-    saturation both tracks serve exactly the offered load whatever their K. The low bound
-    sets after's acceptance at its lower confidence bound and before's at its upper one,
-    and the step times apart by their windows' spread.
+    saturation both tracks serve exactly the offered load whatever their K. The bounds
+    (`_bounded`) add each track's acceptance error and the step times' spread, once each.
     """
     a, b = totals_rate(after), totals_rate(before)
     measured = before.timed_windows > 0 and after.timed_windows > 0
@@ -105,24 +165,33 @@ def goodput_gain(
             * speed.step_ms(cost, after_k, matched)
             / speed.step_ms(cost, after_k, after_batch)
         )
-        spread = Z_ONE_SIDED_95 * math.hypot(_step_spread(before), _step_spread(after))
         basis = f"measured step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {matched:.1f}"
     else:
         matched = batch
         before_ms = speed.step_ms(cost, before_k, batch)
         after_ms = speed.step_ms(cost, after_k, batch)
-        spread = 0.0
         basis = f"modelled step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {batch:.1f}"
+        # Modelled steps have no measured spread: only the acceptance is bounded.
+        before, after = (
+            before.model_copy(update={"timed_windows": 0}),
+            after.model_copy(update={"timed_windows": 0}),
+        )
 
     # Tokens verified per draft as counted (acceptance_length): fewer than K where drafts
     # are shorter or the engine verifies below the K it was handed (adaptive verification).
-    def gain(rate_after: float, rate_before: float, widen: float) -> float:
-        speed_after = acceptance_length(after, rate_after) / (after_ms * (1 + widen))
-        speed_before = acceptance_length(before, rate_before) / (before_ms * (1 - widen))
-        return speed_after / speed_before - 1
+    length_a, length_b = acceptance_length(after, a.value), acceptance_length(before, b.value)
+    point = (length_a / after_ms) / (length_b / before_ms) - 1
 
-    estimate = Estimate(
-        gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)
+    def error(totals: TrackTotals, rate: Estimate, length: float, low: bool) -> float:
+        """Relative error of a track's tokens per step (drafts x length of them)."""
+        drafts = totals.counts.drafts
+        return _accepted_error(totals, rate, low) / (drafts * length) if drafts > 0 else 0.0
+
+    estimate = _bounded(
+        point,
+        (error(after, a, length_a, True), error(before, b, length_b, False)),
+        (error(after, a, length_a, False), error(before, b, length_b, True)),
+        (before, after) if measured else None,
     )
     return estimate, basis
 
@@ -139,7 +208,7 @@ def schedule_gain(
     step time its requests saw, with the candidate moved to the stable track's batch by
     the fitted cost at the K its bands (one band: one K) run there. With a K that varies by step
     `1 + rate * K` has no single K; this count does not need one. Bounds as in
-    `goodput_gain`: acceptance at its bounds, step times apart by their spread.
+    `goodput_gain` (`_bounded`).
     """
     a, b = totals_rate(after), totals_rate(before)
     matched = before.timed.decode_steps / before.timed.engine_steps
@@ -147,20 +216,22 @@ def schedule_gain(
 
     k_after = schedule.k_at(after_bands, matched)
     moved = speed.step_ms(cost, k_after, matched) / speed.step_ms(cost, k_after, after_batch)
-    spread = Z_ONE_SIDED_95 * math.hypot(_step_spread(before), _step_spread(after))
 
-    def per_request(totals: TrackTotals, rate: float, scale: float) -> float:
-        tokens = totals.timed.decode_steps + rate * totals.counts.draft_tokens
-        return tokens / (totals.timed.decode_seconds * scale)
+    def tokens(totals: TrackTotals, rate: float) -> float:
+        return totals.timed.decode_steps + rate * totals.counts.draft_tokens
 
-    def gain(rate_after: float, rate_before: float, widen: float) -> float:
-        faster = per_request(after, rate_after, moved * (1 + widen))
-        return faster / per_request(before, rate_before, 1 - widen) - 1
+    def error(totals: TrackTotals, rate: Estimate, low: bool) -> float:
+        return _accepted_error(totals, rate, low) / tokens(totals, rate.value)
 
+    faster = tokens(after, a.value) / (after.timed.decode_seconds * moved)
+    point = faster / (tokens(before, b.value) / before.timed.decode_seconds) - 1
+    estimate = _bounded(
+        point,
+        (error(after, a, True), error(before, b, False)),
+        (error(after, a, False), error(before, b, True)),
+        (before, after),
+    )
     after_ms = 1000.0 * after.timed.decode_seconds / after.timed.decode_steps * moved
     before_ms = 1000.0 * before.timed.decode_seconds / before.timed.decode_steps
     basis = f"measured step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {matched:.1f}"
-    estimate = Estimate(
-        gain(a.value, b.value, 0.0), gain(a.low, b.high, spread), gain(a.high, b.low, -spread)
-    )
     return estimate, basis

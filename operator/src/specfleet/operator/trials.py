@@ -11,12 +11,12 @@ from specfleet.operator.api import (
     CanaryComparison,
     ConditionType,
     ScheduledBand,
-    TrackTotals,
     TuningStrategy,
 )
-from specfleet.operator.floor import floor_caps_k, remember_rejected, stable_failing
+from specfleet.operator.floor import remember_rejected, stable_failing
 from specfleet.operator.metrics import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
+from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.reprobes import enable, next_reprobe
 from specfleet.operator.trial_stats import (
     goodput_gain,
@@ -45,27 +45,29 @@ def start_trial(
     strategy = sp.strategy or spec.tuning.strategy
     acceptance = judged.metric.value if judged.metric else None
     if strategy is TuningStrategy.IN_PLACE:
-        before = totals_add(TrackTotals(), judged.window)
+        # The baseline is measured after the proposal, not taken from the window that
+        # proposed it: a window is proposed on for looking bad, so judging against it
+        # credits the candidate with that window's noise (the winner's curse).
         run.status.canary = CanaryComparison(
             candidate_tokens=k,
             in_place=True,
+            baseline_pending=True,
             previous_tokens=sp.tokens,
             previous_schedule=sp.schedule,
             stable_replicas=spec.replicas,
-            stable=before,
         )
         run.act(
             ActionKind.START_IN_PLACE,
             "PredictedGain",
-            message,
+            f"{message}; K={sp.tokens} measured for {_baseline_windows(run)} more "
+            "windows first, as the baseline",
             from_tokens=sp.tokens,
             to_tokens=k,
             acceptance=acceptance,
             goodput=judged.goodput,
         )
         sp.canary_started_at = run.now
-        sp.schedule = candidate
-        run.changed(k)
+        sp.candidate_schedule = candidate
         return
     run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
     sp.candidate_tokens = k
@@ -113,6 +115,9 @@ def _advance_trial(
         return
     if trial.in_place:
         after = stable
+        if trial.baseline_pending:
+            _measure_baseline(run, stable)
+            return
         if after.conclusive and after.window is not None:
             trial.canary = totals_add(trial.canary, after.window)
     else:
@@ -130,6 +135,28 @@ def _advance_trial(
         _compare(run, stable)
     else:
         _end_if_overdue(run)
+
+
+def _baseline_windows(run: Run) -> int:
+    """Windows an in-place baseline takes: as many as its trial may (TRIAL_EXTENSION x
+    canaryWindows). It cannot grow after the switch, and with few windows the spread of
+    its mean step time is known only to a wide t interval (3 windows: t = 2.92)."""
+    return TRIAL_EXTENSION * run.spec.tuning.canary_windows
+
+
+def _measure_baseline(run: Run, stable: Judged) -> None:
+    """In place, before the switch: the K that runs gathers its baseline windows, then
+    the stable pods change to the candidate."""
+    sp, trial = run.sp, run.status.canary
+    assert trial is not None
+    if stable.conclusive and stable.window is not None:
+        trial.stable = totals_add(trial.stable, stable.window)
+    if trial.stable.windows < _baseline_windows(run):
+        _end_if_overdue(run)
+        return
+    trial.baseline_pending = False
+    sp.schedule, sp.candidate_schedule = sp.candidate_schedule, None
+    run.changed(trial.candidate_tokens)
 
 
 def _fell_back_in_place(run: Run, observation: Observation) -> bool:
@@ -226,7 +253,8 @@ def _trial_schedules(run: Run) -> tuple[list[ScheduledBand] | None, list[Schedul
     trial = run.status.canary
     assert trial is not None
     if trial.in_place:
-        return run.sp.schedule, trial.previous_schedule
+        tried = run.sp.candidate_schedule if trial.baseline_pending else run.sp.schedule
+        return tried, trial.previous_schedule
     return run.sp.candidate_schedule, run.sp.schedule
 
 
@@ -254,7 +282,10 @@ def _compare(run: Run, stable: Judged) -> None:
         gain, basis = goodput_gain(
             trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
         )
-    required = run.required_gain()
+    # In place the restart is paid, and going back costs another: the candidate stays
+    # on proof of minImprovement. A canary's promotion rolls the stable pods: it must
+    # repay that restart too.
+    required = spec.tuning.min_improvement if trial.in_place else run.required_gain()
     metric = totals_metric(trial.canary, spec.rollback.metric)
     tried_words = schedule.describe(tried) if tried else f"K={trial.candidate_tokens}"
     before_words = schedule.describe(before) if before else f"K={before_k}"
@@ -372,7 +403,7 @@ def _abort(
         to_tokens=ended.previous,
         acceptance=ended.rate,
     )
-    if ended.trial.in_place and ended.previous:
+    if ended.trial.in_place and ended.previous and not ended.trial.baseline_pending:
         sp.schedule = ended.before
         run.changed(ended.previous)
     else:

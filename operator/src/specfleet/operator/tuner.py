@@ -13,8 +13,9 @@ States, all in status.speculation / status.canary:
                   otherwise aborted (and not proposed again for `reprobeAfter`).
   in-place trial  strategy InPlace (or a canary Pending past `canaryPendingTimeout`):
                   the stable K itself changes; windows after are compared with before.
-  disabled        plain decoding after the floor ruled out every K; re-probed at minTokens
-                  after `reprobeAfter`.
+  disabled        plain decoding after the floor ruled out every K; re-probed after
+                  `reprobeAfter` at the K predicted best for the acceptance last measured
+                  above the floor.
 Rollback (works with tuning disabled too): `failureLimit` conclusive stable windows in a
 row whose lower bound of `rollback.metric` is below the floor -> last known good K if it
 is predicted to clear the floor -> else the largest smaller K predicted to clear the floor
@@ -44,6 +45,7 @@ from specfleet.operator.api import (
     ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    TuningStrategy,
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
@@ -53,7 +55,6 @@ from specfleet.operator.floor import (
     below_floor,
     clear_below_floor,
     count_stable_window,
-    floor_caps_k,
     floor_message,
     recovered,
     rollback,
@@ -62,6 +63,7 @@ from specfleet.operator.floor import (
 )
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
+from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
 from specfleet.operator.trials import end_trial, feed_trial, restart_trial_if_scaled
@@ -251,7 +253,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
     sp, spec, trial = run.sp, run.spec, run.status.canary
     count_stable_window(run, stable)
     below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-    if trial is not None and trial.in_place and floor_caps_k(spec):
+    if trial is not None and trial.in_place and not trial.baseline_pending and floor_caps_k(spec):
         if stable_failing(run, stable):  # the candidate K fails a floor that caps K
             reason, message = TrialOutcome.BELOW_FLOOR, floor_message(run, stable)
             end_trial(run, promote=False, reason=reason, message=message)
@@ -282,7 +284,7 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         and stable.conclusive
         and sp.failing_windows == 0
         and sp.windows >= 1
-        and (sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown))
+        and _cooled(run)
         # A schedule decides per load where drafting stops; no switch for the whole model.
         and (
             spec.speculation.schedule.mode is not ScheduleMode.OFF
@@ -290,6 +292,20 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         )
     ):
         propose(run, stable)
+
+
+def _cooled(run: Run) -> bool:
+    """`cooldown` since the last change; and when trials run in place, where each one
+    restarts the pods that serve (with one pod, all of them), SWITCH_HORIZON since the
+    last in-place trial started: the serving K then changes at most once an hour, an
+    aborted trial (there and back) included."""
+    sp, spec = run.sp, run.spec
+    if sp.changed_at is not None and run.now - sp.changed_at < run.seconds(spec.tuning.cooldown):
+        return False
+    if (sp.strategy or spec.tuning.strategy) is not TuningStrategy.IN_PLACE:
+        return True
+    started = [d.time for d in run.status.history if d.action == ActionKind.START_IN_PLACE]
+    return not started or run.now - max(started) >= SWITCH_HORIZON
 
 
 def _stable_k(run: Run) -> int:
