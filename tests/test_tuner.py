@@ -144,9 +144,11 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         # Rollback after exactly failureLimit conclusive failing windows (outside trials);
         # once below the floor with the fastest K kept, every failing window is re-checked.
         rolled = bool({"Rollback", "StepDown", "Disable", "KeepFastest"} & set(kinds))
-        # An in-place trial of a K the floor caps is ended by the floor, not rolled back.
+        # An in-place trial of a K the floor caps is ended by the floor, not rolled back;
+        # while it still measures its baseline the pods run the stable K, which is judged.
         capped = spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
-        in_place = status.canary is not None and status.canary.in_place and capped
+        trial = status.canary
+        in_place = trial is not None and trial.in_place and not trial.baseline_pending and capped
         below = condition_status(status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
         if stable is not None and conclusive and not sp.disabled and not in_place:
             metric = rollback_metric(stable, spec.rollback.metric, sp.baseline_acceptance)
