@@ -144,7 +144,23 @@ def _install_crds(directory: Path) -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(directory))
     # The files are named GROUP_PLURAL.yaml, as controller-gen writes them.
     names = ["crd/{1}.{0}".format(*f.stem.split("_", 1)) for f in sorted(directory.glob("*.yaml"))]
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    wait_established(names)
+
+
+def wait_established(names: list[str], timeout: float = 60.0) -> None:
+    """Wait until each CRD is served. `kubectl wait` itself gives up at once on an error
+    of the API server's (one run just after a cold start did): asked again until the
+    deadline, and its words kept for the failure."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = kubectl(
+            "wait", "--for=condition=Established", "--timeout=10s", *names, check=False
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRDs {names} not Established in {timeout:.0f} s: {result.stderr}")
+        time.sleep(1)
 
 
 @dataclass(frozen=True)
@@ -390,12 +406,7 @@ def kubectl(
 def install_crds() -> None:
     """The repo's CRDs, applied and Established (a fresh cluster has none)."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/speculativemodels.specfleet.io",
-    )
+    wait_established(["crd/speculativemodels.specfleet.io"])
 
 
 def _wait_for_workloads(timeout: float = 120) -> None:
