@@ -171,11 +171,6 @@ def goodput_gain(
         before_ms = speed.step_ms(cost, before_k, batch)
         after_ms = speed.step_ms(cost, after_k, batch)
         basis = f"modelled step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {batch:.1f}"
-        # Modelled steps have no measured spread: only the acceptance is bounded.
-        before, after = (
-            before.model_copy(update={"timed_windows": 0}),
-            after.model_copy(update={"timed_windows": 0}),
-        )
 
     # Tokens verified per draft as counted (acceptance_length): fewer than K where drafts
     # are shorter or the engine verifies below the K it was handed (adaptive verification).
@@ -191,6 +186,7 @@ def goodput_gain(
         point,
         (error(after, a, length_a, True), error(before, b, length_b, False)),
         (error(after, a, length_a, False), error(before, b, length_b, True)),
+        # Modelled steps have no measured spread: only the acceptance is bounded.
         (before, after) if measured else None,
     )
     return estimate, basis
