@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client, config
+from xdist.remote import Producer
+from xdist.scheduler import LoadGroupScheduling
 
 from e2e import cluster, podnet
 from e2e.operator_process import OperatorProcess
@@ -24,10 +26,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
-            # One cluster at fixed ports: under pytest-xdist (`make pytest`: -n 2 --dist
-            # loadgroup) every e2e test runs in the same worker, in order, while the other
-            # worker runs the rest.
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+
+
+class _OneClusterScheduling(LoadGroupScheduling):
+    """One cluster at fixed ports: under pytest-xdist (`make pytest`: -n 2 --dist loadgroup)
+    every e2e test is one work unit, run in order by one worker while the other runs the
+    rest. Grouped by path, not by an `xdist_group` marker: xdist 3.8 marks a group by
+    renaming the test's node id, which pytest 9.2's node ids ignore."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return "e2e" if nodeid.startswith("e2e/") else super()._split_scope(nodeid)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadGroupScheduling | None:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return _OneClusterScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
