@@ -295,9 +295,7 @@ def test_a_canary_pending_too_long_goes_on_in_place() -> None:
     assert [a.kind for a in decided.actions if a.kind != "Inconclusive"] == ["InPlaceFallback"]
     fleet.status = decided.status
     trial = fleet.status.config.trial if fleet.status.config else None
-    assert (
-        trial is not None and trial.in_place and fleet.status.canary_run is None
-    )
+    assert trial is not None and trial.in_place and fleet.status.canary_run is None
     for _ in range(8):
         fleet.step()
     assert "SwitchConfigInPlace" in fleet.kinds and "PromoteConfig" in fleet.kinds

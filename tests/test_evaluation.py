@@ -28,9 +28,7 @@ from tests.test_runtime_sim_server import PEAGLE, sim
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _model(
-    manifest: dict[str, Any], tokens: int, candidate: int | None = None
-) -> SpeculativeModel:
+def _model(manifest: dict[str, Any], tokens: int, candidate: int | None = None) -> SpeculativeModel:
     """A model whose stable pods run K=tokens, and a canary K=candidate (a trial)."""
     body = {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns", "uid": "u"}}
     trial = {"tokens": candidate, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 1}

@@ -104,8 +104,8 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
             stable = window(CODE, k, drafts=10)  # too few draft tokens: inconclusive
         elif profile is not None and sp.off is None:
             stable = window(profile, k)
-            if (run := status.canary_run) is not None:
-                canary = replace(window(profile, run[0], 5_000), pods=1)
+            if (on_canary := status.canary_run) is not None:
+                canary = replace(window(profile, on_canary[0], 5_000), pods=1)
         now += timedelta(minutes=1)
         decided = decide(
             spec,
@@ -118,9 +118,9 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
 
         # K and the candidate stay in range; at most one candidate, never equal to K.
         assert new.tokens is not None and low <= new.tokens <= high
-        if (run := decided.status.canary_run) is not None:
-            assert low <= run[0] <= high
-            assert run[0] != new.tokens
+        if (on_canary := decided.status.canary_run) is not None:
+            assert low <= on_canary[0] <= high
+            assert on_canary[0] != new.tokens
             assert new.trial is not None and new.trial.in_place is None
         assert kinds.count("StartCanary") + kinds.count("StartInPlace") <= 1
         assert len(decided.status.history) <= 20

@@ -111,9 +111,9 @@ def test_every_decided_status_renders(
                 stable = replace(
                     stable, drafts=0, draft_tokens=0, accepted_tokens=0, accepted_per_position=()
                 )
-            if (run := status.canary_run) is not None:
+            if (on_canary := status.canary_run) is not None:
                 canary = replace(
-                    window(profile, run[0], 5_000, batch=batch, engine=engine), pods=1
+                    window(profile, on_canary[0], 5_000, batch=batch, engine=engine), pods=1
                 )
         now += timedelta(minutes=1)
         status = decide(spec, status, Observation(stable, canary), now).status

@@ -1897,10 +1897,9 @@ class TrackTotals(ApiModel):
         return sum(self.counts.accepted_per_position[:1])
 
 
+# Why speculation is off: the reason of the Disable or StopSpeculation that switched it
+# off. (A comment: an enum's docstring would become a description in the CRD schema.)
 class OffReason(StrEnum):
-    """Why speculation is off: the reason of the Disable or StopSpeculation that turned it
-    off (and of the SpeculationActive condition)."""
-
     NO_K_CLEARS_FLOOR = "NoKClearsFloor"
     NO_K_PAYS = "NoKPays"
 
@@ -1990,8 +1989,7 @@ class Trial(ApiModel):
 
 
 class SpeculationState(ApiModel):
-    """The K in effect and the tuner's memory of it. Each state is an object, present
-    while it holds: a trial, speculation off, a re-probe not yet proven."""
+    """The K in effect and the tuner's memory of it, each state an object while it holds."""
 
     # Written before the states were objects: read into them, then dropped.
     _FLAT: ClassVar = (

@@ -60,7 +60,7 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
     api.ConditionType.SPECULATION_ACTIVE: {
         "Drafting": "The stable pods draft at the K in status.speculation.tokens.",
         "PlainDecoding": "spec.draft.method is none.",
-        "Disabled": "Rolled back to plain decoding (status.speculation.disabledReason).",
+        "Disabled": "Rolled back to plain decoding (status.speculation.off says why).",
         "NoKPays": "Plain decoding measured faster than every K at this load (not a "
         "failure; re-probed when the load changes).",
         "NotExported": "The pods export no speculative-decoding metrics although a draft "

@@ -41,6 +41,7 @@ from specfleet.operator.api import (
     Decision,
     DraftMethod,
     LastKnownGood,
+    OffReason,
     OpenWindow,
     OpenWindows,
     Schedule,
@@ -458,7 +459,7 @@ def _keep_within_range(run: Run) -> None:
 def _speculation_condition(run: Run, observation: Observation) -> None:
     sp = run.sp
     if sp.off is not None:
-        reason = sp.off.reason if sp.plain_decoding_chosen else "Disabled"
+        reason = OffReason.NO_K_PAYS if sp.plain_decoding_chosen else "Disabled"
         run.condition(ConditionType.SPECULATION_ACTIVE, "False", reason, sp.off.message)
     elif observation.speculation_missing:
         was = condition_status(run.status.conditions, ConditionType.SPECULATION_ACTIVE)
