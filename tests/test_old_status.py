@@ -277,3 +277,32 @@ def test_old_keys_beside_the_new_objects_are_dropped_the_objects_win() -> None:
     )
     body["speculation"]["lastKnownGoodTokens"] = 1
     assert SpeculativeModelStatus.model_validate(body) == today
+
+
+@pytest.mark.parametrize(
+    "speculation",
+    [
+        # Plain decoding chosen keeps the acceptance it was chosen at; a Disable has none.
+        {"off": {"reason": "NoKPays", "message": "m", "reprobeAt": "2026-01-01T00:00:00Z"}},
+        {
+            "off": {
+                "reason": "NoKClearsFloor",
+                "message": "m",
+                "acceptance": [0.9],
+                "reprobeAt": "2026-01-01T00:00:00Z",
+            }
+        },
+        # Off, or back on by a re-probe: never both.
+        {
+            "off": {
+                "reason": "NoKClearsFloor",
+                "message": "m",
+                "reprobeAt": "2026-01-01T00:00:00Z",
+            },
+            "reprobing": {"since": "2026-01-01T00:00:00Z"},
+        },
+    ],
+)
+def test_states_that_cannot_happen_are_refused(speculation: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SpeculationState.model_validate(speculation)

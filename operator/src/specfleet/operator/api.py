@@ -2144,6 +2144,12 @@ class SpeculationState(ApiModel):
         "predict best, where a recovered draft pays.",
     )
 
+    @model_validator(mode="after")
+    def _off_or_reprobing(self) -> SpeculationState:
+        if self.off is not None and self.reprobing is not None:
+            raise ValueError("speculation is off or back on by a re-probe, not both")
+        return self
+
     @property
     def plain_decoding_chosen(self) -> bool:
         """Off because no K pays at this load, not because the draft failed: the model
