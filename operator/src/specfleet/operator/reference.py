@@ -65,7 +65,8 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "failure; re-probed when the load changes).",
         "NotExported": "The pods export no speculative-decoding metrics although a draft "
         "is configured: the draft did not load.",
-        "Reprobing": "Speculation is being tried again on a canary after its back-off.",
+        "Reprobing": "Speculation is back on in place after its back-off, not yet proven "
+        "(status.speculation.reprobing).",
         "Reprobed": "A re-probe succeeded: speculation is back on.",
     },
     api.ConditionType.METRICS_AVAILABLE: {
