@@ -71,10 +71,31 @@ def history(body: dict[str, Any]) -> list[dict[str, Any]]:
     return list((body.get("status") or {}).get("history") or [])
 
 
+def canary_trial(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The trial of a candidate K on a canary pod (status.speculation.trial), if one runs."""
+    speculation = (body.get("status") or {}).get("speculation") or {}
+    trial = speculation.get("trial")
+    return trial if trial and not trial.get("inPlace") else None
+
+
+def canary_tokens(body: dict[str, Any]) -> int | None:
+    """K on the canary pod: a K trial's candidate, or a config trial's K (None: no canary)."""
+    trial = canary_trial(body)
+    if trial is not None:
+        return int(trial["tokens"])
+    config = ((body.get("status") or {}).get("config") or {}).get("trial")
+    return int(config["tokens"]) if config and not config.get("inPlace") else None
+
+
+def speculation_off(body: dict[str, Any]) -> bool:
+    """Speculation switched off (status.speculation.off): the stable pods decode plainly."""
+    speculation = (body.get("status") or {}).get("speculation") or {}
+    return speculation.get("off") is not None
+
+
 def canary_running(
     api_client: client.ApiClient, namespace: str, name: str
 ) -> dict[str, Any] | None:
     """The model while a canary runs, else None."""
     body = get_model(api_client, namespace, name)
-    speculation = (body.get("status") or {}).get("speculation") or {}
-    return body if speculation.get("candidateTokens") else None
+    return body if canary_trial(body) else None

@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client
 
 from e2e import cluster, images
-from e2e.models import apply, get_model, sim_admin, sim_model
+from e2e.models import apply, canary_tokens, get_model, sim_admin, sim_model, speculation_off
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 from specfleet.operator.status import pod_ready
 
@@ -215,8 +215,8 @@ class Story:
         last = history[-1] if history else None
         frame = Frame(
             seconds=time.monotonic() - self.started,
-            tokens=0 if speculation.get("disabled") else speculation.get("tokens"),
-            candidate=speculation.get("candidateTokens"),
+            tokens=0 if speculation_off(body) else speculation.get("tokens"),
+            candidate=canary_tokens(body),
             acceptance=acceptance.get("rate"),
             judged=acceptance.get("judged"),
             mean_length=acceptance.get("meanLength"),

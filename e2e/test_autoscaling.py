@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from e2e import cluster
 from e2e.keda import Keda
-from e2e.models import apply, canary_running, get_model, history, sim_admin
+from e2e.models import apply, canary_running, canary_trial, get_model, history, sim_admin
 from e2e.operator_process import OperatorProcess
 from e2e.prometheus import MONITOR_VALUES, Prometheus, as_json
 from e2e.story import HIGH_ACCEPTANCE, MODEL, sim_profile, story_model
@@ -135,7 +135,8 @@ def test_keda_scales_the_model_on_vllm_queue_and_a_running_canary_restarts(
             "a canary", lambda: canary_running(api_client, model_namespace, MODEL), timeout=180
         )
         assert during["spec"]["replicas"] == 1  # no queue yet: KEDA keeps the minimum
-        assert during["status"]["canary"]["stableReplicas"] == 1
+        trial = canary_trial(during)
+        assert trial is not None and trial["stableReplicas"] == 1
 
         # Requests queue up: KEDA scales the model out in the middle of the canary.
         set_load(HEAVY)

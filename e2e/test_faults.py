@@ -13,7 +13,15 @@ from kubernetes import client
 
 from e2e import cluster
 from e2e.api_faults import restart_api_server
-from e2e.models import apply, canary_running, condition, get_model, history, sim_admin
+from e2e.models import (
+    apply,
+    canary_running,
+    canary_tokens,
+    condition,
+    get_model,
+    history,
+    sim_admin,
+)
 from e2e.operator_process import OperatorProcess
 from e2e.story import INTERVAL_SECONDS, MODEL, story_model
 from e2e.waiting import wait_for
@@ -47,7 +55,8 @@ def test_spec_edit_during_a_canary_drops_it_cleanly(
     during = wait_for(
         "a canary", lambda: canary_running(api_client, model_namespace, MODEL), timeout=180
     )
-    candidate = during["status"]["speculation"]["candidateTokens"]
+    candidate = canary_tokens(during)
+    assert candidate is not None
     ceiling = candidate - 1
     cluster.kubectl(
         "patch",
@@ -63,7 +72,7 @@ def test_spec_edit_during_a_canary_drops_it_cleanly(
     def settled() -> dict[str, Any] | None:
         body = get_model(api_client, model_namespace, MODEL)
         status = body.get("status") or {}
-        pending = (status.get("speculation") or {}).get("candidateTokens")
+        pending = canary_tokens(body)
         if status.get("observedGeneration") == 2 and (pending is None or pending <= ceiling):
             return body
         return None

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from e2e import cluster, operator_pods
 from e2e.cluster import AuditedWrite
-from e2e.models import apply, canary_running, get_model, history
+from e2e.models import apply, canary_running, canary_tokens, get_model, history
 from e2e.operator_pods import Replica
 from e2e.story import MODEL, install_chart, story_model
 from e2e.waiting import wait_for
@@ -64,7 +64,7 @@ def decided(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | No
 def assert_finished_once(after: dict[str, Any], during: dict[str, Any]) -> None:
     """Nothing of the history before the fault is lost, and the canary running then is the
     one decided: no second StartCanary before the decision."""
-    candidate = during["status"]["speculation"]["candidateTokens"]
+    candidate = canary_tokens(during)
     assert history(after)[: len(history(during))] == history(during)
     decision = next(i for i, h in enumerate(history(after)) if h["action"] in ("Promote", "Abort"))
     starts = [h["toTokens"] for h in history(after)[:decision] if h["action"] == "StartCanary"]

@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client
 
 from e2e import cluster, real_engine
-from e2e.models import apply, condition, get_model, sim_model
+from e2e.models import apply, canary_tokens, condition, get_model, sim_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 
@@ -257,9 +257,10 @@ def test_operator_restart_keeps_children_and_status(
     } == deployments
     # The tuned state survives; window counters move on (the restart's first scrape is
     # only a baseline, counted as one inconclusive window).
-    tuned = ("tokens", "requestedTokens", "lastKnownGoodTokens", "candidateTokens", "disabled")
+    tuned = ("tokens", "requestedTokens", "lastKnownGood", "off")
     for key in tuned:
         assert after["status"]["speculation"].get(key) == before["status"]["speculation"].get(key)
+    assert canary_tokens(after) == canary_tokens(before)
     assert after["status"]["history"] == before["status"]["history"]
 
 

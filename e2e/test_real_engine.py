@@ -163,7 +163,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
                 speculation = (model().get("status") or {}).get("speculation") or {}
                 addresses = ready_addresses(api_client, model_namespace)
                 served = [a for a in addresses if served_tokens(a) == 0]
-                return served if served and speculation.get("disabled") else None
+                return served if served and speculation.get("off") else None
 
             wait_for("vLLM serving without speculation", plain, timeout=300)
             restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)

@@ -80,7 +80,7 @@ def test_tuning_drift_rollback_and_alerts(
         # K stays, the condition and the alert say so.
         story.drift(BELOW_FLOOR_ACCEPTANCE)
         kept = story.wait_for_rollback(actions=frozenset({ActionKind.KEEP_FASTEST}))
-        assert not kept["status"]["speculation"].get("disabled")
+        assert kept["status"]["speculation"].get("off") is None
         conditions = {c["type"]: c for c in kept["status"]["conditions"]}
         assert conditions["AcceptanceBelowFloor"]["status"] == "True"
         assert "over plain decoding" in conditions["AcceptanceBelowFloor"]["message"]

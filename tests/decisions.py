@@ -96,15 +96,13 @@ class Fleet:
         sp = self.status.speculation
         stable = canary = None
         if profile is not None:
-            if sp.disabled:  # plain decoding: tokens and step times, no drafts
+            if sp.off is not None:  # plain decoding: tokens and step times, no drafts
                 stable = replace(window(profile, 0, engine=self.engine), drafts=0)
             else:
                 k = sp.tokens or self.spec.speculation.tokens
                 stable = window(profile, k, engine=self.engine)
-            if sp.candidate_tokens is not None:
-                canary = replace(
-                    window(profile, sp.candidate_tokens, 10_000, engine=self.engine), pods=1
-                )
+            if (run := self.status.canary_run) is not None:
+                canary = replace(window(profile, run[0], 10_000, engine=self.engine), pods=1)
         self.now += timedelta(minutes=1)
         decided = decide(
             self.spec,

@@ -77,11 +77,9 @@ class ConfigFleet:
         k = sp.tokens or self.spec.speculation.tokens
         stable = window(self.profiles[stable_draft or ""], k, engine=ENGINE)
         canary = None
-        if sp.candidate_tokens is not None:
+        if (run := self.status.canary_run) is not None:
             draft = self.spec.draft.model or ""
-            canary = replace(
-                window(self.profiles[draft], sp.candidate_tokens, 10_000, engine=ENGINE), pods=1
-            )
+            canary = replace(window(self.profiles[draft], run[0], 10_000, engine=ENGINE), pods=1)
         self.now += timedelta(minutes=1)
         decided = decide(
             self.spec, self.status, Observation(stable=stable, canary=canary), self.now
@@ -136,7 +134,7 @@ def test_a_better_head_is_tried_on_a_canary_and_promoted() -> None:
     assert config is not None and config.running.draft_model == "d2" and config.trial is None
     # K and the step cost are learned anew for the new draft.
     assert fleet.status.step_cost is None or fleet.status.step_cost.samples
-    assert fleet.status.speculation.candidate_tokens is None
+    assert fleet.status.canary_run is None
     assert condition_status(fleet.status.conditions, ConditionType.CONFIG_REJECTED) == "False"
     assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"
 
@@ -153,7 +151,7 @@ def test_a_worse_head_is_rejected_and_the_stable_pods_never_run_it() -> None:
     rejected = next(c for c in fleet.status.conditions if c.type is ConditionType.CONFIG_REJECTED)
     assert rejected.status == "True" and config.rejected.hash in rejected.message
     assert "FirstPositionAcceptance 0.400" in rejected.message  # BROKEN's first position
-    assert fleet.status.speculation.candidate_tokens is None
+    assert fleet.status.canary_run is None
     # A K trial's canary after the rejection runs the config the stable pods run.
     assert _draft_arg(render.deployment(fleet.model(), "canary")) == "d"
     # Held back: the same hash does not start another trial.
@@ -188,7 +186,7 @@ def test_reverting_the_spec_cancels_the_trial_and_clears_a_rejection() -> None:
     assert fleet.sync() == ["StartConfigTrial"]
     fleet.spec = original
     assert fleet.sync() == ["CancelConfigTrial"]
-    assert fleet.status.speculation.candidate_tokens is None
+    assert fleet.status.canary_run is None
     fleet.spec = _with(original, **{"draft.model": "d2"})
     for _ in range(8):
         fleet.step()
@@ -228,7 +226,7 @@ def test_in_place_switches_after_a_window_before_and_judges_after(
     fleet = _settled({"d": CHAT, "d2": head}, rollout={"strategy": "InPlace"})
     fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
     assert fleet.sync() == ["StartConfigTrial"]
-    assert fleet.status.speculation.candidate_tokens is None  # no canary
+    assert fleet.status.canary_run is None  # no canary
     assert fleet.step() == ["SwitchConfigInPlace"]
     assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"
     for _ in range(8):
@@ -265,7 +263,7 @@ def test_a_new_config_whose_pod_fails_is_rejected_at_once() -> None:
     config = decided.status.config
     assert config is not None and config.rejected is not None
     assert config.rejected.reason == "RuntimeFailed" and failure in config.rejected.message
-    assert decided.status.speculation.candidate_tokens is None
+    assert decided.status.canary_run is None
 
 
 def test_the_step_cost_of_the_running_draft_is_kept_until_a_new_method_is_promoted() -> None:
@@ -297,9 +295,7 @@ def test_a_canary_pending_too_long_goes_on_in_place() -> None:
     assert [a.kind for a in decided.actions if a.kind != "Inconclusive"] == ["InPlaceFallback"]
     fleet.status = decided.status
     trial = fleet.status.config.trial if fleet.status.config else None
-    assert (
-        trial is not None and trial.in_place and fleet.status.speculation.candidate_tokens is None
-    )
+    assert trial is not None and trial.in_place and fleet.status.canary_run is None
     for _ in range(8):
         fleet.step()
     assert "SwitchConfigInPlace" in fleet.kinds and "PromoteConfig" in fleet.kinds

@@ -28,8 +28,11 @@ from tests.test_runtime_sim_server import PEAGLE, sim
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _model(manifest: dict[str, Any], **speculation: Any) -> SpeculativeModel:
+def _model(manifest: dict[str, Any], tokens: int, candidate: int | None = None) -> SpeculativeModel:
+    """A model whose stable pods run K=tokens, and a canary K=candidate (a trial)."""
     body = {**manifest, "metadata": {**manifest["metadata"], "namespace": "ns", "uid": "u"}}
+    trial = {"tokens": candidate, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 1}
+    speculation = {"tokens": tokens, **({"trial": trial} if candidate is not None else {})}
     body["status"] = {"speculation": speculation}
     return SpeculativeModel.model_validate(body)
 
@@ -74,13 +77,13 @@ def test_unready_and_terminating_pods_are_not_read(peagle_manifest: dict[str, An
 
 
 def test_canary_pods_are_read_as_canary(peagle_manifest: dict[str, Any]) -> None:
-    model = _model(peagle_manifest, tokens=3, candidateTokens=5)
+    model = _model(peagle_manifest, tokens=3, candidate=5)
     targets = scrape_targets(model, ObservedChildren(pods=[_pod("c", model, "canary")]))
     assert [(t.pod, t.track) for t in targets] == [("c", "canary")]
 
 
 def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, Any]) -> None:
-    model = _model(peagle_manifest, tokens=3, candidateTokens=5)
+    model = _model(peagle_manifest, tokens=3, candidate=5)
     pending = _pod(
         "c",
         model,
@@ -108,7 +111,7 @@ SCHEDULER_SAYS = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
 def test_a_failed_runtime_is_reported_for_the_track_whose_config_it_runs(
     peagle_manifest: dict[str, Any],
 ) -> None:
-    model = _model(peagle_manifest, tokens=3, candidateTokens=3)
+    model = _model(peagle_manifest, tokens=3, candidate=3)
     exited = {
         "containerStatuses": [
             {
@@ -122,7 +125,7 @@ def test_a_failed_runtime_is_reported_for_the_track_whose_config_it_runs(
         "canary": "pod c: draft vocab 32000 != 128256 (exit code 1)"
     }
     # A pod of a config the track no longer runs (an older K) is not the track's failure.
-    older = _model(peagle_manifest, tokens=3, candidateTokens=5)
+    older = _model(peagle_manifest, tokens=3, candidate=5)
     assert runtime_failures(older, ObservedChildren(pods=[failed])) == {}
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from specfleet.operator.api import (
-    ConditionType,
-)
+from specfleet.operator.api import ConditionType, OffReason
 from specfleet.operator.conditions import condition_status
 from tests.decisions import CHAT, CODE, DAR, NO_K_PAYS, STALE, UNDER_FLOOR, Fleet, make_spec
 
@@ -28,9 +26,10 @@ def test_plain_decoding_when_no_k_pays_is_not_a_rollback() -> None:
     flat = [k for kinds in fleet.kinds for k in kinds]
     assert "StopSpeculation" in flat
     assert not {"Rollback", "StepDown", "Disable"} & set(flat)
-    sp = fleet.status.speculation
-    assert sp.disabled and sp.disabled_acceptance and sp.disabled_acceptance[0] == 0.96
-    assert "plain decoding is predicted" in (sp.disabled_reason or "")
+    off = fleet.status.speculation.off
+    assert off is not None and off.reason is OffReason.NO_K_PAYS
+    assert off.acceptance and off.acceptance[0] == 0.96
+    assert "plain decoding is predicted" in off.message
 
 
 def test_below_floor_keeps_the_fastest_k_while_speculation_pays() -> None:
@@ -38,7 +37,7 @@ def test_below_floor_keeps_the_fastest_k_while_speculation_pays() -> None:
     fleet.step(UNDER_FLOOR)
     kinds = fleet.step(UNDER_FLOOR)
     assert kinds == ["KeepFastest"]
-    assert not fleet.status.speculation.disabled
+    assert fleet.status.speculation.off is None
     below = next(
         c for c in fleet.status.conditions if c.type is ConditionType.ACCEPTANCE_BELOW_FLOOR
     )
@@ -46,7 +45,7 @@ def test_below_floor_keeps_the_fastest_k_while_speculation_pays() -> None:
     # re-checked every window, without a new Event; tuning goes on meanwhile
     assert "KeepFastest" not in fleet.step(UNDER_FLOOR)
     assert not fleet.status.speculation.rejected_tokens  # the floor refuses no K here
-    while fleet.status.canary is not None:
+    while fleet.status.speculation.trial is not None:
         fleet.step(UNDER_FLOOR)
     assert fleet.step(CODE) == ["AcceptanceRecovered"]
     assert (
@@ -65,8 +64,9 @@ def test_below_floor_policy_disable_switches_speculation_off_even_when_it_pays()
     fleet = Fleet(make_spec(rollback={"failureLimit": 1, "belowFloor": "Disable"}))
     kinds = fleet.step(UNDER_FLOOR)
     assert "Disable" in kinds
-    reason = fleet.status.speculation.disabled_reason or ""
-    assert "belowFloor is Disable" in reason
+    off = fleet.status.speculation.off
+    assert off is not None and off.reason is OffReason.NO_K_CLEARS_FLOOR
+    assert off.acceptance is None and "belowFloor is Disable" in off.message
 
 
 def test_block_acceptance_does_not_cap_k_where_the_draft_acceptance_rate_would() -> None:

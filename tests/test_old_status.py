@@ -4,6 +4,13 @@ tests/data/status-v1 holds real status bodies written by main's decide() at a9ad
 per tuner state, from `specfleet simulate` runs), each with the observation decided on
 next and what that version decided. Today's code reads the old body and must take the
 same decision and write the same status (in today's shape).
+
+tests/data/status-v2 holds bodies written at 8749dbc, the last version with the tuner's
+states flat (`status.canary`, `speculation.candidateTokens`, `disabled`, `reprobedAt`,
+`lastKnownGoodTokens`...): from `specfleet simulate` runs, and from the fleets of a few
+tests for the states no shipped scenario reaches (a re-probe in place, a config trial in
+place, a last known good schedule). Nothing else changed in between: the decision and
+the status written must be exactly the old ones, read in today's shape.
 """
 
 from __future__ import annotations
@@ -17,16 +24,20 @@ from typing import Any
 import pytest
 
 from specfleet.operator.api import (
+    LastKnownGood,
+    OffReason,
     SpeculationState,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     TrackTotals,
 )
 from specfleet.operator.configs import config_of
+from specfleet.operator.fleet import replacing
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 
 OLD = Path(__file__).parent / "data" / "status-v1"
+FLAT = Path(__file__).parent / "data" / "status-v2"
 # Predicted gains in messages follow the fit, whose arithmetic changed since.
 PERCENT = re.compile(r"[+-]?\d+\.\d%")
 
@@ -41,10 +52,10 @@ def _as_decided_today(
     if last is not None and last.action == "Reprobe" and last.reason.startswith("BackoffElapsed"):
         k = spec.speculation.tokens
         last.to_tokens = k
-        last.reason = last.reason.replace(f"K={then.speculation.candidate_tokens}", f"K={k}")
-        then.speculation.candidate_tokens = k
-        if then.canary is not None:
-            then.canary.candidate_tokens = k
+        trial = then.speculation.trial
+        assert trial is not None
+        last.reason = last.reason.replace(f"K={trial.tokens}", f"K={k}")
+        trial.tokens = k
 
 
 def _window(data: dict[str, Any] | None) -> TrackWindow | None:
@@ -78,7 +89,7 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
     for entry in body.get("history") or []:
         entry["reason"] = PERCENT.sub("%", entry["reason"])
     for track in ("stable", "canary"):
-        totals = (body.get("canary") or {}).get(track)
+        totals = (body["speculation"].get("trial") or {}).get(track)
         if totals is not None:
             first = sum(totals["counts"].pop("acceptedPerPosition")[:1])
             totals["counts"]["acceptedFirst"] = first
@@ -155,3 +166,143 @@ def test_old_flat_rejected_fields_become_one_rejected_object() -> None:
     # A merge patch leaves the old keys beside the new object: the object wins.
     both = {**old, **state.model_dump(by_alias=True, mode="json"), "rejectedTokens": [9]}
     assert SpeculationState.model_validate(both) == state
+
+
+def _decided_on(record: dict[str, Any]) -> tuple[SpeculativeModelStatus, list[str], Any]:
+    """Today's reading of an old body, and what today's decide() makes of the next window."""
+    spec = SpeculativeModelSpec.model_validate(record["spec"])
+    old = SpeculativeModelStatus.model_validate(record["status"])
+    observation = Observation(
+        _window(record["stable"]),
+        _window(record["canary"]),
+        canary_pending_since=record["canaryPendingSince"],
+        canary_pending_reason=record["canaryPendingReason"],
+        runtime_failures=record["runtimeFailures"],
+    )
+    decided = decide(spec, old, observation, datetime.fromisoformat(record["now"]))
+    return old, [a.kind for a in decided.actions], decided.status
+
+
+@pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)
+def test_a_status_with_flat_states_is_decided_on_exactly_as_before(path: Path) -> None:
+    record = json.loads(path.read_text())
+    _, actions, status = _decided_on(record)
+    assert actions == record["decided"]["actions"]
+    then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
+    assert status.model_dump(mode="json") == then.model_dump(mode="json")
+
+
+def _read(name: str) -> SpeculativeModelStatus:
+    return SpeculativeModelStatus.model_validate(
+        json.loads((FLAT / f"{name}.json").read_text())["status"]
+    )
+
+
+def test_flat_states_are_read_into_their_objects() -> None:
+    canary = _read("canary-trial").speculation
+    assert canary.trial is not None and canary.trial.in_place is None
+    assert canary.trial.stable.windows + canary.trial.canary.windows > 0
+    schedule = _read("canary-schedule-trial")
+    assert schedule.speculation.trial is not None and schedule.speculation.trial.schedule
+    assert schedule.canary_run == (
+        schedule.speculation.trial.tokens,
+        schedule.speculation.trial.schedule,
+    )
+    baseline = _read("inplace-trial-baseline").speculation
+    assert baseline.trial is not None and baseline.trial.in_place is not None
+    assert not baseline.trial.in_place.switched
+    assert baseline.trial.in_place.previous_tokens == baseline.tokens
+    switched = _read("inplace-trial-switched").speculation
+    assert switched.trial is not None and switched.trial.in_place is not None
+    assert switched.trial.in_place.switched and switched.trial.tokens == switched.tokens
+    assert _read("inplace-trial-switched").canary_run is None
+    disabled = _read("disabled").speculation
+    assert disabled.off is not None and disabled.off.reason is OffReason.NO_K_CLEARS_FLOOR
+    assert disabled.trial is None and not disabled.plain_decoding_chosen
+    stopped = _read("stopped").speculation
+    assert stopped.off is not None and stopped.off.reason is OffReason.NO_K_PAYS
+    assert stopped.off.acceptance and stopped.plain_decoding_chosen
+    reprobe = _read("disabled-canary-reprobe").speculation
+    assert reprobe.off is not None and reprobe.trial is not None and reprobe.trial.in_place is None
+    failed = _read("disabled-failedreprobes").speculation
+    assert failed.off is not None and failed.off.failed_reprobes > 0
+    reprobing = _read("reprobing-failedreprobes").speculation
+    assert reprobing.off is None and reprobing.reprobing is not None
+    assert reprobing.reprobing.failed_reprobes > 0 and reprobing.failed_reprobes > 0
+    config = _read("config-trial-canary")
+    assert config.config is not None and config.config.trial is not None
+    assert config.canary_run == (config.config.trial.tokens, config.config.trial.schedule)
+    assert _read("config-trial-inplace").canary_run is None
+    good = _read("lastknowngood-schedule").speculation.last_known_good
+    assert good is not None and good.schedule
+    assert _read("stable").speculation.last_known_good == LastKnownGood(tokens=3)
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386) applied, as the API server applies status writes."""
+    if not isinstance(patch, dict):
+        return patch
+    merged = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merged(merged.get(key), value)
+    return merged
+
+
+@pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)
+def test_the_first_write_removes_the_flat_fields(path: Path) -> None:
+    """The operator's merge patch nulls every key it does not write: the old fields do not
+    linger beside the objects, and what is stored reads back as what was written."""
+    record = json.loads(path.read_text())
+    old = record["status"]
+    _, _, status = _decided_on(record)
+    new = status.model_dump(by_alias=True, mode="json")
+    stored = _merged(old, replacing(old, new))
+    assert stored == _merged({}, new)  # nothing of the old body left
+    assert "canary" not in stored
+    assert not {"disabled", "candidateTokens", "reprobedAt"} & stored["speculation"].keys()
+    assert SpeculativeModelStatus.model_validate(stored) == status
+
+
+def test_old_keys_beside_the_new_objects_are_dropped_the_objects_win() -> None:
+    """A merge patch by an operator that predates this one leaves its keys beside ours."""
+    record = json.loads((FLAT / "disabled-canary-reprobe.json").read_text())
+    today = SpeculativeModelStatus.model_validate(record["status"])
+    body = today.model_dump(by_alias=True, mode="json")
+    body["canary"] = {"candidateTokens": 8, "inPlace": True, "previousTokens": 2}
+    body["speculation"].update(
+        disabled=False, candidateTokens=8, reprobedAt="2026-01-01T00:00:00Z", failedReprobes=5
+    )
+    body["speculation"]["lastKnownGoodTokens"] = 1
+    assert SpeculativeModelStatus.model_validate(body) == today
+
+
+@pytest.mark.parametrize(
+    "speculation",
+    [
+        # Plain decoding chosen keeps the acceptance it was chosen at; a Disable has none.
+        {"off": {"reason": "NoKPays", "message": "m", "reprobeAt": "2026-01-01T00:00:00Z"}},
+        {
+            "off": {
+                "reason": "NoKClearsFloor",
+                "message": "m",
+                "acceptance": [0.9],
+                "reprobeAt": "2026-01-01T00:00:00Z",
+            }
+        },
+        # Off, or back on by a re-probe: never both.
+        {
+            "off": {
+                "reason": "NoKClearsFloor",
+                "message": "m",
+                "reprobeAt": "2026-01-01T00:00:00Z",
+            },
+            "reprobing": {"since": "2026-01-01T00:00:00Z"},
+        },
+    ],
+)
+def test_states_that_cannot_happen_are_refused(speculation: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        SpeculationState.model_validate(speculation)

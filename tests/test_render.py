@@ -79,7 +79,8 @@ def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> Non
 
 
 def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -> None:
-    model = model_from(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
+    trial = {"tokens": 5, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
+    model = model_from(peagle_manifest, speculation={"tokens": 3, "trial": trial})
     stable, canary, _ = render.manifests(model)
     assert canary["metadata"]["name"] == "llama-8b-canary"
     assert canary["spec"]["replicas"] == 1
@@ -89,7 +90,8 @@ def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -
 
 
 def test_disabled_speculation_runs_plain_decoding(peagle_manifest: dict[str, Any]) -> None:
-    model = model_from(peagle_manifest, speculation={"tokens": 3, "disabled": True})
+    off = {"reason": "NoKClearsFloor", "message": "stale", "reprobeAt": "2026-01-01T00:00:00Z"}
+    model = model_from(peagle_manifest, speculation={"tokens": 3, "off": off})
     container = _container(render.manifests(model)[0])
     assert _arg(container, "--method") == "none"
     assert "--num-speculative-tokens" not in container["args"]

@@ -19,8 +19,8 @@ def test_stale_draft_disables_speculation_then_reprobes_on_a_canary() -> None:
     fleet = Fleet(spec)
     kinds = fleet.step(STALE)
     assert "Disable" in kinds
-    sp = fleet.status.speculation
-    assert sp.disabled and sp.disabled_reason and "no longer pays" in sp.disabled_reason
+    off = fleet.status.speculation.off
+    assert off is not None and "no longer pays" in off.message
     active = condition_status(fleet.status.conditions, ConditionType.SPECULATION_ACTIVE)
     assert active == "False"
     for _ in range(9):
@@ -29,13 +29,14 @@ def test_stale_draft_disables_speculation_then_reprobes_on_a_canary() -> None:
     # The stable pods keep decoding plainly; one canary pod drafts the requested K (not
     # minTokens: K=1 of a parallel drafter is barely faster than plain decoding).
     sp = fleet.status.speculation
-    assert sp.disabled and sp.candidate_tokens == spec.speculation.tokens == 3
-    while fleet.status.canary is not None:
+    assert sp.off is not None and sp.trial is not None and sp.trial.in_place is None
+    assert sp.trial.tokens == spec.speculation.tokens == 3
+    while fleet.status.speculation.trial is not None:
         fleet.step(STALE)
     assert fleet.kinds[-1] == ["Abort"]
-    sp = fleet.status.speculation
-    assert sp.disabled and sp.failed_reprobes == 1
-    assert sp.reprobe_at == fleet.now + timedelta(minutes=20)  # the back-off doubled
+    off = fleet.status.speculation.off
+    assert off is not None and off.failed_reprobes == 1
+    assert off.reprobe_at == fleet.now + timedelta(minutes=20)  # the back-off doubled
 
 
 def test_a_reprobe_canary_that_beats_plain_decoding_turns_speculation_back_on() -> None:
@@ -43,11 +44,11 @@ def test_a_reprobe_canary_that_beats_plain_decoding_turns_speculation_back_on() 
     fleet.step(STALE)
     while "Reprobe" not in fleet.step(CODE):
         pass
-    while fleet.status.canary is not None:
+    while fleet.status.speculation.trial is not None:
         fleet.step(CODE)
     assert fleet.kinds[-1] == ["Promote"]
     sp = fleet.status.speculation
-    assert not sp.disabled and sp.tokens == 3 and sp.failed_reprobes == 0
+    assert sp.off is None and sp.tokens == 3 and sp.reprobing is None
     assert "K=3 vs K=0" in fleet.status.history[-1].reason
 
 
@@ -63,16 +64,21 @@ def test_failed_reprobes_double_the_back_off_and_a_held_one_resets_it() -> None:
         while "Reprobe" not in fleet.step(STALE):
             minutes += 1
         waits.append(minutes + 1)
-        assert not fleet.status.speculation.disabled  # in place: the stable K itself
+        reprobing = fleet.status.speculation.reprobing
+        assert fleet.status.speculation.off is None  # in place: the stable K itself
+        assert reprobing is not None and reprobing.since == fleet.now
         assert "Disable" in fleet.step(STALE)  # the re-probe fails at once
     assert waits == [10, 20, 40]
-    assert fleet.status.speculation.failed_reprobes == 3
+    off = fleet.status.speculation.off
+    assert off is not None and off.failed_reprobes == 3
     while "Reprobe" not in fleet.step(STALE):
         pass
+    reprobing = fleet.status.speculation.reprobing
+    assert reprobing is not None and reprobing.failed_reprobes == 3
     for _ in range(4):  # 2 x failureLimit passing windows: the re-probe held
         fleet.step(CODE)
+    assert fleet.status.speculation.reprobing is None
     assert fleet.status.speculation.failed_reprobes == 0
-    assert fleet.status.speculation.reprobed_at is None
 
 
 def test_after_stop_speculation_a_predicted_gain_reprobes_but_a_failed_one_waits() -> None:
@@ -89,11 +95,13 @@ def test_after_stop_speculation_a_predicted_gain_reprobes_but_a_failed_one_waits
                     "tokens": 3,
                     "requestedTokens": 3,
                     "parallelDrafting": True,
-                    "disabled": True,
-                    "disabledReason": "plain decoding was faster",
-                    "disabledAcceptance": CODE,
-                    "failedReprobes": failed,
-                    "reprobeAt": (T0 + timedelta(minutes=20)).isoformat(),
+                    "off": {
+                        "reason": "NoKPays",
+                        "message": "plain decoding was faster",
+                        "acceptance": CODE,
+                        "failedReprobes": failed,
+                        "reprobeAt": (T0 + timedelta(minutes=20)).isoformat(),
+                    },
                     "changedAt": T0.isoformat(),
                 }
             }
@@ -114,9 +122,9 @@ def test_a_reprobe_ended_by_a_scale_is_retried_not_counted_as_failed() -> None:
         pass
     fleet.spec = scaled(fleet.spec, 3)
     assert fleet.step(STALE) == ["Abort"]
-    sp = fleet.status.speculation
-    assert sp.disabled and sp.failed_reprobes == 0
-    assert sp.reprobe_at == fleet.now + timedelta(minutes=3)  # the cooldown, no back-off
+    off = fleet.status.speculation.off
+    assert off is not None and off.failed_reprobes == 0
+    assert off.reprobe_at == fleet.now + timedelta(minutes=3)  # the cooldown, no back-off
 
 
 def test_a_reprobe_after_a_disable_tries_the_k_predicted_best_for_the_last_good_draft() -> None:
@@ -138,8 +146,8 @@ def test_a_reprobe_after_a_disable_tries_the_k_predicted_best_for_the_last_good_
         predict_ks(spec, good, 4.0, fleet.status.step_cost.fitted).values(),  # type: ignore[union-attr]
         key=lambda p: p.goodput,
     ).tokens
-    assert sp.candidate_tokens == expected >= 4
-    while fleet.status.canary is not None:
+    assert sp.trial is not None and sp.trial.tokens == expected >= 4
+    while fleet.status.speculation.trial is not None:
         fleet.step(CODE)
     assert fleet.kinds[-1] == ["Promote"] and fleet.status.speculation.tokens == expected
 
@@ -155,4 +163,4 @@ def test_an_untuned_model_is_reprobed_at_the_k_it_asked_for() -> None:
     fleet.step(STALE)
     while "Reprobe" not in fleet.step(CODE):
         pass
-    assert fleet.status.speculation.candidate_tokens == 2
+    assert fleet.status.canary_run == (2, None)

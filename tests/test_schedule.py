@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 
 from specfleet.operator import render, schedule, speed
 from specfleet.operator.api import (
+    LastKnownGood,
     RollbackMetric,
     ScheduledBand,
     SpeculativeModel,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    Trial,
 )
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import ActionKind
@@ -183,8 +185,8 @@ def test_the_canary_renders_its_schedule_and_the_stable_its_own(
 ) -> None:
     model = SpeculativeModel.model_validate(peagle_manifest)
     sp = model.status.speculation
-    sp.tokens, sp.candidate_tokens = 3, 6
-    sp.candidate_schedule = [band(6, 4), band(0)]
+    sp.tokens = 3
+    sp.trial = Trial(tokens=6, schedule=[band(6, 4), band(0)], started_at=T0, stable_replicas=1)
     stable, canary = (render.deployment(model, t) for t in ("stable", "canary"))
     stable_args = stable["spec"]["template"]["spec"]["containers"][0]["args"]
     canary_args = canary["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -250,8 +252,8 @@ def _cycle(
         sp = status.speculation
         stable = _window(_k_of(sp.tokens or 3, sp.schedule, batch), batch)
         canary = None
-        if sp.candidate_tokens is not None:
-            k = _k_of(sp.candidate_tokens, sp.candidate_schedule, batch)
+        if (run := status.canary_run) is not None:
+            k = _k_of(run[0], run[1], batch)
             canary = replace(_window(k, batch, 10_000), pods=1, pod_seconds=60)
         before = sp.tokens
         decided = decide(spec, status, Observation(stable, canary), T0 + timedelta(minutes=minute))
@@ -284,7 +286,7 @@ def test_learns_tries_and_promotes_a_schedule_on_cycling_load() -> None:
     assert sp.schedule[0].tokens > 3 and sp.schedule[-1].tokens == 0
     assert sp.tokens == schedule.largest(sp.schedule)
     # What ran before it (one K, maybe tuned on the way) is the last known good.
-    assert sp.last_known_good_tokens == before and sp.last_known_good_schedule is None
+    assert sp.last_known_good == LastKnownGood(tokens=before)
 
 
 def test_where_the_schedule_drafts_nothing_no_metrics_gap_is_called() -> None:
@@ -309,7 +311,7 @@ def test_an_in_place_schedule_trial_is_promoted_or_restores_what_ran() -> None:
     status, kinds, _ = _cycle(spec, status, range(1, 121), _light_then_heavy)
     assert ActionKind.START_IN_PLACE in kinds
     sp = status.speculation
-    assert sp.candidate_schedule is None  # in place: no canary
+    assert status.canary_run is None  # in place: no canary
     assert sp.schedule is not None and len(sp.schedule) == 2  # learned and kept
 
 
@@ -332,7 +334,8 @@ def test_a_failing_schedule_rolls_back_as_a_whole(
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
     sp = status.speculation
     failed = [band(6, 4), band(2)]
-    sp.schedule, sp.tokens, sp.last_known_good_schedule = failed, 6, good
+    sp.schedule, sp.tokens = failed, 6
+    sp.last_known_good = LastKnownGood(tokens=3, schedule=good)
     bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
     per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 6))
     failing = replace(_window(6, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos))
@@ -377,7 +380,9 @@ def test_a_failing_fixed_schedule_rolls_back_to_its_smallest_k() -> None:
         rollback={**DAR, "failureLimit": 2},
     )
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
-    assert status.speculation.tokens == 7 and status.speculation.last_known_good_tokens == 2
+    assert status.speculation.tokens == 7
+    good = status.speculation.last_known_good
+    assert good is not None and good.tokens == 2 and good.schedule == status.speculation.schedule
     bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
     per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 7))
     failing = replace(

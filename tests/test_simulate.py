@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from benchmarks.step_cost_shape import published_profiles
 from benchmarks.tuner import evaluate
-from specfleet.operator.api import SpeculativeModelSpec, SpeculativeModelStatus
+from specfleet.operator.api import Off, OffReason, SpeculativeModelSpec, SpeculativeModelStatus
 from specfleet.operator.cli import app
 from specfleet.operator.metrics import Observation, PodSample, SpecDecodeCounters, WindowTracker
 from specfleet.operator.outcomes import Action, ActionKind
@@ -210,7 +210,8 @@ def scripted(plan: Mapping[int, tuple[ActionKind, int | None]]) -> Decider:
         if window not in plan:
             return Decided(status)
         kind, tokens = plan[window]
-        sp.disabled = kind is ActionKind.DISABLE
+        off = Off(reason=OffReason.NO_K_CLEARS_FLOOR, message="Scripted", reprobe_at=now)
+        sp.off = off if kind is ActionKind.DISABLE else None
         sp.tokens = sp.tokens if tokens is None else tokens
         return Decided(status, [Action(kind, "Scripted", f"after window {window}")])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from specfleet.operator.api import SpeculativeModel
+from specfleet.operator.api import LastKnownGood, SpeculativeModel
 from specfleet.operator.tuner import sync_with_spec
 from specfleet.runtime.config import Drafting
 
@@ -22,13 +22,13 @@ def test_first_sight_takes_k_from_the_spec_quietly(peagle_manifest: dict[str, An
     status, actions = synced(peagle_manifest)
     assert status.speculation.tokens == 3
     assert status.speculation.requested_tokens == 3
-    assert status.speculation.last_known_good_tokens == 3
+    assert status.speculation.last_known_good == LastKnownGood(tokens=3)
     assert status.speculation.drafting is Drafting.PARALLEL
     assert actions == [] and status.history == []
 
 
 def test_tuned_k_survives_unrelated_spec_changes(peagle_manifest: dict[str, Any]) -> None:
-    tuned = {"speculation": {"tokens": 6, "requestedTokens": 3, "lastKnownGoodTokens": 6}}
+    tuned = {"speculation": {"tokens": 6, "requestedTokens": 3, "lastKnownGood": {"tokens": 6}}}
     status, actions = synced(peagle_manifest, **tuned)
     assert status.speculation.tokens == 6 and actions == []
 
@@ -37,13 +37,11 @@ def test_new_k_in_git_resets_k_drops_the_canary_and_says_so(
     peagle_manifest: dict[str, Any],
 ) -> None:
     peagle_manifest["spec"]["speculation"]["tokens"] = 4
-    tuned = {
-        "speculation": {"tokens": 6, "requestedTokens": 3, "candidateTokens": 7},
-        "canary": {"candidateTokens": 7},
-    }
+    trial = {"tokens": 7, "startedAt": "2026-11-29T11:50:00Z", "stableReplicas": 1}
+    tuned = {"speculation": {"tokens": 6, "requestedTokens": 3, "trial": trial}}
     status, actions = synced(peagle_manifest, **tuned)
     assert status.speculation.tokens == 4
-    assert status.speculation.candidate_tokens is None and status.canary is None
+    assert status.speculation.trial is None and status.canary_run is None
     assert actions == ["SpecChanged"]
     (entry,) = status.history
     assert (entry.action, entry.from_tokens, entry.to_tokens) == ("SpecChanged", 6, 4)
@@ -58,13 +56,15 @@ def test_new_k_in_git_re_enables_speculation_after_a_disable(
         "speculation": {
             "tokens": 1,
             "requestedTokens": 3,
-            "disabled": True,
-            "disabledReason": "NoKClearsFloor",
-            "reprobeAt": "2026-11-29T12:30:00Z",
+            "off": {
+                "reason": "NoKClearsFloor",
+                "message": "no K clears the floor",
+                "reprobeAt": "2026-11-29T12:30:00Z",
+            },
         }
     }
     status, actions = synced(peagle_manifest, **disabled)
-    assert status.speculation.disabled is False and status.speculation.reprobe_at is None
+    assert status.speculation.off is None
     assert status.speculation.tokens == 2 and actions == ["SpecChanged"]
 
 

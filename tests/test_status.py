@@ -121,7 +121,8 @@ def test_missing_secret_is_a_failure_too() -> None:
 
 
 def test_canary_phase_while_a_candidate_runs(peagle_manifest: dict[str, Any]) -> None:
-    m = model(peagle_manifest, speculation={"tokens": 3, "candidateTokens": 5})
+    trial = {"tokens": 5, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
+    m = model(peagle_manifest, speculation={"tokens": 3, "trial": trial})
     status = summarize(m, ObservedChildren(stable=deployment(2, 2), canary=deployment(1, 1)), T0)
     assert status.phase is Phase.CANARY
     # The scale subresource counts what spec.replicas counts: the stable pods only.
@@ -153,17 +154,20 @@ def test_speculation_off_degrades_after_a_rollback_but_not_when_plain_is_faster(
     peagle_manifest: dict[str, Any],
 ) -> None:
     children = ObservedChildren(stable=deployment(2, 2), canary=deployment(0, 0))
-    rolled_back = model(
-        peagle_manifest, speculation={"tokens": 3, "disabled": True, "disabledReason": "stale"}
-    )
+    at = "2026-01-01T00:00:00Z"
+    off = {"reason": "NoKClearsFloor", "message": "stale", "reprobeAt": at}
+    rolled_back = model(peagle_manifest, speculation={"tokens": 3, "off": off})
     assert summarize(rolled_back, children, T0).phase is Phase.DEGRADED
     faster = model(
         peagle_manifest,
         speculation={
             "tokens": 3,
-            "disabled": True,
-            "disabledReason": "plain decoding is predicted +20% over the fastest K=1",
-            "disabledAcceptance": [0.8, 0.6],
+            "off": {
+                "reason": "NoKPays",
+                "message": "plain decoding is predicted +20% over the fastest K=1",
+                "acceptance": [0.8, 0.6],
+                "reprobeAt": at,
+            },
         },
     )
     status = summarize(faster, children, T0)

@@ -28,7 +28,7 @@ def test_high_acceptance_climbs_through_a_canary() -> None:
     flat = [k for kinds in fleet.kinds for k in kinds]
     assert "StartCanary" in flat and "Promote" in flat
     assert (fleet.status.speculation.tokens or 0) > 3
-    assert fleet.status.speculation.last_known_good_tokens is not None
+    assert fleet.status.speculation.last_known_good is not None
     assert [d.action for d in fleet.status.history][:2] == ["StartCanary", "Promote"]
 
 
@@ -52,7 +52,7 @@ def test_trials_are_judged_on_measured_step_times_and_settle_on_the_fastest_k() 
 
 def test_pending_canary_falls_back_to_in_place() -> None:
     fleet = Fleet(make_spec())
-    while fleet.status.speculation.candidate_tokens is None:
+    while fleet.status.canary_run is None:
         fleet.step(CODE)
     pending_since = fleet.now.timestamp()
     fleet.now += timedelta(minutes=10)
@@ -62,22 +62,23 @@ def test_pending_canary_falls_back_to_in_place() -> None:
     # What the canary waited for is in status: the scheduler's own words.
     assert f"the scheduler says: {waiting}" in fleet.status.history[-1].reason
     assert fleet.status.speculation.strategy is TuningStrategy.IN_PLACE
-    assert fleet.status.speculation.candidate_tokens is None
+    assert fleet.status.speculation.trial is None
     for _ in range(20):
         fleet.step(CODE)
     flat = [k for kinds in fleet.kinds for k in kinds]
     assert "StartInPlace" in flat
-    assert fleet.status.speculation.candidate_tokens is None  # never a canary again
+    assert fleet.status.canary_run is None  # never a canary again
 
 
 @pytest.mark.parametrize("strategy", ["Canary", "InPlace"])
 def test_a_trial_running_when_the_fleet_scales_restarts_at_the_new_size(strategy: str) -> None:
     fleet = Fleet(make_spec(tuning={"strategy": strategy}))
-    while fleet.status.canary is None:
+    while fleet.status.speculation.trial is None:
         fleet.step(CODE)
-    trial = fleet.status.canary
+    trial = fleet.status.speculation.trial
     assert trial.stable_replicas == 1
-    k_before_trial = trial.previous_tokens if trial.in_place else fleet.status.speculation.tokens
+    in_place = trial.in_place
+    k_before_trial = in_place.previous_tokens if in_place else fleet.status.speculation.tokens
     fleet.step(CODE)  # one window of the trial at the old size
     fleet.spec = scaled(fleet.spec, 4)
     kinds = fleet.step(CODE)
@@ -88,12 +89,12 @@ def test_a_trial_running_when_the_fleet_scales_restarts_at_the_new_size(strategy
     sp = fleet.status.speculation
     # Not promoted, not rejected: the candidate may be tried again at the new load.
     assert sp.tokens == k_before_trial and sp.rejected_tokens == []
-    assert sp.candidate_tokens is None and sp.changed_at == fleet.now
+    assert sp.trial is None and sp.changed_at == fleet.now
     # The next trial starts after the cooldown and remembers the new size.
-    while fleet.status.canary is None:
+    while (trial := fleet.status.speculation.trial) is None:
         fleet.step(CODE)
     assert fleet.now - sp.changed_at >= timedelta(minutes=3)
-    assert fleet.status.canary.stable_replicas == 4
+    assert trial.stable_replicas == 4
 
 
 def test_a_trial_is_judged_only_on_windows_at_one_fleet_size() -> None:
@@ -113,15 +114,6 @@ def test_a_trial_is_judged_only_on_windows_at_one_fleet_size() -> None:
         if "Abort" in kinds and fleet.status.history[-1].reason.startswith("FleetScaled"):
             restarts += 1
     assert promotions >= 1 and restarts >= 1, (promotions, restarts)
-
-
-def test_a_trial_from_before_replicas_were_recorded_adopts_the_current_size() -> None:
-    fleet = Fleet(make_spec())
-    while fleet.status.canary is None:
-        fleet.step(CODE)
-    fleet.status.canary.stable_replicas = None  # as a status written by an older operator
-    assert "Abort" not in fleet.step(CODE)
-    assert fleet.status.canary is not None and fleet.status.canary.stable_replicas == 1
 
 
 def test_a_track_verifying_below_its_k_is_judged_on_what_it_verified() -> None:
@@ -172,17 +164,20 @@ def test_an_in_place_trial_is_judged_against_a_baseline_measured_after_proposing
     fleet = Fleet(make_spec(tuning={"strategy": "InPlace"}), engine=StepCost())
     while "StartInPlace" not in fleet.step(CODE):
         pass
-    trial, sp = fleet.status.canary, fleet.status.speculation
-    assert trial is not None and trial.baseline_pending
+    sp = fleet.status.speculation
+    trial = sp.trial
+    assert trial is not None and trial.in_place is not None and not trial.in_place.switched
     assert trial.stable.windows == 0  # not the proposing window
-    assert sp.tokens == trial.previous_tokens  # the pods still run the old K
+    previous = trial.in_place.previous_tokens
+    assert sp.tokens == previous  # the pods still run the old K
     for _ in range(3 * 3 - 1):
         fleet.step(CODE)
-        assert fleet.status.speculation.tokens == trial.previous_tokens
+        assert fleet.status.speculation.tokens == previous
     fleet.step(CODE)
-    trial, sp = fleet.status.canary, fleet.status.speculation
-    assert trial is not None and not trial.baseline_pending and trial.stable.windows == 9
-    assert sp.tokens == trial.candidate_tokens
+    sp = fleet.status.speculation
+    trial = sp.trial
+    assert trial is not None and trial.in_place is not None and trial.in_place.switched
+    assert trial.stable.windows == 9 and sp.tokens == trial.tokens
 
 
 def test_in_place_trials_start_at_most_once_an_hour() -> None:
@@ -208,7 +203,7 @@ def test_a_proposal_says_what_its_predicted_step_time_rests_on() -> None:
     while "StartCanary" not in timed.step(CODE):
         pass
     reason = timed.status.history[-1].reason
-    k = timed.status.speculation.candidate_tokens
+    k = timed.status.canary_run and timed.status.canary_run[0]
     assert f"step time at K={k} extrapolated from K=3" in reason
     untimed = Fleet(make_spec())
     while "StartCanary" not in untimed.step(CODE):

@@ -102,10 +102,10 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         stable = canary = None
         if profile == "small":
             stable = window(CODE, k, drafts=10)  # too few draft tokens: inconclusive
-        elif profile is not None and not sp.disabled:
+        elif profile is not None and sp.off is None:
             stable = window(profile, k)
-            if sp.candidate_tokens is not None:
-                canary = replace(window(profile, sp.candidate_tokens, 5_000), pods=1)
+            if (on_canary := status.canary_run) is not None:
+                canary = replace(window(profile, on_canary[0], 5_000), pods=1)
         now += timedelta(minutes=1)
         decided = decide(
             spec,
@@ -118,10 +118,10 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
 
         # K and the candidate stay in range; at most one candidate, never equal to K.
         assert new.tokens is not None and low <= new.tokens <= high
-        if new.candidate_tokens is not None:
-            assert low <= new.candidate_tokens <= high
-            assert new.candidate_tokens != new.tokens
-            assert decided.status.canary is not None and not decided.status.canary.in_place
+        if (on_canary := decided.status.canary_run) is not None:
+            assert low <= on_canary[0] <= high
+            assert on_canary[0] != new.tokens
+            assert new.trial is not None and new.trial.in_place is None
         assert kinds.count("StartCanary") + kinds.count("StartInPlace") <= 1
         assert len(decided.status.history) <= 20
 
@@ -129,7 +129,7 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         canary_conclusive = (
             canary is not None and canary.draft_tokens >= spec.tuning.min_draft_tokens
         )
-        if not sp.disabled and profile != "small":  # a small window is collecting, not a gap
+        if sp.off is None and profile != "small":  # a small window is collecting, not a gap
             inconclusive_in_a_row = 0 if conclusive else inconclusive_in_a_row + 1
             if inconclusive_in_a_row >= spec.tuning.max_inconclusive_windows:
                 failing_in_a_row = 0  # a gap that long ends the row of failing windows
@@ -147,10 +147,11 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         # An in-place trial of a K the floor caps is ended by the floor, not rolled back;
         # while it still measures its baseline the pods run the stable K, which is judged.
         capped = spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
-        trial = status.canary
-        in_place = trial is not None and trial.in_place and not trial.baseline_pending and capped
+        trial = sp.trial
+        in_place = trial is not None and trial.in_place is not None and trial.in_place.switched
+        in_place = in_place and capped
         below = condition_status(status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-        if stable is not None and conclusive and not sp.disabled and not in_place:
+        if stable is not None and conclusive and sp.off is None and not in_place:
             metric = rollback_metric(stable, spec.rollback.metric, sp.baseline_acceptance)
             floor = spec.rollback.min_acceptance
             failing = metric is not None and metric.low < floor
@@ -163,9 +164,10 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
                 assert rolled == (failing_in_a_row >= spec.rollback.failure_limit)
         else:
             assert not rolled
-        if rolled or new.tokens != k or new.disabled != sp.disabled:
+        switched = (new.off is None) != (sp.off is None)
+        if rolled or new.tokens != k or switched:
             failing_in_a_row = 0
-        if new.disabled != sp.disabled:
+        if switched:
             inconclusive_in_a_row = 0
         status = decided.status
 

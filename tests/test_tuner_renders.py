@@ -100,7 +100,7 @@ def test_every_decided_status_renders(
     now = T0
     for profile, batch, slow in steps:
         sp = status.speculation
-        k = 0 if sp.disabled else (sp.tokens or spec.speculation.tokens)
+        k = 0 if sp.off is not None else (sp.tokens or spec.speculation.tokens)
         engine = SLOW if slow else ENGINE
         stable = canary = None
         if profile == "idle":
@@ -111,9 +111,9 @@ def test_every_decided_status_renders(
                 stable = replace(
                     stable, drafts=0, draft_tokens=0, accepted_tokens=0, accepted_per_position=()
                 )
-            if sp.candidate_tokens is not None:
+            if (on_canary := status.canary_run) is not None:
                 canary = replace(
-                    window(profile, sp.candidate_tokens, 5_000, batch=batch, engine=engine), pods=1
+                    window(profile, on_canary[0], 5_000, batch=batch, engine=engine), pods=1
                 )
         now += timedelta(minutes=1)
         status = decide(spec, status, Observation(stable, canary), now).status

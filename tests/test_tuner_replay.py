@@ -46,12 +46,18 @@ def test_replay(path: Path) -> None:
         decided = decide(spec, status, observation, datetime.fromisoformat(row["now"]))
         status = decided.status
         actions = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
-        got = (actions, status.speculation.tokens, status.speculation.candidate_tokens)
+        got = (actions, status.speculation.tokens, _candidate(status))
         want = (row["actions"], row["tokens"], row["candidate"])
         assert got == want, f"window {index}"
     # the status survives the API server: it round-trips through JSON unchanged
     dumped = status.model_dump(mode="json", by_alias=True)
     assert SpeculativeModelStatus.model_validate(dumped) == status
+
+
+def _candidate(status: SpeculativeModelStatus) -> int | None:
+    """The K on the canary pod, as recorded ("candidate")."""
+    run = status.canary_run
+    return run[0] if run else None
 
 
 def test_stale_draft_recording_turns_speculation_off_within_failure_limit_plus_one() -> None:
@@ -75,7 +81,7 @@ def record() -> None:
             rows: list[dict[str, Any]] = rows,
         ) -> Decided:
             decided = decide(spec, status, observation, now)
-            sp = decided.status.speculation
+            status, sp = decided.status, decided.status.speculation
             rows.append(
                 {
                     "now": now.isoformat(),
@@ -83,8 +89,8 @@ def record() -> None:
                     "canary": _window(observation.canary),
                     "actions": [a.kind for a in decided.actions if a.kind != "Inconclusive"],
                     "tokens": sp.tokens,
-                    "candidate": sp.candidate_tokens,
-                    "disabled": sp.disabled,
+                    "candidate": _candidate(status),
+                    "disabled": sp.off is not None,
                 }
             )
             return decided

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -1788,6 +1788,11 @@ _OBJECTS: dict[str, Any] = {
     "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
 }
 _STRING: dict[str, Any] = {"type": "string"}
+_INTEGER: dict[str, Any] = {"type": "integer"}
+_BOOLEAN: dict[str, Any] = {"type": "boolean"}
+_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+# A trial's fields in status.speculation before `trial` (read with status.canary).
+_FLAT_TRIAL = ("candidateTokens", "candidateSchedule", "canaryStartedAt")
 
 
 def _legacy(**fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
@@ -1812,134 +1817,6 @@ class Rejected(ApiModel):
         default=None, description="A schedule whose trial or rollout failed."
     )
     until: datetime
-
-
-class SpeculationState(ApiModel):
-    """The K in effect and the tuner's memory of it."""
-
-    model_config = ConfigDict(
-        json_schema_extra=_legacy(
-            rejectedTokens=_NUMBERS, rejectedSchedule=_OBJECTS, rejectedUntil=_STRING
-        )
-    )
-
-    tokens: int | None = Field(default=None, description="K in effect on the stable pods.")
-    requested_tokens: int | None = Field(
-        default=None,
-        description="spec.speculation.tokens when K was last taken from the spec; "
-        "a new value in the spec resets K to it.",
-    )
-    candidate_tokens: int | None = Field(default=None, description="K on the canary, if any.")
-    last_known_good_tokens: int | None = None
-    drafting: Annotated[Drafting, Lax] | None = Field(
-        default=None, description="The drafting style the step cost was measured for."
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_parallel_drafting(cls, data: Any) -> Any:
-        """A status written before drafting styles had `parallelDrafting`: read it as its
-        style, so the step cost learned for it is kept."""
-        if isinstance(data, dict) and "parallelDrafting" in data:
-            data = dict(data)
-            parallel = data.pop("parallelDrafting")
-            data.setdefault("drafting", Drafting.PARALLEL if parallel else Drafting.SEQUENTIAL)
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_flat_rejected(cls, data: Any) -> Any:
-        """A status written before `rejected` kept its three fields flat; with no
-        `rejectedUntil` nothing was rejected."""
-        legacy = ("rejectedTokens", "rejectedSchedule", "rejectedUntil")
-        if not isinstance(data, dict) or not any(key in data for key in legacy):
-            return data
-        data = dict(data)
-        tokens, schedule, until = (data.pop(key, None) for key in legacy)
-        if until is not None and "rejected" not in data:
-            data["rejected"] = {"tokens": tokens or [], "schedule": schedule, "until": until}
-        return data
-
-    disabled: bool = Field(default=False, description="Speculation switched off by rollback.")
-    disabled_reason: str | None = None
-    reprobe_at: datetime | None = None
-    strategy: TuningStrategy | None = Field(
-        default=None, description="Strategy in effect (InPlace when no canary fits)."
-    )
-    changed_at: datetime | None = Field(default=None, description="Last change of K (cooldown).")
-    canary_started_at: datetime | None = None
-    baseline_acceptance: float | None = Field(
-        default=None, description="Acceptance measured when the K in effect was promoted."
-    )
-    rejected: Rejected | None = Field(
-        default=None,
-        description="What a trial or a rollback rejected, not proposed again before its "
-        "`until`; none: nothing is.",
-    )
-
-    @property
-    def rejected_tokens(self) -> list[int]:
-        return self.rejected.tokens if self.rejected else []
-
-    @property
-    def rejected_schedule(self) -> list[ScheduledBand] | None:
-        return self.rejected.schedule if self.rejected else None
-
-    failing_windows: int = 0
-    plain_faster_windows: int = Field(
-        default=0,
-        description="Conclusive windows in a row in which plain decoding was predicted "
-        "faster than every K; StopSpeculation needs rollback.failureLimit of them.",
-    )
-    inconclusive_windows: int = 0
-    windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
-    failed_reprobes: int = Field(
-        default=0,
-        description="Re-probes disabled again in a row; each doubles the next back-off.",
-    )
-    disabled_acceptance: list[float] | None = Field(
-        default=None,
-        description="Conditional acceptance per position when speculation was stopped "
-        "because plain decoding measured faster: with the fitted cost it says when "
-        "speculation would pay again (e.g. when the load falls).",
-    )
-
-    good_acceptance: list[float] | None = Field(
-        default=None,
-        description="Conditional acceptance per position in the last window at one K that "
-        "cleared the floor: a re-probe after a Disable tries the K it and the fitted cost "
-        "predict best, where a recovered draft pays.",
-    )
-
-    @property
-    def plain_decoding_chosen(self) -> bool:
-        """Off because no K pays at this load, not because the draft failed: the model
-        runs as it should."""
-        return self.disabled and self.disabled_acceptance is not None
-
-    reprobed_at: datetime | None = Field(
-        default=None,
-        description="Speculation re-probed and not yet proven: a Disable now is a failed re-probe.",
-    )
-    schedule: list[ScheduledBand] | None = Field(
-        default=None,
-        description="K by batch size on the stable pods (tokens is its largest K); none: K "
-        "at every load.",
-    )
-    candidate_schedule: list[ScheduledBand] | None = Field(
-        default=None,
-        description="K by batch size on the canary, if it tries a schedule (in place, while "
-        "the baseline is measured: the schedule the stable pods switch to).",
-    )
-    last_known_good_schedule: list[ScheduledBand] | None = None
-    requested_schedule: Schedule | None = Field(
-        default=None, description="spec.speculation.schedule as last seen (a change resets)."
-    )
-    load: list[float] = Field(
-        default_factory=list,
-        description="Decoding requests per engine step of the latest stable windows (the "
-        "load profile a learned schedule is fitted to).",
-    )
 
 
 def _nest_counts(data: Any, legacy: dict[str, tuple[str, str]]) -> Any:
@@ -2020,6 +1897,286 @@ class TrackTotals(ApiModel):
         return sum(self.counts.accepted_per_position[:1])
 
 
+# Why speculation is off: the reason of the Disable or StopSpeculation that switched it
+# off. (A comment: an enum's docstring would become a description in the CRD schema.)
+class OffReason(StrEnum):
+    NO_K_CLEARS_FLOOR = "NoKClearsFloor"
+    NO_K_PAYS = "NoKPays"
+
+
+class Off(ApiModel):
+    """Speculation switched off: the stable pods decode plainly until a re-probe."""
+
+    reason: OffReason = Field(
+        description="NoKClearsFloor: the floor ruled out every K (a Disable); NoKPays: "
+        "plain decoding measured faster than every K (a StopSpeculation)."
+    )
+    message: str = Field(description="What was measured, in words.")
+    acceptance: list[float] | None = Field(
+        default=None,
+        description="NoKPays only: conditional acceptance per position when plain decoding "
+        "was chosen; with the fitted cost it says when speculation would pay again (e.g. "
+        "when the load falls).",
+    )
+    reprobe_at: datetime = Field(description="When speculation is tried again at the latest.")
+    failed_reprobes: int = Field(
+        default=0,
+        ge=0,
+        description="Re-probes that ended off again in a row; each doubles the next back-off.",
+    )
+
+    @model_validator(mode="after")
+    def _acceptance_only_when_no_k_pays(self) -> Off:
+        if (self.acceptance is not None) != (self.reason is OffReason.NO_K_PAYS):
+            raise ValueError("acceptance is set when, and only when, the reason is NoKPays")
+        return self
+
+
+class Reprobing(ApiModel):
+    """Speculation re-enabled in place by a re-probe, not yet proven: switched off again
+    now, it is a failed re-probe."""
+
+    since: datetime
+    failed_reprobes: int = Field(
+        default=0, ge=0, description="Re-probes that ended off again in a row before this one."
+    )
+
+
+class LastKnownGood(ApiModel):
+    """What a rollback returns to first."""
+
+    tokens: int = Field(description="The last K that held (a schedule's smallest drafting K).")
+    schedule: list[ScheduledBand] | None = Field(
+        default=None, description="The last schedule that held; none: one K."
+    )
+
+
+class InPlace(ApiModel):
+    """A trial on the stable pods themselves: their windows before it are its baseline."""
+
+    previous_tokens: int = Field(description="The K before the trial, restored on abort.")
+    previous_schedule: list[ScheduledBand] | None = Field(
+        default=None, description="The schedule before the trial, restored on abort."
+    )
+    switched: bool = Field(
+        default=False,
+        description="The stable pods run the candidate; before, they run the previous K "
+        "while its baseline windows are measured (not the window that proposed it: that one "
+        "was chosen for looking bad).",
+    )
+
+
+class Trial(ApiModel):
+    """A running trial of a candidate K or schedule: on a canary pod, or in place."""
+
+    tokens: int = Field(description="The candidate K (a schedule's largest).")
+    schedule: list[ScheduledBand] | None = Field(
+        default=None, description="The candidate schedule, if it tries one (K by batch size)."
+    )
+    started_at: datetime
+    in_place: InPlace | None = Field(
+        default=None, description="On the stable pods themselves; none: on a canary pod."
+    )
+    stable_replicas: int = Field(
+        description="spec.replicas when the trial started: a trial whose fleet is scaled is "
+        "restarted, its windows no longer at matched load."
+    )
+    stable: TrackTotals = Field(
+        default_factory=TrackTotals,
+        description="The windows it is compared with (in place: those before the switch).",
+    )
+    canary: TrackTotals = Field(default_factory=TrackTotals, description="The candidate's windows.")
+
+
+class SpeculationState(ApiModel):
+    """The K in effect and the tuner's memory of it, each state an object while it holds."""
+
+    # Written before the states were objects: read into them, then dropped.
+    _FLAT: ClassVar = (
+        "disabled",
+        "disabledReason",
+        "disabledAcceptance",
+        "reprobeAt",
+        "failedReprobes",
+        "reprobedAt",
+        "lastKnownGoodTokens",
+        "lastKnownGoodSchedule",
+    )
+    model_config = ConfigDict(
+        json_schema_extra=_legacy(
+            rejectedTokens=_NUMBERS,
+            rejectedSchedule=_OBJECTS,
+            rejectedUntil=_STRING,
+            disabled=_BOOLEAN,
+            disabledReason=_STRING,
+            disabledAcceptance=_NUMBERS,
+            reprobeAt=_STRING,
+            failedReprobes=_INTEGER,
+            reprobedAt=_STRING,
+            lastKnownGoodTokens=_INTEGER,
+            lastKnownGoodSchedule=_OBJECTS,
+            candidateTokens=_INTEGER,
+            candidateSchedule=_OBJECTS,
+            canaryStartedAt=_STRING,
+        )
+    )
+
+    tokens: int | None = Field(default=None, description="K in effect on the stable pods.")
+    requested_tokens: int | None = Field(
+        default=None,
+        description="spec.speculation.tokens when K was last taken from the spec; "
+        "a new value in the spec resets K to it.",
+    )
+    last_known_good: LastKnownGood | None = Field(
+        default=None, description="What a rollback returns to first."
+    )
+    drafting: Annotated[Drafting, Lax] | None = Field(
+        default=None, description="The drafting style the step cost was measured for."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_parallel_drafting(cls, data: Any) -> Any:
+        """A status written before drafting styles had `parallelDrafting`: read it as its
+        style, so the step cost learned for it is kept."""
+        if isinstance(data, dict) and "parallelDrafting" in data:
+            data = dict(data)
+            parallel = data.pop("parallelDrafting")
+            data.setdefault("drafting", Drafting.PARALLEL if parallel else Drafting.SEQUENTIAL)
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_rejected(cls, data: Any) -> Any:
+        """A status written before `rejected` kept its three fields flat; with no
+        `rejectedUntil` nothing was rejected."""
+        legacy = ("rejectedTokens", "rejectedSchedule", "rejectedUntil")
+        if not isinstance(data, dict) or not any(key in data for key in legacy):
+            return data
+        data = dict(data)
+        tokens, schedule, until = (data.pop(key, None) for key in legacy)
+        if until is not None and "rejected" not in data:
+            data["rejected"] = {"tokens": tokens or [], "schedule": schedule, "until": until}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_states(cls, data: Any) -> Any:
+        """A status written before the states were objects kept them flat: `disabled`
+        with its reason, acceptance and re-probe time is `off`; a re-probe not yet proven
+        (`reprobedAt`) is `reprobing`; the two last-known-good fields are one object.
+        Old keys are dropped whenever they appear (a merge patch leaves them beside the
+        new objects); they are read only into objects the body does not have yet. A
+        trial's flat fields are read with status.canary (SpeculativeModelStatus)."""
+        flat = (*cls._FLAT, *_FLAT_TRIAL)
+        if not isinstance(data, dict) or not any(key in data for key in flat):
+            return data
+        old = {key: data[key] for key in flat if key in data}
+        data = {key: value for key, value in data.items() if key not in flat}
+        failed = old.get("failedReprobes") or 0
+        if old.get("disabled") and "off" not in data:
+            acceptance = old.get("disabledAcceptance")
+            data["off"] = {
+                # Plain decoding was chosen exactly when its acceptance was kept.
+                "reason": OffReason.NO_K_CLEARS_FLOOR
+                if acceptance is None
+                else OffReason.NO_K_PAYS,
+                "message": old.get("disabledReason") or "speculation disabled by rollback",
+                "acceptance": acceptance,
+                # Never set: due at once, as an unset time was read then.
+                "reprobeAt": old.get("reprobeAt") or datetime.fromtimestamp(0, UTC),
+                "failedReprobes": failed,
+            }
+        reprobed = old.get("reprobedAt")
+        if not old.get("disabled") and reprobed is not None and "reprobing" not in data:
+            data["reprobing"] = {"since": reprobed, "failedReprobes": failed}
+        tokens = old.get("lastKnownGoodTokens")
+        if tokens is not None and "lastKnownGood" not in data:
+            data["lastKnownGood"] = {"tokens": tokens, "schedule": old.get("lastKnownGoodSchedule")}
+        return data
+
+    trial: Trial | None = Field(
+        default=None, description="A candidate K or schedule on trial; none: no trial runs."
+    )
+    off: Off | None = Field(
+        default=None,
+        description="Speculation switched off (plain decoding) and why; none: it is on.",
+    )
+    reprobing: Reprobing | None = Field(
+        default=None,
+        description="Speculation back on by a re-probe not yet proven; none: no re-probe is "
+        "pending (it held, or none was made).",
+    )
+    strategy: TuningStrategy | None = Field(
+        default=None, description="Strategy in effect (InPlace when no canary fits)."
+    )
+    changed_at: datetime | None = Field(default=None, description="Last change of K (cooldown).")
+    baseline_acceptance: float | None = Field(
+        default=None, description="Acceptance measured when the K in effect was promoted."
+    )
+    rejected: Rejected | None = Field(
+        default=None,
+        description="What a trial or a rollback rejected, not proposed again before its "
+        "`until`; none: nothing is.",
+    )
+
+    @property
+    def rejected_tokens(self) -> list[int]:
+        return self.rejected.tokens if self.rejected else []
+
+    @property
+    def rejected_schedule(self) -> list[ScheduledBand] | None:
+        return self.rejected.schedule if self.rejected else None
+
+    failing_windows: int = 0
+    plain_faster_windows: int = Field(
+        default=0,
+        description="Conclusive windows in a row in which plain decoding was predicted "
+        "faster than every K; StopSpeculation needs rollback.failureLimit of them.",
+    )
+    inconclusive_windows: int = 0
+    windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
+
+    good_acceptance: list[float] | None = Field(
+        default=None,
+        description="Conditional acceptance per position in the last window at one K that "
+        "cleared the floor: a re-probe after a Disable tries the K it and the fitted cost "
+        "predict best, where a recovered draft pays.",
+    )
+
+    @model_validator(mode="after")
+    def _off_or_reprobing(self) -> SpeculationState:
+        if self.off is not None and self.reprobing is not None:
+            raise ValueError("speculation is off or back on by a re-probe, not both")
+        return self
+
+    @property
+    def plain_decoding_chosen(self) -> bool:
+        """Off because no K pays at this load, not because the draft failed: the model
+        runs as it should."""
+        return self.off is not None and self.off.reason is OffReason.NO_K_PAYS
+
+    @property
+    def failed_reprobes(self) -> int:
+        """Re-probes that ended off again in a row (each doubles the next back-off)."""
+        state = self.off or self.reprobing
+        return state.failed_reprobes if state else 0
+
+    schedule: list[ScheduledBand] | None = Field(
+        default=None,
+        description="K by batch size on the stable pods (tokens is its largest K); none: K "
+        "at every load.",
+    )
+    requested_schedule: Schedule | None = Field(
+        default=None, description="spec.speculation.schedule as last seen (a change resets)."
+    )
+    load: list[float] = Field(
+        default_factory=list,
+        description="Decoding requests per engine step of the latest stable windows (the "
+        "load profile a learned schedule is fitted to).",
+    )
+
+
 class OpenWindow(ApiModel):
     """A window still collecting minDraftTokens: counts summed over its intervals."""
 
@@ -2092,36 +2249,6 @@ class StepCostStatus(ApiModel):
     )
 
 
-class CanaryComparison(ApiModel):
-    """A running trial of a candidate K: a canary pod, or (InPlace) the stable pods themselves."""
-
-    candidate_tokens: int
-    in_place: bool = Field(
-        default=False,
-        description="InPlace trial: the stable K itself was changed; `stable` holds the "
-        "windows measured before the change.",
-    )
-    baseline_pending: bool = Field(
-        default=False,
-        description="In place: the stable pods still run the K before the trial while its "
-        "`canaryWindows` baseline windows are measured (not the window that proposed it: "
-        "that one was chosen for looking bad); then the K changes.",
-    )
-    previous_schedule: list[ScheduledBand] | None = Field(
-        default=None, description="In place: the schedule before the trial, restored on abort."
-    )
-    previous_tokens: int | None = Field(
-        default=None, description="InPlace: the K before the trial, restored on abort."
-    )
-    stable_replicas: int | None = Field(
-        default=None,
-        description="spec.replicas when the trial started: a trial whose fleet is scaled is "
-        "restarted, its windows no longer at matched load.",
-    )
-    stable: TrackTotals = Field(default_factory=TrackTotals)
-    canary: TrackTotals = Field(default_factory=TrackTotals)
-
-
 class RunningConfig(ApiModel):
     """The part of the spec a config change is named by, as the stable pods run it:
     enough to render them while the spec already says the next one."""
@@ -2138,6 +2265,11 @@ class ConfigTrial(ApiModel):
 
     config: RunningConfig = Field(description="The config on trial (the spec's).")
     tokens: int = Field(description="K the new config runs in the trial (the spec's K).")
+    schedule: list[ScheduledBand] | None = Field(
+        default=None,
+        description="On a canary: K by batch size it runs, if a schedule (the stable pods' "
+        "when the trial started).",
+    )
     in_place: bool = Field(
         default=False, description="InPlace: the stable pods themselves switch to it."
     )
@@ -2244,6 +2376,35 @@ class Decision(ApiModel):
 class SpeculativeModelStatus(ApiModel):
     """What the operator observed and decided. Everything it needs to resume is here."""
 
+    model_config = ConfigDict(json_schema_extra=_legacy(canary=_OBJECT))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat_trial(cls, data: Any) -> Any:
+        """A status written before `speculation.trial` kept a trial in `canary` (its
+        totals, in place or not) and in speculation's flat `candidateTokens`,
+        `candidateSchedule` and `canaryStartedAt`, which a config trial's canary shared.
+        Read into `speculation.trial` and the config trial's `schedule`; the old keys are
+        dropped whenever they appear (a merge patch leaves them beside the new ones)."""
+        if not isinstance(data, dict):
+            return data
+        speculation = data.get("speculation")
+        speculation = dict(speculation) if isinstance(speculation, dict) else {}
+        if "canary" not in data and not any(key in speculation for key in _FLAT_TRIAL):
+            return data
+        data = dict(data)
+        canary = data.pop("canary", None)
+        flat = {key: speculation.pop(key, None) for key in _FLAT_TRIAL}
+        if canary is not None and "trial" not in speculation:
+            speculation["trial"] = _trial_of(canary, flat, speculation, data)
+        config = data.get("config")
+        trial = config.get("trial") if isinstance(config, dict) else None
+        if isinstance(trial, dict) and not trial.get("inPlace") and "schedule" not in trial:
+            trial = {**trial, "schedule": flat["candidateSchedule"]}
+            data["config"] = {**config, "trial": trial}
+        data["speculation"] = speculation
+        return data
+
     observed_generation: int | None = None
     phase: Phase = Phase.PENDING
     replicas: int = Field(
@@ -2255,7 +2416,6 @@ class SpeculativeModelStatus(ApiModel):
         description="Label selector of the stable pods, for the scale subresource (HPA, KEDA).",
     )
     speculation: SpeculationState = Field(default_factory=SpeculationState)
-    canary: CanaryComparison | None = None
     acceptance: AcceptanceWindow = Field(default_factory=AcceptanceWindow)
     open_windows: OpenWindows | None = Field(
         default=None, description="Windows still collecting draft tokens."
@@ -2273,6 +2433,53 @@ class SpeculativeModelStatus(ApiModel):
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(
         default_factory=list, description=f"The last {HISTORY_LIMIT} decisions, oldest first."
     )
+
+    @property
+    def canary_run(self) -> tuple[int, list[ScheduledBand] | None] | None:
+        """The K and schedule the canary pod runs: a trial's candidate, or a config
+        trial's K on a canary; None: no canary pod."""
+        trial = self.speculation.trial
+        if trial is not None and trial.in_place is None:
+            return trial.tokens, trial.schedule
+        config = self.config.trial if self.config is not None else None
+        if config is not None and not config.in_place:
+            return config.tokens, config.schedule
+        return None
+
+
+def _trial_of(
+    canary: dict[str, Any],
+    flat: dict[str, Any],
+    speculation: dict[str, Any],
+    status: dict[str, Any],
+) -> dict[str, Any]:
+    """`speculation.trial` from a status before it: the old `canary` object and the
+    trial's flat fields. In place and switched, the candidate schedule was the stable
+    one; a start time and replicas at the start were always written since trials were
+    in status but the first versions: the changes then, and the pods that existed."""
+    in_place = None
+    if canary.get("inPlace"):
+        pending = bool(canary.get("baselinePending"))
+        in_place = {
+            "previousTokens": canary.get("previousTokens")
+            if canary.get("previousTokens") is not None
+            else speculation.get("tokens"),
+            "previousSchedule": canary.get("previousSchedule"),
+            "switched": not pending,
+        }
+        schedule = flat["candidateSchedule"] if pending else speculation.get("schedule")
+    else:
+        schedule = flat["candidateSchedule"]
+    replicas = canary.get("stableReplicas")
+    return {
+        "tokens": canary.get("candidateTokens"),
+        "schedule": schedule,
+        "startedAt": flat["canaryStartedAt"] or speculation.get("changedAt"),
+        "inPlace": in_place,
+        "stableReplicas": replicas if replicas is not None else status.get("replicas", 0),
+        "stable": canary.get("stable") or {},
+        "canary": canary.get("canary") or {},
+    }
 
 
 class ObjectMeta(BaseModel):

@@ -66,8 +66,6 @@ def sync(run: Run) -> None:
             )
         return
     if trial is not None and trial.config.hash == wanted.hash:
-        if not trial.in_place:  # a new spec.speculation.tokens clears the candidate
-            run.sp.candidate_tokens = trial.tokens
         return
     if state.rejected is not None and state.rejected.hash == wanted.hash:
         return  # held back until the spec changes or a user forces it
@@ -127,7 +125,7 @@ def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
     so that a trial compares the configs, not two Ks; the spec's with speculation off.
     Everything K was tuned from (acceptance, step cost) is measured afresh after."""
     sp = run.sp
-    if sp.disabled or sp.tokens is None:
+    if sp.off is not None or sp.tokens is None:
         fixed = schedule.fixed(run.spec)
         return (schedule.largest(fixed) if fixed else run.spec.speculation.tokens), fixed
     return sp.tokens, sp.schedule
@@ -137,7 +135,7 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     sp, spec = run.sp, run.spec
     state = run.status.config
     assert state is not None
-    if run.status.canary is not None:  # one canary: the config change comes first
+    if sp.trial is not None:  # one canary: the config change comes first
         end_trial(
             run,
             promote=False,
@@ -157,13 +155,15 @@ def _start(run: Run, wanted: RunningConfig) -> None:
         return
     k, bands = _matched(run)
     # Plain stable pods (speculation disabled) have no windows before to switch from.
-    in_place = strategy is RolloutStrategy.IN_PLACE and not sp.disabled
-    state.trial = ConfigTrial(config=wanted, tokens=k, in_place=in_place, started_at=run.now)
+    in_place = strategy is RolloutStrategy.IN_PLACE and sp.off is None
+    state.trial = ConfigTrial(
+        config=wanted,
+        tokens=k,
+        schedule=None if in_place else bands,
+        in_place=in_place,
+        started_at=run.now,
+    )
     where = "the stable pods, after their windows before," if in_place else "a canary"
-    if not in_place:
-        sp.candidate_tokens = k
-        sp.candidate_schedule = bands
-        sp.canary_started_at = run.now
     message = (
         f"config {wanted.hash} ({what}) on {where} at K={k}, against the running config "
         f"{state.running.hash}"
@@ -178,11 +178,11 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
     sp = run.sp
     pending = observation.canary_pending_since
     limit = run.seconds(run.spec.tuning.canary_pending_timeout).total_seconds()
-    if pending is not None and run.now.timestamp() - pending >= limit and not sp.disabled:
+    if pending is not None and run.now.timestamp() - pending >= limit and sp.off is None:
         # No node for the canary pod: the trial goes on in place, as a K trial's would;
         # the stable windows so far are its windows before.
-        trial.in_place = True
-        _drop_canary(run)
+        trial.in_place, trial.schedule = True, None
+        run.keep_collecting("canary", None)
         run.act(
             ActionKind.IN_PLACE_FALLBACK,
             "CanaryPending",
@@ -192,11 +192,9 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
             warning=True,
         )
         return
-    canary = judge_collected(
-        run, "canary", observation.canary, trial.tokens, None, sp.candidate_schedule
-    )
+    canary = judge_collected(run, "canary", observation.canary, trial.tokens, None, trial.schedule)
     # The stable windows of the trial are its comparison: the same hours, the same mix.
-    plain = sp.disabled and stable.window is not None and stable.window.generation_tokens > 0
+    plain = sp.off is not None and stable.window is not None and stable.window.generation_tokens > 0
     if (stable.conclusive or plain) and stable.window is not None:
         trial.stable = totals_add(trial.stable, stable.window)
     if not canary.conclusive or canary.window is None:
@@ -206,9 +204,9 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
         return
     if trial.canary.windows >= run.spec.rollout.windows and trial.stable.windows >= 1:
         batch = stable.window.batch_per_pod if stable.window is not None else 1.0
-        before = None if sp.disabled else sp.schedule
-        tried = sp.candidate_schedule
-        _compare(run, trial, 0 if sp.disabled else (sp.tokens or 0), before, tried, batch)
+        off = sp.off is not None
+        before = None if off else sp.schedule
+        _compare(run, trial, 0 if off else (sp.tokens or 0), before, trial.schedule, batch)
 
 
 def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
@@ -311,14 +309,13 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
         state.running, state.trial, state.rejected = wanted, None, None
     k, bands = _matched(run)
     k = trial.tokens if trial is not None else k
-    _drop_canary(run)
+    run.keep_collecting("canary", None)
     run.status.step_cost = None  # measured with another draft, image or vLLM
     run.drafting = sp.drafting = wanted.method.runtime.drafting
     run.cost = speed.prior(run.drafting)
-    sp.schedule = sp.last_known_good_schedule = bands
-    sp.rejected = None
-    sp.failed_reprobes = 0
-    sp.reprobed_at = None
+    sp.schedule = bands
+    # Learned anew for the new config: enable() makes K=k (and the schedule) last known good.
+    sp.rejected = sp.reprobing = sp.last_known_good = None
     enable(run, k)
     clear_below_floor(run, "ConfigChanged", f"the stable pods run config {wanted.hash}")
     run.act(kind, reason, message, from_tokens=previous, to_tokens=k, acceptance=rate)
@@ -337,15 +334,16 @@ def _end(run: Run, trial: ConfigTrial) -> None:
             run.cost = speed.prior(run.drafting)
             run.changed(trial.previous_tokens or run.spec.speculation.tokens)
         return
-    _drop_canary(run)
-
-
-def _drop_canary(run: Run) -> None:
-    sp = run.sp
-    sp.candidate_tokens = None
-    sp.candidate_schedule = None
-    sp.canary_started_at = None
     run.keep_collecting("canary", None)
+
+
+def forget_canary_schedule(run: Run) -> None:
+    """The spec's K or schedule replaced the tuner's: a config trial's canary goes on at
+    its K, not at the schedule it was matched to (kept as it was when both lived in
+    speculation's candidate fields, which the spec's K cleared)."""
+    state = run.status.config
+    if state is not None and state.trial is not None:
+        state.trial.schedule = None
 
 
 def _reject(run: Run, reason: TrialOutcome, message: str) -> None:

@@ -572,15 +572,14 @@ class Fleet:
         if record.gone:
             return
         labels = key_of_model(model)
-        speculation = status.speculation
-        stable_k = 0 if speculation.disabled else (speculation.tokens or 0)
+        speculation, canary = status.speculation, status.canary_run
+        stable_k = 0 if speculation.off is not None else (speculation.tokens or 0)
         observability.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
-        observability.SPECULATIVE_TOKENS.labels(*labels, "canary").set(
-            speculation.candidate_tokens or 0
-        )
+        observability.SPECULATIVE_TOKENS.labels(*labels, "canary").set(canary[0] if canary else 0)
         observability.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
         observability.export_acceptance_metric(*labels, model.spec.rollback.metric)
-        observability.SPECULATION_DISABLED.labels(*labels).set(1 if speculation.disabled else 0)
+        off = speculation.off is not None
+        observability.SPECULATION_DISABLED.labels(*labels).set(1 if off else 0)
         observability.PLAIN_DECODING_CHOSEN.labels(*labels).set(
             1 if speculation.plain_decoding_chosen else 0
         )

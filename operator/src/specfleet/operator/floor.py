@@ -11,6 +11,9 @@ from specfleet.operator import schedule
 from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
+    LastKnownGood,
+    Off,
+    OffReason,
     Rejected,
     RollbackMetric,
     ScheduledBand,
@@ -70,9 +73,8 @@ def count_stable_window(run: Run, judged: Judged) -> None:
         # What a recovered draft is expected to do again: where a re-probe looks first.
         sp.good_acceptance = [round(c, 4) for c in window_conditional(judged.window)]
     held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
-    if sp.reprobed_at is not None and held:
-        sp.reprobed_at = None  # the re-probe held: the back-off starts over
-        sp.failed_reprobes = 0
+    if held:
+        sp.reprobing = None  # the re-probe held: the back-off starts over
 
 
 def rollback(run: Run, judged: Judged) -> None:
@@ -84,7 +86,7 @@ def rollback(run: Run, judged: Judged) -> None:
     predicted = predictions(spec, judged.window, run.cost)
     why = floor_message(run, judged) + f" for {sp.failing_windows} windows"
     metric = judged.metric.value if judged.metric else None
-    lkg = sp.last_known_good_tokens
+    lkg = sp.last_known_good.tokens if sp.last_known_good else None
     if not floor_caps_k(spec):
         below_floor(run, judged, why)
         return
@@ -124,7 +126,8 @@ def rollback(run: Run, judged: Judged) -> None:
             acceptance=metric,
             goodput=judged.goodput,
         )
-        sp.last_known_good_tokens = k
+        good = sp.last_known_good
+        sp.last_known_good = LastKnownGood(tokens=k, schedule=good.schedule if good else None)
         run.changed(k)
         return
     below_floor(run, judged, why)
@@ -138,13 +141,16 @@ def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
     assert sp.schedule is not None and sp.tokens is not None
     failed = sp.schedule
     remember_rejected(run, schedule=failed)
-    lkg = sp.last_known_good_schedule
+    good = sp.last_known_good
+    lkg = good.schedule if good else None
     if lkg is not None and lkg != failed:
         sp.schedule, k = lkg, schedule.largest(lkg)
         target = f"the last known good schedule, {schedule.describe(lkg)}"
     else:
-        k = sp.last_known_good_tokens or min(schedule.drafting_ks(failed))
-        sp.schedule, sp.last_known_good_schedule = None, None
+        k = (good.tokens if good else None) or min(schedule.drafting_ks(failed))
+        sp.schedule = None
+        if good is not None:
+            sp.last_known_good = LastKnownGood(tokens=good.tokens)
         target = f"K={k} at every load"
     run.act(
         ActionKind.ROLLBACK,
@@ -204,8 +210,10 @@ def _disable(
     metric: float | None,
     goodput: float | None,
     kind: ActionKind = ActionKind.DISABLE,
-    why: str = "NoKClearsFloor",
+    why: OffReason = OffReason.NO_K_CLEARS_FLOOR,
+    acceptance: list[float] | None = None,
 ) -> None:
+    """Speculation off; a re-probe not yet proven has failed (the back-off doubles)."""
     sp = run.sp
     run.act(
         kind,
@@ -217,19 +225,16 @@ def _disable(
         acceptance=metric,
         goodput=goodput,
     )
-    if sp.reprobed_at is not None:
-        sp.failed_reprobes += 1
-    sp.reprobed_at = None
-    sp.disabled = True
-    sp.disabled_reason = reason
-    sp.disabled_acceptance = None
-    sp.reprobe_at = next_reprobe(run)
-    sp.changed_at = run.now
-    sp.failing_windows = 0
-    sp.plain_faster_windows = 0
-    sp.windows = 0
-    sp.baseline_acceptance = None
-    run.status.open_windows = None
+    failed = sp.reprobing.failed_reprobes + 1 if sp.reprobing else 0
+    sp.reprobing = None
+    sp.off = Off(
+        reason=why,
+        message=reason,
+        acceptance=acceptance,
+        reprobe_at=next_reprobe(run, failed),
+        failed_reprobes=failed,
+    )
+    run.changed(None)
     run.condition(ConditionType.SPECULATION_ACTIVE, "False", "Disabled", reason)
     clear_below_floor(run, "Disabled", "speculation is off")
 
@@ -262,9 +267,9 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
         judged.metric.value if judged.metric else None,
         judged.goodput,
         kind=ActionKind.STOP_SPECULATION,
-        why="NoKPays",
+        why=OffReason.NO_K_PAYS,
+        acceptance=[round(c, 4) for c in conditional],
     )
-    run.sp.disabled_acceptance = [round(c, 4) for c in conditional]
     return True
 
 

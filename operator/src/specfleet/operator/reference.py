@@ -60,12 +60,13 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
     api.ConditionType.SPECULATION_ACTIVE: {
         "Drafting": "The stable pods draft at the K in status.speculation.tokens.",
         "PlainDecoding": "spec.draft.method is none.",
-        "Disabled": "Rolled back to plain decoding (status.speculation.disabledReason).",
+        "Disabled": "Rolled back to plain decoding (status.speculation.off says why).",
         "NoKPays": "Plain decoding measured faster than every K at this load (not a "
         "failure; re-probed when the load changes).",
         "NotExported": "The pods export no speculative-decoding metrics although a draft "
         "is configured: the draft did not load.",
-        "Reprobing": "Speculation is being tried again on a canary after its back-off.",
+        "Reprobing": "Speculation is back on in place after its back-off, not yet proven "
+        "(status.speculation.reprobing).",
         "Reprobed": "A re-probe succeeded: speculation is back on.",
     },
     api.ConditionType.METRICS_AVAILABLE: {

@@ -78,7 +78,7 @@ def owner_reference(model: SpeculativeModel) -> dict[str, Any]:
 
 def effective_method(model: SpeculativeModel) -> DraftMethod:
     """The method the stable pods run: plain decoding once rollback disabled speculation."""
-    if model.status.speculation.disabled:
+    if model.status.speculation.off is not None:
         return DraftMethod.NONE
     return model.spec.draft.method
 
@@ -95,8 +95,8 @@ def track_tokens(model: SpeculativeModel, track: Track) -> int:
     """K the pods of a track run (0: plain decoding)."""
     if _track_method(model, track) is DraftMethod.NONE:
         return 0
-    candidate = model.status.speculation.candidate_tokens
-    return stable_tokens(model) if track == "stable" else (candidate or stable_tokens(model))
+    canary = model.status.canary_run
+    return canary[0] if track == "canary" and canary else stable_tokens(model)
 
 
 def track_schedule(model: SpeculativeModel, track: Track) -> list[ScheduledBand] | None:
@@ -104,10 +104,8 @@ def track_schedule(model: SpeculativeModel, track: Track) -> list[ScheduledBand]
     largest K)."""
     if _track_method(model, track) is DraftMethod.NONE:
         return None
-    sp = model.status.speculation
-    if track == "stable":
-        return sp.schedule
-    return sp.candidate_schedule if sp.candidate_tokens else sp.schedule
+    canary = model.status.canary_run
+    return canary[1] if track == "canary" and canary else model.status.speculation.schedule
 
 
 def runtime_config(
@@ -228,8 +226,8 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
     model = as_track_runs(model, track)  # the last good config but on a config trial
     method = _track_method(model, track)
     tokens = track_tokens(model, track)
-    candidate = model.status.speculation.candidate_tokens
-    replicas = model.spec.replicas if track == "stable" else (1 if candidate else 0)
+    canary = model.status.canary_run
+    replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
     container = _container(model, method, tokens, track_schedule(model, track))
     pod_labels = labels(model, track)
     pod = model.spec.runtime.pod

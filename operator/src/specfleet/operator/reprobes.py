@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 
 from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
-    CanaryComparison,
     ConditionType,
+    LastKnownGood,
+    Reprobing,
+    Trial,
     TuningStrategy,
 )
 from specfleet.operator.outcomes import ActionKind
@@ -25,9 +27,9 @@ if TYPE_CHECKING:
 MAX_REPROBE_DOUBLINGS = 4
 
 
-def next_reprobe(run: Run) -> datetime:
-    """reprobeAfter from now, doubled for each re-probe that failed in a row."""
-    doublings = min(run.sp.failed_reprobes, MAX_REPROBE_DOUBLINGS)
+def next_reprobe(run: Run, failed: int) -> datetime:
+    """reprobeAfter from now, doubled for each of the `failed` re-probes in a row."""
+    doublings = min(failed, MAX_REPROBE_DOUBLINGS)
     return run.now + run.seconds(run.spec.rollback.reprobe_after) * (1 << doublings)
 
 
@@ -37,37 +39,29 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     acceptance measured before a StopSpeculation would pay at the batch plain decoding
     runs now, at the K it predicts best. On a canary when the strategy has one (the
     stable pods keep decoding plainly until the trial is promoted); in place otherwise."""
-    sp, spec = run.sp, run.spec
+    sp, spec, off = run.sp, run.spec, run.sp.off
+    assert off is not None
     window = stable.window
     if window is None or window.generation_tokens <= 0:
         return  # an idle fleet measures nothing: the re-probe waits for traffic
     k, why = recovered_k(run, window.batch_per_pod), "BackoffElapsed"
     cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
-    backed_off = sp.failed_reprobes == 0 or sp.reprobe_at is None or run.now >= sp.reprobe_at
-    if (
-        sp.disabled_acceptance
-        and window is not None
-        and speed.measured(window)
-        and cooled
-        and backed_off
-    ):
-        best, plain = fastest_and_plain(
-            spec, sp.disabled_acceptance, window.batch_per_pod, run.cost
-        )
+    backed_off = off.failed_reprobes == 0 or run.now >= off.reprobe_at
+    if off.acceptance and speed.measured(window) and cooled and backed_off:
+        best, plain = fastest_and_plain(spec, off.acceptance, window.batch_per_pod, run.cost)
         if best.goodput >= plain * (1 + run.required_gain()):
             k, why = best.tokens, "PredictedGain"
-    if why == "BackoffElapsed" and sp.reprobe_at is not None and run.now < sp.reprobe_at:
+    if why == "BackoffElapsed" and run.now < off.reprobe_at:
         return
-    if why == "BackoffElapsed" and sp.disabled_acceptance and speed.measured(window):
+    if why == "BackoffElapsed" and off.acceptance and speed.measured(window):
         return  # stopped for speed: the prediction above decides, not the clock
-    waited = f" (back-off doubled {sp.failed_reprobes} times)" if sp.failed_reprobes else ""
+    failed = off.failed_reprobes
+    waited = f" (back-off doubled {failed} times)" if failed else ""
     cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
     strategy = sp.strategy or spec.tuning.strategy
     if strategy is TuningStrategy.CANARY:
-        run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
-        sp.candidate_tokens = k
-        sp.canary_started_at = run.now
+        sp.trial = Trial(tokens=k, started_at=run.now, stable_replicas=spec.replicas)
         run.act(
             ActionKind.REPROBE,
             why,
@@ -82,7 +76,7 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         to_tokens=k,
     )
     enable(run, k)
-    sp.reprobed_at = run.now
+    sp.reprobing = Reprobing(since=run.now, failed_reprobes=failed)
     run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
 
 
@@ -108,14 +102,12 @@ def recovered_k(run: Run, batch: float) -> int:
 
 
 def enable(run: Run, k: int) -> None:
+    """Speculation on at K=k, which becomes the last known good K."""
     sp = run.sp
-    sp.disabled = False
-    sp.disabled_reason = None
-    sp.disabled_acceptance = None
-    sp.reprobe_at = None
-    sp.last_known_good_tokens = k
+    sp.off = None
     sp.inconclusive_windows = 0
+    good = sp.last_known_good.schedule if sp.last_known_good else None
     if sp.schedule is not None:  # K=k was tried: no band drafts more than it
-        sp.schedule = schedule.capped(sp.schedule, k)
-        sp.last_known_good_schedule = sp.schedule
+        sp.schedule = good = schedule.capped(sp.schedule, k)
+    sp.last_known_good = LastKnownGood(tokens=k, schedule=good)
     run.changed(k)

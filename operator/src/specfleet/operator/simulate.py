@@ -625,14 +625,14 @@ class _Simulation:
     def pods(self, replicas: int) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
         """Each pod's track, largest K and schedule (empty: that K at every load)."""
         sp = self.status.speculation
-        stable_k = 0 if sp.disabled or sp.tokens is None else sp.tokens
+        stable_k = 0 if sp.off is not None or sp.tokens is None else sp.tokens
         stable_schedule = tuple(sp.schedule or ()) if stable_k else ()
         result: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]] = [
             (f"stable-{i}", "stable", stable_k, stable_schedule) for i in range(replicas)
         ]
-        if sp.candidate_tokens is not None:
-            canary = tuple(sp.candidate_schedule or ())
-            result.append(("canary-0", "canary", sp.candidate_tokens, canary))
+        canary = self.status.canary_run
+        if canary is not None:
+            result.append(("canary-0", "canary", canary[0], tuple(canary[1] or ())))
         return result
 
     def window(self, index: int) -> None:
@@ -671,7 +671,7 @@ class _Simulation:
         self.status = decided.status
         kinds = [a.kind for a in decided.actions if a.kind != "Inconclusive"]
         self._count_actions(index, decided, phase, phase_index, stable_k)
-        if self.awaiting_plain is not None and self.status.speculation.disabled:
+        if self.awaiting_plain is not None and self.status.speculation.off is not None:
             self.drift_to_plain.append(index + 1 - self.awaiting_plain)
             self.awaiting_plain = None
         self.records.append(
@@ -700,7 +700,7 @@ class _Simulation:
             and self.free_k[phase_index - 1] > 0
             and self.free_k[phase_index] == 0
         ):
-            if self.status.speculation.disabled:
+            if self.status.speculation.off is not None:
                 self.drift_to_plain.append(0)
             else:
                 self.awaiting_plain = index

@@ -142,9 +142,9 @@ def summarize(
     status = model.status
     generation = model.metadata.generation
     replicas = model.spec.replicas
-    candidate = status.speculation.candidate_tokens
+    canary = status.canary_run
     stable_done = _rolled_out(children.stable, replicas)
-    canary_done = candidate is None or _rolled_out(children.canary, 1)
+    canary_done = canary is None or _rolled_out(children.canary, 1)
     runtime_failed = runtime_failure(children.pods)
     pending = unschedulable(children.pods)
     conditions = list(status.conditions)
@@ -169,15 +169,14 @@ def summarize(
         now,
         generation,
     )
-    disabled = status.speculation.disabled
+    off = status.speculation.off
     degraded = True
     if reconcile_failure:
         degraded_reason, degraded_message = reconcile_failure.reason, reconcile_failure.message
     elif runtime_failed:
         degraded_reason, degraded_message = "RuntimeFailed", runtime_failed
-    elif disabled and not status.speculation.plain_decoding_chosen:
-        degraded_reason = "SpeculationDisabled"
-        degraded_message = status.speculation.disabled_reason or "rollback disabled speculation"
+    elif off is not None and not status.speculation.plain_decoding_chosen:
+        degraded_reason, degraded_message = "SpeculationDisabled", off.message
     else:
         degraded, degraded_reason, degraded_message = False, "AsExpected", "no failures"
     conditions = set_condition(
@@ -192,7 +191,7 @@ def summarize(
 
     if degraded:
         phase = Phase.DEGRADED
-    elif candidate is not None:
+    elif canary is not None:
         phase = Phase.CANARY
     elif ready:
         phase = Phase.READY

@@ -8,9 +8,11 @@ from typing import TYPE_CHECKING
 
 from specfleet.operator import schedule
 from specfleet.operator.api import (
-    CanaryComparison,
     ConditionType,
+    InPlace,
+    LastKnownGood,
     ScheduledBand,
+    Trial,
     TuningStrategy,
 )
 from specfleet.operator.floor import remember_rejected, stable_failing
@@ -48,12 +50,11 @@ def start_trial(
         # The baseline is measured after the proposal, not taken from the window that
         # proposed it: a window is proposed on for looking bad, so judging against it
         # credits the candidate with that window's noise (the winner's curse).
-        run.status.canary = CanaryComparison(
-            candidate_tokens=k,
-            in_place=True,
-            baseline_pending=True,
-            previous_tokens=sp.tokens,
-            previous_schedule=sp.schedule,
+        sp.trial = Trial(
+            tokens=k,
+            schedule=candidate,
+            started_at=run.now,
+            in_place=InPlace(previous_tokens=sp.tokens, previous_schedule=sp.schedule),
             stable_replicas=spec.replicas,
         )
         run.act(
@@ -66,13 +67,10 @@ def start_trial(
             acceptance=acceptance,
             goodput=judged.goodput,
         )
-        sp.canary_started_at = run.now
-        sp.candidate_schedule = candidate
         return
-    run.status.canary = CanaryComparison(candidate_tokens=k, stable_replicas=spec.replicas)
-    sp.candidate_tokens = k
-    sp.candidate_schedule = candidate
-    sp.canary_started_at = run.now
+    sp.trial = Trial(
+        tokens=k, schedule=candidate, started_at=run.now, stable_replicas=spec.replicas
+    )
     run.act(
         ActionKind.START_CANARY,
         "PredictedGain",
@@ -86,19 +84,12 @@ def start_trial(
 
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     """Judge the canary's window (an in-place trial has none) and advance the trial."""
-    trial = run.status.canary
+    trial = run.sp.trial
     assert trial is not None
     canary = (
         None
         if trial.in_place
-        else judge_collected(
-            run,
-            "canary",
-            observation.canary,
-            trial.candidate_tokens,
-            None,
-            run.sp.candidate_schedule,
-        )
+        else judge_collected(run, "canary", observation.canary, trial.tokens, None, trial.schedule)
     )
     _advance_trial(run, stable, canary, observation)
 
@@ -107,7 +98,7 @@ def _advance_trial(
     run: Run, stable: Judged, canary: Judged | None, observation: Observation
 ) -> None:
     """Feed a window to the running trial; promote or abort when it has enough."""
-    spec, trial = run.spec, run.status.canary
+    spec, trial = run.spec, run.sp.trial
     assert trial is not None
     if not spec.tuning.enabled:
         message = "spec.tuning.enabled is false"
@@ -115,7 +106,7 @@ def _advance_trial(
         return
     if trial.in_place:
         after = stable
-        if trial.baseline_pending:
+        if not trial.in_place.switched:
             _measure_baseline(run, stable)
             return
         if after.conclusive and after.window is not None:
@@ -147,22 +138,22 @@ def _baseline_windows(run: Run) -> int:
 def _measure_baseline(run: Run, stable: Judged) -> None:
     """In place, before the switch: the K that runs gathers its baseline windows, then
     the stable pods change to the candidate."""
-    sp, trial = run.sp, run.status.canary
-    assert trial is not None
+    sp, trial = run.sp, run.sp.trial
+    assert trial is not None and trial.in_place is not None
     if stable.conclusive and stable.window is not None:
         trial.stable = totals_add(trial.stable, stable.window)
     if trial.stable.windows < _baseline_windows(run):
         _end_if_overdue(run)
         return
-    trial.baseline_pending = False
-    sp.schedule, sp.candidate_schedule = sp.candidate_schedule, None
-    run.changed(trial.candidate_tokens)
+    trial.in_place.switched = True
+    sp.schedule = trial.schedule
+    run.changed(trial.tokens)
 
 
 def _fell_back_in_place(run: Run, observation: Observation) -> bool:
     """A canary Pending past canaryPendingTimeout: the trial ends, and the next runs in
     place."""
-    sp, spec, trial = run.sp, run.spec, run.status.canary
+    sp, spec, trial = run.sp, run.spec, run.sp.trial
     assert trial is not None
     pending = observation.canary_pending_since
     limit = run.seconds(spec.tuning.canary_pending_timeout).total_seconds()
@@ -173,7 +164,7 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
         f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s "
         f"(> {spec.tuning.canary_pending_timeout})"
         + (f", the scheduler says: {waiting}" if waiting else "")
-        + f"; trying K={trial.candidate_tokens} in place instead"
+        + f"; trying K={trial.tokens} in place instead"
     )
     sp.strategy = TuningStrategy.IN_PLACE
     end_trial(run, promote=False, reason=TrialOutcome.CANARY_PENDING, message=message, reject=False)
@@ -191,11 +182,11 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
 def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
     """Add both tracks' windows to a canary trial's totals; False when the canary's
     failed the floor and ended the trial."""
-    sp, spec, trial = run.sp, run.spec, run.status.canary
+    sp, spec, trial = run.sp, run.spec, run.sp.trial
     assert trial is not None
     # Every stable window of the trial is its comparison: the same hours, the same mix.
     # Plain stable pods (a re-probe) have no acceptance to judge: their speed counts.
-    plain = sp.disabled and stable.window is not None and stable.window.generation_tokens > 0
+    plain = sp.off is not None and stable.window is not None and stable.window.generation_tokens > 0
     if (stable.conclusive or plain) and stable.window is not None:
         trial.stable = totals_add(trial.stable, stable.window)
     if not canary.conclusive or canary.window is None:
@@ -217,9 +208,9 @@ def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
 def _end_if_overdue(run: Run) -> None:
     """A trial that has not gathered its windows in the longest time they can take ends
     inconclusive."""
-    spec, trial = run.spec, run.status.canary
+    spec, trial = run.spec, run.sp.trial
     assert trial is not None
-    started = run.sp.canary_started_at or run.now
+    started = trial.started_at
     interval = run.seconds(spec.tuning.interval)
     # Each canary window may grow up to maxWindowAge before it is conclusive.
     longest = max(interval, run.seconds(spec.tuning.max_window_age))
@@ -241,25 +232,24 @@ def _end_if_overdue(run: Run) -> None:
 def _trial_baseline(run: Run) -> int | None:
     """The K a trial is compared with: plain decoding (0) for a re-probe, the K before an
     in-place trial, else the stable K."""
-    trial = run.status.canary
+    trial = run.sp.trial
     assert trial is not None
-    if run.sp.disabled:
+    if run.sp.off is not None:
         return 0
-    return trial.previous_tokens if trial.in_place else run.sp.tokens
+    return trial.in_place.previous_tokens if trial.in_place else run.sp.tokens
 
 
 def _trial_schedules(run: Run) -> tuple[list[ScheduledBand] | None, list[ScheduledBand] | None]:
     """The schedule a trial tries and the one it is compared with (None: one K)."""
-    trial = run.status.canary
+    trial = run.sp.trial
     assert trial is not None
     if trial.in_place:
-        tried = run.sp.candidate_schedule if trial.baseline_pending else run.sp.schedule
-        return tried, trial.previous_schedule
-    return run.sp.candidate_schedule, run.sp.schedule
+        return trial.schedule, trial.in_place.previous_schedule
+    return trial.schedule, run.sp.schedule
 
 
 def _compare(run: Run, stable: Judged) -> None:
-    spec, trial = run.spec, run.status.canary
+    spec, trial = run.spec, run.sp.trial
     assert trial is not None
     before_k = _trial_baseline(run)
     assert before_k is not None
@@ -276,18 +266,18 @@ def _compare(run: Run, stable: Judged) -> None:
                 reject=False,
             )
             return
-        after = tried or [ScheduledBand(tokens=trial.candidate_tokens)]
+        after = tried or [ScheduledBand(tokens=trial.tokens)]
         gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
     else:
         gain, basis = goodput_gain(
-            trial.stable, before_k, trial.canary, trial.candidate_tokens, batch, run.cost
+            trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
         )
     # In place the restart is paid, and going back costs another: the candidate stays
     # on proof of minImprovement. A canary's promotion rolls the stable pods: it must
     # repay that restart too.
     required = spec.tuning.min_improvement if trial.in_place else run.required_gain()
     metric = totals_metric(trial.canary, spec.rollback.metric)
-    tried_words = schedule.describe(tried) if tried else f"K={trial.candidate_tokens}"
+    tried_words = schedule.describe(tried) if tried else f"K={trial.tokens}"
     before_words = schedule.describe(before) if before else f"K={before_k}"
     summary = (
         f"{tried_words} vs {before_words}: goodput {gain.value:+.1%} "
@@ -320,7 +310,7 @@ def _compare(run: Run, stable: Judged) -> None:
 class _Ended:
     """A trial as it ended: what it tried against what, and the acceptance it measured."""
 
-    trial: CanaryComparison
+    trial: Trial
     previous: int | None
     tried: list[ScheduledBand] | None
     before: list[ScheduledBand] | None
@@ -338,22 +328,19 @@ def end_trial(
 ) -> None:
     """Promote or abort the trial. `judged=False`: it ended before its windows could say
     anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
-    sp, trial = run.sp, run.status.canary
+    sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
     rate = totals_rate(trial.canary).value if trial.canary.windows else None
     ended = _Ended(trial, _trial_baseline(run), *_trial_schedules(run), rate)
-    run.status.canary = None
-    sp.candidate_tokens = None
-    sp.candidate_schedule = None
-    sp.canary_started_at = None
+    sp.trial = None
     if promote:
         _promote(run, ended, reason, message)
     else:
-        _abort(run, ended, reason, message, reject=reject and not sp.disabled, judged=judged)
+        _abort(run, ended, reason, message, reject=reject and sp.off is None, judged=judged)
 
 
 def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> None:
-    sp, candidate = run.sp, ended.trial.candidate_tokens
+    sp, candidate = run.sp, ended.trial.tokens
     run.act(
         ActionKind.PROMOTE,
         reason,
@@ -362,15 +349,14 @@ def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> Non
         to_tokens=candidate,
         acceptance=ended.rate,
     )
-    if sp.disabled:  # a re-probe that measured faster than plain decoding
-        enable(run, candidate)
-        sp.failed_reprobes = 0
+    if sp.off is not None:  # a re-probe that measured faster than plain decoding
+        enable(run, candidate)  # proven: the back-off starts over
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "True", "Reprobed", f"drafting K={candidate}"
         )
         return
-    sp.last_known_good_tokens = ended.previous
-    sp.last_known_good_schedule = ended.before
+    assert ended.previous is not None
+    sp.last_known_good = LastKnownGood(tokens=ended.previous, schedule=ended.before)
     sp.schedule = ended.tried
     failing = sp.failing_windows
     run.changed(candidate)
@@ -383,13 +369,16 @@ def _abort(
 ) -> None:
     """Back to what ran before; a rejected candidate is not proposed again for a while, a
     failed re-probe backs off further."""
-    sp, candidate = run.sp, ended.trial.candidate_tokens
-    if sp.disabled:
+    sp, candidate = run.sp, ended.trial.tokens
+    if sp.off is not None:
         if judged:
-            sp.failed_reprobes += 1
-            sp.reprobe_at = next_reprobe(run)
+            failed = sp.off.failed_reprobes + 1
+            sp.off = sp.off.model_copy(
+                update={"failed_reprobes": failed, "reprobe_at": next_reprobe(run, failed)}
+            )
         else:
-            sp.reprobe_at = run.now + run.seconds(run.spec.tuning.cooldown)
+            later = run.now + run.seconds(run.spec.tuning.cooldown)
+            sp.off = sp.off.model_copy(update={"reprobe_at": later})
     if reject and ended.tried is not None:  # the schedule failed, not its largest K
         remember_rejected(run, schedule=ended.tried)
     elif reject:
@@ -403,7 +392,7 @@ def _abort(
         to_tokens=ended.previous,
         acceptance=ended.rate,
     )
-    if ended.trial.in_place and ended.previous and not ended.trial.baseline_pending:
+    if ended.trial.in_place and ended.previous and ended.trial.in_place.switched:
         sp.schedule = ended.before
         run.changed(ended.previous)
     else:
@@ -415,12 +404,8 @@ def restart_trial_if_scaled(run: Run) -> None:
     so may the best K. The windows collected so far compare the two Ks at another load
     than the ones to come, so the trial ends unjudged (not rejected); the next candidate
     is proposed after the cooldown, from windows at the new size."""
-    trial, replicas = run.status.canary, run.spec.replicas
-    if trial is None:
-        return
-    if trial.stable_replicas is None:  # a trial started before replicas were recorded
-        trial.stable_replicas = replicas
-    if trial.stable_replicas == replicas:
+    trial, replicas = run.sp.trial, run.spec.replicas
+    if trial is None or trial.stable_replicas == replicas:
         return
     end_trial(
         run,

@@ -3,19 +3,20 @@
 Pure: no I/O, no clock, never writes spec. Everything it remembers lives in status, so
 an operator restart resumes where it stopped, and recorded windows replay exactly.
 
-States, all in status.speculation / status.canary:
+States, each an object in status.speculation present while it holds:
   stable          K in effect, no trial; after `cooldown` and one conclusive window at this K
                   it may propose a candidate (best predicted goodput, clearing the floor
                   plus `acceptanceMargin`, at least `minImprovement` better than K).
-  canary trial    candidate_tokens set: one canary pod runs it; after `canaryWindows`
+  canary trial    `trial` without `in_place`: one canary pod runs it; after `canaryWindows`
                   conclusive canary windows it is promoted if the lower bound of its
                   goodput gain is >= minImprovement and its acceptance clears the floor,
                   otherwise aborted (and not proposed again for `reprobeAfter`).
-  in-place trial  strategy InPlace (or a canary Pending past `canaryPendingTimeout`):
-                  the stable K itself changes; windows after are compared with before.
-  disabled        plain decoding after the floor ruled out every K; re-probed after
-                  `reprobeAfter` at the K predicted best for the acceptance last measured
-                  above the floor.
+  in-place trial  `trial.in_place`: strategy InPlace (or a canary Pending past
+                  `canaryPendingTimeout`): the stable K itself changes; windows after are
+                  compared with before.
+  off             `off`: plain decoding after the floor ruled out every K (or no K pays);
+                  re-probed after `reprobeAfter` at the K predicted best for the acceptance
+                  last measured above the floor; back on in place, `reprobing` until it holds.
 Rollback (works with tuning disabled too): `failureLimit` conclusive stable windows in a
 row whose lower bound of `rollback.metric` is below the floor -> last known good K if it
 is predicted to clear the floor -> else the largest smaller K predicted to clear the floor
@@ -39,6 +40,8 @@ from specfleet.operator.api import (
     ConditionType,
     Decision,
     DraftMethod,
+    LastKnownGood,
+    OffReason,
     OpenWindow,
     OpenWindows,
     Schedule,
@@ -148,9 +151,11 @@ class Run:
             self.generation,
         )
 
-    def changed(self, tokens: int) -> None:
-        """K in effect changed: restart cooldown and every per-K memory."""
-        self.sp.tokens = tokens
+    def changed(self, tokens: int | None) -> None:
+        """K in effect changed (None: speculation off): restart cooldown and every per-K
+        memory."""
+        if tokens is not None:
+            self.sp.tokens = tokens
         self.sp.changed_at = self.now
         self.sp.failing_windows = 0
         self.sp.plain_faster_windows = 0
@@ -223,8 +228,8 @@ def decide(
     record_acceptance(run, stable, observation)
     record_load(run, observation)
     _speculation_condition(run, observation)
-    if run.sp.disabled:
-        if run.status.canary is not None:  # a re-probe on a canary
+    if run.sp.off is not None:
+        if run.sp.trial is not None:  # a re-probe on a canary
             feed_trial(run, stable, observation)
         elif not config_trials.feed(run, stable, observation):
             maybe_reprobe(run, stable)
@@ -243,17 +248,17 @@ def _judge_stable(run: Run, observation: Observation) -> Judged:
         unavailable = WindowVerdict.PROMETHEUS_UNAVAILABLE
         return Judged(None, False, unavailable, detail=observation.prometheus_error)
     k = _stable_k(run)
-    running = None if sp.disabled else sp.schedule
+    running = None if sp.off is not None else sp.schedule
     return judge_collected(run, "stable", observation.stable, k, sp.baseline_acceptance, running)
 
 
 def _floor_decided(run: Run, stable: Judged) -> bool:
     """Count a conclusive stable window against the floor; whether the floor decided this
     window (a trial failing it ended, a rollback, speculation switched off)."""
-    sp, spec, trial = run.sp, run.spec, run.status.canary
+    sp, spec, trial = run.sp, run.spec, run.sp.trial
     count_stable_window(run, stable)
     below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-    if trial is not None and trial.in_place and not trial.baseline_pending and floor_caps_k(spec):
+    if trial is not None and trial.in_place and trial.in_place.switched and floor_caps_k(spec):
         if stable_failing(run, stable):  # the candidate K fails a floor that caps K
             reason, message = TrialOutcome.BELOW_FLOOR, floor_message(run, stable)
             end_trial(run, promote=False, reason=reason, message=message)
@@ -262,7 +267,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
         if stable_failing(run, stable):
             # Re-checked each window; while speculation pays, tuning goes on below.
             below_floor(run, stable, floor_message(run, stable))
-            return sp.disabled
+            return sp.off is not None
         if stable.metric is not None and stable.metric.low >= run.floor + run.margin:
             recovered(run, stable)  # the margin keeps noise at the floor from flapping
     elif sp.failing_windows >= spec.rollback.failure_limit:
@@ -277,7 +282,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
 def _tune(run: Run, stable: Judged, observation: Observation) -> None:
     """Feed the running trial, or propose one when the stable K has settled."""
     sp, spec = run.sp, run.spec
-    if run.status.canary is not None:
+    if run.sp.trial is not None:
         feed_trial(run, stable, observation)
     elif (
         spec.tuning.enabled
@@ -310,7 +315,7 @@ def _cooled(run: Run) -> bool:
 
 def _stable_k(run: Run) -> int:
     sp = run.sp
-    return 0 if sp.disabled or sp.tokens is None else sp.tokens
+    return 0 if sp.off is not None or sp.tokens is None else sp.tokens
 
 
 def _perturbed(run: Run, observation: Observation) -> Judged | None:
@@ -318,7 +323,7 @@ def _perturbed(run: Run, observation: Observation) -> Judged | None:
     K and batch), or None. Past speed.PERTURBED_LIMIT windows in a row the engine itself
     changed: the samples go and the fit starts over from what the pods measure now."""
     sp, cost, window = run.sp, run.status.step_cost, observation.stable
-    flat = sp.disabled or sp.schedule is None
+    flat = sp.off is not None or sp.schedule is None
     why = speed.perturbation(cost, _stable_k(run), window) if flat else None
     if why is None or cost is None:
         return None
@@ -336,17 +341,17 @@ def _learn_speed(run: Run, observation: Observation) -> None:
     candidate."""
     sp, window = run.sp, observation.stable
     # A track under a schedule ran several Ks in one window: no single K to learn it at.
-    flat = sp.disabled or sp.schedule is None
+    flat = sp.off is not None or sp.schedule is None
     if (
         window is not None
         and flat
         and (sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at)
     ):
         run.learn_speed(_stable_k(run), window)
-    trial = run.status.canary
-    if trial is not None and not trial.in_place and sp.candidate_schedule is None:
+    trial = sp.trial
+    if trial is not None and not trial.in_place and trial.schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
-        run.learn_speed(trial.candidate_tokens, observation.canary)
+        run.learn_speed(trial.tokens, observation.canary)
 
 
 def sync_with_spec(
@@ -406,25 +411,19 @@ def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
             from_tokens=sp.tokens,
             to_tokens=requested,
         )
-    run.status.canary = None
-    sp.candidate_tokens = None
-    sp.candidate_schedule = None
+    sp.trial = sp.off = sp.reprobing = sp.rejected = None
+    config_trials.forget_canary_schedule(run)
     sp.requested_schedule = written
-    sp.schedule = sp.last_known_good_schedule = schedule.fixed(spec)
+    sp.schedule = schedule.fixed(spec)
     start = schedule.largest(sp.schedule) if sp.schedule else requested
-    sp.canary_started_at = None
-    sp.disabled = False
-    sp.disabled_reason = None
-    sp.reprobe_at = None
-    sp.rejected = None
-    sp.failed_reprobes = 0
-    sp.reprobed_at = None
     clear_below_floor(run, "SpecChanged", f"spec.speculation.tokens is now {requested}")
     sp.requested_tokens = requested
     # A Fixed schedule that fails rolls back to one K: its smallest drafting K, the safest
     # (its largest is where acceptance is lowest, and it is what the pods run as K).
     drafting = schedule.drafting_ks(sp.schedule) if sp.schedule else ()
-    sp.last_known_good_tokens = min(drafting) if drafting else start
+    sp.last_known_good = LastKnownGood(
+        tokens=min(drafting) if drafting else start, schedule=sp.schedule
+    )
     run.changed(start)
     sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
 
@@ -444,10 +443,11 @@ def _keep_within_range(run: Run) -> None:
             to_tokens=clamped,
         )
         run.changed(clamped)
-    if sp.last_known_good_tokens is not None and not low <= sp.last_known_good_tokens <= high:
-        sp.last_known_good_tokens = min(high, max(low, sp.last_known_good_tokens))
-    trial = run.status.canary
-    if trial is not None and not low <= trial.candidate_tokens <= high:
+    good = sp.last_known_good
+    if good is not None and not low <= good.tokens <= high:
+        good.tokens = min(high, max(low, good.tokens))
+    trial = sp.trial
+    if trial is not None and not low <= trial.tokens <= high:
         end_trial(
             run,
             promote=False,
@@ -458,13 +458,9 @@ def _keep_within_range(run: Run) -> None:
 
 def _speculation_condition(run: Run, observation: Observation) -> None:
     sp = run.sp
-    if sp.disabled:
-        run.condition(
-            ConditionType.SPECULATION_ACTIVE,
-            "False",
-            "NoKPays" if sp.plain_decoding_chosen else "Disabled",
-            sp.disabled_reason or "speculation disabled by rollback",
-        )
+    if sp.off is not None:
+        reason = OffReason.NO_K_PAYS if sp.plain_decoding_chosen else "Disabled"
+        run.condition(ConditionType.SPECULATION_ACTIVE, "False", reason, sp.off.message)
     elif observation.speculation_missing:
         was = condition_status(run.status.conditions, ConditionType.SPECULATION_ACTIVE)
         message = (

@@ -174,7 +174,7 @@ def record_acceptance(run: Run, judged: Judged, observation: Observation) -> Non
         conclusive=judged.conclusive,
         reason=None
         if judged.conclusive
-        else (WindowVerdict.SPECULATION_DISABLED if run.sp.disabled else judged.reason),
+        else (WindowVerdict.SPECULATION_DISABLED if run.sp.off is not None else judged.reason),
         measured_at=run.now,
         pods_left_out=[
             PodLeftOut(pod=pod, reason=error.reason, message=error.message)
