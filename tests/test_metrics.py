@@ -373,7 +373,8 @@ def test_scrape_names_why_each_pod_was_left_out() -> None:
         try:
             names = [*bodies, "missing", "drip"]
             targets = [ScrapeTarget(n, "stable", f"{base}/{n}") for n in names]
-            return await scrape(targets, timeout=2, concurrency=8)
+            # Long enough for the 8 MiB page on a loaded machine; the drip takes 9 s.
+            return await scrape(targets, timeout=6, concurrency=8)
         finally:
             await runner.cleanup()
 
