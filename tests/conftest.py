@@ -7,6 +7,12 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
+
+# Shared, noisy machines (and two pytest workers): an example that takes longer than
+# hypothesis's 200 ms deadline is slow, not wrong.
+settings.register_profile("shared-machine", deadline=None)
+settings.load_profile("shared-machine")
 
 REPO = Path(__file__).resolve().parent.parent
 # The fake API server's fixtures (`cluster`, `fleet`) for the fleet's tests.
