@@ -78,7 +78,6 @@ class Exploration:
 
 def choose(
     run: Run,
-    posterior: speed.Posterior,
     eligible: list[Prediction],
     current: Prediction,
     batch: float,
@@ -92,11 +91,13 @@ def choose(
     used = explorations(run)
     if used >= EXPLORATION_BUDGET:
         return None
+    unmeasured = [p for p in eligible if speed.matching(samples, p.tokens, batch) is None]
+    if not unmeasured:  # each measured here: the fit is sure of them, nothing to learn
+        return None
+    posterior = speed.posterior(samples, run.drafting, run.now)
     required = run.required_gain()
     best: tuple[float, Prediction] | None = None
-    for candidate in eligible:
-        if speed.matching(samples, candidate.tokens, batch) is not None:
-            continue  # measured here: the fit is sure of it, nothing to learn
+    for candidate in unmeasured:
         # Gaining `required` needs a step time of at most this long.
         step = speed.step_ms(run.cost, candidate.tokens, batch)
         needed = candidate.goodput * step / (current.goodput * (1 + required))

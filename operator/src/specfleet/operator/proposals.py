@@ -86,7 +86,6 @@ def _propose_k(run: Run, judged: Judged) -> None:
     if not eligible:
         return
     samples = run.status.step_cost.samples if run.status.step_cost else []
-    posterior = speed.posterior(samples, run.drafting, run.now)
     batch = judged.window.batch_per_pod
     best = max(eligible, key=lambda p: p.goodput)
     gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
@@ -94,10 +93,11 @@ def _propose_k(run: Run, judged: Judged) -> None:
         # Adaptive verification predicts a cap (the best count under it), which one
         # step-time interval does not describe: such a draft is not explored.
         if current.goodput > 0 and not spec.draft.adaptive_verification:
-            chosen = exploration.choose(run, posterior, eligible, current, batch)
+            chosen = exploration.choose(run, eligible, current, batch)
             if chosen is not None:
                 start_trial(run, judged, chosen.tokens, None, chosen.message, TrialStart.EXPLORE)
         return
+    posterior = speed.posterior(samples, run.drafting, run.now)
     interval = (
         exploration.predicted_gain(posterior, best, current, batch).describe()
         if math.isfinite(gain)

@@ -34,6 +34,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.metrics import TrackWindow
@@ -174,20 +175,31 @@ def _weights(samples: Sequence[StepTimeSample], now: datetime) -> list[float]:
 @dataclass(frozen=True)
 class _KneeFit:
     """The fit at one knee: coefficients, the objective they reach (the knee's penalty
-    included) and their posterior covariance (ms^2; 0 for a coefficient pinned at 0)."""
+    included), and the system's matrix with the coefficients left free (not pinned at 0)."""
 
     knee: int
     theta: list[float]
     objective: float
-    covariance: list[list[float]]
+    matrix: list[list[float]]
+    free: list[bool]
+
+    @cached_property
+    def covariance(self) -> list[list[float]]:
+        """The coefficients' posterior covariance (ms^2; 0 for one pinned at 0): the
+        inverse of the ridge regression's matrix. Only intervals need it."""
+        unit = [[1.0 if i == j else 0.0 for i in range(4)] for j in range(4)]
+        columns = [_solve(self.matrix, column) for column in unit]
+        return [
+            [columns[j][i] if self.free[i] and self.free[j] else 0.0 for j in range(4)]
+            for i in range(4)
+        ]
 
 
 def _fit_at_knee(
     samples: Sequence[StepTimeSample], base: FittedStepCost, knee: int, weights: list[float]
 ) -> _KneeFit:
     """Coefficients >= 0 minimising weighted relative squared error plus the prior's
-    pull, the objective they reach and their covariance (the inverse of the system's
-    matrix: the ridge regression's Gaussian posterior)."""
+    pull, and the objective they reach (the ridge regression's Gaussian posterior)."""
     centre = [base.target_forward_ms, base.draft_ms, base.draft_ms_per_token]
     centre.append(base.verify_ms_per_token)
     spread = [s * base.target_forward_ms for s in PRIOR_SPREAD]
@@ -226,11 +238,7 @@ def _fit_at_knee(
         for x, y, weight in rows
     ) + sum(((t - c) / s) ** 2 for t, c, s in zip(theta, centre, spread, strict=True))
     objective += KNEE_PENALTY * (math.log2(knee) - math.log2(base.compute_bound_tokens)) ** 2
-    columns = [_solve(matrix, [1.0 if i == j else 0.0 for i in range(4)]) for j in range(4)]
-    covariance = [
-        [columns[j][i] if free[i] and free[j] else 0.0 for j in range(4)] for i in range(4)
-    ]
-    return _KneeFit(knee, theta, objective, covariance)
+    return _KneeFit(knee, theta, objective, matrix, free)
 
 
 def _knee_fits(
