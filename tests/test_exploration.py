@@ -117,8 +117,10 @@ def test_no_exploration_from_idle_windows() -> None:
     """After the first exploration ends the budget has room and Ks are still in doubt,
     but windows without traffic measure nothing: no trial starts from them."""
     fleet = Fleet(make_spec(), engine=WIDE_KNEE, batch=BATCH)
-    while not {"Promote", "Abort"} & set(fleet.step(CODE)):
-        pass
+    for _ in range(30):
+        if {"Promote", "Abort"} & set(fleet.step(CODE)):
+            break
+    assert fleet.status.history[0].reason.startswith(f"{TrialStart.EXPLORE}:")
     history = list(fleet.status.history)
     for _ in range(30):
         assert "StartCanary" not in fleet.step(None)
@@ -128,8 +130,7 @@ def test_no_exploration_from_idle_windows() -> None:
 
 def test_a_proposal_states_its_predicted_gain_with_an_interval() -> None:
     fleet = Fleet(make_spec(), engine=StepCost(), batch=1)
-    while "StartCanary" not in fleet.step(CODE):
-        pass
+    assert any("StartCanary" in fleet.step(CODE) for _ in range(30))
     reason = fleet.status.history[-1].reason
     assert reason.startswith(f"{TrialStart.PREDICTED_GAIN}: K=")
     assert "goodput over K=3" in reason and "(90% interval " in reason
@@ -158,3 +159,17 @@ def test_decide_is_unchanged_by_exploration_without_step_times() -> None:
             spec, status, Observation(stable=window(CODE, 3, batch=BATCH), canary=None), now
         ).status
     assert not any(d.reason.startswith(f"{TrialStart.EXPLORE}:") for d in status.history)
+
+
+def test_in_place_exploration_must_repay_the_restarts_of_failing() -> None:
+    """In place, an exploration that fails restarts the serving pods twice: with 300 s
+    startups it needs a 2/3 chance of the required gain (+8.3%), on a canary 5%."""
+    canary = _run(SpeculativeModelStatus(startup_seconds=300), [sample(WIDE_KNEE, 3)])
+    assert exploration._chance_needed(canary, canary.required_gain()) == exploration.MIN_CHANCE
+    in_place = _run(SpeculativeModelStatus(startup_seconds=300), [sample(WIDE_KNEE, 3)])
+    in_place.spec = make_spec(tuning={"strategy": "InPlace"})
+    required = in_place.required_gain()
+    assert required == pytest.approx(300 / 3600)
+    assert exploration._chance_needed(in_place, required) == pytest.approx(2 / 3)
+    chosen = _choose(in_place)
+    assert chosen is None or chosen.chance >= 2 / 3

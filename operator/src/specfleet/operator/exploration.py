@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specfleet.operator import speed
+from specfleet.operator.api import TuningStrategy
 from specfleet.operator.outcomes import ActionKind, TrialStart
 from specfleet.operator.prediction import Prediction
 
@@ -69,6 +70,15 @@ def explorations(run: Run) -> int:
     )
 
 
+def _chance_needed(run: Run, required: float) -> float:
+    """The chance of the required gain an exploration needs: MIN_CHANCE on a canary; in
+    place, where one that fails restarts the serving pods twice (there and back), enough
+    that the gain expected repays those restarts: P x required >= (1 - P) x 2 x restart."""
+    in_place = (run.sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
+    twice = 2 * run.restart_cost() if in_place else 0.0
+    return max(MIN_CHANCE, twice / (required + twice)) if twice else MIN_CHANCE
+
+
 @dataclass(frozen=True)
 class Exploration:
     tokens: int
@@ -83,8 +93,8 @@ def choose(
     batch: float,
 ) -> Exploration | None:
     """The K to explore: among the eligible Ks with no step-time sample at this batch,
-    the one most likely to gain the required gain, if that chance is at least MIN_CHANCE
-    and the budget has room; else None."""
+    the one most likely to gain the required gain, if that chance is enough (see
+    `_chance_needed`) and the budget has room; else None."""
     samples = run.status.step_cost.samples if run.status.step_cost else []
     if not samples:  # no step times: a trial could not measure what is in doubt
         return None
@@ -96,13 +106,14 @@ def choose(
         return None
     posterior = speed.posterior(samples, run.drafting, run.now)
     required = run.required_gain()
+    floor = _chance_needed(run, required)
     best: tuple[float, Prediction] | None = None
     for candidate in unmeasured:
         # Gaining `required` needs a step time of at most this long.
         step = speed.step_ms(run.cost, candidate.tokens, batch)
         needed = candidate.goodput * step / (current.goodput * (1 + required))
         chance = posterior.chance_at_most(candidate.tokens, batch, needed)
-        if chance >= MIN_CHANCE and (best is None or chance > best[0]):
+        if chance >= floor and (best is None or chance > best[0]):
             best = (chance, candidate)
     if best is None:
         return None
