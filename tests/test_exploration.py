@@ -6,7 +6,6 @@ import itertools
 from datetime import timedelta
 
 import pytest
-from decisions import CODE, T0, Fleet, make_spec, window
 
 from specfleet.operator import exploration, speed
 from specfleet.operator.api import Decision, SpeculativeModelStatus, StepTimeSample
@@ -16,6 +15,7 @@ from specfleet.operator.prediction import predictions
 from specfleet.operator.tuner import Run, decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, step_seconds
+from tests.decisions import CODE, T0, Fleet, make_spec, window
 
 # Memory-bound up to 128 verified tokens: at batch 8 deep Ks cost almost nothing more,
 # where the prior (knee 32) says every K past 3 pays for verification.
