@@ -85,9 +85,12 @@ def window(
 class Fleet:
     """Runs decide window after window with engines following `profile` exactly."""
 
-    def __init__(self, spec: SpeculativeModelSpec, engine: StepCost | None = None) -> None:
+    def __init__(
+        self, spec: SpeculativeModelSpec, engine: StepCost | None = None, batch: int = 4
+    ) -> None:
         self.spec = spec
         self.engine = engine
+        self.batch = batch
         self.status = SpeculativeModelStatus()
         self.now = T0
         self.kinds: list[list[str]] = []
@@ -97,12 +100,14 @@ class Fleet:
         stable = canary = None
         if profile is not None:
             if sp.off is not None:  # plain decoding: tokens and step times, no drafts
-                stable = replace(window(profile, 0, engine=self.engine), drafts=0)
+                plain = window(profile, 0, batch=self.batch, engine=self.engine)
+                stable = replace(plain, drafts=0)
             else:
                 k = sp.tokens or self.spec.speculation.tokens
-                stable = window(profile, k, engine=self.engine)
+                stable = window(profile, k, batch=self.batch, engine=self.engine)
             if (run := self.status.canary_run) is not None:
-                canary = replace(window(profile, run[0], 10_000, engine=self.engine), pods=1)
+                tried = window(profile, run[0], 10_000, self.batch, self.engine)
+                canary = replace(tried, pods=1, running_requests=self.batch)
         self.now += timedelta(minutes=1)
         decided = decide(
             self.spec,

@@ -553,8 +553,10 @@ def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
     weighed, unweighed = simulate(scenario, 1), simulate(scenario, 1, blind)
     assert changes(weighed) * 3 <= changes(unweighed)
     # In-place trials start at most once an hour either way; the rule still spares the
-    # restarts of the small gains (1 change in six hours against 5-7 unweighed).
-    assert weighed.goodput["achieved"] > 1.04 * unweighed.goodput["achieved"]
+    # restarts of the small gains (seed 1: 1 change in six hours against 4 unweighed,
+    # +3.4% tokens; 5 and +6.0% before exploration, whose measured step times spare the
+    # blind tuner one of its failed trials).
+    assert weighed.goodput["achieved"] > 1.03 * unweighed.goodput["achieved"]
 
 
 @pytest.mark.parametrize("variant", ["c1", "c8"])

@@ -85,6 +85,16 @@ EMPTY_WINDOWS = frozenset(
 )
 
 
+class TrialStart(StrEnum):
+    """Why a trial of a K started (the reason of its StartCanary or StartInPlace)."""
+
+    # The fit predicts the candidate gains what a change needs.
+    PREDICTED_GAIN = "PredictedGain"
+    # The fit is unsure of the candidate (not measured at this load) and its interval
+    # allows the gain: exploration.py.
+    EXPLORE = "Explore"
+
+
 class TrialOutcome(StrEnum):
     """Why a trial ended: its verdict when judged, or what cut it short (the reason of
     its Promote or Abort)."""

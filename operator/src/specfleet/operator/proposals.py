@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from specfleet.operator import schedule, speed
+from specfleet.operator import exploration, schedule, speed
 from specfleet.operator.api import (
     ScheduledBand,
     ScheduleMode,
+    StepTimeSample,
 )
+from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import floor_caps_k, predict, predictions, window_conditional
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
@@ -67,7 +69,8 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
 
 
 def _propose_k(run: Run, judged: Judged) -> None:
-    """The best K at this window's load, tried if predicted minImprovement faster."""
+    """The best K at this window's load, tried if predicted minImprovement faster; else
+    a K the fit is unsure of, explored if its interval allows that gain (exploration)."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     predicted = predictions(spec, judged.window, run.cost)
@@ -82,23 +85,35 @@ def _propose_k(run: Run, judged: Judged) -> None:
     ]
     if not eligible:
         return
+    samples = run.status.step_cost.samples if run.status.step_cost else []
+    batch = judged.window.batch_per_pod
     best = max(eligible, key=lambda p: p.goodput)
     gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
     if gain < run.required_gain():
+        # Adaptive verification predicts a cap (the best count under it), which one
+        # step-time interval does not describe: such a draft is not explored.
+        if current.goodput > 0 and not spec.draft.adaptive_verification:
+            chosen = exploration.choose(run, eligible, current, batch)
+            if chosen is not None:
+                start_trial(run, judged, chosen.tokens, None, chosen.message, TrialStart.EXPLORE)
         return
-    batch = judged.window.batch_per_pod
+    posterior = speed.posterior(samples, run.drafting, run.now)
+    interval = (
+        exploration.predicted_gain(posterior, best, current, batch).describe()
+        if math.isfinite(gain)
+        else f"{gain:+.1%}"
+    )
     message = (
-        f"K={best.tokens} predicted {gain:+.1%} goodput over K={sp.tokens} at batch "
+        f"K={best.tokens} predicted {interval} goodput over K={sp.tokens} at batch "
         f"{batch:.1f}, {spec.rollback.metric.value} {best.metric:.3f}; "
-        + _how_sure(run, best.tokens, batch)
+        + _how_sure(samples, best.tokens, batch)
     )
     start_trial(run, judged, best.tokens, None, message)
 
 
-def _how_sure(run: Run, k: int, batch: float) -> str:
+def _how_sure(samples: list[StepTimeSample], k: int, batch: float) -> str:
     """What the candidate's step time rests on: a sample at its K and batch, or an
     extrapolation from the Ks measured (or the prior alone), which the trial checks."""
-    samples = run.status.step_cost.samples if run.status.step_cost else []
     if speed.matching(samples, k, batch) is not None:
         return f"step time at K={k} measured"
     measured = sorted({s.tokens for s in samples})

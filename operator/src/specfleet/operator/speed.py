@@ -32,7 +32,9 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.metrics import TrackWindow
@@ -75,6 +77,9 @@ MIN_PRIOR_SCALE = 0.1
 # Huber's loss: residuals beyond this many STEP_TIME_PRECISIONs weigh linearly.
 HUBER_LIMIT = 2.0
 HUBER_ROUNDS = 2
+# A predicted step time's interval runs between these quantiles of the fit's posterior
+# (5% and 95%: a 90% interval, each side one-sided 95%).
+INTERVAL_QUANTILE = 0.05
 # A window at a sample's K and batch whose step time is beyond this factor of the
 # sample's (either way) is perturbed: a noisy neighbour, a throttled GPU, not the engine.
 PERTURBED_FACTOR = 1.5
@@ -111,8 +116,10 @@ def step_ms(cost: FittedStepCost, k: int, batch: float, drafted: int | None = No
     )
 
 
-def _features(k: int, batch: float, knee: float) -> list[float]:
-    return [1.0, 1.0 if k > 0 else 0.0, float(k), max(0.0, max(batch, 1.0) * (k + 1) - knee)]
+def _features(k: int, batch: float, knee: float, drafted: int | None = None) -> list[float]:
+    drafted = k if drafted is None else drafted
+    verified = max(0.0, max(batch, 1.0) * (k + 1) - knee)
+    return [1.0, 1.0 if drafted > 0 else 0.0, float(drafted), verified]
 
 
 def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
@@ -165,11 +172,34 @@ def _weights(samples: Sequence[StepTimeSample], now: datetime) -> list[float]:
     ]
 
 
+@dataclass(frozen=True)
+class _KneeFit:
+    """The fit at one knee: coefficients, the objective they reach (the knee's penalty
+    included), and the system's matrix with the coefficients left free (not pinned at 0)."""
+
+    knee: int
+    theta: list[float]
+    objective: float
+    matrix: list[list[float]]
+    free: list[bool]
+
+    @cached_property
+    def covariance(self) -> list[list[float]]:
+        """The coefficients' posterior covariance (ms^2; 0 for one pinned at 0): the
+        inverse of the ridge regression's matrix. Only intervals need it."""
+        unit = [[1.0 if i == j else 0.0 for i in range(4)] for j in range(4)]
+        columns = [_solve(self.matrix, column) for column in unit]
+        return [
+            [columns[j][i] if self.free[i] and self.free[j] else 0.0 for j in range(4)]
+            for i in range(4)
+        ]
+
+
 def _fit_at_knee(
-    samples: Sequence[StepTimeSample], base: FittedStepCost, knee: float, weights: list[float]
-) -> tuple[list[float], float]:
+    samples: Sequence[StepTimeSample], base: FittedStepCost, knee: int, weights: list[float]
+) -> _KneeFit:
     """Coefficients >= 0 minimising weighted relative squared error plus the prior's
-    pull, and the objective they reach."""
+    pull, and the objective they reach (the ridge regression's Gaussian posterior)."""
     centre = [base.target_forward_ms, base.draft_ms, base.draft_ms_per_token]
     centre.append(base.verify_ms_per_token)
     spread = [s * base.target_forward_ms for s in PRIOR_SPREAD]
@@ -207,57 +237,129 @@ def _fit_at_knee(
         * ((y - sum(a * b for a, b in zip(x, theta, strict=True))) / (y * STEP_TIME_PRECISION)) ** 2
         for x, y, weight in rows
     ) + sum(((t - c) / s) ** 2 for t, c, s in zip(theta, centre, spread, strict=True))
-    return theta, objective
+    objective += KNEE_PENALTY * (math.log2(knee) - math.log2(base.compute_bound_tokens)) ** 2
+    return _KneeFit(knee, theta, objective, matrix, free)
 
 
-def _best_knee(
+def _knee_fits(
     samples: Sequence[StepTimeSample], base: FittedStepCost, weights: list[float]
-) -> tuple[list[float], int]:
-    best: tuple[float, list[float], int] | None = None
-    centre = math.log2(base.compute_bound_tokens)
-    for octave in range(int(math.log2(KNEE_RANGE[0])), int(math.log2(KNEE_RANGE[1])) + 1):
-        knee = 2**octave
-        theta, objective = _fit_at_knee(samples, base, knee, weights)
-        objective += KNEE_PENALTY * (octave - centre) ** 2
-        if best is None or objective < best[0]:
-            best = (objective, theta, knee)
-    assert best is not None
-    return best[1], best[2]
+) -> list[_KneeFit]:
+    low, high = (int(math.log2(end)) for end in KNEE_RANGE)
+    return [_fit_at_knee(samples, base, 2**octave, weights) for octave in range(low, high + 1)]
 
 
-def fit(
+def _predicted(fitted: _KneeFit, k: int, batch: float, drafted: int | None = None) -> float:
+    x = _features(k, batch, fitted.knee, drafted)
+    return sum(a * b for a, b in zip(x, fitted.theta, strict=True))
+
+
+@dataclass(frozen=True)
+class StepInterval:
+    """A predicted step time (the fit's) and the range it is sure of: the 5% and 95%
+    quantiles of the fit's posterior, every knee weighted by how well it fits."""
+
+    ms: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Posterior:
+    """What the samples say about the step cost: the fit, and how sure it is anywhere."""
+
+    fitted: FittedStepCost
+    knees: list[_KneeFit]
+
+    def _parts(self, k: int, batch: float, drafted: int | None) -> list[tuple[float, float, float]]:
+        """The posterior at (K, batch) as a mixture: per knee, its weight (how well it
+        fits, relative to the best knee's), mean and standard deviation in ms."""
+        best = min(f.objective for f in self.knees)
+        parts = []
+        for fitted in self.knees:
+            x = _features(k, batch, fitted.knee, drafted)
+            variance = sum(
+                x[i] * fitted.covariance[i][j] * x[j] for i in range(4) for j in range(4)
+            )
+            weight = math.exp(-0.5 * (fitted.objective - best))
+            mean = sum(a * b for a, b in zip(x, fitted.theta, strict=True))
+            parts.append((weight, mean, math.sqrt(max(0.0, variance))))
+        return parts
+
+    def chance_at_most(self, k: int, batch: float, ms: float, drafted: int | None = None) -> float:
+        """How likely the step time at (K, batch) is at most `ms`, by the posterior (the
+        prior alone: 1 if its prediction is, else 0)."""
+        if not self.knees:
+            return 1.0 if step_ms(self.fitted, k, batch, drafted) <= ms else 0.0
+        parts = self._parts(k, batch, drafted)
+        total = sum(w for w, _, _ in parts)
+        return (
+            sum(
+                w * (0.5 * (1 + math.erf((ms - m) / (sd * math.sqrt(2)))) if sd else float(ms >= m))
+                for w, m, sd in parts
+            )
+            / total
+        )
+
+    def interval(self, k: int, batch: float, drafted: int | None = None) -> StepInterval:
+        """The fit's step time at (K, batch) and its 90% interval: narrow near the
+        samples, wide where no sample constrains the terms (a K never run, a knee the
+        samples do not place). It always contains the fit's own prediction."""
+        ms = step_ms(self.fitted, k, batch, drafted)
+        if not self.knees:  # the prior alone: nothing measured says how sure it is
+            return StepInterval(ms, ms, ms)
+        parts = self._parts(k, batch, drafted)
+
+        def quantile(q: float) -> float:  # bisection on the mixture's distribution
+            lo = min(m - 10 * sd for _, m, sd in parts)
+            hi = max(m + 10 * sd for _, m, sd in parts)
+            for _ in range(50):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if self.chance_at_most(k, batch, mid, drafted) < q else (lo, mid)
+            return (lo + hi) / 2
+
+        low = max(quantile(INTERVAL_QUANTILE), ms * MIN_PRIOR_SCALE)
+        return StepInterval(ms, min(low, ms), max(quantile(1 - INTERVAL_QUANTILE), ms))
+
+
+def posterior(
     samples: Sequence[StepTimeSample], drafting: Drafting, now: datetime | None = None
-) -> FittedStepCost:
+) -> Posterior:
     """The step-time model closest to the samples, pulled towards the prior scaled to
-    them; samples weigh by age (from `now`, else the newest sample) and by Huber's loss."""
+    them (samples weigh by age, from `now`, else the newest sample, and by Huber's
+    loss), with every knee's fit for the intervals."""
     if not samples:
-        return prior(drafting)
+        return Posterior(prior(drafting), [])
     base = _scaled(prior(drafting), samples)
     now = now or max(s.measured_at for s in samples)
     aged = _weights(samples, now)
     weights = aged
     for _ in range(HUBER_ROUNDS):
-        theta, knee = _best_knee(samples, base, weights)
+        knees = _knee_fits(samples, base, weights)
+        best = min(knees, key=lambda f: f.objective)
         residuals = [
-            abs(
-                sum(a * b for a, b in zip(_features(s.tokens, s.batch, knee), theta, strict=True))
-                - s.step_ms
-            )
-            / (s.step_ms * STEP_TIME_PRECISION)
+            abs(_predicted(best, s.tokens, s.batch) - s.step_ms) / (s.step_ms * STEP_TIME_PRECISION)
             for s in samples
         ]
         weights = [
             w * min(1.0, HUBER_LIMIT / r) if r > 0 else w
             for w, r in zip(aged, residuals, strict=True)
         ]
-    target, draft, per_token, verify = theta
-    return FittedStepCost(
+    target, draft, per_token, verify = best.theta
+    fitted = FittedStepCost(
         target_forward_ms=round(max(target, 1e-3), 4),
         draft_ms=round(draft, 4),
         draft_ms_per_token=round(per_token, 4),
         verify_ms_per_token=round(verify, 5),
-        compute_bound_tokens=knee,
+        compute_bound_tokens=best.knee,
     )
+    return Posterior(fitted, knees)
+
+
+def fit(
+    samples: Sequence[StepTimeSample], drafting: Drafting, now: datetime | None = None
+) -> FittedStepCost:
+    """The step-time model closest to the samples (see `posterior`)."""
+    return posterior(samples, drafting, now).fitted
 
 
 def relative_error(cost: FittedStepCost, samples: Sequence[StepTimeSample]) -> float | None:

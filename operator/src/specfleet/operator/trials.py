@@ -17,7 +17,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.floor import remember_rejected, stable_failing
 from specfleet.operator.metrics import Observation
-from specfleet.operator.outcomes import ActionKind, TrialOutcome
+from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
 from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.reprobes import enable, next_reprobe
 from specfleet.operator.trial_stats import (
@@ -39,7 +39,12 @@ TRIAL_EXTENSION = 3
 
 
 def start_trial(
-    run: Run, judged: Judged, k: int, candidate: list[ScheduledBand] | None, message: str
+    run: Run,
+    judged: Judged,
+    k: int,
+    candidate: list[ScheduledBand] | None,
+    message: str,
+    why: TrialStart = TrialStart.PREDICTED_GAIN,
 ) -> None:
     """A canary (or in place, the stable pods) running K=k, or the schedule `candidate`."""
     sp, spec = run.sp, run.spec
@@ -59,7 +64,7 @@ def start_trial(
         )
         run.act(
             ActionKind.START_IN_PLACE,
-            "PredictedGain",
+            why,
             f"{message}; K={sp.tokens} measured for {_baseline_windows(run)} more "
             "windows first, as the baseline",
             from_tokens=sp.tokens,
@@ -73,7 +78,7 @@ def start_trial(
     )
     run.act(
         ActionKind.START_CANARY,
-        "PredictedGain",
+        why,
         message,
         from_tokens=sp.tokens,
         to_tokens=k,

@@ -193,8 +193,11 @@ class Run:
         """The relative goodput gain a change of K must promise (and a trial prove):
         minImprovement, or more when restarting a pod costs more than that gain returns
         within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds)."""
-        startup = self.status.startup_seconds or 0.0
-        return max(self.spec.tuning.min_improvement, startup / SWITCH_HORIZON.total_seconds())
+        return max(self.spec.tuning.min_improvement, self.restart_cost())
+
+    def restart_cost(self) -> float:
+        """The share of SWITCH_HORIZON one restart of the serving pods loses."""
+        return (self.status.startup_seconds or 0.0) / SWITCH_HORIZON.total_seconds()
 
 
 def decide(

@@ -1,0 +1,128 @@
+"""Exploration: trying a K the step-cost fit is unsure of, within a budget.
+
+The fit (`speed`) extrapolates to Ks it has no sample at, and a wrong extrapolation is
+never corrected if the tuner only tries what the fit already favours: a knee placed
+wrong keeps a deep K looking slow (or plain decoding looking slow) for good. So every
+prediction carries the fit's 90% interval (`speed.Posterior.interval`), and when no K is
+predicted to gain what a change needs, a K not measured at this batch whose interval
+still allows that gain is tried as an ordinary trial (a canary, or in place where the
+rules allow it): promoted only on a measured gain, and either way its step times join
+the fit, which is then sure there. Exploration stops by itself once the Ks in doubt are
+measured; `EXPLORATION_BUDGET` bounds it in any case."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from specfleet.operator import speed
+from specfleet.operator.api import TuningStrategy
+from specfleet.operator.outcomes import ActionKind, TrialStart
+from specfleet.operator.prediction import Prediction
+
+if TYPE_CHECKING:
+    from specfleet.operator.tuner import Run
+
+# Exploratory trials started within speed.MAX_AGE (as long as a sample is kept: past
+# it, what an exploration measured is gone, and the K may be in doubt again), counted
+# from status.history.
+EXPLORATION_BUDGET = 2
+# A K is explored when the posterior gives it at least this chance of the required gain:
+# the optimistic end of its 90% interval clears it.
+MIN_CHANCE = speed.INTERVAL_QUANTILE
+
+
+@dataclass(frozen=True)
+class Gain:
+    """A predicted goodput gain over the K that runs, with its 90% interval (from the
+    step-time interval: the K that runs is measured, its own spread is small)."""
+
+    value: float
+    low: float
+    high: float
+
+    def describe(self) -> str:
+        return f"{self.value:+.1%} (90% interval {self.low:+.1%} to {self.high:+.1%})"
+
+
+def predicted_gain(
+    posterior: speed.Posterior, candidate: Prediction, current: Prediction, batch: float
+) -> Gain:
+    """The candidate's goodput gain over the current K, with its interval."""
+    interval = posterior.interval(candidate.tokens, batch)
+    now = current.goodput
+    per_ms = candidate.goodput * interval.ms  # goodput x step time: tokens per ms of step
+    return Gain(
+        candidate.goodput / now - 1,
+        per_ms / interval.high / now - 1,
+        per_ms / interval.low / now - 1,
+    )
+
+
+def explorations(run: Run) -> int:
+    """Exploratory trials started within speed.MAX_AGE, from status.history."""
+    return sum(
+        1
+        for entry in run.status.history
+        if entry.action in (ActionKind.START_CANARY, ActionKind.START_IN_PLACE)
+        and entry.reason.startswith(f"{TrialStart.EXPLORE}:")
+        and run.now - entry.time < speed.MAX_AGE
+    )
+
+
+def _chance_needed(run: Run, required: float) -> float:
+    """The chance of the required gain an exploration needs: MIN_CHANCE on a canary; in
+    place, where one that fails restarts the serving pods twice (there and back), enough
+    that the gain expected repays those restarts: P x required >= (1 - P) x 2 x restart."""
+    in_place = (run.sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
+    twice = 2 * run.restart_cost() if in_place else 0.0
+    return max(MIN_CHANCE, twice / (required + twice)) if twice else MIN_CHANCE
+
+
+@dataclass(frozen=True)
+class Exploration:
+    tokens: int
+    chance: float  # that it gains the required gain
+    message: str
+
+
+def choose(
+    run: Run,
+    eligible: list[Prediction],
+    current: Prediction,
+    batch: float,
+) -> Exploration | None:
+    """The K to explore: among the eligible Ks with no step-time sample at this batch,
+    the one most likely to gain the required gain, if that chance is enough (see
+    `_chance_needed`) and the budget has room; else None."""
+    samples = run.status.step_cost.samples if run.status.step_cost else []
+    if not samples:  # no step times: a trial could not measure what is in doubt
+        return None
+    used = explorations(run)
+    if used >= EXPLORATION_BUDGET:
+        return None
+    unmeasured = [p for p in eligible if speed.matching(samples, p.tokens, batch) is None]
+    if not unmeasured:  # each measured here: the fit is sure of them, nothing to learn
+        return None
+    posterior = speed.posterior(samples, run.drafting, run.now)
+    required = run.required_gain()
+    floor = _chance_needed(run, required)
+    best: tuple[float, Prediction] | None = None
+    for candidate in unmeasured:
+        # Gaining `required` needs a step time of at most this long.
+        step = speed.step_ms(run.cost, candidate.tokens, batch)
+        needed = candidate.goodput * step / (current.goodput * (1 + required))
+        chance = posterior.chance_at_most(candidate.tokens, batch, needed)
+        if chance >= floor and (best is None or chance > best[0]):
+            best = (chance, candidate)
+    if best is None:
+        return None
+    chance, candidate = best
+    gain = predicted_gain(posterior, candidate, current, batch)
+    message = (
+        f"K={candidate.tokens} is not measured at batch {batch:.1f}: predicted "
+        f"{gain.describe()} goodput over K={current.tokens}, {chance:.0%} likely to gain the "
+        f"{required:+.1%} needed; exploration {used + 1} of {EXPLORATION_BUDGET} per "
+        f"{speed.MAX_AGE.total_seconds() / 3600:.0f}h"
+    )
+    return Exploration(candidate.tokens, chance, message)
