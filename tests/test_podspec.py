@@ -244,6 +244,22 @@ def test_preflight_says_whether_the_weights_are_in_the_cache(tmp_path: Path) -> 
         assert "not in the model cache" in preflight.cache_report(cold, "target", env)
 
 
+def test_preflight_reports_a_cache_it_cannot_read_and_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a non-root pod whose HOME is /root sees it (root itself reads anything, so the
+    # refusal is raised here as the kernel would raise it).
+    def refused(self: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "is_dir", refused)
+    report = preflight.cache_report("org/any", "target", {"HF_HOME": str(tmp_path)})
+    assert report == (
+        f"preflight: target org/any: the model cache ({tmp_path / 'hub'}) cannot be read "
+        "(Permission denied): set HF_HOME or spec.runtime.modelCache to a readable path"
+    )
+
+
 def test_injected_runtime_is_importable_with_its_plugin(tmp_path: Path) -> None:
     """The copy runs in another Python (here: isolated from this venv's site-packages,
     the copy on its path) and vLLM finds the runtime's plugin through its metadata."""

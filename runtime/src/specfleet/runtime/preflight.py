@@ -469,7 +469,14 @@ def cache_report(name: str, role: str, env: Mapping[str, str]) -> str:
     """Whether a hub model's weights are in the model cache: a restart that finds them
     loads from disk rather than downloading."""
     cache = hub_cache(env)
-    found = cached_weights(name, cache)
+    try:
+        found = cached_weights(name, cache)
+    except OSError as error:
+        # E.g. a non-root pod whose HOME is root's: a report, not a reason to stop.
+        return (
+            f"preflight: {role} {name}: the model cache ({cache}) cannot be read "
+            f"({error.strerror}): set HF_HOME or spec.runtime.modelCache to a readable path"
+        )
     if found is not None:
         return f"preflight: {role} {name}: weights found in the model cache ({found})"
     return f"preflight: {role} {name}: not in the model cache ({cache}): the engine downloads it"
