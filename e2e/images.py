@@ -157,7 +157,7 @@ def build(image: Image) -> None:
         "--tag",
         image.ref,
     ]
-    for name, value in image.build_args.items():
+    for name, value in {**image.build_args, **_bound_source_keys(image)}.items():
         argv += ["--build-arg", f"{name}={value}"]
     _run(*argv, str(REPO))
     image_id = _image_id(image.ref)
@@ -169,6 +169,20 @@ def build(image: Image) -> None:
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text(image_id or "")
     log(f"{image.name}: built and stored in {time.monotonic() - started:.0f} s")
+
+
+def _bound_source_keys(image: Image) -> dict[str, str]:
+    """SOURCE_KEY for a Dockerfile that bind-mounts its image's directory into a RUN:
+    buildah's layer cache does not look inside a bind mount, so without the hash of what
+    it holds a changed source would reuse the layer built from the old one."""
+    if "ARG SOURCE_KEY" not in image.dockerfile.read_text():
+        return {}
+    digest = hashlib.sha256()
+    for path in sorted((REPO / image.name).rglob("*")):
+        parts = set(path.relative_to(REPO).parts)
+        if path.is_file() and not parts & {"__pycache__", "build"} and ".egg-info" not in str(path):
+            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return {"SOURCE_KEY": digest.hexdigest()[:16]}
 
 
 def _in_layout(ref: str) -> bool:
