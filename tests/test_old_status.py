@@ -105,13 +105,17 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
     return body
 
 
+@pytest.fixture
+def before_exploration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every fixture body was recorded before exploration: its trials would be new
+    decisions, not the old status read differently."""
+    monkeypatch.setattr(exploration, "EXPLORATION_BUDGET", 0)
+
+
 @pytest.mark.parametrize("path", sorted(OLD.glob("*.json")), ids=lambda p: p.stem)
 def test_an_old_status_is_read_and_decided_on_as_before(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, before_exploration: None
 ) -> None:
-    # Exploration is newer than the fixtures (its trials would be new decisions, not the
-    # old status read differently): the decisions compared are the ones that existed.
-    monkeypatch.setattr(exploration, "EXPLORATION_BUDGET", 0)
     record = json.loads(path.read_text())
     spec = SpeculativeModelSpec.model_validate(record["spec"])
     old = SpeculativeModelStatus.model_validate(record["status"])
@@ -194,11 +198,9 @@ def _decided_on(record: dict[str, Any]) -> tuple[SpeculativeModelStatus, list[st
 
 @pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)
 def test_a_status_with_flat_states_is_decided_on_exactly_as_before(
-    path: Path, monkeypatch: pytest.MonkeyPatch
+    path: Path, before_exploration: None
 ) -> None:
-    # Recorded before exploration, like the v1 bodies above: no exploring trial, and no
-    # prediction interval in a reason (new words, not a new decision).
-    monkeypatch.setattr(exploration, "EXPLORATION_BUDGET", 0)
+    # No prediction interval in a reason either: new words, not a new decision.
     record = json.loads(path.read_text())
     _, actions, status = _decided_on(record)
     assert actions == record["decided"]["actions"]
