@@ -28,6 +28,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+# Run in the e2e tests' worker: real vLLM beside them would share the 2 cores with the
+# real-vLLM e2e tests, whose decisions rest on the step times vLLM measures.
+SERIAL_WITH_E2E = ("e2e/", "tests/test_real_engine.py")
+
+
 class _OneClusterScheduling(LoadGroupScheduling):
     """One cluster at fixed ports: under pytest-xdist (`make pytest`: -n 2 --dist loadgroup)
     every e2e test is one work unit, run in order by one worker while the other runs the
@@ -35,7 +40,10 @@ class _OneClusterScheduling(LoadGroupScheduling):
     renaming the test's node id, which pytest 9.2's node ids ignore."""
 
     def _split_scope(self, nodeid: str) -> str:
-        return "e2e" if nodeid.startswith("e2e/") else super()._split_scope(nodeid)
+        if nodeid.startswith(SERIAL_WITH_E2E):
+            return "e2e"
+        scope: str = super()._split_scope(nodeid)
+        return scope
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
