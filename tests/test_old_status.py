@@ -112,25 +112,35 @@ def before_exploration(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exploration, "EXPLORATION_BUDGET", 0)
 
 
-@pytest.mark.parametrize("path", sorted(OLD.glob("*.json")), ids=lambda p: p.stem)
-def test_an_old_status_is_read_and_decided_on_as_before(
-    path: Path, before_exploration: None
-) -> None:
-    record = json.loads(path.read_text())
+def _decided_on(record: dict[str, Any]) -> tuple[list[str], SpeculativeModelStatus]:
+    """What today's decide() makes of an old body and the window recorded after it (the
+    v1 bodies predate the pending reason and runtime failures: none)."""
     spec = SpeculativeModelSpec.model_validate(record["spec"])
     old = SpeculativeModelStatus.model_validate(record["status"])
     observation = Observation(
         _window(record["stable"]),
         _window(record["canary"]),
         canary_pending_since=record["canaryPendingSince"],
+        canary_pending_reason=record.get("canaryPendingReason"),
+        runtime_failures=record.get("runtimeFailures") or {},
     )
     decided = decide(spec, old, observation, datetime.fromisoformat(record["now"]))
-    assert [a.kind for a in decided.actions] == record["decided"]["actions"]
+    return [a.kind for a in decided.actions], decided.status
+
+
+@pytest.mark.parametrize("path", sorted(OLD.glob("*.json")), ids=lambda p: p.stem)
+def test_an_old_status_is_read_and_decided_on_as_before(
+    path: Path, before_exploration: None
+) -> None:
+    record = json.loads(path.read_text())
+    spec = SpeculativeModelSpec.model_validate(record["spec"])
+    actions, status = _decided_on(record)
+    assert actions == record["decided"]["actions"]
     then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
     _as_decided_today(spec, then, record["decided"]["actions"])
-    assert _comparable(decided.status) == _comparable(then)
+    assert _comparable(status) == _comparable(then)
     # A status from before config trials takes the spec's config as running: no trial.
-    config = decided.status.config
+    config = status.config
     assert config is not None and config.trial is None
     assert config.running.hash == config_of(spec).hash
 
@@ -181,28 +191,13 @@ def test_old_flat_rejected_fields_become_one_rejected_object() -> None:
     assert SpeculationState.model_validate(both) == state
 
 
-def _decided_on(record: dict[str, Any]) -> tuple[SpeculativeModelStatus, list[str], Any]:
-    """Today's reading of an old body, and what today's decide() makes of the next window."""
-    spec = SpeculativeModelSpec.model_validate(record["spec"])
-    old = SpeculativeModelStatus.model_validate(record["status"])
-    observation = Observation(
-        _window(record["stable"]),
-        _window(record["canary"]),
-        canary_pending_since=record["canaryPendingSince"],
-        canary_pending_reason=record["canaryPendingReason"],
-        runtime_failures=record["runtimeFailures"],
-    )
-    decided = decide(spec, old, observation, datetime.fromisoformat(record["now"]))
-    return old, [a.kind for a in decided.actions], decided.status
-
-
 @pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)
 def test_a_status_with_flat_states_is_decided_on_exactly_as_before(
     path: Path, before_exploration: None
 ) -> None:
     # No prediction interval in a reason either: new words, not a new decision.
     record = json.loads(path.read_text())
-    _, actions, status = _decided_on(record)
+    actions, status = _decided_on(record)
     assert actions == record["decided"]["actions"]
     then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
     for entry in status.history:
@@ -275,7 +270,7 @@ def test_the_first_write_removes_the_flat_fields(path: Path) -> None:
     linger beside the objects, and what is stored reads back as what was written."""
     record = json.loads(path.read_text())
     old = record["status"]
-    _, _, status = _decided_on(record)
+    _, status = _decided_on(record)
     new = status.model_dump(by_alias=True, mode="json")
     stored = _merged(old, replacing(old, new))
     assert stored == _merged({}, new)  # nothing of the old body left
