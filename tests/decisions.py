@@ -95,18 +95,19 @@ class Fleet:
         self.now = T0
         self.kinds: list[list[str]] = []
 
+    def _window(self, profile: list[float], k: int, drafts: float) -> TrackWindow:
+        """K=0 (plain decoding): tokens and step times, no drafts."""
+        measured = window(profile, k, drafts, self.batch, self.engine)
+        return replace(measured, drafts=0) if k == 0 else measured
+
     def step(self, profile: list[float] | None, **observation: Any) -> list[str]:
         sp = self.status.speculation
         stable = canary = None
         if profile is not None:
-            if sp.off is not None:  # plain decoding: tokens and step times, no drafts
-                plain = window(profile, 0, batch=self.batch, engine=self.engine)
-                stable = replace(plain, drafts=0)
-            else:
-                k = sp.tokens or self.spec.speculation.tokens
-                stable = window(profile, k, batch=self.batch, engine=self.engine)
+            k = 0 if sp.off is not None else sp.tokens or self.spec.speculation.tokens
+            stable = self._window(profile, k, 20_000)
             if (run := self.status.canary_run) is not None:
-                tried = window(profile, run[0], 10_000, self.batch, self.engine)
+                tried = self._window(profile, run[0], 10_000)
                 canary = replace(tried, pods=1, running_requests=self.batch)
         self.now += timedelta(minutes=1)
         decided = decide(

@@ -21,7 +21,7 @@ def test_drift_below_the_floor_rolls_back_after_failure_limit_windows() -> None:
 
 def test_plain_decoding_when_no_k_pays_is_not_a_rollback() -> None:
     fleet = Fleet(make_spec(), engine=NO_K_PAYS)
-    for _ in range(10):
+    for _ in range(15):
         fleet.step(CODE)
     flat = [k for kinds in fleet.kinds for k in kinds]
     assert "StopSpeculation" in flat
@@ -29,7 +29,11 @@ def test_plain_decoding_when_no_k_pays_is_not_a_rollback() -> None:
     off = fleet.status.speculation.off
     assert off is not None and off.reason is OffReason.NO_K_PAYS
     assert off.acceptance and off.acceptance[0] == 0.96
-    assert "plain decoding is predicted" in off.message
+    # The prediction started a canary of plain decoding; its measured speed stopped it.
+    started = [d for d in fleet.status.history if d.reason.startswith("PlainPredicted:")]
+    assert started and started[0].action == "StartCanary" and started[0].to_tokens == 0
+    assert off.message.startswith("plain decoding (K=0) vs K=")
+    assert "measured step" in off.message
 
 
 def test_below_floor_keeps_the_fastest_k_while_speculation_pays() -> None:

@@ -163,6 +163,9 @@ def test_serving_pod_without_spec_decode_series_is_flagged() -> None:
     plain = SpecDecodeCounters(generation_tokens=10, requests_running=3)
     observation = tracker.observe([PodSample("a", "stable", 0, plain)], K8)
     assert observation.speculation_missing
+    # A canary rendered plain (K=0, measuring plain decoding) has nothing to export.
+    measuring = tracker.observe([PodSample("c", "canary", 0, plain)], {"stable": 8, "canary": 0})
+    assert not measuring.speculation_missing
 
 
 def test_scrape_is_concurrent_bounded_and_isolates_failures() -> None:

@@ -110,6 +110,7 @@ def before_exploration(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every fixture body was recorded before exploration: its trials would be new
     decisions, not the old status read differently."""
     monkeypatch.setattr(exploration, "EXPLORATION_BUDGET", 0)
+    monkeypatch.setattr(exploration, "PLAIN_EXPLORATION_BUDGET", 0)
 
 
 def _decided_on(record: dict[str, Any]) -> tuple[list[str], SpeculativeModelStatus]:

@@ -212,10 +212,12 @@ def test_every_peer_runs_where_it_applies() -> None:
 
 def test_the_tuner_tunes_the_cap_of_adaptive_verification() -> None:
     # At 32 in flight the engine verifies few of K's drafts but still drafts K: only no
-    # drafting pays, and the tuner, fitting step times by the count verified, stops.
+    # drafting pays, and the tuner, fitting step times by the count verified, measures
+    # plain decoding on a canary and stops.
     s = scenario("dspark/c32", "methods.yaml")
     draft = {"method": "dspark", "adaptiveVerification": True}
     capped = s.model_copy(update={"policy": {**s.policy, "draft": draft}})
     result = simulate(capped, 0, engine_rule=adaptive_verification(capped))
-    assert [d["kind"] for d in result.decisions] == ["StopSpeculation"]
+    assert [d["kind"] for d in result.decisions] == ["StartCanary", "StopSpeculation"]
+    assert result.decisions[0]["reason"] == "PlainPredicted"
     assert result.steady_ratio == pytest.approx(1.0)

@@ -89,6 +89,20 @@ def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -
     assert canary["spec"]["selector"]["matchLabels"][render.TRACK_LABEL] == "canary"
 
 
+def test_a_canary_of_plain_decoding_runs_without_a_draft(peagle_manifest: dict[str, Any]) -> None:
+    trial = {"tokens": 0, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
+    model = model_from(peagle_manifest, speculation={"tokens": 3, "trial": trial})
+    stable, canary, _ = render.manifests(model)
+    assert canary["spec"]["replicas"] == 1
+    container = _container(canary)
+    assert _arg(container, "--method") == "none"
+    assert "--num-speculative-tokens" not in container["args"]
+    assert "--draft-model" not in container["args"]
+    assert canary["spec"]["template"]["metadata"]["annotations"][render.TOKENS_ANNOTATION] == "0"
+    assert _arg(_container(stable), "--num-speculative-tokens") == "3"
+    assert _arg(_container(stable), "--method") == "peagle"
+
+
 def test_disabled_speculation_runs_plain_decoding(peagle_manifest: dict[str, Any]) -> None:
     off = {"reason": "NoKClearsFloor", "message": "stale", "reprobeAt": "2026-01-01T00:00:00Z"}
     model = model_from(peagle_manifest, speculation={"tokens": 3, "off": off})

@@ -1969,7 +1969,10 @@ class InPlace(ApiModel):
 class Trial(ApiModel):
     """A running trial of a candidate K or schedule: on a canary pod, or in place."""
 
-    tokens: int = Field(description="The candidate K (a schedule's largest).")
+    tokens: int = Field(
+        description="The candidate K (a schedule's largest; 0: plain decoding, tried on a "
+        "canary before speculation stops)."
+    )
     schedule: list[ScheduledBand] | None = Field(
         default=None, description="The candidate schedule, if it tries one (K by batch size)."
     )
@@ -1986,6 +1989,11 @@ class Trial(ApiModel):
         description="The windows it is compared with (in place: those before the switch).",
     )
     canary: TrackTotals = Field(default_factory=TrackTotals, description="The candidate's windows.")
+
+    @property
+    def plain(self) -> bool:
+        """A trial of plain decoding (K=0, on a canary): whether to stop speculating."""
+        return self.tokens == 0
 
 
 class SpeculationState(ApiModel):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from specfleet.operator import speed
 from specfleet.operator.api import TuningStrategy
 from specfleet.operator.outcomes import ActionKind, TrialStart
-from specfleet.operator.prediction import Prediction
+from specfleet.operator.prediction import Prediction, k_words
 
 if TYPE_CHECKING:
     from specfleet.operator.tuner import Run
@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 # it, what an exploration measured is gone, and the K may be in doubt again), counted
 # from status.history.
 EXPLORATION_BUDGET = 2
+# Plain decoding apart: its interval is the widest (the fit cannot tell a draft's fixed
+# cost from the target's without it), so on a shared budget it would crowd out every K.
+PLAIN_EXPLORATION_BUDGET = 1
 # A K is explored when the posterior gives it at least this chance of the required gain:
 # the optimistic end of its 90% interval clears it.
 MIN_CHANCE = speed.INTERVAL_QUANTILE
@@ -59,15 +62,21 @@ def predicted_gain(
     )
 
 
-def explorations(run: Run) -> int:
-    """Exploratory trials started within speed.MAX_AGE, from status.history."""
+def explorations(run: Run, plain: bool) -> int:
+    """Exploratory trials of plain decoding (or of Ks) started within speed.MAX_AGE, from
+    status.history."""
     return sum(
         1
         for entry in run.status.history
         if entry.action in (ActionKind.START_CANARY, ActionKind.START_IN_PLACE)
         and entry.reason.startswith(f"{TrialStart.EXPLORE}:")
+        and (entry.to_tokens == 0) == plain
         and run.now - entry.time < speed.MAX_AGE
     )
+
+
+def _budget(plain: bool) -> int:
+    return PLAIN_EXPLORATION_BUDGET if plain else EXPLORATION_BUDGET
 
 
 def _chance_needed(run: Run, required: float) -> float:
@@ -92,16 +101,19 @@ def choose(
     current: Prediction,
     batch: float,
 ) -> Exploration | None:
-    """The K to explore: among the eligible Ks with no step-time sample at this batch,
-    the one most likely to gain the required gain, if that chance is enough (see
-    `_chance_needed`) and the budget has room; else None."""
+    """The K to explore (0: plain decoding): among the eligible Ks with no step-time
+    sample at this batch and budget left, the one most likely to gain the required gain,
+    if that chance is enough (see `_chance_needed`); else None."""
     samples = run.status.step_cost.samples if run.status.step_cost else []
     if not samples:  # no step times: a trial could not measure what is in doubt
         return None
-    used = explorations(run)
-    if used >= EXPLORATION_BUDGET:
-        return None
-    unmeasured = [p for p in eligible if speed.matching(samples, p.tokens, batch) is None]
+    used = {plain: explorations(run, plain) for plain in (False, True)}
+    unmeasured = [
+        p
+        for p in eligible
+        if used[p.tokens == 0] < _budget(p.tokens == 0)
+        and speed.matching(samples, p.tokens, batch) is None
+    ]
     if not unmeasured:  # each measured here: the fit is sure of them, nothing to learn
         return None
     posterior = speed.posterior(samples, run.drafting, run.now)
@@ -119,10 +131,12 @@ def choose(
         return None
     chance, candidate = best
     gain = predicted_gain(posterior, candidate, current, batch)
+    plain = candidate.tokens == 0
     message = (
-        f"K={candidate.tokens} is not measured at batch {batch:.1f}: predicted "
+        f"{k_words(candidate.tokens)} is not measured at batch {batch:.1f}: predicted "
         f"{gain.describe()} goodput over K={current.tokens}, {chance:.0%} likely to gain the "
-        f"{required:+.1%} needed; exploration {used + 1} of {EXPLORATION_BUDGET} per "
+        f"{required:+.1%} needed; exploration {used[plain] + 1} of {_budget(plain)} "
+        f"{'of plain decoding ' if plain else ''}per "
         f"{speed.MAX_AGE.total_seconds() / 3600:.0f}h"
     )
     return Exploration(candidate.tokens, chance, message)

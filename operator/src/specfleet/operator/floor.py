@@ -1,6 +1,7 @@
 """The acceptance floor: counting failing windows, rolling back (last known good K, a
 step down, a schedule's fallback), keeping the fastest K below it, disabling
-speculation, stopping when plain decoding is faster, and recovering above it."""
+speculation (or stopping it when plain decoding is faster: plain.py decides when), and
+recovering above it."""
 
 from __future__ import annotations
 
@@ -239,38 +240,21 @@ def _disable(
     clear_below_floor(run, "Disabled", "speculation is off")
 
 
-def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
-    """Plain decoding when the fitted cost says no K pays at this load (a large batch
-    makes verification compute-bound) in rollback.failureLimit conclusive windows in a
-    row: not a rollback, the draft is fine. True while plain decoding is predicted
-    faster (stopped, or gathering the windows to stop): no trial is proposed then."""
-    spec = run.spec
-    assert judged.window is not None
-    conditional = window_conditional(judged.window)
-    batch = judged.window.batch_per_pod
-    fastest, plain = fastest_and_plain(spec, conditional, batch, run.cost)
-    if plain < fastest.goodput * (1 + run.required_gain()):
-        run.sp.plain_faster_windows = 0
-        return False
-    # As a rollback: one window (one slow minute, one odd batch) is not enough evidence;
-    # nor is it the time to try another K (True: no proposal while the evidence grows).
-    run.sp.plain_faster_windows += 1
-    if run.sp.plain_faster_windows < spec.rollback.failure_limit:
-        return True
-    reason = (
-        f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
-        f"K={fastest.tokens} at batch {batch:.1f}"
-    )
+def stop_speculation(
+    run: Run, reason: str, judged: Judged | None, conditional: list[float]
+) -> None:
+    """Plain decoding because it is faster than every K: not a rollback, the draft is
+    fine; `conditional` is the acceptance a re-probe starts from."""
+    metric = judged.metric.value if judged and judged.metric else None
     _disable(
         run,
         reason,
-        judged.metric.value if judged.metric else None,
-        judged.goodput,
+        metric,
+        judged.goodput if judged else None,
         kind=ActionKind.STOP_SPECULATION,
         why=OffReason.NO_K_PAYS,
         acceptance=[round(c, 4) for c in conditional],
     )
-    return True
 
 
 def recovered(run: Run, judged: Judged) -> None:

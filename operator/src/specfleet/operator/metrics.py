@@ -618,7 +618,8 @@ class WindowTracker:
                 and previous.counters is not None
                 and current.generation_tokens != previous.counters.generation_tokens
             )
-            missing = missing or (serving and not current.speculation_exported)
+            # A pod rendered plain (K=0) has nothing to export.
+            missing = missing or (serving and k > 0 and not current.speculation_exported)
             if previous is None or previous.counters is None or previous.track != sample.track:
                 continue  # a baseline: nothing to compare with yet
             seconds = sample.at - previous.at

@@ -93,6 +93,8 @@ class TrialStart(StrEnum):
     # The fit is unsure of the candidate (not measured at this load) and its interval
     # allows the gain: exploration.py.
     EXPLORE = "Explore"
+    # The fit predicts plain decoding (K=0) faster than every K: plain.py measures it.
+    PLAIN_PREDICTED = "PlainPredicted"
 
 
 class TrialOutcome(StrEnum):

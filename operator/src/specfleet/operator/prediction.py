@@ -40,6 +40,16 @@ class Prediction:
     goodput: float
 
 
+def k_words(k: int) -> str:
+    """A K as messages name it."""
+    return "plain decoding (K=0)" if k == 0 else f"K={k}"
+
+
+def plain(batch: float, cost: FittedStepCost) -> Prediction:
+    """Plain decoding at `batch`: one token a step, nothing drafted."""
+    return Prediction(0, 0.0, 1.0, 0.0, goodput_at(1.0, 0, batch, cost))
+
+
 def goodput_at(
     mean_length: float, k: int, batch: float, cost: FittedStepCost, drafted: int | None = None
 ) -> float:
@@ -117,4 +127,4 @@ def fastest_and_plain(
 ) -> tuple[Prediction, float]:
     """The K the spec allows with the best predicted goodput, and plain decoding's."""
     fastest = max(predict_ks(spec, conditional, batch, cost).values(), key=lambda p: p.goodput)
-    return fastest, goodput_at(1.0, 0, batch, cost)
+    return fastest, plain(batch, cost).goodput

@@ -11,9 +11,17 @@ from specfleet.operator.api import (
     ScheduledBand,
     ScheduleMode,
     StepTimeSample,
+    TuningStrategy,
 )
 from specfleet.operator.outcomes import TrialStart
-from specfleet.operator.prediction import floor_caps_k, predict, predictions, window_conditional
+from specfleet.operator.prediction import (
+    Prediction,
+    floor_caps_k,
+    plain,
+    predict,
+    predictions,
+    window_conditional,
+)
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
 
@@ -93,7 +101,8 @@ def _propose_k(run: Run, judged: Judged) -> None:
         # Adaptive verification predicts a cap (the best count under it), which one
         # step-time interval does not describe: such a draft is not explored.
         if current.goodput > 0 and not spec.draft.adaptive_verification:
-            chosen = exploration.choose(run, eligible, current, batch)
+            candidates = [*eligible, *_plain_to_explore(run, batch)]
+            chosen = exploration.choose(run, candidates, current, batch)
             if chosen is not None:
                 start_trial(run, judged, chosen.tokens, None, chosen.message, TrialStart.EXPLORE)
         return
@@ -109,6 +118,16 @@ def _propose_k(run: Run, judged: Judged) -> None:
         + _how_sure(samples, best.tokens, batch)
     )
     start_trial(run, judged, best.tokens, None, message)
+
+
+def _plain_to_explore(run: Run, batch: float) -> list[Prediction]:
+    """Plain decoding as a candidate to explore: where the step splits between target
+    and draft is the fit's widest doubt (no K>=1 sample tells a draft's fixed cost from
+    the target's). On a canary only: the stable pods cannot run it in place as a K."""
+    in_place = (run.sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
+    if in_place or 0 in run.sp.rejected_tokens:
+        return []
+    return [plain(batch, run.cost)]
 
 
 def _how_sure(samples: list[StepTimeSample], k: int, batch: float) -> str:

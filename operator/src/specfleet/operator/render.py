@@ -88,7 +88,11 @@ def stable_tokens(model: SpeculativeModel) -> int:
 
 
 def _track_method(model: SpeculativeModel, track: Track) -> DraftMethod:
-    return effective_method(model) if track == "stable" else model.spec.draft.method
+    if track == "stable":
+        return effective_method(model)
+    canary = model.status.canary_run
+    # A canary trying K=0 measures plain decoding (plain.py).
+    return DraftMethod.NONE if canary and canary[0] == 0 else model.spec.draft.method
 
 
 def track_tokens(model: SpeculativeModel, track: Track) -> int:

@@ -15,10 +15,10 @@ from specfleet.operator.api import (
     Trial,
     TuningStrategy,
 )
-from specfleet.operator.floor import remember_rejected, stable_failing
-from specfleet.operator.metrics import Observation
-from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
-from specfleet.operator.prediction import floor_caps_k
+from specfleet.operator.floor import remember_rejected, stable_failing, stop_speculation
+from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart, WindowVerdict
+from specfleet.operator.prediction import floor_caps_k, k_words
 from specfleet.operator.reprobes import enable, next_reprobe
 from specfleet.operator.trial_stats import (
     goodput_gain,
@@ -27,7 +27,7 @@ from specfleet.operator.trial_stats import (
     totals_metric,
     totals_rate,
 )
-from specfleet.operator.windows import Judged, judge_collected
+from specfleet.operator.windows import Judged, judge, judge_collected
 
 if TYPE_CHECKING:
     from specfleet.operator.tuner import Run
@@ -91,12 +91,23 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     """Judge the canary's window (an in-place trial has none) and advance the trial."""
     trial = run.sp.trial
     assert trial is not None
-    canary = (
-        None
-        if trial.in_place
-        else judge_collected(run, "canary", observation.canary, trial.tokens, None, trial.schedule)
-    )
+    if trial.in_place:
+        canary = None
+    elif trial.plain:
+        canary = _judge_plain(run, observation.canary)
+    else:
+        window, k = observation.canary, trial.tokens
+        canary = judge_collected(run, "canary", window, k, None, trial.schedule)
     _advance_trial(run, stable, canary, observation)
+
+
+def _judge_plain(run: Run, window: TrackWindow | None) -> Judged:
+    """A plain canary's window: it has no acceptance to judge, its speed is what the
+    trial measures, so a window with traffic counts."""
+    judged = judge(run.spec, window, None)
+    if judged.reason is WindowVerdict.NO_DRAFTS:
+        return Judged(window, True, WindowVerdict.CONCLUSIVE)
+    return judged
 
 
 def _advance_trial(
@@ -281,8 +292,8 @@ def _compare(run: Run, stable: Judged) -> None:
     # on proof of minImprovement. A canary's promotion rolls the stable pods: it must
     # repay that restart too.
     required = spec.tuning.min_improvement if trial.in_place else run.required_gain()
-    metric = totals_metric(trial.canary, spec.rollback.metric)
-    tried_words = schedule.describe(tried) if tried else f"K={trial.tokens}"
+    metric = None if trial.plain else totals_metric(trial.canary, spec.rollback.metric)
+    tried_words = schedule.describe(tried) if tried else k_words(trial.tokens)
     before_words = schedule.describe(before) if before else f"K={before_k}"
     summary = (
         f"{tried_words} vs {before_words}: goodput {gain.value:+.1%} "
@@ -335,7 +346,7 @@ def end_trial(
     anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
-    rate = totals_rate(trial.canary).value if trial.canary.windows else None
+    rate = totals_rate(trial.canary).value if trial.canary.counts.drafts else None
     ended = _Ended(trial, _trial_baseline(run), *_trial_schedules(run), rate)
     sp.trial = None
     if promote:
@@ -346,6 +357,9 @@ def end_trial(
 
 def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> None:
     sp, candidate = run.sp, ended.trial.tokens
+    if ended.trial.plain:  # plain decoding measured faster than the stable K
+        stop_speculation(run, message, None, sp.good_acceptance or [])
+        return
     run.act(
         ActionKind.PROMOTE,
         reason,

@@ -62,10 +62,10 @@ from specfleet.operator.floor import (
     recovered,
     rollback,
     stable_failing,
-    stop_if_plain_is_faster,
 )
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
+from specfleet.operator.plain import stop_if_plain_is_faster
 from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
@@ -450,7 +450,7 @@ def _keep_within_range(run: Run) -> None:
     if good is not None and not low <= good.tokens <= high:
         good.tokens = min(high, max(low, good.tokens))
     trial = sp.trial
-    if trial is not None and not low <= trial.tokens <= high:
+    if trial is not None and not trial.plain and not low <= trial.tokens <= high:
         end_trial(
             run,
             promote=False,
