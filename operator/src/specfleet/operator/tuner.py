@@ -14,6 +14,8 @@ States, each an object in status.speculation present while it holds:
   in-place trial  `trial.in_place`: strategy InPlace (or a canary Pending past
                   `canaryPendingTimeout`): the stable K itself changes; windows after are
                   compared with before.
+  plain trial     `trial.tokens == 0`: plain decoding predicted faster than every K runs on
+                  a canary; promoted, it stops speculation (plain.py).
   off             `off`: plain decoding after the floor ruled out every K (or no K pays);
                   re-probed after `reprobeAfter` at the K predicted best for the acceptance
                   last measured above the floor; back on in place, `reprobing` until it holds.
@@ -24,7 +26,7 @@ with the margin -> else disable. Inconclusive windows neither pass nor fail.
 
 This module holds `decide`, the run context (`Run`) and the spec sync; each family of
 transitions has its own module: `windows` (judging), `floor` (rollback, step-down, below
-floor, disable), `trials` (start, feed, compare, end) with `trial_stats`, `reprobes`,
+floor, disable), `plain` (when plain decoding is faster), `trials` (start, feed, compare, end) with `trial_stats`, `reprobes`,
 `proposals`, and `prediction`; their words are `outcomes`' enums. docs/architecture.md
 draws how they fit.
 """
