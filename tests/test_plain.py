@@ -8,6 +8,7 @@ from specfleet.operator.api import Decision, SpeculativeModelStatus
 from specfleet.operator.outcomes import ActionKind, TrialStart
 from specfleet.operator.prediction import plain, predictions
 from specfleet.operator.tuner import Run
+from specfleet.runtime.sim_model import StepCost
 from tests.decisions import CODE, NO_K_PAYS, Fleet, make_spec, window
 from tests.test_exploration import BATCH, WIDE_KNEE, _run, sample
 
@@ -96,3 +97,13 @@ def test_plain_decoding_is_explored_on_its_own_budget() -> None:
     # A K still has room on its own budget.
     again = choose(plain_spent)
     assert again is not None and again.tokens != 0
+
+
+def test_plain_decoding_is_not_explored_where_drafting_plainly_pays() -> None:
+    """Its interval always allows the gain; only a prediction close to the K in effect
+    makes exploring it worth a canary."""
+    fleet = Fleet(make_spec(), engine=StepCost(), batch=1)
+    for _ in range(240):
+        fleet.step(CODE)
+    assert fleet.status.speculation.tokens == 8  # K climbed: the fit is sure, no K in doubt
+    assert not _plain_starts(fleet)  # plain decoding predicted -72%, 5% likely to gain

@@ -101,7 +101,7 @@ def _propose_k(run: Run, judged: Judged) -> None:
         # Adaptive verification predicts a cap (the best count under it), which one
         # step-time interval does not describe: such a draft is not explored.
         if current.goodput > 0 and not spec.draft.adaptive_verification:
-            candidates = [*eligible, *_plain_to_explore(run, batch)]
+            candidates = [*eligible, *_plain_to_explore(run, batch, current)]
             chosen = exploration.choose(run, candidates, current, batch)
             if chosen is not None:
                 start_trial(run, judged, chosen.tokens, None, chosen.message, TrialStart.EXPLORE)
@@ -120,14 +120,18 @@ def _propose_k(run: Run, judged: Judged) -> None:
     start_trial(run, judged, best.tokens, None, message)
 
 
-def _plain_to_explore(run: Run, batch: float) -> list[Prediction]:
-    """Plain decoding as a candidate to explore: where the step splits between target
-    and draft is the fit's widest doubt (no K>=1 sample tells a draft's fixed cost from
-    the target's). On a canary only: the stable pods cannot run it in place as a K."""
+def _plain_to_explore(run: Run, batch: float, current: Prediction) -> list[Prediction]:
+    """Plain decoding as a candidate to explore where the choice to speculate is close:
+    predicted within the required gain of the K in effect. Its interval is the widest
+    (no K>=1 sample tells a draft's fixed cost from the target's), so by the interval
+    alone it would be explored everywhere, also where drafting plainly pays. On a
+    canary only: the stable pods cannot run it in place as a K."""
     in_place = (run.sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
-    if in_place or 0 in run.sp.rejected_tokens:
+    candidate = plain(batch, run.cost)
+    close = candidate.goodput >= current.goodput * (1 - run.required_gain())
+    if in_place or not close or 0 in run.sp.rejected_tokens:
         return []
-    return [plain(batch, run.cost)]
+    return [candidate]
 
 
 def _how_sure(samples: list[StepTimeSample], k: int, batch: float) -> str:

@@ -26,9 +26,9 @@ with the margin -> else disable. Inconclusive windows neither pass nor fail.
 
 This module holds `decide`, the run context (`Run`) and the spec sync; each family of
 transitions has its own module: `windows` (judging), `floor` (rollback, step-down, below
-floor, disable), `plain` (when plain decoding is faster), `trials` (start, feed, compare, end) with `trial_stats`, `reprobes`,
-`proposals`, and `prediction`; their words are `outcomes`' enums. docs/architecture.md
-draws how they fit.
+floor, disable), `plain` (when plain decoding is faster), `trials` (start, feed, compare,
+end) with `trial_stats`, `reprobes`, `proposals`, and `prediction`; their words are
+`outcomes`' enums. docs/architecture.md draws how they fit.
 """
 
 from __future__ import annotations
