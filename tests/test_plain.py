@@ -4,12 +4,12 @@ decoding, and only its measurement stops speculation (plain.py)."""
 from __future__ import annotations
 
 from specfleet.operator import exploration
-from specfleet.operator.api import Decision, SpeculativeModelStatus
+from specfleet.operator.api import Decision, OffReason, SpeculativeModelStatus
 from specfleet.operator.outcomes import ActionKind, TrialStart
 from specfleet.operator.prediction import plain, predictions
 from specfleet.operator.tuner import Run
 from specfleet.runtime.sim_model import StepCost
-from tests.decisions import CODE, NO_K_PAYS, Fleet, make_spec, window
+from tests.decisions import CODE, NO_K_PAYS, UNDER_FLOOR, Fleet, make_spec, window
 from tests.test_exploration import BATCH, WIDE_KNEE, _run, sample
 
 # Memory-bound to 128 verified tokens at 32 in flight: K=3 pays, but from K=3 alone the
@@ -107,3 +107,20 @@ def test_plain_decoding_is_not_explored_where_drafting_plainly_pays() -> None:
         fleet.step(CODE)
     assert fleet.status.speculation.tokens == 8  # K climbed: the fit is sure, no K in doubt
     assert not _plain_starts(fleet)  # plain decoding predicted -72%, 5% likely to gain
+
+
+def test_just_under_the_floor_plain_decoding_is_measured_before_speculation_goes_off() -> None:
+    """Within acceptanceMargin of the floor the draft is not broken and only speed
+    decides: a prediction that speculation no longer pays starts a canary of plain
+    decoding, and its measurement switches speculation off (far under the floor, a
+    stale draft goes off at once: test_floor)."""
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2}), engine=NO_K_PAYS)
+    for _ in range(14):
+        fleet.step(UNDER_FLOOR)
+    started = _plain_starts(fleet)
+    assert started and "speculation no longer pays" in started[0].reason
+    flat = [k for kinds in fleet.kinds for k in kinds]
+    assert "Disable" not in flat and "StopSpeculation" in flat
+    off = fleet.status.speculation.off
+    assert off is not None and off.reason is OffReason.NO_K_PAYS
+    assert off.message.startswith("plain decoding (K=0) vs K=3")

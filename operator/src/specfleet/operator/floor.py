@@ -181,28 +181,39 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
     if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
         # The K in effect is the fastest measured so far; trials may still find a faster
         # one. A K changed on a prediction alone would be untested.
-        message = f"{why}; no K clears it, but {pays}: keeping K={current}"
-        if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) != (
-            "True"
-        ):
-            run.act(
-                ActionKind.KEEP_FASTEST,
-                "NoKClearsFloor",
-                message,
-                warning=True,
-                from_tokens=current,
-                to_tokens=current,
-                acceptance=metric,
-                goodput=judged.goodput,
-            )
-        sp.failing_windows = 0
-        run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "True", "NoKClearsFloor", message)
+        _keep_fastest(run, judged, f"{why}; no K clears it, but {pays}: keeping K={current}")
         return
     if spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
         reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
     else:
         reason = f"{why}; speculation no longer pays: {pays}"
+        # Within acceptanceMargin of the floor the draft is not broken: only speed
+        # decides, and plain decoding's speed is measured before it is chosen (plain.py).
+        near = metric is not None and metric >= run.floor - run.margin
+        if near and run.measure_plain_first(judged, reason):
+            message = f"{reason}; keeping K={current} while a canary measures plain decoding"
+            _keep_fastest(run, judged, message)
+            return
     _disable(run, reason, metric, judged.goodput)
+
+
+def _keep_fastest(run: Run, judged: Judged, message: str) -> None:
+    """The K in effect stays under the floor, flagged AcceptanceBelowFloor (an Event when
+    it turns True; re-checked every window from then on)."""
+    current = run.sp.tokens
+    if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) != "True":
+        run.act(
+            ActionKind.KEEP_FASTEST,
+            "NoKClearsFloor",
+            message,
+            warning=True,
+            from_tokens=current,
+            to_tokens=current,
+            acceptance=judged.metric.value if judged.metric else None,
+            goodput=judged.goodput,
+        )
+    run.sp.failing_windows = 0
+    run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "True", "NoKClearsFloor", message)
 
 
 def _disable(

@@ -48,10 +48,24 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
         f"K={fastest.tokens} at batch {batch:.1f}"
     )
-    in_place = (sp.strategy or spec.tuning.strategy) is TuningStrategy.IN_PLACE
-    if in_place or judged.window.step_seconds is None:
+    if not measure_first(run, judged, reason):
         stop_speculation(run, reason, judged, conditional)
-    else:
-        message = f"{reason}; measuring it on a canary first"
-        start_trial(run, judged, 0, None, message, TrialStart.PLAIN_PREDICTED)
+    return True
+
+
+def measure_first(run: Run, judged: Judged, reason: str) -> bool:
+    """Whether plain decoding, predicted faster for `reason`, is measured on a canary
+    before speculation goes off: started now, or on trial already. Not in place, nor on
+    pods without step times (nothing to measure beside), nor once a canary measured it no
+    faster lately (then speculation stays until reprobeAfter)."""
+    sp = run.sp
+    if sp.trial is not None:
+        return True  # a canary is measuring: decide on what it finds
+    if 0 in sp.rejected_tokens:
+        return True
+    in_place = (sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
+    if in_place or judged.window is None or judged.window.step_seconds is None:
+        return False
+    message = f"{reason}; measuring it on a canary first"
+    start_trial(run, judged, 0, None, message, TrialStart.PLAIN_PREDICTED)
     return True

@@ -18,7 +18,7 @@ from specfleet.operator.api import (
 from specfleet.operator.floor import remember_rejected, stable_failing, stop_speculation
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart, WindowVerdict
-from specfleet.operator.prediction import floor_caps_k, k_words
+from specfleet.operator.prediction import floor_caps_k, k_words, window_conditional
 from specfleet.operator.reprobes import enable, next_reprobe
 from specfleet.operator.trial_stats import (
     goodput_gain,
@@ -358,7 +358,11 @@ def end_trial(
 def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> None:
     sp, candidate = run.sp, ended.trial.tokens
     if ended.trial.plain:  # plain decoding measured faster than the stable K
-        stop_speculation(run, message, None, sp.good_acceptance or [])
+        # What a re-probe predicts from: the acceptance the stable pods measured beside it.
+        counts = ended.trial.stable.counts
+        measured = TrackWindow(seconds=0.0, pod_seconds=0.0, pods=0, running_requests=0.0)
+        conditional = window_conditional(measured.with_counts(counts)) if counts.drafts else []
+        stop_speculation(run, message, None, conditional)
         return
     run.act(
         ActionKind.PROMOTE,

@@ -67,7 +67,7 @@ from specfleet.operator.floor import (
 )
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
-from specfleet.operator.plain import stop_if_plain_is_faster
+from specfleet.operator.plain import measure_first, stop_if_plain_is_faster
 from specfleet.operator.prediction import floor_caps_k
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
@@ -187,6 +187,10 @@ class Run:
         self.status.open_windows = (
             None if windows.stable is None and windows.canary is None else windows
         )
+
+    def measure_plain_first(self, judged: Judged, reason: str) -> bool:
+        """plain.measure_first, for the floor (which plain.py builds on)."""
+        return measure_first(self, judged, reason)
 
     def seconds(self, duration: str) -> timedelta:
         return parse_duration(duration)
