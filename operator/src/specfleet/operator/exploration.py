@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specfleet.operator import speed
-from specfleet.operator.api import TuningStrategy
 from specfleet.operator.outcomes import ActionKind, TrialStart
 from specfleet.operator.prediction import Prediction, k_words
 
@@ -83,8 +82,7 @@ def _chance_needed(run: Run, required: float) -> float:
     """The chance of the required gain an exploration needs: MIN_CHANCE on a canary; in
     place, where one that fails restarts the serving pods twice (there and back), enough
     that the gain expected repays those restarts: P x required >= (1 - P) x 2 x restart."""
-    in_place = (run.sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
-    twice = 2 * run.restart_cost() if in_place else 0.0
+    twice = 2 * run.restart_cost() if run.in_place else 0.0
     return max(MIN_CHANCE, twice / (required + twice)) if twice else MIN_CHANCE
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from specfleet.operator.api import TuningStrategy
 from specfleet.operator.floor import stop_speculation
 from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import fastest_and_plain, window_conditional
@@ -63,8 +62,7 @@ def measure_first(run: Run, judged: Judged, reason: str) -> bool:
         return True  # a canary is measuring: decide on what it finds
     if 0 in sp.rejected_tokens:
         return True
-    in_place = (sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
-    if in_place or judged.window is None or judged.window.step_seconds is None:
+    if run.in_place or judged.window is None or judged.window.step_seconds is None:
         return False
     message = f"{reason}; measuring it on a canary first"
     start_trial(run, judged, 0, None, message, TrialStart.PLAIN_PREDICTED)

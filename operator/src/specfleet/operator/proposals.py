@@ -11,7 +11,6 @@ from specfleet.operator.api import (
     ScheduledBand,
     ScheduleMode,
     StepTimeSample,
-    TuningStrategy,
 )
 from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import (
@@ -126,10 +125,9 @@ def _plain_to_explore(run: Run, batch: float, current: Prediction) -> list[Predi
     (no K>=1 sample tells a draft's fixed cost from the target's), so by the interval
     alone it would be explored everywhere, also where drafting plainly pays. On a
     canary only: the stable pods cannot run it in place as a K."""
-    in_place = (run.sp.strategy or run.spec.tuning.strategy) is TuningStrategy.IN_PLACE
     candidate = plain(batch, run.cost)
     close = candidate.goodput >= current.goodput * (1 - run.required_gain())
-    if in_place or not close or 0 in run.sp.rejected_tokens:
+    if run.in_place or not close or 0 in run.sp.rejected_tokens:
         return []
     return [candidate]
 

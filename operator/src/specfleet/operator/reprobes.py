@@ -13,7 +13,6 @@ from specfleet.operator.api import (
     LastKnownGood,
     Reprobing,
     Trial,
-    TuningStrategy,
 )
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.prediction import fastest_and_plain, floor_caps_k, predict_ks
@@ -59,8 +58,7 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     failed = off.failed_reprobes
     waited = f" (back-off doubled {failed} times)" if failed else ""
     cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
-    strategy = sp.strategy or spec.tuning.strategy
-    if strategy is TuningStrategy.CANARY:
+    if not run.in_place:
         sp.trial = Trial(tokens=k, started_at=run.now, stable_replicas=spec.replicas)
         run.act(
             ActionKind.REPROBE,

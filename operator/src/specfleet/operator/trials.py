@@ -49,9 +49,8 @@ def start_trial(
     """A canary (or in place, the stable pods) running K=k, or the schedule `candidate`."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
-    strategy = sp.strategy or spec.tuning.strategy
     acceptance = judged.metric.value if judged.metric else None
-    if strategy is TuningStrategy.IN_PLACE:
+    if run.in_place:
         # The baseline is measured after the proposal, not taken from the window that
         # proposed it: a window is proposed on for looking bad, so judging against it
         # credits the candidate with that window's noise (the winner's curse).

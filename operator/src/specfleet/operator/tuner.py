@@ -188,6 +188,13 @@ class Run:
             None if windows.stable is None and windows.canary is None else windows
         )
 
+    @property
+    def in_place(self) -> bool:
+        """Trials run on the stable pods: the spec's strategy, or the fallback a canary
+        Pending past canaryPendingTimeout switched to (status.speculation.strategy)."""
+        strategy = self.sp.strategy or self.spec.tuning.strategy
+        return strategy is TuningStrategy.IN_PLACE
+
     def measure_plain_first(self, judged: Judged, reason: str) -> bool:
         """plain.measure_first, for the floor (which plain.py builds on)."""
         return measure_first(self, judged, reason)
@@ -316,7 +323,7 @@ def _cooled(run: Run) -> bool:
     sp, spec = run.sp, run.spec
     if sp.changed_at is not None and run.now - sp.changed_at < run.seconds(spec.tuning.cooldown):
         return False
-    if (sp.strategy or spec.tuning.strategy) is not TuningStrategy.IN_PLACE:
+    if not run.in_place:
         return True
     started = [d.time for d in run.status.history if d.action == ActionKind.START_IN_PLACE]
     return not started or run.now - max(started) >= SWITCH_HORIZON
