@@ -64,9 +64,15 @@ def metrics_page(address: str) -> str:
         return str(response.read().decode())
 
 
-def served_tokens(address: str) -> int:
-    """K as the running vLLM reports it: the draft positions on its /metrics page."""
-    return len(parse_vllm_metrics(metrics_page(address)).accepted_per_position)
+def served_tokens(address: str) -> int | None:
+    """K as the running vLLM reports it: the draft positions on its /metrics page; None
+    while its page cannot be read (a pod listed Ready a moment before a K change stops it
+    resets the connection)."""
+    try:
+        page = metrics_page(address)
+    except OSError:  # URLError, ConnectionResetError, timeouts
+        return None
+    return len(parse_vllm_metrics(page).accepted_per_position)
 
 
 def drafts(address: str) -> float:
