@@ -38,8 +38,9 @@ typecheck: $(INSTALLED)
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 # The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.
-# Two workers: the e2e tests, which mostly wait on the cluster's clocks, in one; the
-# rest, which mostly computes, in the other.
+# Two workers: the e2e tests, which mostly wait on the cluster's clocks, in one (real vLLM
+# on the cluster last); in the other the tests that start vLLM first, then the rest, which
+# mostly computes (e2e/conftest.py).
 pytest: $(INSTALLED)
 	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
 		$(BIN)/pytest -n 2 --dist loadgroup

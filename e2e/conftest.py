@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client, config
 from xdist.remote import Producer
 from xdist.scheduler import LoadGroupScheduling
+from xdist.workermanage import WorkerController
 
 from e2e import cluster, podnet
 from e2e.operator_process import OperatorProcess
@@ -22,28 +23,48 @@ from e2e.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parent.parent
 
 
+# Real vLLM on the cluster: the last of the e2e tests, so that it never shares the 2 cores
+# with the other worker's vLLM servers (VLLM_TESTS, its first unit of work); its decisions
+# rest on the step times vLLM measures.
+REAL_ENGINE_E2E = "e2e/test_real_engine.py"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=lambda item: item.nodeid.startswith(REAL_ENGINE_E2E))
 
 
-# Run in the e2e tests' worker: real vLLM beside them would share the 2 cores with the
-# real-vLLM e2e tests, whose decisions rest on the step times vLLM measures.
-SERIAL_WITH_E2E = ("e2e/", "tests/test_real_engine.py")
+# The tests that start vLLM without a cluster: one unit of work, the other worker's
+# first, while the e2e worker starts the cluster and runs the tests without vLLM.
+VLLM_TESTS = (
+    "tests/test_real_engine.py",
+    "tests/test_vllm_speculative_config.py",
+    "tests/test_runtime_vllm_contract.py",
+)
 
 
 class _OneClusterScheduling(LoadGroupScheduling):
     """One cluster at fixed ports: under pytest-xdist (`make pytest`: -n 2 --dist loadgroup)
     every e2e test is one work unit, run in order by one worker while the other runs the
-    rest. Grouped by path, not by an `xdist_group` marker: xdist 3.8 marks a group by
-    renaming the test's node id, which pytest 9.2's node ids ignore."""
+    rest, the vLLM tests first. Grouped by path, not by an `xdist_group` marker: xdist 3.8
+    marks a group by renaming the test's node id, which pytest 9.2's node ids ignore."""
 
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith(SERIAL_WITH_E2E):
+        if nodeid.startswith("e2e/"):
             return "e2e"
+        if nodeid.startswith(VLLM_TESTS):
+            return "vllm"
         scope: str = super()._split_scope(nodeid)
         return scope
+
+    def _assign_work_unit(self, node: WorkerController) -> None:
+        # xdist queues the largest units first; the two long ones start at once instead.
+        for scope in ("vllm", "e2e"):
+            if scope in self.workqueue:
+                self.workqueue.move_to_end(scope, last=False)
+        super()._assign_work_unit(node)
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)

