@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from e2e import real_engine
@@ -25,6 +26,8 @@ NAMESPACE = "specfleet-demo-vllm"
 FLOOR = 0.5
 START_TOKENS = 3
 INTERVAL_SECONDS = 10
+# How long a decision on K is waited for after vLLM is Ready (as e2e/test_real_engine.py).
+DECISION_SECONDS = 420
 
 
 def main() -> int:
@@ -60,22 +63,33 @@ def main() -> int:
                 f"vLLM Ready; 4 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
                 story,
             )
+            # A change, or K kept: from K=3 alone the fit may not split a CPU step between
+            # draft and target well enough to predict any change paying (docs/runtime.md).
+            decide_by = time.monotonic() + DECISION_SECONDS
             changed = story.watch(
-                lambda body: real_engine.first_k_decision(body) is not None,
+                lambda body: (
+                    real_engine.first_k_decision(body) is not None or time.monotonic() > decide_by
+                ),
                 "a decision on K from the measured speed",
-                timeout=900,
+                timeout=DECISION_SECONDS + 60,
             )
             change = real_engine.first_k_decision(changed)
-            assert change is not None
-            tokens = change.get("toTokens") or 0
-            view.milestone(
-                f"{change['action']} from vLLM's measured speed and acceptance: "
-                f"K {START_TOKENS} -> {tokens}: {change['reason']}",
-                story,
-            )
-            story.wait_until_serving(timeout=600)
-            story.linger(30)  # the change is measured (a trial: promoted or aborted)
-            if change["action"] == ActionKind.STOP_SPECULATION:
+            tokens = START_TOKENS if change is None else change.get("toTokens") or 0
+            if change is None:
+                view.milestone(
+                    f"K={START_TOKENS} kept: no change predicted to pay in {DECISION_SECONDS} s "
+                    f"(fitted {(changed.get('status') or {}).get('stepCost', {}).get('fitted')})",
+                    story,
+                )
+            else:
+                view.milestone(
+                    f"{change['action']} from vLLM's measured speed and acceptance: "
+                    f"K {START_TOKENS} -> {tokens}: {change['reason']}",
+                    story,
+                )
+                story.wait_until_serving(timeout=600)
+                story.linger(30)  # the change is measured (a trial: promoted or aborted)
+            if change is not None and change["action"] == ActionKind.STOP_SPECULATION:
                 outcome = "plain decoding kept: no K pays here"
             else:
                 load.temperature = 1.0
