@@ -168,6 +168,13 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
             replaced = len(pods) == 1 and pods[0]["metadata"]["name"] != first_pod
             return startup_in_status() if replaced else None
 
+        def restart_measured(after: str, timeout: float) -> None:
+            """The restart from the warm cache (created to Ready: vLLM loading the model
+            and compiling) is its cost, in status.startupSeconds."""
+            restart = wait_for("the restart's startup in status", restart_in_status, timeout)
+            assert 0 < restart < real_engine.START_TIMEOUT, restart
+            print(f"startup: first pod {first:.1f}s, after {after} {restart:.1f}s (warm cache)")
+
         if decision is None:
             body = model()
             print(f"K=3 kept: no decision in 420 s; fitted {body['status']['stepCost']}")
@@ -183,10 +190,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
                 return served if served and speculation.get("off") else None
 
             wait_for("vLLM serving without speculation", plain, timeout=300)
-            restart = wait_for("the restart's startup in status", startup_in_status, timeout=60)
-            print(
-                f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s (warm cache)"
-            )
+            restart_measured("the K change", timeout=60)
             wait_for(
                 "a step time measured at K=0",
                 lambda: real_engine.step_samples(model(), 0) or None,
@@ -206,11 +210,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
                 return served if served and speculation.get("tokens") == k else None
 
             wait_for(f"vLLM serving K={tokens}", lambda: serving(tokens), timeout=300)
-            # The K change restarted the pod from the warm cache: its start (created to
-            # Ready: vLLM loading the model and compiling) is the restart's cost, in status.
-            restart = wait_for("the restart's startup in status", restart_in_status, timeout=60)
-            assert 0 < restart < real_engine.START_TIMEOUT, restart
-            print(f"startup: first pod {first:.1f}s, after the K change {restart:.1f}s")
+            restart_measured("the K change", timeout=60)
 
         # Hotter requests: first-position acceptance falls under the floor.
         load.temperature = 1.0
@@ -228,9 +228,7 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
         if decision is None:
             # K=3 kept until the floor acted: its decision is the restart measured.
-            restart = wait_for("the restart's startup in status", restart_in_status, timeout=420)
-            assert 0 < restart < real_engine.START_TIMEOUT, restart
-            print(f"startup: first pod {first:.1f}s, after the rollback {restart:.1f}s")
+            restart_measured("the rollback", timeout=420)
         assert load.completed > 0
 
 
