@@ -104,7 +104,7 @@ class Fleet:
         sp = self.status.speculation
         stable = canary = None
         if profile is not None:
-            k = 0 if sp.off is not None else sp.tokens or self.spec.speculation.tokens
+            k = sp.stable_k if sp.tokens is not None else self.spec.speculation.tokens
             stable = self._window(profile, k, 20_000)
             if (run := self.status.canary_run) is not None:
                 tried = self._window(profile, run[0], 10_000)

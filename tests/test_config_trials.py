@@ -121,6 +121,8 @@ def test_a_new_model_runs_its_config_without_a_trial() -> None:
 
 def test_a_better_head_is_tried_on_a_canary_and_promoted() -> None:
     fleet = _settled({"d": CHAT, "d2": CODE})
+    # As if a deeper K had run with the old head: its positions 4-6 in the memory.
+    fleet.status.speculation.good_acceptance = CHAT[:6]
     fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
     assert fleet.sync() == ["StartConfigTrial"]
     model = fleet.model()
@@ -132,8 +134,9 @@ def test_a_better_head_is_tried_on_a_canary_and_promoted() -> None:
     assert "PromoteConfig" in fleet.kinds
     config = fleet.status.config
     assert config is not None and config.running.draft_model == "d2" and config.trial is None
-    # K and the step cost are learned anew for the new draft.
+    # K, the step cost and the acceptance per position are learned anew for the new draft.
     assert fleet.status.step_cost is None or fleet.status.step_cost.samples
+    assert fleet.status.speculation.good_acceptance in (None, CODE[:3])
     assert fleet.status.canary_run is None
     assert condition_status(fleet.status.conditions, ConditionType.CONFIG_REJECTED) == "False"
     assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"

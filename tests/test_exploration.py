@@ -11,7 +11,6 @@ from specfleet.operator import exploration, speed
 from specfleet.operator.api import Decision, SpeculativeModelStatus, StepTimeSample
 from specfleet.operator.metrics import Observation
 from specfleet.operator.outcomes import ActionKind, TrialStart
-from specfleet.operator.prediction import predictions
 from specfleet.operator.tuner import Run, decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, step_seconds
@@ -55,7 +54,7 @@ def _run(status: SpeculativeModelStatus, samples: list[StepTimeSample]) -> Run:
 
 
 def _choose(run: Run) -> exploration.Exploration | None:
-    predicted = predictions(run.spec, window(CODE, 3, batch=BATCH), run.cost)
+    predicted = run.predictions(window(CODE, 3, batch=BATCH))
     eligible = [p for k, p in predicted.items() if k != 3]
     return exploration.choose(run, eligible, predicted[3], BATCH)
 

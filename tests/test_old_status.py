@@ -203,7 +203,13 @@ def test_a_status_with_flat_states_is_decided_on_exactly_as_before(
     then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
     for entry in status.history:
         entry.reason = INTERVAL.sub("", entry.reason)
-    assert status.model_dump(mode="json") == then.model_dump(mode="json")
+    now, before = status.model_dump(mode="json"), then.model_dump(mode="json")
+    # Remembered differently since: what a canary measured when its trial ended, the
+    # deeper positions included (prediction.with_deeper), and nothing of an old config
+    # after a new one is adopted (tests/test_trials.py, tests/test_config_trials.py).
+    now["speculation"].pop("good_acceptance")
+    before["speculation"].pop("good_acceptance")
+    assert now == before
 
 
 def _read(name: str) -> SpeculativeModelStatus:

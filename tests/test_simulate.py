@@ -550,13 +550,17 @@ def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
     def changes(result: SimulationResult) -> int:
         return sum(1 for a, b in itertools.pairwise(result.records) if a.tokens != b.tokens)
 
-    weighed, unweighed = simulate(scenario, 1), simulate(scenario, 1, blind)
-    assert changes(weighed) * 3 <= changes(unweighed)
+    # Over seeds: one run is one draw of the noise, and a blind tuner's exploration may
+    # land on a better K by luck.
+    seeds = range(4)
+    weighed = [simulate(scenario, seed) for seed in seeds]
+    unweighed = [simulate(scenario, seed, blind) for seed in seeds]
+    assert sum(map(changes, weighed)) * 3 <= sum(map(changes, unweighed))
     # In-place trials start at most once an hour either way; the rule still spares the
-    # restarts of the small gains (seed 1: 1 change in six hours against 4 unweighed,
-    # +3.4% tokens; 5 and +6.0% before exploration, whose measured step times spare the
-    # blind tuner one of its failed trials).
-    assert weighed.goodput["achieved"] > 1.03 * unweighed.goodput["achieved"]
+    # restarts of the small gains (seeds 0-3: 1 change each in six hours against 7, 4, 8
+    # and 5 unweighed, +7.3% tokens).
+    served = sum(r.goodput["achieved"] for r in weighed)
+    assert served > 1.03 * sum(r.goodput["achieved"] for r in unweighed)
 
 
 @pytest.mark.parametrize("variant", ["c1", "c8"])

@@ -67,6 +67,16 @@ def test_two_measured_ks_predict_the_ones_between(name: str) -> None:
         assert speed.step_ms(fitted, k, 4) == pytest.approx(truth, rel=0.03), k
 
 
+def test_an_engine_whose_target_is_beyond_the_priors_interval_is_unlike_it() -> None:
+    """The prior's target forward is 2.7 ms with a spread of 100%: its 90% interval ends
+    at 7.1 ms. Real vLLM's CPU build fitted 23.2 ms from K=3 alone."""
+    cost = speed.prior(Drafting.PARALLEL)
+    assert not speed.unlike_prior(cost, Drafting.PARALLEL)
+    for ms, unlike in ((7.0, False), (7.2, True), (23.2, True)):
+        slower = cost.model_copy(update={"target_forward_ms": ms})
+        assert speed.unlike_prior(slower, Drafting.PARALLEL) is unlike, ms
+
+
 def test_the_prior_alone_is_wrong_for_these_engines() -> None:
     """The engines above are ones the prior does not know: the test above can fail."""
     prior = speed.prior(drafting=Drafting.PARALLEL)

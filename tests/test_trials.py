@@ -209,3 +209,26 @@ def test_a_proposal_says_what_its_predicted_step_time_rests_on() -> None:
     while "StartCanary" not in untimed.step(CODE):
         pass
     assert "from the prior alone (no K measured yet)" in untimed.status.history[-1].reason
+
+
+@pytest.mark.parametrize("strategy", ["InPlace", "Canary"])
+def test_a_deep_k_measured_no_faster_is_not_tried_again_on_an_extrapolation(
+    strategy: str,
+) -> None:
+    """A weak head at K=1 (0.73, then 0.07 and 0.05 at the positions after it): the
+    decay from 0.73 predicts K=4 48% faster. Its trial measures the deeper positions, and
+    the proposals after it predict from them, not from the decay again once the
+    rejection lapses (which retried K=4 every hour in place, two restarts each, and K=2-4
+    in turn on a canary)."""
+    spec = make_spec(
+        speculation={"tokens": 1, "minTokens": 1, "maxTokens": 4},
+        tuning={"strategy": strategy},
+        rollback={"metric": "FirstPositionAcceptance", "minAcceptance": 0.5},
+    )
+    fleet = Fleet(spec)
+    weak_head = [0.73, 0.07, 0.05]
+    for _ in range(300):
+        fleet.step(weak_head)
+    trials = [d for d in fleet.status.history if d.action in ("StartInPlace", "StartCanary")]
+    assert len(trials) == 1, [d.reason for d in trials]
+    assert fleet.status.speculation.good_acceptance == pytest.approx([0.73, 0.07, 0.05, 0.05])

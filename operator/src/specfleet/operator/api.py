@@ -1970,8 +1970,8 @@ class Trial(ApiModel):
     """A running trial of a candidate K or schedule: on a canary pod, or in place."""
 
     tokens: int = Field(
-        description="The candidate K (a schedule's largest; 0: plain decoding, tried on a "
-        "canary before speculation stops)."
+        description="The candidate K (a schedule's largest; 0: plain decoding, measured on "
+        "a canary or in place before speculation stops)."
     )
     schedule: list[ScheduledBand] | None = Field(
         default=None, description="The candidate schedule, if it tries one (K by batch size)."
@@ -1992,7 +1992,7 @@ class Trial(ApiModel):
 
     @property
     def plain(self) -> bool:
-        """A trial of plain decoding (K=0, on a canary): whether to stop speculating."""
+        """A trial of plain decoding (K=0): whether to stop speculating."""
         return self.tokens == 0
 
 
@@ -2147,9 +2147,12 @@ class SpeculationState(ApiModel):
 
     good_acceptance: list[float] | None = Field(
         default=None,
-        description="Conditional acceptance per position in the last window at one K that "
-        "cleared the floor: a re-probe after a Disable tries the K it and the fitted cost "
-        "predict best, where a recovered draft pays.",
+        description="Conditional acceptance per position as last measured above the floor: "
+        "the last such window at one K, and past its positions the deeper ones a deeper K "
+        "(stable or canary) measured. A re-probe after a Disable tries the K it and the "
+        "fitted cost predict best, where a recovered draft pays; predictions of a K deeper "
+        "than the window's take its lower deeper positions. Cleared when a new config is "
+        "adopted.",
     )
 
     @model_validator(mode="after")
@@ -2157,6 +2160,23 @@ class SpeculationState(ApiModel):
         if self.off is not None and self.reprobing is not None:
             raise ValueError("speculation is off or back on by a re-probe, not both")
         return self
+
+    @property
+    def measuring_plain(self) -> bool:
+        """An in-place trial of plain decoding runs on the stable pods (after its switch)."""
+        trial = self.trial
+        in_place = trial.in_place if trial is not None else None
+        return trial is not None and trial.plain and in_place is not None and in_place.switched
+
+    @property
+    def decoding_plainly(self) -> bool:
+        """The stable pods decode plainly: speculation is off, or measured against."""
+        return self.off is not None or self.measuring_plain
+
+    @property
+    def stable_k(self) -> int:
+        """K the stable pods run (0: plain decoding)."""
+        return 0 if self.decoding_plainly or self.tokens is None else self.tokens
 
     @property
     def plain_decoding_chosen(self) -> bool:

@@ -82,6 +82,7 @@ def force(run: Run, forced: str | None) -> None:
         return
     if state is not None and state.trial is not None:
         _cancel(run, f"{FORCE_CONFIG_ANNOTATION} forces config {wanted.hash}")
+    _end_k_trial(run, f"{FORCE_CONFIG_ANNOTATION} forces config {wanted.hash}")
     _adopt(
         run,
         wanted,
@@ -90,6 +91,19 @@ def force(run: Run, forced: str | None) -> None:
         f"{FORCE_CONFIG_ANNOTATION} names config {wanted.hash}: the stable pods run it "
         "without a trial",
     )
+
+
+def _end_k_trial(run: Run, message: str) -> None:
+    """A trial of K ends unjudged: the config change comes first (one trial at a time)."""
+    if run.sp.trial is not None:
+        end_trial(
+            run,
+            promote=False,
+            reason=TrialOutcome.CONFIG_CHANGED,
+            message=message,
+            reject=False,
+            judged=False,
+        )
 
 
 def feed(run: Run, stable: Judged, observation: Observation) -> bool:
@@ -135,15 +149,7 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     sp, spec = run.sp, run.spec
     state = run.status.config
     assert state is not None
-    if sp.trial is not None:  # one canary: the config change comes first
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.CONFIG_CHANGED,
-            message=f"config {wanted.hash} is tried first",
-            reject=False,
-            judged=False,
-        )
+    _end_k_trial(run, f"config {wanted.hash} is tried first")
     what = changes(state.running, wanted)
     strategy = spec.rollout.strategy
     if strategy is RolloutStrategy.IMMEDIATE or DraftMethod.NONE in (
@@ -315,7 +321,7 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
     run.cost = speed.prior(run.drafting)
     sp.schedule = bands
     # Learned anew for the new config: enable() makes K=k (and the schedule) last known good.
-    sp.rejected = sp.reprobing = sp.last_known_good = None
+    sp.rejected = sp.reprobing = sp.last_known_good = sp.good_acceptance = None
     enable(run, k)
     clear_below_floor(run, "ConfigChanged", f"the stable pods run config {wanted.hash}")
     run.act(kind, reason, message, from_tokens=previous, to_tokens=k, acceptance=rate)

@@ -78,12 +78,32 @@ def _budget(plain: bool) -> int:
     return PLAIN_EXPLORATION_BUDGET if plain else EXPLORATION_BUDGET
 
 
-def _chance_needed(run: Run, required: float) -> float:
+def _chance_needed(run: Run, gained: float, loss: float = 0.0) -> float:
     """The chance of the required gain an exploration needs: MIN_CHANCE on a canary; in
-    place, where one that fails restarts the serving pods twice (there and back), enough
-    that the gain expected repays those restarts: P x required >= (1 - P) x 2 x restart."""
-    twice = 2 * run.restart_cost() if run.in_place else 0.0
-    return max(MIN_CHANCE, twice / (required + twice)) if twice else MIN_CHANCE
+    place, where one that fails restarts the serving pods twice (there and back) and
+    serves at the predicted `loss` meanwhile, enough that what it gains when it gains
+    (`gained`) repays that: P x gained >= (1 - P) x Run.failed_exploration_cost."""
+    if not run.in_place:
+        return MIN_CHANCE
+    failing = run.failed_exploration_cost(loss)
+    return max(MIN_CHANCE, failing / (gained + failing))
+
+
+def _gain_when_gained(
+    posterior: speed.Posterior,
+    candidate: Prediction,
+    step: float,
+    current: Prediction,
+    batch: float,
+    chance: float,
+) -> float:
+    """The candidate's gain over the current K in the middle of the outcomes where it
+    gains the required gain (the step time at half their chance): a K the fit is all but
+    sure of gains about the required gain there, plain decoding with a draft cost never
+    measured may gain far more. `step`: the step time the candidate's goodput rests on."""
+    typical = posterior.quantile(candidate.tokens, batch, chance / 2)
+    typical = max(typical, step * speed.MIN_PRIOR_SCALE)
+    return candidate.goodput * step / (typical * current.goodput) - 1
 
 
 @dataclass(frozen=True)
@@ -102,7 +122,7 @@ def choose(
     """The K to explore (0: plain decoding): among the eligible Ks with no step-time
     sample at this batch and budget left, the one most likely to gain the required gain,
     if that chance is enough (see `_chance_needed`); else None."""
-    samples = run.status.step_cost.samples if run.status.step_cost else []
+    samples = run.samples
     if not samples:  # no step times: a trial could not measure what is in doubt
         return None
     used = {plain: explorations(run, plain) for plain in (False, True)}
@@ -116,14 +136,23 @@ def choose(
         return None
     posterior = speed.posterior(samples, run.drafting, run.now)
     required = run.required_gain()
-    floor = _chance_needed(run, required)
     best: tuple[float, Prediction] | None = None
     for candidate in unmeasured:
         # Gaining `required` needs a step time of at most this long.
         step = speed.step_ms(run.cost, candidate.tokens, batch)
         needed = candidate.goodput * step / (current.goodput * (1 + required))
         chance = posterior.chance_at_most(candidate.tokens, batch, needed)
-        if chance >= floor and (best is None or chance > best[0]):
+        if chance <= 0 or (best is not None and chance <= best[0]):
+            continue
+        # Plain decoding, whose interval is the widest, by what it gains when it gains; a
+        # K by the required gain (near the samples its interval is narrow).
+        gained = (
+            _gain_when_gained(posterior, candidate, step, current, batch, chance)
+            if candidate.tokens == 0
+            else required
+        )
+        loss = max(0.0, 1 - candidate.goodput / current.goodput)
+        if chance >= _chance_needed(run, max(gained, required), loss):
             best = (chance, candidate)
     if best is None:
         return None

@@ -573,8 +573,7 @@ class Fleet:
             return
         labels = key_of_model(model)
         speculation, canary = status.speculation, status.canary_run
-        stable_k = 0 if speculation.off is not None else (speculation.tokens or 0)
-        observability.SPECULATIVE_TOKENS.labels(*labels, "stable").set(stable_k)
+        observability.SPECULATIVE_TOKENS.labels(*labels, "stable").set(speculation.stable_k)
         observability.SPECULATIVE_TOKENS.labels(*labels, "canary").set(canary[0] if canary else 0)
         observability.ACCEPTANCE_FLOOR.labels(*labels).set(model.spec.rollback.min_acceptance)
         observability.export_acceptance_metric(*labels, model.spec.rollback.metric)

@@ -24,7 +24,7 @@ from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.prediction import (
     fastest_and_plain,
     floor_caps_k,
-    predictions,
+    remembered,
     window_conditional,
 )
 from specfleet.operator.reprobes import next_reprobe
@@ -72,10 +72,18 @@ def count_stable_window(run: Run, judged: Judged) -> None:
     sp.failing_windows = sp.failing_windows + 1 if stable_failing(run, judged) else 0
     if sp.failing_windows == 0 and sp.schedule is None and judged.window is not None:
         # What a recovered draft is expected to do again: where a re-probe looks first.
-        sp.good_acceptance = [round(c, 4) for c in window_conditional(judged.window)]
+        remember_acceptance(run, window_conditional(judged.window))
     held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
     if held:
         sp.reprobing = None  # the re-probe held: the back-off starts over
+
+
+def remember_acceptance(run: Run, measured: list[float]) -> None:
+    """Keep the conditional acceptance per position just measured at one K, and the
+    deeper positions as a deeper K last measured them (prediction.with_deeper)."""
+    if measured:
+        kept = remembered(measured, run.sp.good_acceptance)
+        run.sp.good_acceptance = [round(c, 4) for c in kept]
 
 
 def rollback(run: Run, judged: Judged) -> None:
@@ -84,7 +92,7 @@ def rollback(run: Run, judged: Judged) -> None:
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
-    predicted = predictions(spec, judged.window, run.cost)
+    predicted = run.predictions(judged.window)
     why = floor_message(run, judged) + f" for {sp.failing_windows} windows"
     metric = judged.metric.value if judged.metric else None
     lkg = sp.last_known_good.tokens if sp.last_known_good else None
@@ -173,7 +181,7 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
     fastest, plain = fastest_and_plain(
-        spec, window_conditional(judged.window), judged.window.batch_per_pod, run.cost
+        spec, run.conditional(judged.window), judged.window.batch_per_pod, run.cost
     )
     gain = fastest.goodput / plain - 1
     metric = judged.metric.value if judged.metric else None
@@ -191,7 +199,7 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
         # decides, and plain decoding's speed is measured before it is chosen (plain.py).
         near = metric is not None and metric >= run.floor - run.margin
         if near and run.measure_plain_first(judged, reason):
-            message = f"{reason}; keeping K={current} while a canary measures plain decoding"
+            message = f"{reason}; keeping K={current}: plain decoding is measured first"
             _keep_fastest(run, judged, message)
             return
     _disable(run, reason, metric, judged.goodput)

@@ -13,6 +13,7 @@ from specfleet.operator.api import (
     RollbackMetric,
     SpeculativeModelSpec,
 )
+from specfleet.operator.counts import Counts
 from specfleet.operator.metrics import TrackWindow
 from specfleet.operator.stats import (
     conditional_acceptance,
@@ -99,6 +100,37 @@ def window_conditional(window: TrackWindow) -> list[float]:
     return [draft_acceptance_rate(window).value]
 
 
+def totals_conditional(counts: Counts) -> list[float]:
+    """Measured conditional acceptance per position of a trial's totals at one K (none
+    without drafts)."""
+    if not counts.drafts:
+        return []
+    empty = TrackWindow(seconds=0.0, pod_seconds=0.0, pods=0, running_requests=0.0)
+    return window_conditional(empty.with_counts(counts))
+
+
+def remembered(measured: Sequence[float], known: Sequence[float] | None) -> list[float]:
+    """Conditional acceptance per position to remember: `measured`, then past its last
+    position the deeper ones `known`, as a deeper K last measured them."""
+    return [*measured, *(known or [])[len(measured) :]]
+
+
+def with_deeper(measured: Sequence[float], known: Sequence[float] | None) -> list[float]:
+    """Conditional acceptance per position to predict from: `measured`, then past its
+    last position the decay stats.extrapolate guesses, lowered where a deeper K measured
+    less (`known`, moved by as much as the last position both have has moved since). A
+    weak head's 0.07 at position 2 stays 0.07 where the decay from a first position of
+    0.73 guesses 0.66, which predicted K=4 48% faster at every lapse of its rejection.
+    Never raised: deeper positions measured under another traffic mix (code, where chat
+    runs now) would predict deep Ks that mix no longer pays for."""
+    depth = len(measured)
+    if not known or len(known) <= depth or depth == 0 or min(measured[-1], known[depth - 1]) <= 0:
+        return list(measured)
+    moved = measured[-1] / known[depth - 1]
+    guessed = extrapolate(measured, len(known))[depth:]
+    return [*measured, *(min(g, c * moved) for g, c in zip(guessed, known[depth:], strict=True))]
+
+
 def predict_ks(
     spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
 ) -> dict[int, Prediction]:
@@ -113,13 +145,6 @@ def predict_ks(
         )
         for k in range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)
     }
-
-
-def predictions(
-    spec: SpeculativeModelSpec, window: TrackWindow, cost: FittedStepCost
-) -> dict[int, Prediction]:
-    """Predictions for every K the spec allows, from one window's per-position rates."""
-    return predict_ks(spec, window_conditional(window), window.batch_per_pod, cost)
 
 
 def fastest_and_plain(

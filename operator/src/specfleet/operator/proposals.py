@@ -18,8 +18,6 @@ from specfleet.operator.prediction import (
     floor_caps_k,
     plain,
     predict,
-    predictions,
-    window_conditional,
 )
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
@@ -48,7 +46,7 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
     be at least minImprovement faster per request than what runs."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
-    conditional = window_conditional(judged.window)
+    conditional = run.conditional(judged.window)
     running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
     best = schedule.learn(spec, sp.load, conditional, run.cost)
     if best is None or best == running:
@@ -80,7 +78,7 @@ def _propose_k(run: Run, judged: Judged) -> None:
     a K the fit is unsure of, explored if its interval allows that gain (exploration)."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
-    predicted = predictions(spec, judged.window, run.cost)
+    predicted = run.predictions(judged.window)
     current = predicted[sp.tokens]
     capped = floor_caps_k(spec)
     eligible = [
@@ -92,7 +90,7 @@ def _propose_k(run: Run, judged: Judged) -> None:
     ]
     if not eligible:
         return
-    samples = run.status.step_cost.samples if run.status.step_cost else []
+    samples = run.samples
     batch = judged.window.batch_per_pod
     best = max(eligible, key=lambda p: p.goodput)
     gain = best.goodput / current.goodput - 1 if current.goodput > 0 else math.inf
@@ -122,12 +120,15 @@ def _propose_k(run: Run, judged: Judged) -> None:
 def _plain_to_explore(run: Run, batch: float, current: Prediction) -> list[Prediction]:
     """Plain decoding as a candidate to explore where the choice to speculate is close:
     predicted within the required gain of the K in effect. Its interval is the widest
-    (no K>=1 sample tells a draft's fixed cost from the target's), so by the interval
-    alone it would be explored everywhere, also where drafting plainly pays. On a
-    canary only: the stable pods cannot run it in place as a K."""
+    (no K>=1 sample tells a draft's fixed cost from the target's), so by MIN_CHANCE alone
+    it would be explored everywhere, also where drafting plainly pays. In place also on
+    an engine the prior does not describe (speed.unlike_prior): there the prior's split
+    of a step is no evidence, and the chance must repay the two restarts (of a measured
+    startup). An engine like the prior keeps the split it measures as published."""
     candidate = plain(batch, run.cost)
     close = candidate.goodput >= current.goodput * (1 - run.required_gain())
-    if run.in_place or not close or 0 in run.sp.rejected_tokens:
+    unlike = run.in_place and run.restart_cost() > 0 and speed.unlike_prior(run.cost, run.drafting)
+    if not (close or unlike) or 0 in run.sp.rejected_tokens:
         return []
     return [candidate]
 

@@ -68,9 +68,12 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "Reprobing": "Speculation is back on in place after its back-off, not yet proven "
         "(status.speculation.reprobing).",
         "Reprobed": "A re-probe succeeded: speculation is back on.",
+        "PlainDecodingTrial": "An in-place trial runs plain decoding on the stable pods to "
+        "measure it against the K before (status.speculation.trial, tokens 0).",
     },
     api.ConditionType.METRICS_AVAILABLE: {
-        "Conclusive": "The last window had enough draft tokens to judge.",
+        "Conclusive": "The last window had enough draft tokens to judge (a window of plain "
+        "decoding on trial: traffic to time).",
         "Collecting": "The window is still growing towards spec.tuning.minDraftTokens.",
         "NotDrafting": "The pods serve without drafting (plain decoding), so there is "
         "nothing to judge.",

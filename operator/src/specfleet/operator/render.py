@@ -77,8 +77,9 @@ def owner_reference(model: SpeculativeModel) -> dict[str, Any]:
 
 
 def effective_method(model: SpeculativeModel) -> DraftMethod:
-    """The method the stable pods run: plain decoding once rollback disabled speculation."""
-    if model.status.speculation.off is not None:
+    """The method the stable pods run: plain decoding while speculation is off or an
+    in-place trial measures plain decoding."""
+    if model.status.speculation.decoding_plainly:
         return DraftMethod.NONE
     return model.spec.draft.method
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from specfleet.operator import schedule, speed
+from specfleet.operator import exploration, schedule, speed
 from specfleet.operator.api import (
     ConditionType,
     LastKnownGood,
@@ -15,7 +15,13 @@ from specfleet.operator.api import (
     Trial,
 )
 from specfleet.operator.outcomes import ActionKind
-from specfleet.operator.prediction import fastest_and_plain, floor_caps_k, predict_ks
+from specfleet.operator.prediction import (
+    Prediction,
+    fastest_and_plain,
+    floor_caps_k,
+    plain,
+    predict_ks,
+)
 from specfleet.operator.windows import Judged
 
 if TYPE_CHECKING:
@@ -48,8 +54,8 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
     backed_off = off.failed_reprobes == 0 or run.now >= off.reprobe_at
     if off.acceptance and speed.measured(window) and cooled and backed_off:
-        best, plain = fastest_and_plain(spec, off.acceptance, window.batch_per_pod, run.cost)
-        if best.goodput >= plain * (1 + run.required_gain()):
+        best, _ = fastest_and_plain(spec, off.acceptance, window.batch_per_pod, run.cost)
+        if _predicted_to_pay(run, best, window.batch_per_pod):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and run.now < off.reprobe_at:
         return
@@ -76,6 +82,23 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     enable(run, k)
     sp.reprobing = Reprobing(since=run.now, failed_reprobes=failed)
     run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
+
+
+def _predicted_to_pay(run: Run, best: Prediction, batch: float) -> bool:
+    """Whether K=best is predicted to gain the required gain over the plain decoding that
+    runs. On a canary the re-probe is a trial that measures it first. In place it
+    switches the serving pods on the prediction alone: before the back-off has passed
+    the gain's lower bound must clear it (measured plain decoding and one K do not tell
+    a draft's fixed cost from dear verification, and on that split a K never run can
+    look faster than plain decoding where it is slower); after it, the prediction does,
+    as the back-off bounds how often a wrong one restarts the pods (the samples of Ks
+    age out, and the bound alone would then never let speculation back on)."""
+    assert run.sp.off is not None
+    gain = exploration.predicted_gain(
+        speed.posterior(run.samples, run.drafting, run.now), best, plain(batch, run.cost), batch
+    )
+    sure = run.in_place and run.now < run.sp.off.reprobe_at
+    return (gain.low if sure else gain.value) >= run.required_gain()
 
 
 def recovered_k(run: Run, batch: float) -> int:

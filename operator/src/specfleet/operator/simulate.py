@@ -625,7 +625,7 @@ class _Simulation:
     def pods(self, replicas: int) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
         """Each pod's track, largest K and schedule (empty: that K at every load)."""
         sp = self.status.speculation
-        stable_k = 0 if sp.off is not None or sp.tokens is None else sp.tokens
+        stable_k = sp.stable_k
         stable_schedule = tuple(sp.schedule or ()) if stable_k else ()
         result: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]] = [
             (f"stable-{i}", "stable", stable_k, stable_schedule) for i in range(replicas)

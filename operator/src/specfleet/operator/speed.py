@@ -38,6 +38,7 @@ from functools import cached_property
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.stats import Z_ONE_SIDED_95
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import PUBLISHED_STEP_COST
 
@@ -102,6 +103,15 @@ def prior(drafting: Drafting) -> FittedStepCost:
         verify_ms_per_token=PRIOR.verify_ms_per_token,
         compute_bound_tokens=PRIOR.compute_bound_tokens,
     )
+
+
+def unlike_prior(cost: FittedStepCost, drafting: Drafting) -> bool:
+    """Whether the fitted target forward is beyond the prior's own 90% interval for it
+    (PRIOR_SPREAD of its target either side): an engine the published prior does not
+    describe (real vLLM's CPU build, 23 ms where the prior says 2.7), whose split of a
+    step between target and draft the prior then says nothing about either."""
+    centre = prior(drafting).target_forward_ms
+    return abs(cost.target_forward_ms - centre) > Z_ONE_SIDED_95 * PRIOR_SPREAD[0] * centre
 
 
 def step_ms(cost: FittedStepCost, k: int, batch: float, drafted: int | None = None) -> float:
@@ -307,18 +317,22 @@ class Posterior:
         ms = step_ms(self.fitted, k, batch, drafted)
         if not self.knees:  # the prior alone: nothing measured says how sure it is
             return StepInterval(ms, ms, ms)
+        low = max(self.quantile(k, batch, INTERVAL_QUANTILE, drafted), ms * MIN_PRIOR_SCALE)
+        high = self.quantile(k, batch, 1 - INTERVAL_QUANTILE, drafted)
+        return StepInterval(ms, min(low, ms), max(high, ms))
+
+    def quantile(self, k: int, batch: float, q: float, drafted: int | None = None) -> float:
+        """The step time at (K, batch) the posterior gives a chance `q` of being under
+        (the prior alone: its prediction)."""
+        if not self.knees:
+            return step_ms(self.fitted, k, batch, drafted)
         parts = self._parts(k, batch, drafted)
-
-        def quantile(q: float) -> float:  # bisection on the mixture's distribution
-            lo = min(m - 10 * sd for _, m, sd in parts)
-            hi = max(m + 10 * sd for _, m, sd in parts)
-            for _ in range(50):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if self.chance_at_most(k, batch, mid, drafted) < q else (lo, mid)
-            return (lo + hi) / 2
-
-        low = max(quantile(INTERVAL_QUANTILE), ms * MIN_PRIOR_SCALE)
-        return StepInterval(ms, min(low, ms), max(quantile(1 - INTERVAL_QUANTILE), ms))
+        lo = min(m - 10 * sd for _, m, sd in parts)
+        hi = max(m + 10 * sd for _, m, sd in parts)
+        for _ in range(50):  # bisection on the mixture's distribution
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.chance_at_most(k, batch, mid, drafted) < q else (lo, mid)
+        return (lo + hi) / 2
 
 
 def posterior(

@@ -15,10 +15,20 @@ from specfleet.operator.api import (
     Trial,
     TuningStrategy,
 )
-from specfleet.operator.floor import remember_rejected, stable_failing, stop_speculation
-from specfleet.operator.metrics import Observation, TrackWindow
-from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart, WindowVerdict
-from specfleet.operator.prediction import floor_caps_k, k_words, window_conditional
+from specfleet.operator.floor import (
+    remember_acceptance,
+    remember_rejected,
+    stable_failing,
+    stop_speculation,
+)
+from specfleet.operator.metrics import Observation
+from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
+from specfleet.operator.prediction import (
+    floor_caps_k,
+    k_words,
+    totals_conditional,
+    with_deeper,
+)
 from specfleet.operator.reprobes import enable, next_reprobe
 from specfleet.operator.trial_stats import (
     goodput_gain,
@@ -27,7 +37,7 @@ from specfleet.operator.trial_stats import (
     totals_metric,
     totals_rate,
 )
-from specfleet.operator.windows import Judged, judge, judge_collected
+from specfleet.operator.windows import Judged, judge_collected, judge_plain
 
 if TYPE_CHECKING:
     from specfleet.operator.tuner import Run
@@ -93,20 +103,11 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     if trial.in_place:
         canary = None
     elif trial.plain:
-        canary = _judge_plain(run, observation.canary)
+        canary = judge_plain(run.spec, observation.canary)
     else:
         window, k = observation.canary, trial.tokens
         canary = judge_collected(run, "canary", window, k, None, trial.schedule)
     _advance_trial(run, stable, canary, observation)
-
-
-def _judge_plain(run: Run, window: TrackWindow | None) -> Judged:
-    """A plain canary's window: it has no acceptance to judge, its speed is what the
-    trial measures, so a window with traffic counts."""
-    judged = judge(run.spec, window, None)
-    if judged.reason is WindowVerdict.NO_DRAFTS:
-        return Judged(window, True, WindowVerdict.CONCLUSIVE)
-    return judged
 
 
 def _advance_trial(
@@ -162,7 +163,9 @@ def _measure_baseline(run: Run, stable: Judged) -> None:
         return
     trial.in_place.switched = True
     sp.schedule = trial.schedule
-    run.changed(trial.tokens)
+    # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
+    # and the K before stays the one a rejection goes back to.
+    run.changed(None if trial.plain else trial.tokens)
 
 
 def _fell_back_in_place(run: Run, observation: Observation) -> bool:
@@ -348,6 +351,12 @@ def end_trial(
     rate = totals_rate(trial.canary).value if trial.canary.counts.drafts else None
     ended = _Ended(trial, _trial_baseline(run), *_trial_schedules(run), rate)
     sp.trial = None
+    failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
+    if not trial.in_place and not trial.plain and ended.tried is None and not failed_floor:
+        # What the canary measured at its K predicts that K (and deeper ones) next time,
+        # as the stable windows after an in-place switch were remembered as they came;
+        # not under the floor, as they were not (the re-probe's "what a draft does").
+        remember_acceptance(run, totals_conditional(trial.canary.counts))
     if promote:
         _promote(run, ended, reason, message)
     else:
@@ -358,10 +367,8 @@ def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> Non
     sp, candidate = run.sp, ended.trial.tokens
     if ended.trial.plain:  # plain decoding measured faster than the stable K
         # What a re-probe predicts from: the acceptance the stable pods measured beside it.
-        counts = ended.trial.stable.counts
-        measured = TrackWindow(seconds=0.0, pod_seconds=0.0, pods=0, running_requests=0.0)
-        conditional = window_conditional(measured.with_counts(counts)) if counts.drafts else []
-        stop_speculation(run, message, None, conditional)
+        measured = totals_conditional(ended.trial.stable.counts)
+        stop_speculation(run, message, None, with_deeper(measured, sp.good_acceptance))
         return
     run.act(
         ActionKind.PROMOTE,

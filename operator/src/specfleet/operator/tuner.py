@@ -14,8 +14,9 @@ States, each an object in status.speculation present while it holds:
   in-place trial  `trial.in_place`: strategy InPlace (or a canary Pending past
                   `canaryPendingTimeout`): the stable K itself changes; windows after are
                   compared with before.
-  plain trial     `trial.tokens == 0`: plain decoding predicted faster than every K runs on
-                  a canary; promoted, it stops speculation (plain.py).
+  plain trial     `trial.tokens == 0`: plain decoding (predicted faster than every K, or
+                  explored) runs on a canary, or in place on the stable pods while `tokens`
+                  keeps the K they go back to; promoted, it stops speculation (plain.py).
   off             `off`: plain decoding after the floor ruled out every K (or no K pays);
                   re-probed after `reprobeAfter` at the K predicted best for the acceptance
                   last measured above the floor; back on in place, `reprobing` until it holds.
@@ -50,6 +51,7 @@ from specfleet.operator.api import (
     ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    StepTimeSample,
     TuningStrategy,
 )
 from specfleet.operator.children import Track
@@ -68,13 +70,20 @@ from specfleet.operator.floor import (
 from specfleet.operator.metrics import Observation, TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
 from specfleet.operator.plain import measure_first, stop_if_plain_is_faster
-from specfleet.operator.prediction import floor_caps_k
+from specfleet.operator.prediction import (
+    Prediction,
+    floor_caps_k,
+    predict_ks,
+    window_conditional,
+    with_deeper,
+)
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
 from specfleet.operator.trials import end_trial, feed_trial, restart_trial_if_scaled
 from specfleet.operator.windows import (
     Judged,
     judge_collected,
+    judge_plain,
     metrics_condition,
     record_acceptance,
     record_load,
@@ -154,8 +163,8 @@ class Run:
         )
 
     def changed(self, tokens: int | None) -> None:
-        """K in effect changed (None: speculation off): restart cooldown and every per-K
-        memory."""
+        """K in effect changed (None: to plain decoding, speculation off or on trial):
+        restart cooldown and every per-K memory."""
         if tokens is not None:
             self.sp.tokens = tokens
         self.sp.changed_at = self.now
@@ -208,9 +217,31 @@ class Run:
         within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds)."""
         return max(self.spec.tuning.min_improvement, self.restart_cost())
 
+    def conditional(self, window: TrackWindow) -> list[float]:
+        """The conditional acceptance per position predictions start from: the window's,
+        and past the positions it drafted, as a deeper K last measured them."""
+        return with_deeper(window_conditional(window), self.sp.good_acceptance)
+
+    def predictions(self, window: TrackWindow) -> dict[int, Prediction]:
+        """Every K the spec allows, predicted at the window's batch."""
+        return predict_ks(self.spec, self.conditional(window), window.batch_per_pod, self.cost)
+
+    @property
+    def samples(self) -> list[StepTimeSample]:
+        """The step times the pods measured, that the fitted cost rests on."""
+        return self.status.step_cost.samples if self.status.step_cost else []
+
     def restart_cost(self) -> float:
         """The share of SWITCH_HORIZON one restart of the serving pods loses."""
         return (self.status.startup_seconds or 0.0) / SWITCH_HORIZON.total_seconds()
+
+    def failed_exploration_cost(self, loss: float) -> float:
+        """The share of SWITCH_HORIZON an in-place exploration that fails loses: a restart
+        there and one back, and `loss` (the goodput it gives up while it runs) over the
+        windows that judge it."""
+        tuning = self.spec.tuning
+        runs = tuning.canary_windows * self.seconds(tuning.interval).total_seconds()
+        return 2 * self.restart_cost() + loss * runs / SWITCH_HORIZON.total_seconds()
 
 
 def decide(
@@ -251,7 +282,9 @@ def decide(
             maybe_reprobe(run, stable)
     else:
         metrics_condition(run, stable)
-        if not (stable.conclusive and _floor_decided(run, stable)) and not config_trials.feed(
+        if run.sp.measuring_plain:  # no draft runs to judge: the trial measures speed
+            feed_trial(run, stable, observation)
+        elif not (stable.conclusive and _floor_decided(run, stable)) and not config_trials.feed(
             run, stable, observation
         ):
             _tune(run, stable, observation)
@@ -263,9 +296,12 @@ def _judge_stable(run: Run, observation: Observation) -> Judged:
     if observation.prometheus_error is not None:
         unavailable = WindowVerdict.PROMETHEUS_UNAVAILABLE
         return Judged(None, False, unavailable, detail=observation.prometheus_error)
-    k = _stable_k(run)
+    if sp.measuring_plain:
+        return judge_plain(run.spec, observation.stable)
     running = None if sp.off is not None else sp.schedule
-    return judge_collected(run, "stable", observation.stable, k, sp.baseline_acceptance, running)
+    return judge_collected(
+        run, "stable", observation.stable, sp.stable_k, sp.baseline_acceptance, running
+    )
 
 
 def _floor_decided(run: Run, stable: Judged) -> bool:
@@ -283,7 +319,10 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
         if stable_failing(run, stable):
             # Re-checked each window; while speculation pays, tuning goes on below.
             below_floor(run, stable, floor_message(run, stable))
-            return sp.off is not None
+            # A trial of plain decoding it started is fed from the next window: this one,
+            # looking bad, would bias its baseline.
+            started = sp.trial is not None and sp.trial.started_at == run.now
+            return sp.off is not None or started
         if stable.metric is not None and stable.metric.low >= run.floor + run.margin:
             recovered(run, stable)  # the margin keeps noise at the floor from flapping
     elif sp.failing_windows >= spec.rollback.failure_limit:
@@ -329,18 +368,13 @@ def _cooled(run: Run) -> bool:
     return not started or run.now - max(started) >= SWITCH_HORIZON
 
 
-def _stable_k(run: Run) -> int:
-    sp = run.sp
-    return 0 if sp.off is not None or sp.tokens is None else sp.tokens
-
-
 def _perturbed(run: Run, observation: Observation) -> Judged | None:
     """The stable window held as perturbed (its step time far from the engine's at this
     K and batch), or None. Past speed.PERTURBED_LIMIT windows in a row the engine itself
     changed: the samples go and the fit starts over from what the pods measure now."""
     sp, cost, window = run.sp, run.status.step_cost, observation.stable
-    flat = sp.off is not None or sp.schedule is None
-    why = speed.perturbation(cost, _stable_k(run), window) if flat else None
+    flat = sp.decoding_plainly or sp.schedule is None
+    why = speed.perturbation(cost, sp.stable_k, window) if flat else None
     if why is None or cost is None:
         return None
     if cost.perturbed_windows + 1 >= speed.PERTURBED_LIMIT:
@@ -357,13 +391,13 @@ def _learn_speed(run: Run, observation: Observation) -> None:
     candidate."""
     sp, window = run.sp, observation.stable
     # A track under a schedule ran several Ks in one window: no single K to learn it at.
-    flat = sp.off is not None or sp.schedule is None
+    flat = sp.decoding_plainly or sp.schedule is None
     if (
         window is not None
         and flat
         and (sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at)
     ):
-        run.learn_speed(_stable_k(run), window)
+        run.learn_speed(sp.stable_k, window)
     trial = sp.trial
     if trial is not None and not trial.in_place and trial.schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
@@ -449,6 +483,25 @@ def _keep_within_range(run: Run) -> None:
     sp = run.sp
     low, high = run.spec.speculation.min_tokens, run.spec.speculation.max_tokens
     assert sp.tokens is not None
+    trial = sp.trial
+    # A trial ends first: in place, the K it would go back to may be outside it too.
+    if trial is not None:
+        before = trial.in_place.previous_tokens if trial.in_place else None
+        if not trial.plain and not low <= trial.tokens <= high:
+            message, reject = "candidate outside the range", True
+        elif before is not None and not low <= before <= high:
+            message, reject = f"K={before}, which it would go back to, is outside the range", False
+        else:
+            message = None
+        if message is not None:
+            end_trial(
+                run,
+                promote=False,
+                reason=TrialOutcome.OUTSIDE_RANGE,
+                message=message,
+                reject=reject,
+                judged=reject,  # the previous K's case says nothing about the candidate
+            )
     if sp.schedule is None and not low <= sp.tokens <= high:
         clamped = min(high, max(low, sp.tokens))
         run.act(
@@ -462,14 +515,6 @@ def _keep_within_range(run: Run) -> None:
     good = sp.last_known_good
     if good is not None and not low <= good.tokens <= high:
         good.tokens = min(high, max(low, good.tokens))
-    trial = sp.trial
-    if trial is not None and not trial.plain and not low <= trial.tokens <= high:
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.OUTSIDE_RANGE,
-            message="candidate outside the range",
-        )
 
 
 def _speculation_condition(run: Run, observation: Observation) -> None:
@@ -477,6 +522,11 @@ def _speculation_condition(run: Run, observation: Observation) -> None:
     if sp.off is not None:
         reason = OffReason.NO_K_PAYS if sp.plain_decoding_chosen else "Disabled"
         run.condition(ConditionType.SPECULATION_ACTIVE, "False", reason, sp.off.message)
+    elif sp.measuring_plain:
+        assert sp.trial is not None and sp.trial.in_place is not None
+        before = sp.trial.in_place.previous_tokens
+        message = f"an in-place trial measures plain decoding against K={before}"
+        run.condition(ConditionType.SPECULATION_ACTIVE, "False", "PlainDecodingTrial", message)
     elif observation.speculation_missing:
         was = condition_status(run.status.conditions, ConditionType.SPECULATION_ACTIVE)
         message = (

@@ -80,6 +80,15 @@ def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: floa
     return Judged(window, True, WindowVerdict.CONCLUSIVE, rate, metric)
 
 
+def judge_plain(spec: SpeculativeModelSpec, window: TrackWindow | None) -> Judged:
+    """A window of plain decoding on trial: it has no acceptance to judge, its speed is
+    what the trial measures, so a window with traffic counts."""
+    judged = judge(spec, window, None)
+    if judged.reason is WindowVerdict.NO_DRAFTS:
+        return Judged(window, True, WindowVerdict.CONCLUSIVE)
+    return judged
+
+
 def _window_of(collected: OpenWindow) -> TrackWindow:
     return TrackWindow(
         seconds=collected.seconds,
