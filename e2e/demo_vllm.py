@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from e2e import real_engine
 from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
-from e2e.models import apply
+from e2e.models import apply, history
 from e2e.story import MODEL, Story
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
 
@@ -26,7 +25,8 @@ NAMESPACE = "specfleet-demo-vllm"
 FLOOR = 0.5
 START_TOKENS = 3
 INTERVAL_SECONDS = 10
-# How long a decision on K is waited for after vLLM is Ready (as e2e/test_real_engine.py).
+# How long a trial on the measured speed is waited for after vLLM is Ready (as
+# e2e/test_real_engine.py).
 DECISION_SECONDS = 420
 
 
@@ -63,34 +63,37 @@ def main() -> int:
                 f"vLLM Ready; 4 requests in flight at temperature 0; {INTERVAL_SECONDS} s windows",
                 story,
             )
-            # A change, or K kept: from K=3 alone the fit may not split a CPU step between
-            # draft and target well enough to predict any change paying (docs/runtime.md).
-            decide_by = time.monotonic() + DECISION_SECONDS
-            changed = story.watch(
-                lambda body: (
-                    real_engine.first_k_decision(body) is not None or time.monotonic() > decide_by
-                ),
-                "a decision on K from the measured speed",
-                timeout=DECISION_SECONDS + 60,
+            # From K=3 alone the fit cannot split a CPU step between draft and target: an
+            # in-place trial measures what it cannot predict (docs/runtime.md).
+            started = real_engine.first_k_decision(
+                story.watch(
+                    lambda body: real_engine.first_k_decision(body) is not None,
+                    "a trial on the measured speed",
+                    timeout=DECISION_SECONDS,
+                )
             )
-            change = real_engine.first_k_decision(changed)
-            tokens = START_TOKENS if change is None else change.get("toTokens") or 0
-            if change is None:
-                view.milestone(
-                    f"K={START_TOKENS} kept: no change predicted to pay in {DECISION_SECONDS} s "
-                    f"(fitted {(changed.get('status') or {}).get('stepCost', {}).get('fitted')})",
-                    story,
-                )
-            else:
-                view.milestone(
-                    f"{change['action']} from vLLM's measured speed and acceptance: "
-                    f"K {START_TOKENS} -> {tokens}: {change['reason']}",
-                    story,
-                )
-                story.wait_until_serving(timeout=600)
-                story.linger(30)  # the change is measured (a trial: promoted or aborted)
-            if change is not None and change["action"] == ActionKind.STOP_SPECULATION:
-                outcome = "plain decoding kept: no K pays here"
+            assert started is not None
+            tokens = started.get("toTokens") or 0
+            view.milestone(
+                f"{started['action']} from vLLM's measured speed and acceptance: "
+                f"K {START_TOKENS} -> {tokens}: {started['reason']}",
+                story,
+            )
+            change = real_engine.trial_end(
+                history(
+                    story.watch(
+                        lambda body: real_engine.trial_end(history(body), started) is not None,
+                        "the trial's outcome",
+                        timeout=600,
+                    )
+                ),
+                started,
+            )
+            assert change is not None
+            view.milestone(f"{change['action']}: {change['reason']}", story)
+            story.wait_until_serving(timeout=600)
+            if change["action"] == ActionKind.STOP_SPECULATION:
+                outcome = "plain decoding measured faster than K=3: speculation stopped"
             else:
                 load.temperature = 1.0
                 story.mark_drift()
@@ -108,8 +111,8 @@ def main() -> int:
             story.linger(20)
         ok = True
         print(
-            f"\nsummary: K {START_TOKENS} -> {tokens} from vLLM's own counters, then "
-            f"{outcome}; "
+            f"\nsummary: K={tokens} tried in place from vLLM's own counters "
+            f"({change['action']}), then {outcome}; "
             f"{load.completed} requests served; events: {', '.join(sorted(set(story.events())))}",
             flush=True,
         )

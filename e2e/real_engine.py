@@ -417,11 +417,14 @@ def real_model(name: str, target: Path | str, draft: Path | str, floor: float) -
     }
 
 
-# The decisions that change what the stable pod runs after K=3: a new K in place (or
-# promoted), or plain decoding when the measured speed says no K pays on this CPU.
+# The decisions that change what the stable pod runs after K=3: a trial in place of
+# another K or of plain decoding (or a canary's promotion, or a stop on prediction).
 K_DECISIONS = frozenset(
     {ActionKind.START_IN_PLACE, ActionKind.PROMOTE, ActionKind.STOP_SPECULATION}
 )
+# What ends a trial: the candidate kept (plain decoding kept is a StopSpeculation), or
+# back to the K before.
+TRIAL_ENDS = frozenset({ActionKind.PROMOTE, ActionKind.ABORT, ActionKind.STOP_SPECULATION})
 
 
 def first_k_decision(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -430,6 +433,12 @@ def first_k_decision(body: dict[str, Any]) -> dict[str, Any] | None:
         if entry["action"] in K_DECISIONS:
             return dict(entry)
     return None
+
+
+def trial_end(entries: list[dict[str, Any]], started: dict[str, Any]) -> dict[str, Any] | None:
+    """The history entry that ended the trial `started` began, once it ended."""
+    after = entries[entries.index(started) + 1 :] if started in entries else []
+    return next((dict(e) for e in after if e["action"] in TRIAL_ENDS), None)
 
 
 def step_samples(body: dict[str, Any], tokens: int) -> list[dict[str, Any]]:

@@ -9,19 +9,6 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def within(probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T | None:
-    """The first truthy value `probe` returns within `timeout`, else its last (falsy) one:
-    for a state the test accepts either way."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(interval)
-    return last
-
-
 def wait_for(
     what: str,
     probe: Callable[[], T | None],
@@ -31,8 +18,12 @@ def wait_for(
 ) -> T:
     """Call `probe` until it returns something truthy; fail naming `what`, the last value
     and, where given, `context()` (the state that explains why it never came)."""
-    last = within(probe, timeout, interval)
-    if last:
-        return last
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
     shown = f"; context: {context()!r}" if context else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}{shown}")
