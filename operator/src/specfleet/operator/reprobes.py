@@ -54,8 +54,10 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
     backed_off = off.failed_reprobes == 0 or run.now >= off.reprobe_at
     if off.acceptance and speed.measured(window) and cooled and backed_off:
-        best, _ = fastest_and_plain(spec, off.acceptance, window.batch_per_pod, run.cost)
-        if _predicted_to_pay(run, best, window.batch_per_pod):
+        best, plain_goodput = fastest_and_plain(
+            spec, off.acceptance, window.batch_per_pod, run.cost
+        )
+        if _predicted_to_pay(run, best, plain_goodput, window.batch_per_pod):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and run.now < off.reprobe_at:
         return
@@ -84,7 +86,7 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
 
 
-def _predicted_to_pay(run: Run, best: Prediction, batch: float) -> bool:
+def _predicted_to_pay(run: Run, best: Prediction, plain_goodput: float, batch: float) -> bool:
     """Whether K=best is predicted to gain the required gain over the plain decoding that
     runs. On a canary the re-probe is a trial that measures it first. In place it
     switches the serving pods on the prediction alone: before the back-off has passed
@@ -92,13 +94,14 @@ def _predicted_to_pay(run: Run, best: Prediction, batch: float) -> bool:
     a draft's fixed cost from dear verification, and on that split a K never run can
     look faster than plain decoding where it is slower); after it, the prediction does,
     as the back-off bounds how often a wrong one restarts the pods (the samples of Ks
-    age out, and the bound alone would then never let speculation back on)."""
+    age out, and the bound alone would then never let speculation back on). The
+    posterior is fitted only for that bound."""
     assert run.sp.off is not None
-    gain = exploration.predicted_gain(
-        speed.posterior(run.samples, run.drafting, run.now), best, plain(batch, run.cost), batch
-    )
-    sure = run.in_place and run.now < run.sp.off.reprobe_at
-    return (gain.low if sure else gain.value) >= run.required_gain()
+    if not run.in_place or run.now >= run.sp.off.reprobe_at:
+        return best.goodput >= plain_goodput * (1 + run.required_gain())
+    posterior = speed.posterior(run.samples, run.drafting, run.now)
+    gain = exploration.predicted_gain(posterior, best, plain(batch, run.cost), batch)
+    return gain.low >= run.required_gain()
 
 
 def recovered_k(run: Run, batch: float) -> int:
