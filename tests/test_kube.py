@@ -1,17 +1,22 @@
 """The operator's API requests: each carries a timeout, on the client and for the API
-server, so that no write can be in flight past the leader election's margin."""
+server, and is tried once, so that no write can be in flight past the leader election's
+margin."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.config import kube_config
 
-from specfleet.operator.kube import Cluster, always
+from specfleet.operator.kube import Cluster, always, api_client
+from tests.api_servers import FullAcceptQueue, kubeconfig
 
 TIMEOUT = 0.5
 
@@ -84,3 +89,32 @@ def test_every_request_gives_up_when_the_api_server_does_not_answer(
     assert len(received) == len(calls(cluster))
     for request_line in received:
         assert b"timeout=1s" in request_line.split(b"\r\n")[0], request_line[:200]
+
+
+@pytest.mark.parametrize("write", ["apply", "patch_status", "post_event"])
+def test_no_write_reaches_a_slow_accepting_api_server_after_the_fence_closes(
+    write: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server's accept queue is full when the write leaves (the fence open), the
+    fence closes 0.25 s later, the queue opens at 0.75 s. The write times out once and is
+    not sent again: nothing reaches the server (urllib3's own retries sent it at ~1 s)."""
+    server = FullAcceptQueue()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(
+        kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig(server.url, tmp_path / "k"))
+    )
+    started = time.monotonic()
+    fence = started + 0.25
+    cluster = Cluster(api_client("test"), "test", lambda: time.monotonic() < fence, TIMEOUT)
+    request = dict(calls(cluster))[write]
+    opener = threading.Timer(0.75, server.open)
+    opener.start()
+    try:
+        with pytest.raises(Exception, match=r"(?i)timed out"):
+            request()
+        time.sleep(2.5 - (time.monotonic() - started))  # past 3 more tries' worth
+        after_fence = [round(at - fence, 2) for at, _ in server.arrived if at > fence]
+        assert after_fence == []
+    finally:
+        opener.cancel()
+        server.close()

@@ -3,9 +3,11 @@ patches, Events, and the few reads the watches cannot answer (who owns an object
 operator is about to create; a model's newest version after a conflict).
 
 Blocking calls of the generated client; the fleet runs them in worker threads. Every
-request has a timeout (`REQUEST_TIMEOUT`), shorter than the leader election's margin
-between a leader's last write and a standby's first: a write that leaves just before the
-fence closes is answered or abandoned before another replica may write.
+request is one attempt (the client retries nothing) with a timeout (`REQUEST_TIMEOUT`)
+shorter than the leader election's margin between a leader's last write and a standby's
+first: a write that leaves just before the fence closes is answered or abandoned before
+another replica may write. What failed is tried again by the operator's own loops (the
+work queue, the Lease's tries), each try through the fence again.
 """
 
 from __future__ import annotations
@@ -53,8 +55,18 @@ def api_client(instance: str) -> Any:
         config.load_incluster_config()
     except config.ConfigException:
         config.load_kube_config()
-    api = client.ApiClient()
-    api.configuration.connection_pool_maxsize = 32
+    return client_for(client.Configuration.get_default_copy(), instance)
+
+
+def client_for(configuration: client.Configuration, instance: str) -> Any:
+    """The client every request of the operator goes through. urllib3 would retry a
+    failed connect, and a timed-out read of an idempotent method, up to 3 times with a
+    full timeout each and no fence in between: a write could land long after the fence
+    closed, and a Lease renewal the server committed would be sent again with its old
+    resourceVersion. So no retries here."""
+    configuration.retries = False
+    configuration.connection_pool_maxsize = 32  # read when the pool is made, below
+    api = client.ApiClient(configuration)
     api.user_agent = user_agent(instance)
     return api
 
