@@ -6,14 +6,18 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from kubernetes.config import kube_config
 from prometheus_client import REGISTRY
 
+from specfleet.operator.kube import api_client
 from specfleet.operator.leadership import (
     Election,
     ElectionConfig,
@@ -22,6 +26,7 @@ from specfleet.operator.leadership import (
     claim,
     released,
 )
+from tests.api_servers import LateLease, kubeconfig
 
 WALL = datetime(2026, 11, 30, 12, tzinfo=UTC)
 
@@ -264,3 +269,30 @@ def test_a_busy_default_thread_pool_neither_delays_a_renew_nor_hides_a_lost_leas
             await busy
 
     asyncio.run(scenario())
+
+
+def test_a_renewal_the_server_committed_but_answered_late_keeps_the_leadership(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server commits the renewal and answers after the request timeout: the
+    leader reads the Lease back, finds its own renewal and keeps leading; the PUT is sent
+    once (urllib3 sent it again with the old resourceVersion: 409, and the leader quit)."""
+    server = LateLease()
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(
+        kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig(server.url, tmp_path / "k"))
+    )
+    store = LeaseStore(api_client("a"), "ns", "lease", timeout=0.5)
+    config = ElectionConfig("lease", "ns", "a", request_timeout=0.5)
+    election = Election(config, store, on_lost=lambda: None)
+    try:
+        assert election.attempt() and election.may_write()  # acquired, answered at once
+        server.delay = 1.0
+        renewing = time.monotonic()
+        assert election.attempt(), "lost the Lease to its own renewal"
+        assert election.may_write()
+        assert election.valid_until >= renewing + config.renew_deadline
+        assert server.writes == [("POST", 200), ("PUT", 200)]
+        assert server.holder() == "a"
+    finally:
+        server.close()

@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+import urllib3
 from kubernetes.client.rest import ApiException
 
 from specfleet.operator import observability
@@ -120,6 +121,12 @@ def released(record: LeaseRecord, wall: datetime) -> LeaseRecord:
     return replace(record, holder="", duration=1, renew_time=wall)
 
 
+def _same_write(stored: LeaseRecord, written: LeaseRecord) -> bool:
+    """`stored` is `written`: the same holder's renewal of the same instant (renewTime
+    keeps microseconds, so no other try of this holder writes the same one)."""
+    return stored.holder == written.holder and stored.renew_time == written.renew_time
+
+
 def _record(lease: dict[str, Any]) -> LeaseRecord:
     spec = lease.get("spec") or {}
 
@@ -175,7 +182,18 @@ class LeaseStore:
 
     def write(self, record: LeaseRecord, version: str | None) -> bool:
         """Create (no version) or replace (at `version`); False when someone else wrote
-        first (409 on either)."""
+        first (409 on either). An answer that did not come (a timeout, a dropped
+        connection) may follow a write the server committed: the Lease is read back, and
+        the write counts if what is stored is this very record."""
+        try:
+            return self._write(record, version)
+        except urllib3.exceptions.HTTPError:
+            found = self.read()
+            if found is not None and _same_write(found[0], record):
+                return True
+            raise
+
+    def _write(self, record: LeaseRecord, version: str | None) -> bool:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if version is not None:
             metadata["resourceVersion"] = version
