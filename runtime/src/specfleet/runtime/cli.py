@@ -39,15 +39,23 @@ from specfleet.runtime.config import (
     split_extra,
     termination_log_path,
 )
+from specfleet.runtime.hot_schedule import ENDPOINT_PLUGIN, ENV_STEP_STATS, plugin_allowlist
 from specfleet.runtime.inject import inject
 from specfleet.runtime.sim_model import SimProfile, load_profile
-from specfleet.runtime.vllm_args import refuse_collisions, vllm_argv
+from specfleet.runtime.vllm_args import ITERATION_DETAILS_FLAG, refuse_collisions, vllm_argv
 
 # vLLM's OpenAI server as a module; it takes `vllm serve`'s flags, the model as --model.
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 USAGE = (
     "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]\n"
     "       specfleet-runtime inject DIR"
+)
+# vLLM's plugin groups that VLLM_PLUGINS filters, but for endpoints (opt-in, one by one).
+VLLM_PLUGIN_GROUPS = (
+    "vllm.general_plugins",
+    "vllm.platform_plugins",
+    "vllm.io_processor_plugins",
+    "vllm.stat_logger_plugins",
 )
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -129,6 +137,24 @@ def engine_command(vllm: list[str], env: Mapping[str, str]) -> list[str]:
     return [sys.executable, "-m", API_SERVER_MODULE, "--model", model, *flags]
 
 
+def engine_env(config: RuntimeConfig, env: Mapping[str, str]) -> dict[str, str]:
+    """vLLM's environment: the pod's, and with --hot-schedule the plugin allowlist that
+    adds the schedule endpoint, and the step-stats plugin told the per-step log lines are
+    the runtime's doing (unless the user asked for them too)."""
+    full = dict(env)
+    if config.hot_schedule:
+        installed = [
+            entry.name
+            for group in VLLM_PLUGIN_GROUPS
+            for entry in importlib.metadata.entry_points(group=group)
+            if entry.name != ENDPOINT_PLUGIN
+        ]
+        full["VLLM_PLUGINS"] = plugin_allowlist(env.get("VLLM_PLUGINS"), installed)
+        if ITERATION_DETAILS_FLAG not in config.extra_args:
+            full[ENV_STEP_STATS] = "1"
+    return full
+
+
 def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
     # A dry run only checks: its failure goes to stderr, never to the termination log
     # (where Kubernetes would show it as the failure of the pod it runs in).
@@ -148,7 +174,7 @@ def serve(argv: Sequence[str], env: Mapping[str, str]) -> int:
         return _run_sim(config, profile)
     command = engine_command(vllm, env)
     _log("specfleet-runtime: run " + json.dumps(command))
-    return supervise(command, env, config.termination_log)
+    return supervise(command, engine_env(config, env), config.termination_log)
 
 
 def failure_reason(output: Sequence[str]) -> str | None:

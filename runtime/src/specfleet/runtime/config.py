@@ -18,6 +18,9 @@ from typing import Annotated, NoReturn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 MAX_SPECULATIVE_TOKENS = 32  # P-EAGLE's limit, the largest any method allows
+# The end of a band for every batch size (the operator's MAX_BATCH); vLLM clips it to its
+# max_num_seqs.
+ALL_BATCHES_END = 65536
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 ENV_ENGINE = "SPECFLEET_ENGINE"
 ENV_TERMINATION_LOG = "SPECFLEET_TERMINATION_LOG"
@@ -174,6 +177,10 @@ class RuntimeConfig(BaseModel):
     suffix_max_spec_factor: Annotated[float, Field(ge=0)] | None = None
     suffix_min_token_prob: Annotated[float, Field(ge=0, le=1)] | None = None
     batch_schedule: tuple[BatchScheduleEntry, ...] = ()
+    # The engine takes new schedules between steps (GET/POST /specfleet/schedule): it
+    # starts with --num-speculative-tokens as its ceiling and a schedule (the one given,
+    # else that K for every batch size), and exports per-step statistics.
+    hot_schedule: bool = False
     tensor_parallel_size: PositiveInt = 1
     host: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
@@ -202,6 +209,8 @@ class RuntimeConfig(BaseModel):
             and (self.num_speculative_tokens or 0) < 2
         ):
             raise ValueError("--rejection-sample-method fly needs --num-speculative-tokens >= 2")
+        if self.hot_schedule and not method.tuned:
+            raise ValueError(f"--hot-schedule needs a method with a fixed K, not {method}")
         if self.adaptive_verification and method is not Method.DSPARK:
             raise ValueError(f"--adaptive-verification applies to method dspark only, not {method}")
         if not method.prompt_lookup and method.speculates and self.prompt_lookup_given:
@@ -263,6 +272,14 @@ class RuntimeConfig(BaseModel):
         """The name clients and metrics use: the served name, else the model."""
         return self.served_model_name or self.model
 
+    @property
+    def startup_schedule(self) -> tuple[BatchScheduleEntry, ...]:
+        """The schedule vLLM starts with: the one given, else with --hot-schedule the
+        ceiling for every batch size (without one, vLLM could never take another)."""
+        if self.batch_schedule or not self.hot_schedule or self.num_speculative_tokens is None:
+            return self.batch_schedule
+        return (BatchScheduleEntry(start=1, end=ALL_BATCHES_END, k=self.num_speculative_tokens),)
+
     def k_for_batch(self, batch: int) -> int:
         """K in effect at a batch size: the schedule's entry (carried over gaps), else K."""
         k_max = self.num_speculative_tokens or 0
@@ -306,6 +323,8 @@ class RuntimeConfig(BaseModel):
                 args += [flag, str(value)]
         if self.adaptive_verification:
             args.append("--adaptive-verification")
+        if self.hot_schedule:
+            args.append("--hot-schedule")
         if self.termination_log != DEFAULT_TERMINATION_LOG:
             args += ["--termination-log", self.termination_log]
         if self.engine is not Engine.VLLM:
@@ -413,6 +432,12 @@ def _parser() -> _Parser:
         metavar="START:END:K",
         help="repeatable: K for batch sizes START..END (from 1, not overlapping)",
     )
+    add(
+        "--hot-schedule",
+        action="store_true",
+        help="the engine takes new schedules between steps (GET/POST /specfleet/schedule, "
+        "the operator's credential only), K up to --num-speculative-tokens",
+    )
     add("--tensor-parallel-size", type=int, metavar="N", default=1, help="the target's (default 1)")
     add("--host", help="where to listen (vLLM's default: every interface)")
     add("--port", type=int, metavar="N", help="where to listen (vLLM's default: 8000)")
@@ -509,6 +534,7 @@ def parse_serve_args(
             suffix_max_spec_factor=namespace.suffix_max_spec_factor,
             suffix_min_token_prob=namespace.suffix_min_token_prob,
             batch_schedule=schedule,
+            hot_schedule=namespace.hot_schedule,
             tensor_parallel_size=namespace.tensor_parallel_size,
             host=namespace.host,
             port=namespace.port,

@@ -28,6 +28,9 @@ OWNED_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
+ITERATION_DETAILS_FLAG = "--enable-logging-iteration-details"
+
+
 # The speculative decoding flags of vLLM releases before `--speculative-config` (0.7 and
 # earlier; other operators and old guides still write them). vLLM 0.33 stops at start on
 # "unrecognized arguments": refused up front instead, each with the runtime option (and
@@ -138,9 +141,9 @@ def speculative_config(config: RuntimeConfig) -> dict[str, Any] | None:
         spec["rejection_sample_method"] = config.rejection_sample_method.value
     if config.adaptive_verification:
         spec["enable_adaptive_verification"] = True
-    if config.batch_schedule:
+    if config.startup_schedule:
         spec["num_speculative_tokens_per_batch_size"] = [
-            [entry.start, entry.end, entry.k] for entry in config.batch_schedule
+            [entry.start, entry.end, entry.k] for entry in config.startup_schedule
         ]
     return spec
 
@@ -182,4 +185,7 @@ def vllm_argv(config: RuntimeConfig) -> list[str]:
     spec = speculative_config(config)
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if config.hot_schedule:
+        # Per-step time and batch reach the step-stats plugin only with these details.
+        argv.append(ITERATION_DETAILS_FLAG)
     return argv + list(config.extra_args)
