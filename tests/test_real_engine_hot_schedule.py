@@ -45,9 +45,9 @@ ENGINE_PROBE = """
 import json, types, vllm.v1.engine.core as core
 from vllm.v1.spec_decode import llm_base_proposer
 from specfleet.runtime import vllm_hot_schedule as hot, vllm_parallel_draft_fix as fix
+shipped = llm_base_proposer.SpecDecodeBaseProposer.propose
 hot.register()
 fix.register()
-shipped = llm_base_proposer.SpecDecodeBaseProposer.propose
 def engine(dp, lookup):
     ns = types.SimpleNamespace
     spec = ns(num_speculative_tokens_per_batch_size=[[1, 8, 4]], parallel_drafting=True)
