@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 
 from specfleet.operator.api import SpeculativeModelSpec, SpeculativeModelStatus
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.simulate import START, Scenario, load_scenario, simulate
 from specfleet.operator.tuner import Decided, decide
 

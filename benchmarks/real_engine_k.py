@@ -50,7 +50,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.scale_report import markdown_table  # noqa: E402
 from e2e import real_engine  # noqa: E402
 from specfleet.operator.api import FittedStepCost, StepTimeSample  # noqa: E402
-from specfleet.operator.metrics import SpecDecodeCounters, parse_vllm_metrics  # noqa: E402
+from specfleet.operator.metrics import parse_vllm_metrics  # noqa: E402
+from specfleet.operator.observations import SpecDecodeCounters  # noqa: E402
 from specfleet.operator.speed import fit, prior, relative_error, step_ms  # noqa: E402
 from specfleet.runtime.config import Drafting, parse_serve_args  # noqa: E402
 from specfleet.runtime.vllm_args import speculative_config  # noqa: E402

@@ -11,7 +11,7 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import cumulative_acceptance

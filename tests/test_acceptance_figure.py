@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from specfleet.operator import observability
 from specfleet.operator.api import RollbackMetric, SpeculativeModelStatus
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.tuner import decide
 from tests.decisions import DAR, T0, make_spec, window
 

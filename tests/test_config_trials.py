@@ -19,7 +19,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.configs import as_track_runs, config_of
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.tuner import decide, sync_with_spec
 from specfleet.runtime.sim_model import StepCost
 from tests.decisions import BROKEN, CHAT, CODE, T0, make_spec, window

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from specfleet.operator.counts import SCALAR_COUNTERS, Counts
-from specfleet.operator.metrics import COUNTER_FIELDS, SpecDecodeCounters, TrackWindow
+from specfleet.operator.observations import COUNTER_FIELDS, SpecDecodeCounters, TrackWindow
 
 A = Counts(1, 3, 2, (2.0, 0.0), 5, 0.5, 4, 2)
 B = Counts(2, 6, 3, (2.0, 1.0, 0.0), 9, 1.0, 8, 4)

@@ -9,9 +9,10 @@ import pytest
 
 from specfleet.operator import exploration, speed
 from specfleet.operator.api import Decision, SpeculativeModelStatus, StepTimeSample
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialStart
-from specfleet.operator.tuner import Run, decide
+from specfleet.operator.run import Run
+from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, step_seconds
 from tests.decisions import CODE, T0, Fleet, make_spec, window

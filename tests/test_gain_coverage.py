@@ -10,7 +10,7 @@ import pytest
 
 from specfleet.operator import speed
 from specfleet.operator.api import TrackTotals
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.trial_stats import goodput_gain, totals_add
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import cumulative_acceptance

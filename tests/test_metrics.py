@@ -16,19 +16,21 @@ from specfleet.operator.api import LeftOutReason
 from specfleet.operator.children import Track
 from specfleet.operator.metrics import (
     MAX_BODY_BYTES,
-    MAX_SERIES,
-    BadMetrics,
     PageReader,
-    PodError,
-    PodSample,
     ScrapeTarget,
-    SpecDecodeCounters,
-    WindowTracker,
-    implausible,
     parse_vllm_metrics,
     prometheus_query,
     samples_from_prometheus,
     scrape,
+)
+from specfleet.operator.observations import (
+    MAX_SERIES,
+    BadMetrics,
+    PodError,
+    PodSample,
+    SpecDecodeCounters,
+    WindowTracker,
+    implausible,
 )
 
 K8: dict[Track, int] = {"stable": 8, "canary": 8}

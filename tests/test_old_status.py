@@ -34,7 +34,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.configs import config_of
 from specfleet.operator.fleet import replacing
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 
 OLD = Path(__file__).parent / "data" / "status-v1"

@@ -7,7 +7,7 @@ from specfleet.operator import exploration, speed
 from specfleet.operator.api import Decision, OffReason, SpeculativeModelStatus
 from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
 from specfleet.operator.prediction import plain
-from specfleet.operator.tuner import Run
+from specfleet.operator.run import Run
 from specfleet.runtime.sim_model import StepCost
 from tests.decisions import CODE, NO_K_PAYS, UNDER_FLOOR, Fleet, make_spec, window
 from tests.test_exploration import BATCH, WIDE_KNEE, _run, sample

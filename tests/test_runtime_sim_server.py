@@ -21,7 +21,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from specfleet.operator.metrics import SpecDecodeCounters, parse_vllm_metrics
+from specfleet.operator.metrics import parse_vllm_metrics
+from specfleet.operator.observations import SpecDecodeCounters
 from specfleet.runtime.config import Drafting, parse_serve_args
 from specfleet.runtime.sim_engine import SimRequest
 from specfleet.runtime.sim_model import SimProfile, load_profile, step_seconds

@@ -24,7 +24,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
     Trial,
 )
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.prediction import predict, window_conditional
 from specfleet.operator.stats import drafts_reaching, per_position

@@ -16,7 +16,12 @@ from benchmarks.step_cost_shape import published_profiles
 from benchmarks.tuner import evaluate
 from specfleet.operator.api import Off, OffReason, SpeculativeModelSpec, SpeculativeModelStatus
 from specfleet.operator.cli import app
-from specfleet.operator.metrics import Observation, PodSample, SpecDecodeCounters, WindowTracker
+from specfleet.operator.observations import (
+    Observation,
+    PodSample,
+    SpecDecodeCounters,
+    WindowTracker,
+)
 from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.simulate import (
     START,

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from specfleet.operator import speed
 from specfleet.operator.api import StepTimeSample
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import mean_acceptance_length
 from specfleet.runtime.sim_model import StepCost, step_seconds

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from specfleet.operator.api import RollbackMetric
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.stats import (
     conditional_acceptance,
     draft_acceptance_rate,

@@ -182,7 +182,7 @@ def test_an_in_place_trial_is_judged_against_a_baseline_measured_after_proposing
 
 def test_in_place_trials_start_at_most_once_an_hour() -> None:
     """Each in-place trial restarts the serving pods: the next one waits out
-    tuner.SWITCH_HORIZON since the last started, whatever tuning.cooldown (3m) says."""
+    run.SWITCH_HORIZON since the last started, whatever tuning.cooldown (3m) says."""
     fleet = Fleet(make_spec(tuning={"strategy": "InPlace"}), engine=StepCost())
     starts = []
     for minute in range(150):

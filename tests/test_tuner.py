@@ -20,7 +20,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.stats import rollback_metric
 from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting

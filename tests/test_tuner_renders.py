@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel, SpeculativeModelSpec, SpeculativeModelStatus
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 from specfleet.runtime.sim_model import StepCost
 from tests.decisions import CHAT, CODE, STALE, T0, make_spec, window

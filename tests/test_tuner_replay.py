@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from specfleet.operator.api import SpeculativeModelSpec, SpeculativeModelStatus
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.simulate import load_scenario, scenario_spec, simulate
 from specfleet.operator.tuner import Decided, decide
 

@@ -11,7 +11,7 @@ from specfleet.operator.api import (
     LeftOutReason,
 )
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.metrics import Observation, PodError
+from specfleet.operator.observations import Observation, PodError
 from specfleet.operator.tuner import decide
 from tests.decisions import CHAT, CODE, DAR, Fleet, make_spec, window
 

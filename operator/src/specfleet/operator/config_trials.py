@@ -11,8 +11,6 @@ cost are its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     ConditionType,
@@ -25,10 +23,11 @@ from specfleet.operator.api import (
     ScheduledBand,
 )
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, changes, config_of
-from specfleet.operator.floor import clear_below_floor
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.reprobes import enable
+from specfleet.operator.run import Run
+from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trial_stats import (
     goodput_gain,
     schedule_gain,
@@ -38,9 +37,6 @@ from specfleet.operator.trial_stats import (
 )
 from specfleet.operator.trials import TRIAL_EXTENSION, end_trial
 from specfleet.operator.windows import Judged, judge_collected
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
 
 
 def sync(run: Run) -> None:

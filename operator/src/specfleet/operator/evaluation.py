@@ -22,15 +22,13 @@ from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.keys import Key, key_of_model
-from specfleet.operator.metrics import (
+from specfleet.operator.metrics import ScrapeTarget, query_prometheus, scrape
+from specfleet.operator.observations import (
     PROMETHEUS_UNAVAILABLE,
     Observation,
     PodSample,
-    ScrapeTarget,
     SourceUnavailable,
     WindowTracker,
-    query_prometheus,
-    scrape,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
 from specfleet.operator.status import ObservedChildren, api_time, pod_ready, runtime_failure

@@ -13,14 +13,11 @@ measured; `EXPLORATION_BUDGET` bounds it in any case."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from specfleet.operator import speed
 from specfleet.operator.outcomes import ActionKind, TrialStart
 from specfleet.operator.prediction import Prediction, k_words
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
+from specfleet.operator.run import Run
 
 # Exploratory trials started within speed.MAX_AGE (as long as a sample is kept: past
 # it, what an exploration measured is gone, and the K may be in doubt again), counted

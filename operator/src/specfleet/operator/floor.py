@@ -5,49 +5,25 @@ recovering above it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
-
 from specfleet.operator import schedule
 from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
     LastKnownGood,
-    Off,
-    OffReason,
-    Rejected,
     RollbackMetric,
-    ScheduledBand,
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.plain import measure_first
 from specfleet.operator.prediction import (
     fastest_and_plain,
     floor_caps_k,
-    remembered,
     window_conditional,
 )
-from specfleet.operator.reprobes import next_reprobe
-from specfleet.operator.windows import Judged
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
-
-
-def remember_rejected(
-    run: Run, *, tokens: Iterable[int] = (), schedule: list[ScheduledBand] | None = None
-) -> None:
-    """Add Ks (or replace the schedule) that are not proposed again for reprobeAfter."""
-    before = run.sp.rejected
-    run.sp.rejected = Rejected(
-        tokens=sorted({*(before.tokens if before else ()), *tokens}),
-        schedule=schedule if schedule is not None else before.schedule if before else None,
-        until=run.now + run.seconds(run.spec.rollback.reprobe_after),
-    )
-
-
-def stable_failing(run: Run, judged: Judged) -> bool:
-    return judged.metric is not None and judged.metric.low < run.floor
+from specfleet.operator.reprobes import remember_acceptance, remember_rejected
+from specfleet.operator.run import Run
+from specfleet.operator.speculation_off import clear_below_floor, disable
+from specfleet.operator.windows import Judged, stable_failing
 
 
 def floor_message(run: Run, judged: Judged) -> str:
@@ -76,14 +52,6 @@ def count_stable_window(run: Run, judged: Judged) -> None:
     held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
     if held:
         sp.reprobing = None  # the re-probe held: the back-off starts over
-
-
-def remember_acceptance(run: Run, measured: list[float]) -> None:
-    """Keep the conditional acceptance per position just measured at one K, and the
-    deeper positions as a deeper K last measured them (prediction.with_deeper)."""
-    if measured:
-        kept = remembered(measured, run.sp.good_acceptance)
-        run.sp.good_acceptance = [round(c, 4) for c in kept]
 
 
 def rollback(run: Run, judged: Judged) -> None:
@@ -198,11 +166,11 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
         # Within acceptanceMargin of the floor the draft is not broken: only speed
         # decides, and plain decoding's speed is measured before it is chosen (plain.py).
         near = metric is not None and metric >= run.floor - run.margin
-        if near and run.measure_plain_first(judged, reason):
+        if near and measure_first(run, judged, reason):
             message = f"{reason}; keeping K={current}: plain decoding is measured first"
             _keep_fastest(run, judged, message)
             return
-    _disable(run, reason, metric, judged.goodput)
+    disable(run, reason, metric, judged.goodput)
 
 
 def _keep_fastest(run: Run, judged: Judged, message: str) -> None:
@@ -224,58 +192,6 @@ def _keep_fastest(run: Run, judged: Judged, message: str) -> None:
     run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "True", "NoKClearsFloor", message)
 
 
-def _disable(
-    run: Run,
-    reason: str,
-    metric: float | None,
-    goodput: float | None,
-    kind: ActionKind = ActionKind.DISABLE,
-    why: OffReason = OffReason.NO_K_CLEARS_FLOOR,
-    acceptance: list[float] | None = None,
-) -> None:
-    """Speculation off; a re-probe not yet proven has failed (the back-off doubles)."""
-    sp = run.sp
-    run.act(
-        kind,
-        why,
-        reason + "; serving without speculation",
-        warning=True,
-        from_tokens=sp.tokens,
-        to_tokens=None,
-        acceptance=metric,
-        goodput=goodput,
-    )
-    failed = sp.reprobing.failed_reprobes + 1 if sp.reprobing else 0
-    sp.reprobing = None
-    sp.off = Off(
-        reason=why,
-        message=reason,
-        acceptance=acceptance,
-        reprobe_at=next_reprobe(run, failed),
-        failed_reprobes=failed,
-    )
-    run.changed(None)
-    run.condition(ConditionType.SPECULATION_ACTIVE, "False", "Disabled", reason)
-    clear_below_floor(run, "Disabled", "speculation is off")
-
-
-def stop_speculation(
-    run: Run, reason: str, judged: Judged | None, conditional: list[float]
-) -> None:
-    """Plain decoding because it is faster than every K: not a rollback, the draft is
-    fine; `conditional` is the acceptance a re-probe starts from."""
-    metric = judged.metric.value if judged and judged.metric else None
-    _disable(
-        run,
-        reason,
-        metric,
-        judged.goodput if judged else None,
-        kind=ActionKind.STOP_SPECULATION,
-        why=OffReason.NO_K_PAYS,
-        acceptance=[round(c, 4) for c in conditional],
-    )
-
-
 def recovered(run: Run, judged: Judged) -> None:
     low = judged.metric.low if judged.metric else float("nan")
     message = (
@@ -284,8 +200,3 @@ def recovered(run: Run, judged: Judged) -> None:
     )
     run.act(ActionKind.ACCEPTANCE_RECOVERED, "AboveFloor", message, to_tokens=run.sp.tokens)
     clear_below_floor(run, "AboveFloor", message)
-
-
-def clear_below_floor(run: Run, reason: str, message: str) -> None:
-    if condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR) == "True":
-        run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "False", reason, message)

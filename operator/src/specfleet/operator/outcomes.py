@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from specfleet.operator.metrics import PROMETHEUS_UNAVAILABLE
+from specfleet.operator.observations import PROMETHEUS_UNAVAILABLE
 
 
 class ActionKind(StrEnum):

@@ -39,7 +39,7 @@ from datetime import datetime
 from specfleet.operator import schedule
 from specfleet.operator.api import ScheduledBand, SpeculativeModelSpec, SpeculativeModelStatus
 from specfleet.operator.durations import parse_duration
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.simulate import (
     Decider,
     EnginePart,

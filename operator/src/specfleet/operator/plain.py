@@ -12,16 +12,12 @@ measures it back on."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from specfleet.operator.floor import stop_speculation
 from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import fastest_and_plain
+from specfleet.operator.run import Run
+from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
 
 
 def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:

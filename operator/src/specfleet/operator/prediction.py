@@ -14,7 +14,7 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
 )
 from specfleet.operator.counts import Counts
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.stats import (
     conditional_acceptance,
     draft_acceptance_rate,

@@ -4,7 +4,6 @@ clears the floor, started as a trial when it is at least minImprovement better."
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from specfleet.operator import exploration, schedule, speed
 from specfleet.operator.api import (
@@ -19,12 +18,9 @@ from specfleet.operator.prediction import (
     plain,
     predict,
 )
+from specfleet.operator.run import Run
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
-
 
 # Fewer samples than this and a learned schedule waits (one K is tuned meanwhile).
 MIN_LOAD_SAMPLES = 4

@@ -4,14 +4,16 @@ load), and switching it back on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from specfleet.operator import exploration, schedule, speed
 from specfleet.operator.api import (
     ConditionType,
     LastKnownGood,
+    Rejected,
     Reprobing,
+    ScheduledBand,
     Trial,
 )
 from specfleet.operator.outcomes import ActionKind
@@ -21,12 +23,10 @@ from specfleet.operator.prediction import (
     floor_caps_k,
     plain,
     predict_ks,
+    remembered,
 )
+from specfleet.operator.run import Run
 from specfleet.operator.windows import Judged
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
-
 
 # Each re-probe that ends disabled again doubles the next back-off, this many times at most.
 MAX_REPROBE_DOUBLINGS = 4
@@ -135,3 +135,23 @@ def enable(run: Run, k: int) -> None:
         sp.schedule = good = schedule.capped(sp.schedule, k)
     sp.last_known_good = LastKnownGood(tokens=k, schedule=good)
     run.changed(k)
+
+
+def remember_rejected(
+    run: Run, *, tokens: Iterable[int] = (), schedule: list[ScheduledBand] | None = None
+) -> None:
+    """Add Ks (or replace the schedule) that are not proposed again for reprobeAfter."""
+    before = run.sp.rejected
+    run.sp.rejected = Rejected(
+        tokens=sorted({*(before.tokens if before else ()), *tokens}),
+        schedule=schedule if schedule is not None else before.schedule if before else None,
+        until=run.now + run.seconds(run.spec.rollback.reprobe_after),
+    )
+
+
+def remember_acceptance(run: Run, measured: list[float]) -> None:
+    """Keep the conditional acceptance per position just measured at one K, and the
+    deeper positions as a deeper K last measured them (prediction.with_deeper)."""
+    if measured:
+        kept = remembered(measured, run.sp.good_acceptance)
+        run.sp.good_acceptance = [round(c, 4) for c in kept]

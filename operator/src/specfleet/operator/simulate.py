@@ -37,7 +37,7 @@ from specfleet.operator.children import Track
 from specfleet.operator.configs import track_config
 from specfleet.operator.counts import Counts
 from specfleet.operator.durations import parse_duration
-from specfleet.operator.metrics import (
+from specfleet.operator.observations import (
     Observation,
     PodSample,
     SpecDecodeCounters,

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.stats import Z_ONE_SIDED_95
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import PUBLISHED_STEP_COST

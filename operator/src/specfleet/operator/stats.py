@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specfleet.operator.api import RollbackMetric
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.runtime.decoding import expected_draft_acceptance_rate
 
 Z_ONE_SIDED_95 = 1.6449

@@ -13,7 +13,7 @@ from specfleet.operator.api import (
     ScheduledBand,
     TrackTotals,
 )
-from specfleet.operator.metrics import TrackWindow
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.stats import (
     Z_ONE_SIDED_95,
     Estimate,

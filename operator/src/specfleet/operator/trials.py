@@ -4,7 +4,6 @@ compare the tracks when there are enough, and end (promote or abort, reject for 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from specfleet.operator import schedule
 from specfleet.operator.api import (
@@ -15,13 +14,7 @@ from specfleet.operator.api import (
     Trial,
     TuningStrategy,
 )
-from specfleet.operator.floor import (
-    remember_acceptance,
-    remember_rejected,
-    stable_failing,
-    stop_speculation,
-)
-from specfleet.operator.metrics import Observation
+from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
 from specfleet.operator.prediction import (
     floor_caps_k,
@@ -29,7 +22,9 @@ from specfleet.operator.prediction import (
     totals_conditional,
     with_deeper,
 )
-from specfleet.operator.reprobes import enable, next_reprobe
+from specfleet.operator.reprobes import enable, next_reprobe, remember_acceptance, remember_rejected
+from specfleet.operator.run import Run
+from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.trial_stats import (
     goodput_gain,
     schedule_gain,
@@ -37,11 +32,7 @@ from specfleet.operator.trial_stats import (
     totals_metric,
     totals_rate,
 )
-from specfleet.operator.windows import Judged, judge_collected, judge_plain
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
-
+from specfleet.operator.windows import Judged, judge_collected, judge_plain, stable_failing
 
 # A trial whose measured gain clears minImprovement while its lower bound does not yet
 # runs on, up to this many times canaryWindows: a sequential test, not a fixed length.

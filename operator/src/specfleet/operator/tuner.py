@@ -25,11 +25,12 @@ row whose lower bound of `rollback.metric` is below the floor -> last known good
 is predicted to clear the floor -> else the largest smaller K predicted to clear the floor
 with the margin -> else disable. Inconclusive windows neither pass nor fail.
 
-This module holds `decide`, the run context (`Run`) and the spec sync; each family of
-transitions has its own module: `windows` (judging), `floor` (rollback, step-down, below
-floor, disable), `plain` (when plain decoding is faster), `trials` (start, feed, compare,
-end) with `trial_stats`, `reprobes`, `proposals`, and `prediction`; their words are
-`outcomes`' enums. docs/architecture.md draws how they fit.
+This module holds `decide` and the spec sync; the working state they pass down is
+`run.Run`. Each family of transitions has its own module: `windows` (judging), `floor`
+(rollback, step-down, below floor), `speculation_off` (disable, stop), `plain` (when
+plain decoding is faster), `trials` (start, feed, compare, end) with `trial_stats`,
+`reprobes`, `proposals`, and `prediction`; their words are `outcomes`' enums.
+docs/architecture.md draws how they fit.
 """
 
 from __future__ import annotations
@@ -39,46 +40,33 @@ from datetime import datetime, timedelta
 
 from specfleet.operator import config_trials, schedule, speed
 from specfleet.operator.api import (
-    HISTORY_LIMIT,
     ConditionType,
-    Decision,
     DraftMethod,
     LastKnownGood,
     OffReason,
-    OpenWindow,
-    OpenWindows,
     Schedule,
     ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
-    StepTimeSample,
-    TuningStrategy,
 )
-from specfleet.operator.children import Track
-from specfleet.operator.conditions import ConditionStatus, condition_status, set_condition
-from specfleet.operator.configs import track_config
-from specfleet.operator.durations import parse_duration
+from specfleet.operator.conditions import condition_status
 from specfleet.operator.floor import (
     below_floor,
-    clear_below_floor,
     count_stable_window,
     floor_message,
     recovered,
     rollback,
-    stable_failing,
 )
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
-from specfleet.operator.plain import measure_first, stop_if_plain_is_faster
+from specfleet.operator.plain import stop_if_plain_is_faster
 from specfleet.operator.prediction import (
-    Prediction,
     floor_caps_k,
-    predict_ks,
-    window_conditional,
-    with_deeper,
 )
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
+from specfleet.operator.run import SWITCH_HORIZON, Run
+from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trials import end_trial, feed_trial, restart_trial_if_scaled
 from specfleet.operator.windows import (
     Judged,
@@ -87,161 +75,14 @@ from specfleet.operator.windows import (
     metrics_condition,
     record_acceptance,
     record_load,
+    stable_failing,
 )
-
-# How long a new K is expected to hold: a change must repay its restarts within it. An
-# hour, as the tuner changes K at most about once an hour once settled.
-SWITCH_HORIZON = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
 class Decided:
     status: SpeculativeModelStatus
     actions: list[Action] = field(default_factory=list)
-
-
-class Run:
-    """The mutable working state of one `decide` call (a deep copy of status)."""
-
-    def __init__(
-        self,
-        spec: SpeculativeModelSpec,
-        status: SpeculativeModelStatus,
-        now: datetime,
-        generation: int | None,
-    ) -> None:
-        self.spec = spec
-        self.status = status
-        self.sp = status.speculation
-        self.now = now
-        self.generation = generation
-        self.actions: list[Action] = []
-        # The stable pods' drafting: the running config's while a new one is on trial.
-        running = track_config(spec, status, "stable")
-        self.drafting = (running.method if running else spec.draft.method).runtime.drafting
-        self.cost = speed.cost_in(status.step_cost, self.drafting)
-        self.floor = spec.rollback.min_acceptance
-        self.margin = spec.tuning.acceptance_margin
-
-    def act(
-        self,
-        kind: ActionKind,
-        reason: str,
-        message: str,
-        *,
-        warning: bool = False,
-        from_tokens: int | None = None,
-        to_tokens: int | None = None,
-        acceptance: float | None = None,
-        goodput: float | None = None,
-        record: bool = True,
-    ) -> None:
-        self.actions.append(Action(kind, reason, message, warning))
-        if record:
-            entry = Decision(
-                time=self.now,
-                action=kind,
-                from_tokens=from_tokens,
-                to_tokens=to_tokens,
-                reason=f"{reason}: {message}",
-                acceptance=acceptance,
-                goodput=goodput,
-            )
-            self.status.history = [*self.status.history, entry][-HISTORY_LIMIT:]
-
-    def condition(
-        self, type: ConditionType, status: ConditionStatus, reason: str, message: str
-    ) -> None:
-        self.status.conditions = set_condition(
-            self.status.conditions,
-            type,
-            status,
-            reason,
-            message,
-            self.now,
-            self.generation,
-        )
-
-    def changed(self, tokens: int | None) -> None:
-        """K in effect changed (None: to plain decoding, speculation off or on trial):
-        restart cooldown and every per-K memory."""
-        if tokens is not None:
-            self.sp.tokens = tokens
-        self.sp.changed_at = self.now
-        self.sp.failing_windows = 0
-        self.sp.plain_faster_windows = 0
-        self.sp.windows = 0
-        self.sp.baseline_acceptance = None
-        self.status.open_windows = None
-
-    def learn_speed(self, tokens: int, window: TrackWindow | None) -> None:
-        """Add a window's step time at K=tokens to the fitted cost."""
-        if window is None:
-            return
-        if self.spec.draft.adaptive_verification and window.drafts > 0:
-            # K is a cap: the step's verification is the count verified, the most
-            # of the step; keyed by it the fit reads verification right.
-            tokens = round(window.draft_tokens / window.drafts)
-        self.status.step_cost = speed.record(
-            self.status.step_cost, tokens, window, self.now, self.drafting
-        )
-        self.cost = self.status.step_cost.fitted
-
-    def collected(self, track: Track) -> OpenWindow | None:
-        windows = self.status.open_windows
-        return None if windows is None else getattr(windows, track)
-
-    def keep_collecting(self, track: Track, collected: OpenWindow | None) -> None:
-        windows = (self.status.open_windows or OpenWindows()).model_copy(update={track: collected})
-        self.status.open_windows = (
-            None if windows.stable is None and windows.canary is None else windows
-        )
-
-    @property
-    def in_place(self) -> bool:
-        """Trials run on the stable pods: the spec's strategy, or the fallback a canary
-        Pending past canaryPendingTimeout switched to (status.speculation.strategy)."""
-        strategy = self.sp.strategy or self.spec.tuning.strategy
-        return strategy is TuningStrategy.IN_PLACE
-
-    def measure_plain_first(self, judged: Judged, reason: str) -> bool:
-        """plain.measure_first, for the floor (which plain.py builds on)."""
-        return measure_first(self, judged, reason)
-
-    def seconds(self, duration: str) -> timedelta:
-        return parse_duration(duration)
-
-    def required_gain(self) -> float:
-        """The relative goodput gain a change of K must promise (and a trial prove):
-        minImprovement, or more when restarting a pod costs more than that gain returns
-        within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds)."""
-        return max(self.spec.tuning.min_improvement, self.restart_cost())
-
-    def conditional(self, window: TrackWindow) -> list[float]:
-        """The conditional acceptance per position predictions start from: the window's,
-        and past the positions it drafted, as a deeper K last measured them."""
-        return with_deeper(window_conditional(window), self.sp.good_acceptance)
-
-    def predictions(self, window: TrackWindow) -> dict[int, Prediction]:
-        """Every K the spec allows, predicted at the window's batch."""
-        return predict_ks(self.spec, self.conditional(window), window.batch_per_pod, self.cost)
-
-    @property
-    def samples(self) -> list[StepTimeSample]:
-        """The step times the pods measured, that the fitted cost rests on."""
-        return self.status.step_cost.samples if self.status.step_cost else []
-
-    def restart_cost(self) -> float:
-        """The share of SWITCH_HORIZON one restart of the serving pods loses."""
-        return (self.status.startup_seconds or 0.0) / SWITCH_HORIZON.total_seconds()
-
-    def failed_exploration_cost(self, loss: float) -> float:
-        """The share of SWITCH_HORIZON an in-place exploration that fails loses: a restart
-        there and one back, and `loss` (the goodput it gives up while it runs) over the
-        windows that judge it."""
-        tuning = self.spec.tuning
-        runs = tuning.canary_windows * self.seconds(tuning.interval).total_seconds()
-        return 2 * self.restart_cost() + loss * runs / SWITCH_HORIZON.total_seconds()
 
 
 def decide(

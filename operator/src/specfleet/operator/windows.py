@@ -9,7 +9,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from specfleet.operator import schedule
 from specfleet.operator.api import (
@@ -24,8 +23,9 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.metrics import Observation, TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import EMPTY_WINDOWS, ActionKind, WindowVerdict
+from specfleet.operator.run import Run
 from specfleet.operator.stats import (
     Estimate,
     draft_acceptance_rate,
@@ -33,10 +33,6 @@ from specfleet.operator.stats import (
     per_position,
     rollback_metric,
 )
-
-if TYPE_CHECKING:
-    from specfleet.operator.tuner import Run
-
 
 # The load profile a learned schedule is fitted to: the latest intervals' batch per pod.
 LOAD_SAMPLES = 24
@@ -254,3 +250,7 @@ def metrics_condition(run: Run, judged: Judged) -> None:
             )
     elif not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
         run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
+
+
+def stable_failing(run: Run, judged: Judged) -> bool:
+    return judged.metric is not None and judged.metric.low < run.floor

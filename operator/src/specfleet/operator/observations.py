@@ -1,0 +1,460 @@
+"""What one evaluation observed: each pod's cumulative counters, and the windows cut
+from two readings of the same pod (counters are cumulative, so a window is their
+difference), summed per track into `TrackWindow`s. Pure: `metrics` reads the pages and
+Prometheus (the I/O) into `PodSample`s; judging the windows is `stats` and `tuner`'s job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from specfleet.operator.api import LEFT_OUT_MESSAGE_LIMIT, LeftOutReason
+from specfleet.operator.children import Track
+from specfleet.operator.counts import Counts
+from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
+
+DRAFTS = "vllm:spec_decode_num_drafts"
+
+
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+
+
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+
+
+ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+GENERATION_TOKENS = "vllm:generation_tokens"
+
+
+REQUESTS_RUNNING = "vllm:num_requests_running"
+
+
+REQUESTS_WAITING = "vllm:num_requests_waiting"
+
+
+# Speed: vLLM observes the inter-token latency once per request per engine step (however
+# many tokens the step gave it), so its sum over its count is the step time a decoding
+# request sees, and its count over the engine steps (one iteration-tokens observation per
+# step) is the batch a step carried.
+DECODE_SECONDS = "vllm:inter_token_latency_seconds_sum"
+
+
+DECODE_STEPS = "vllm:inter_token_latency_seconds_count"
+
+
+ENGINE_STEPS = "vllm:iteration_tokens_total_count"
+
+
+# prometheus_client's process collector, which vLLM serves: the evidence of a restart.
+PROCESS_START = "process_start_time_seconds"
+
+
+_SPEC_DECODE_PREFIX = "vllm:spec_decode_"
+
+
+# The series each scalar field of Counts is read from (per position: ACCEPTED_PER_POS).
+COUNTER_FIELDS = {
+    DRAFTS: "drafts",
+    DRAFT_TOKENS: "draft_tokens",
+    ACCEPTED_TOKENS: "accepted_tokens",
+    GENERATION_TOKENS: "generation_tokens",
+    DECODE_SECONDS: "decode_seconds",
+    DECODE_STEPS: "decode_steps",
+    ENGINE_STEPS: "engine_steps",
+}
+
+
+_VLLM = (*COUNTER_FIELDS, ACCEPTED_PER_POS, REQUESTS_RUNNING, REQUESTS_WAITING)
+
+
+SERIES_READ = (*_VLLM, PROCESS_START)
+
+
+MAX_SERIES = 4096  # samples of the series read: about 40 per engine
+
+
+# The verdict and scrape-error reason of a window Prometheus gave nothing for.
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+# Counts are whole tokens and sums of whole floats are exact: half a token tells a
+# rounding error from counters that do not add up.
+_SLACK = 0.5
+
+
+def cut(message: str) -> str:
+    """A message short enough for status: it may quote what a pod or a proxy served."""
+    if len(message) <= LEFT_OUT_MESSAGE_LIMIT:
+        return message
+    return message[: LEFT_OUT_MESSAGE_LIMIT - 1] + "…"
+
+
+@dataclass(frozen=True)
+class PodError:
+    """Why a pod's reading was left out: a reason from a small fixed set (a metric label)
+    and a message in words, cut short."""
+
+    reason: LeftOutReason
+    message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", cut(self.message))
+
+
+class BadMetrics(ValueError):
+    """A reading that cannot be used, and why."""
+
+    def __init__(self, reason: LeftOutReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def error(self) -> PodError:
+        return PodError(self.reason, str(self))
+
+
+class SourceUnavailable(Exception):
+    """Prometheus gave no answer to read: no pod has data this window."""
+
+
+@dataclass(frozen=True)
+class SpecDecodeCounters(Counts):
+    """The cumulative counters (and two gauges) of one pod, summed over engines, and the
+    start time of the process that serves them."""
+
+    requests_running: float = 0.0
+    requests_waiting: float = 0.0
+    speculation_exported: bool = False
+    process_start_time: float | None = None
+
+
+def series_name(sample_name: str) -> str | None:
+    """The metric a sample belongs to, or None for `_created` and unknown series."""
+    name = sample_name.removesuffix("_total")
+    return name if name in SERIES_READ else None
+
+
+def _position(labels: Mapping[str, str]) -> int:
+    """The `position` label, refused before anything is sized by it: one line saying
+    position 30000000 once cost 6.2 GB."""
+    text = labels.get("position", "0")
+    try:
+        position = int(text)
+    except ValueError:
+        raise BadMetrics(LeftOutReason.UNPARSEABLE, f"position {text!r} is not a number") from None
+    if not 0 <= position < MAX_SPECULATIVE_TOKENS:
+        raise BadMetrics(
+            LeftOutReason.IMPOSSIBLE_COUNTERS,
+            f"accepted tokens at position {position}: no engine drafts more than "
+            f"{MAX_SPECULATIVE_TOKENS} tokens",
+        )
+    return position
+
+
+def counters_from_series(
+    series: Iterable[tuple[str, Mapping[str, str], float]],
+) -> SpecDecodeCounters:
+    """Sum (name, labels, value) series into counters: over every label set but `position`.
+
+    Shared by the /metrics parser and the Prometheus source so both read vLLM alike.
+    Raises BadMetrics on NaN or infinite values (such a pod is broken, not idle), on a
+    position no engine drafts, and past MAX_SERIES samples.
+    """
+    totals: dict[str, float] = {}
+    per_position: dict[int, float] = {}
+    exported = False
+    started: float | None = None
+    read = 0
+    for sample_name, labels, value in series:
+        name = series_name(sample_name)
+        if name is None:
+            continue
+        read += 1
+        if read > MAX_SERIES:
+            raise BadMetrics(LeftOutReason.TOO_LARGE, f"more than {MAX_SERIES} vLLM samples")
+        if not math.isfinite(value):
+            raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"{sample_name} is {value}")
+        if name == PROCESS_START:
+            started = value if started is None else max(started, value)
+            continue
+        exported = exported or name.startswith(_SPEC_DECODE_PREFIX)
+        if name == ACCEPTED_PER_POS:
+            position = _position(labels)
+            per_position[position] = per_position.get(position, 0.0) + value
+        else:
+            totals[name] = totals.get(name, 0.0) + value
+    positions = max(per_position, default=-1) + 1
+    return SpecDecodeCounters(
+        **{field: totals.get(name, 0.0) for name, field in COUNTER_FIELDS.items()},
+        accepted_per_position=tuple(per_position.get(i, 0.0) for i in range(positions)),
+        requests_running=totals.get(REQUESTS_RUNNING, 0.0),
+        requests_waiting=totals.get(REQUESTS_WAITING, 0.0),
+        speculation_exported=exported,
+        process_start_time=started,
+    )
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """One reading of one pod: counters, or why there are none."""
+
+    pod: str
+    track: Track
+    at: float
+    counters: SpecDecodeCounters | None
+    error: PodError | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackWindow(Counts):
+    """Counter deltas of one track over one window, summed over its pods.
+
+    `seconds` is the window's wall-clock length (the longest pod interval); `pod_seconds`
+    sums every pod's interval, so `generation_tokens / pod_seconds` is tokens/s per pod
+    whatever the number of pods. `running_requests` is the sum of the pods' gauges at
+    the end of the window.
+    """
+
+    seconds: float
+    pod_seconds: float
+    pods: int
+    running_requests: float
+    waiting_requests: float = 0.0
+    # The Ks its pods drafted with when a schedule gave more than one (set by the tuner,
+    # which knows what it rendered): acceptance per position depends on it.
+    ks: tuple[int, ...] = ()
+
+    @property
+    def step_seconds(self) -> float | None:
+        """Mean engine step time a decoding request saw, or None without timing."""
+        return self.decode_seconds / self.decode_steps if self.decode_steps > 0 else None
+
+    @property
+    def batch_per_pod(self) -> float:
+        """Decoding requests per engine step over the window; without timing, the
+        running requests at its end."""
+        if self.decode_steps > 0 and self.engine_steps > 0:
+            return self.decode_steps / self.engine_steps
+        return self.running_requests / self.pods if self.pods else 0.0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one evaluation saw.
+
+    `errors` names the pods whose readings were left out, and why. `prometheus_error` says
+    why Prometheus gave nothing at all. `canary_pending_since` is filled in by the
+    operator, not by WindowTracker: the Unix time since when the canary pod has been
+    Pending (None when it is not Pending), and `canary_pending_reason` what the scheduler
+    said of it. `runtime_failures` too: per track, why a pod's runtime failed (a preflight
+    refusal, vLLM exiting), if one did.
+    """
+
+    stable: TrackWindow | None
+    canary: TrackWindow | None
+    errors: dict[str, PodError] = field(default_factory=dict)
+    speculation_missing: bool = False
+    canary_pending_since: float | None = None
+    canary_pending_reason: str | None = None
+    prometheus_error: str | None = None
+    runtime_failures: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _PodDelta:
+    counters: SpecDecodeCounters
+    seconds: float
+    running: float
+    waiting: float
+
+
+def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
+    """Why counters (cumulative, or a window's difference) cannot come from engines
+    drafting at most k tokens, or None. vLLM counts a draft's accepted tokens once in
+    the total and once at each position they reached, so the positions add up to it."""
+    c = counters
+    for name, value in c.named():
+        if value < 0:
+            return f"{name} are negative ({value:g})"
+    if len(c.accepted_per_position) > k:
+        return f"accepted tokens at position {len(c.accepted_per_position) - 1} with K={k}"
+    if c.drafts <= 0:
+        if c.draft_tokens > _SLACK or c.accepted_tokens > _SLACK:
+            return (
+                f"{c.draft_tokens:g} draft tokens and {c.accepted_tokens:g} accepted "
+                "without any drafts"
+            )
+        return None
+    if c.accepted_tokens > c.draft_tokens + _SLACK:
+        return f"{c.accepted_tokens:g} accepted tokens exceed the {c.draft_tokens:g} drafted"
+    if c.accepted_per_position and abs(sum(c.accepted_per_position) - c.accepted_tokens) > _SLACK:
+        return (
+            f"accepted tokens per position sum to {sum(c.accepted_per_position):g}, "
+            f"not the {c.accepted_tokens:g} accepted"
+        )
+    if c.accepted_tokens > k * c.drafts + _SLACK:
+        length = 1 + c.accepted_tokens / c.drafts
+        return f"mean acceptance length {length:.2f} exceeds K+1 = {k + 1}"
+    return None
+
+
+def _moves(old: SpecDecodeCounters, new: SpecDecodeCounters) -> tuple[list[str], list[str]]:
+    """The counters that went down, and those that went up, from old to new."""
+    # A restart may come back with another K: compare the positions both have (zip).
+    pairs = [(name, o, n) for (name, o), (_, n) in zip(old.named(), new.named(), strict=False)]
+    return [name for name, o, n in pairs if n < o], [name for name, o, n in pairs if n > o]
+
+
+def _restarted(previous: PodSample, current: PodSample) -> bool:
+    """Whether the pod restarted between two readings; BadMetrics when neither one process
+    nor a process and its restart explain them.
+
+    A restart needs evidence: a process started since the previous reading (by the
+    process start time vLLM exports) or, without start times, every counter lower than
+    before. Counters flipping between two engines behind one address (or a proxy) are
+    left out instead: read as restarts, each engine's lifetime totals became one window.
+    A restart within clock skew of the previous reading is left out too: one window of
+    one pod, the safe side."""
+    assert previous.counters is not None and current.counters is not None
+    old, new = previous.counters, current.counters
+    down, up = _moves(old, new)
+    if old.process_start_time is not None and new.process_start_time is not None:
+        if new.process_start_time == old.process_start_time:
+            if down:
+                raise BadMetrics(
+                    LeftOutReason.INCONSISTENT_COUNTERS,
+                    f"{down[0]} went down within one process: two engines behind one address?",
+                )
+            return False
+        if (
+            old.process_start_time < new.process_start_time
+            and new.process_start_time >= previous.at
+        ):
+            return True
+        raise BadMetrics(
+            LeftOutReason.INCONSISTENT_COUNTERS,
+            f"another process answered (started at {new.process_start_time:.0f}, the last "
+            f"reading's at {old.process_start_time:.0f}) that did not start since the last "
+            "reading: two engines behind one address?",
+        )
+    if not down:
+        return False
+    if not up:
+        return True  # every counter reset together
+    raise BadMetrics(
+        LeftOutReason.INCONSISTENT_COUNTERS,
+        f"{down[0]} went down while {up[0]} went up: not a restart",
+    )
+
+
+def _difference(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDecodeCounters:
+    return SpecDecodeCounters(speculation_exported=current.speculation_exported).with_counts(
+        current - previous
+    )
+
+
+def _window_delta(previous: PodSample, current: PodSample, k: int) -> SpecDecodeCounters:
+    """One pod's counts over the window: since the previous reading, or since a restart."""
+    assert previous.counters is not None and current.counters is not None
+    delta = (
+        current.counters
+        if _restarted(previous, current)
+        else _difference(previous.counters, current.counters)
+    )
+    why = implausible(delta, k)
+    if why is not None:
+        raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"in this window: {why}")
+    return delta
+
+
+def _aggregate(deltas: list[_PodDelta]) -> TrackWindow | None:
+    if not deltas:
+        return None
+    return TrackWindow(
+        seconds=max(d.seconds for d in deltas),
+        pod_seconds=sum(d.seconds for d in deltas),
+        pods=len(deltas),
+        running_requests=sum(d.running for d in deltas),
+        waiting_requests=sum(d.waiting for d in deltas),
+    ).with_counts(Counts.sum(d.counters for d in deltas))
+
+
+class WindowTracker:
+    """Remembers the previous sample of each pod and turns new samples into windows.
+
+    In memory only: after an operator restart the first observation is a baseline with
+    no windows (inconclusive), which costs one interval and nothing else.
+    """
+
+    def __init__(self) -> None:
+        self._previous: dict[str, PodSample] = {}
+        # Pods whose last reading did not follow from the one before. Counters flipping
+        # between two engines of one start time show it only when they go down; waiting
+        # for a reading that follows keeps the flips that go up out of windows too.
+        self._unexplained: set[str] = set()
+
+    def observe(self, samples: Sequence[PodSample], tokens: Mapping[Track, int]) -> Observation:
+        """Windows from new samples; `tokens` is the K each track's pods run (0: none).
+
+        A reading that cannot be used leaves out its pod, named in `errors`. Readings
+        that are false (a failed scrape, impossible counters) are skipped: the pod's next
+        good one spans both intervals. After a reading that is true but does not follow
+        from the previous one, the pod's next window starts from the reading after it."""
+        deltas: dict[Track, list[_PodDelta]] = {"stable": [], "canary": []}
+        errors: dict[str, PodError] = {}
+        unexplained: set[str] = set()
+        missing = False
+        seen: dict[str, PodSample] = {}
+        for sample in samples:
+            previous = self._previous.get(sample.pod)
+            current = sample.counters
+            k = tokens[sample.track]
+            why = None if current is None else implausible(current, k)
+            if current is None or why is not None:
+                errors[sample.pod] = sample.error or PodError(
+                    LeftOutReason.IMPOSSIBLE_COUNTERS, why or "no counters"
+                )
+                if previous is not None:
+                    seen[sample.pod] = previous
+                if sample.pod in self._unexplained:
+                    unexplained.add(sample.pod)  # still waiting for a reading that follows
+                continue
+            seen[sample.pod] = sample
+            serving = current.requests_running > 0 or (
+                previous is not None
+                and previous.counters is not None
+                and current.generation_tokens != previous.counters.generation_tokens
+            )
+            # A pod rendered plain (K=0) has nothing to export.
+            missing = missing or (serving and k > 0 and not current.speculation_exported)
+            if previous is None or previous.counters is None or previous.track != sample.track:
+                continue  # a baseline: nothing to compare with yet
+            seconds = sample.at - previous.at
+            if seconds <= 0:
+                continue
+            if sample.pod in self._unexplained:
+                errors[sample.pod] = PodError(
+                    LeftOutReason.INCONSISTENT_COUNTERS,
+                    "the last reading did not follow from the one before; the next window "
+                    "starts from this one",
+                )
+                continue
+            try:
+                delta = _window_delta(previous, sample, k)
+            except BadMetrics as error:
+                errors[sample.pod] = error.error()
+                unexplained.add(sample.pod)
+                continue
+            deltas[sample.track].append(
+                _PodDelta(delta, seconds, current.requests_running, current.requests_waiting)
+            )
+        # Pods that disappeared are forgotten: a new pod of the same name starts a baseline.
+        self._previous = seen
+        self._unexplained = unexplained
+        return Observation(
+            stable=_aggregate(deltas["stable"]),
+            canary=_aggregate(deltas["canary"]),
+            errors=errors,
+            speculation_missing=missing,
+        )
