@@ -406,3 +406,69 @@ def test_help_prints_usage(argv: list[str], capsys: pytest.CaptureFixture[str]) 
 
     assert main(argv) == 0
     assert capsys.readouterr().out.startswith("usage: specfleet-runtime serve --model")
+
+
+def test_the_sim_takes_a_hot_schedule_between_ticks_for_the_operator_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As specfleet's vLLM plugin: the startup schedule is generation 0, a newer
+    generation changes K with no restart, a repeat is a no-op, an older one is refused,
+    and without the per-model credential nothing changes."""
+    monkeypatch.setenv("SPECFLEET_SCHEDULE_TOKEN", "model-secret")
+    args = ["--method", "eagle3", "--draft-model", "org/head"]
+    args += ["--num-speculative-tokens", "8", "--batch-schedule", "1:256:3", "--hot-schedule"]
+    auth = {"Authorization": "Bearer model-secret"}
+
+    async def test() -> None:
+        async with sim(args) as (url, server), aiohttp.ClientSession() as session:
+            endpoint = url + "/specfleet/schedule"
+            async with session.get(endpoint, headers=auth) as response:
+                report = await response.json()
+            assert (report["generation"], report["schedule"], report["ceiling"]) == (
+                0,
+                [[1, 256, 3]],
+                8,
+            )
+            async with session.post(endpoint, json={"generation": 1, "k": 5}) as response:
+                assert response.status == 401  # no credential
+            wrong = {"Authorization": "Bearer another-tenant"}
+            async with session.post(endpoint, json={"generation": 1, "k": 5}, headers=wrong) as r:
+                assert r.status == 403
+            assert server.k_scheduled(4) == 3
+            body = {"generation": 1, "schedule": [[1, 4, 6], [5, 256, 0]]}
+            async with session.post(endpoint, json=body, headers=auth) as response:
+                assert response.status == 200
+                assert (await response.json())["changed"] is True
+            assert (server.k_scheduled(4), server.k_scheduled(9)) == (6, 0)
+            async with session.post(endpoint, json=body, headers=auth) as response:
+                assert (response.status, (await response.json())["changed"]) == (200, False)
+            stale = {"generation": 1, "k": 2}  # a reused generation, another schedule
+            async with session.post(endpoint, json=stale, headers=auth) as response:
+                assert response.status == 409
+            above = {"generation": 2, "k": 9}
+            async with session.post(endpoint, json=above, headers=auth) as response:
+                assert response.status == 422
+                assert "ceiling" in (await response.json())["reason"]
+            assert server.k_scheduled(4) == 6
+            async with session.get(url + "/metrics") as response:
+                page = await response.text()
+            assert "specfleet:schedule_generation 1.0" in page
+
+    run_async(test)
+
+
+def test_a_sim_started_without_hot_schedules_says_k_changes_need_a_restart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPECFLEET_SCHEDULE_TOKEN", "model-secret")
+    auth = {"Authorization": "Bearer model-secret"}
+
+    async def test() -> None:
+        args = ["--method", "eagle3", "--draft-model", "org/head", "--num-speculative-tokens", "3"]
+        async with sim(args) as (url, _), aiohttp.ClientSession() as session:
+            body = {"generation": 1, "k": 2}
+            async with session.post(url + "/specfleet/schedule", json=body, headers=auth) as r:
+                assert r.status == 409
+                assert "restart" in (await r.json())["reason"]
+
+    run_async(test)

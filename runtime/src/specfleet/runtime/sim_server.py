@@ -31,12 +31,25 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from specfleet.runtime.config import RuntimeConfig
+from specfleet.runtime.hot_schedule import (
+    PATH as SCHEDULE_PATH,
+)
+from specfleet.runtime.hot_schedule import (
+    Schedule,
+    ScheduleRefused,
+    ScheduleState,
+    authorize,
+    parse_schedule,
+    requested_generation,
+    requested_schedule,
+)
 from specfleet.runtime.sim_engine import Histogram, SimEngine, SimRequest
 from specfleet.runtime.sim_model import Load, SimProfile
 
 DEFAULT_HOST = "0.0.0.0"  # vLLM's default: every interface
 DEFAULT_PORT = 8000
 DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+MAX_NUM_SEQS = 256  # vLLM's default: the end of a one-K schedule's band
 MAX_CATCH_UP_TICKS = 50  # after a long stall, skip ahead rather than burn the CPU
 GARBAGE = "vllm:spec_decode_num_drafts_total{{{ this is not \x00 prometheus text\n"
 _WORDS = ("the", "draft", "proposes", "tokens", "and", "the", "target", "verifies", "them")
@@ -49,10 +62,16 @@ class SimServer:
         self.config = config
         self.served_name = config.name_served
         k_max = (config.num_speculative_tokens or 0) if config.method.speculates else 0
+        # With --hot-schedule the operator hands the engine new schedules between steps
+        # (as specfleet's vLLM plugin does): K up to the ceiling, k_max.
+        self.schedule: ScheduleState | None = None
+        if config.hot_schedule and k_max:
+            startup = [[e.start, e.end, e.k] for e in config.startup_schedule]
+            self.schedule = ScheduleState(parse_schedule(startup, k_max))
         self.engine = SimEngine(
             profile,
             k_max=k_max,
-            k_for_batch=config.k_for_batch,
+            k_for_batch=config.k_for_batch if self.schedule is None else self.k_scheduled,
             drafting=config.method.drafting,
             seed=config.seed,
         )
@@ -63,6 +82,51 @@ class SimServer:
         self._request_ids = itertools.count(1)
         self._ticks_done = 0
         self._started = time.monotonic()
+
+    def k_scheduled(self, batch: int) -> int:
+        """K at a batch size under the hot schedule in force (a gap or the tail keeps the
+        band before's K, as vLLM's lookup does)."""
+        assert self.schedule is not None
+        k = 0
+        for start, end, band_k in self.schedule.schedule:
+            if start > batch:
+                break
+            k = band_k
+            if batch <= end:
+                break
+        return k
+
+    def schedule_report(self) -> dict[str, Any]:
+        """What GET /specfleet/schedule answers, as the vLLM plugin's report does."""
+        if self.schedule is None:
+            reason = "the engine started without --hot-schedule: K changes need a restart"
+            return {"hot": False, "reason": reason, "ceiling": self.engine.k_max}
+        bands = self.schedule.schedule
+        return {
+            "hot": True,
+            "reason": None,
+            "ceiling": self.engine.k_max,
+            "maxNumSeqs": MAX_NUM_SEQS,
+            "generation": self.schedule.generation,
+            "schedule": [list(band) for band in bands],
+            "ks": sorted({k for _, _, k in bands}),
+        }
+
+    def set_schedule(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """POST /specfleet/schedule: the report with `changed`, or its refusal."""
+        if self.schedule is None:
+            return {**self.schedule_report(), "refused": True}, 409
+        try:
+            generation = requested_generation(body)
+            schedule: Schedule = requested_schedule(body, self.engine.k_max, MAX_NUM_SEQS)
+            changed = self.schedule.decide(generation, schedule)
+        except ScheduleRefused as error:
+            refused = {**self.schedule_report(), "refused": True, "reason": str(error)}
+            return refused, error.status
+        if changed:
+            self.catch_up()  # the ticks before the change ran at the old schedule
+            self.schedule.schedule, self.schedule.generation = schedule, generation
+        return {**self.schedule_report(), "refused": False, "changed": changed}, 200
 
     def catch_up(self) -> None:
         """Advance the engine by the whole ticks the wall clock has covered."""
@@ -171,6 +235,13 @@ class VllmMetrics:
             "Histogram of number of tokens per engine_step.",
             counters.iteration_tokens,
         )
+        if server.schedule is not None:
+            generation = GaugeMetricFamily(
+                "specfleet:schedule_generation",
+                "The hot schedule's generation in force (0: the startup schedule).",
+            )
+            generation.add_metric([], server.schedule.generation)
+            yield generation
 
 
 def _bucket_label(bound: float) -> str:
@@ -428,6 +499,23 @@ async def admin_state(request: web.Request) -> web.Response:
     )
 
 
+async def schedule(request: web.Request) -> web.Response:
+    """GET/POST /specfleet/schedule, for the operator's credential alone (as the vLLM
+    plugin's endpoint: hot_schedule.authorize)."""
+    server = request.app[SERVER_KEY]
+    denied = authorize(request.headers.get("Authorization"))
+    if denied is not None:
+        status, reason = denied
+        return web.json_response({"reason": reason}, status=status)
+    if request.method == "GET":
+        return web.json_response(server.schedule_report())
+    body = await _body(request)
+    if not isinstance(body, dict):
+        return web.json_response({"reason": "the body is not a JSON object"}, status=400)
+    answer, status = server.set_schedule(body)
+    return web.json_response(answer, status=status)
+
+
 def build_app(server: SimServer) -> web.Application:
     app = web.Application()
     app[SERVER_KEY] = server
@@ -442,6 +530,8 @@ def build_app(server: SimServer) -> web.Application:
     app.router.add_post("/admin/metrics", admin_metrics)
     app.router.add_post("/admin/slow", admin_slow)
     app.router.add_get("/admin/state", admin_state)
+    app.router.add_route("GET", SCHEDULE_PATH, schedule)
+    app.router.add_route("POST", SCHEDULE_PATH, schedule)
 
     async def clock(app: web.Application) -> AsyncIterator[None]:
         task = asyncio.create_task(server.run_clock())
