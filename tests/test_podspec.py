@@ -16,7 +16,8 @@ import pytest
 from specfleet.operator import podspec, render
 from specfleet.operator.api import INJECTED_RUNTIME_PATH, MODEL_CACHE_PATH, SpeculativeModel
 from specfleet.operator.errors import validation_errors
-from specfleet.operator.status import ObservedChildren, startup_seconds, summarize
+from specfleet.operator.fleet import FleetCache
+from specfleet.operator.status import summarize
 from specfleet.runtime import preflight
 from specfleet.runtime.inject import inject
 from tests.conftest import REPO
@@ -184,42 +185,85 @@ def test_production_example_renders_what_it_asks() -> None:
     assert spec["initContainers"][0]["command"][1] == "inject"
 
 
-def _pod(name: str, created: datetime, ready_after: float | None, restarts: int = 0) -> Any:
+def _pod(
+    name: str,
+    created: datetime,
+    ready_at: datetime | None,
+    started: datetime | None = None,
+    restarts: int = 0,
+) -> Any:
+    """Pod `name` of model llama-8b created at `created`, its container started at `started`
+    (a second after creation unless said; None with `ready_at` None: not started), Ready
+    since `ready_at` (None: not Ready)."""
     conditions = []
-    if ready_after is not None:
-        ready_at = created + timedelta(seconds=ready_after)
+    if ready_at is not None:
         conditions.append(
             {"type": "Ready", "status": "True", "lastTransitionTime": ready_at.isoformat()}
         )
+    if started is None and ready_at is not None:
+        started = created + timedelta(seconds=1)
+    state = {"running": {"startedAt": started.isoformat()}} if started else {"waiting": {}}
     return {
-        "metadata": {"name": name, "creationTimestamp": created.isoformat()},
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "namespace": "serving",
+            "labels": {render.MODEL_LABEL: "llama-8b"},
+            "creationTimestamp": created.isoformat(),
+        },
         "status": {
             "conditions": conditions,
-            "containerStatuses": [{"name": "runtime", "restartCount": restarts}],
+            "containerStatuses": [{"name": "runtime", "restartCount": restarts, "state": state}],
         },
     }
 
 
-def test_startup_seconds_is_the_median_of_started_pods() -> None:
-    start = NOW - timedelta(hours=1)
-    pods = [
-        _pod("a", start, 100),
-        _pod("b", start, 40),
-        _pod("c", start, 70),
-        _pod("d", start, None),  # not Ready yet
-        _pod("e", start, 3000, restarts=1),  # its Ready transition is not its start
-    ]
-    assert startup_seconds(pods) == 70
-    assert startup_seconds([pods[3]]) is None
+def _startup(cache: FleetCache, model: SpeculativeModel) -> float | None:
+    return summarize(model, cache.observed(("serving", "llama-8b")), NOW).startup_seconds
 
 
-def test_status_keeps_the_last_startup_while_no_pod_has_started(
+def test_a_readiness_flap_leaves_the_startup_measured_at_the_first_ready(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """Two pods started in ~2 minutes two days ago; one failed its readiness probe an hour
+    ago and came back: startup stays ~2 minutes (the last Ready transition said 84660 s)."""
+    model = model_from(peagle_manifest)
+    cache = FleetCache()
+    created = NOW - timedelta(days=2)
+    for name, ready in (("a", 118), ("b", 122)):
+        cache.remember_child(_pod(name, created, None))  # Pending
+        cache.remember_child(_pod(name, created, created + timedelta(seconds=ready)))
+    assert _startup(cache, model) == 120
+    flapped = _pod("b", created, None, started=created + timedelta(seconds=1))
+    cache.remember_child(flapped)
+    cache.remember_child(_pod("b", created, NOW - timedelta(hours=1)))
+    assert _startup(cache, model) == 120
+
+
+def test_startup_is_measured_per_container_start_and_only_from_before_its_first_ready(
     peagle_manifest: dict[str, Any],
 ) -> None:
     model = model_from(peagle_manifest, startupSeconds=42.0)
-    assert summarize(model, ObservedChildren(), NOW).startup_seconds == 42.0
-    started = ObservedChildren(pods=[_pod("a", NOW - timedelta(minutes=5), 12.5)])
-    assert summarize(model, started, NOW).startup_seconds == 12.5
+    cache = FleetCache()
+    created = NOW - timedelta(hours=1)
+    # First seen already Ready (an operator restart): its Ready may be a flap's, not
+    # measured; the last measure stays.
+    cache.remember_child(_pod("a", created, created + timedelta(seconds=3000)))
+    assert _startup(cache, model) == 42.0
+    # Its container restarts at +3500 s and is Ready 20 s later: that start is measured.
+    restarted = created + timedelta(seconds=3500)
+    cache.remember_child(_pod("a", created, None, started=restarted, restarts=1))
+    ready = restarted + timedelta(seconds=20)
+    cache.remember_child(_pod("a", created, ready, started=restarted, restarts=1))
+    assert _startup(cache, model) == 20
+    # A new pod, seen from its creation: created to Ready (scheduling and pull count).
+    cache.remember_child(_pod("b", created, None))
+    cache.remember_child(_pod("b", created, created + timedelta(seconds=100)))
+    assert _startup(cache, model) == 60  # the median of 20 and 100
+    cache.remember_child(_pod("b", created, None), deleted=True)
+    assert _startup(cache, model) == 20
+    assert cache.starts[("serving", "llama-8b")].keys() == {"uid-a"}
 
 
 def _hub_snapshot(cache: Path, name: str, files: list[str]) -> Path:

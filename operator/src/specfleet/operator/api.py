@@ -2454,8 +2454,9 @@ class SpeculativeModelStatus(ApiModel):
     )
     startup_seconds: float | None = Field(
         default=None,
-        description="Median seconds from a pod's creation to Ready over the model's latest "
-        "started pods: what a restart (a K change rolls the pods) costs.",
+        description="Median seconds from each pod's latest start (its creation, or its "
+        "container's restart) to that start's first Ready, readiness flaps ignored: what a "
+        "restart (a K change rolls the pods) costs.",
     )
     conditions: list[Condition] = Field(default_factory=list)
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(

@@ -45,7 +45,13 @@ from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
 from specfleet.operator.kube import Cluster, Conflict, Gone, NotLeading
 from specfleet.operator.outcomes import Action
-from specfleet.operator.status import ObservedChildren, ReconcileFailure, summarize
+from specfleet.operator.status import (
+    ObservedChildren,
+    PodStart,
+    ReconcileFailure,
+    observe_start,
+    summarize,
+)
 from specfleet.operator.workqueue import Backoff, WorkQueue, backed_off
 
 log = logging.getLogger("specfleet.fleet")
@@ -103,6 +109,9 @@ class FleetCache:
     children: dict[Key, dict[ChildRef, dict[str, Any]]] = field(default_factory=dict)
     queue: WorkQueue = field(default_factory=WorkQueue)
     deleted: OrderedDict[str, None] = field(default_factory=OrderedDict)  # uids
+    # model -> pod uid -> its latest start, as seen by every pod event in turn: a start's
+    # first Ready is told from a readiness flap only by having seen what came before.
+    starts: dict[Key, dict[str, PodStart]] = field(default_factory=dict)
     # Called with each forgotten model's key: what others keep about it goes too.
     on_forget: Callable[[Key], None] = lambda key: None
 
@@ -170,8 +179,20 @@ class FleetCache:
         changed = _replace(children, ref, observed, deleted)
         if not children:
             del self.children[owner]
+        if ref[0] == POD.kind:
+            self._observe_start(owner, observed, deleted)
         if changed:
             self.wake(owner)
+
+    def _observe_start(self, owner: Key, pod: dict[str, Any], deleted: bool) -> None:
+        starts = self.starts.setdefault(owner, {})
+        uid = str(pod["metadata"].get("uid"))
+        if deleted:
+            starts.pop(uid, None)
+        else:
+            starts[uid] = observe_start(starts.get(uid), pod)
+        if not starts:
+            del self.starts[owner]
 
     def namespaces(self) -> set[str]:
         return {namespace for namespace, _ in [*self.models, *self.children]}
@@ -218,6 +239,7 @@ class FleetCache:
             stable=children.get((DEPLOYMENT.kind, name)),
             canary=children.get((DEPLOYMENT.kind, render.canary_name(name))),
             pods=[body for (kind, _), body in children.items() if kind == POD.kind],
+            starts=list(self.starts.get(key, {}).values()),
         )
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +25,7 @@ class ObservedChildren:
     stable: dict[str, Any] | None = None
     canary: dict[str, Any] | None = None
     pods: list[dict[str, Any]] = field(default_factory=list)
+    starts: list[PodStart] = field(default_factory=list)  # of the pods, as observe_start saw
 
 
 @dataclass(frozen=True)
@@ -101,23 +103,48 @@ def api_time(text: Any) -> datetime | None:
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
 
 
-def startup_seconds(pods: list[dict[str, Any]]) -> float | None:
-    """Median seconds from creation to Ready of the pods that have started (their Ready
-    condition's transition; a pod whose containers restarted is left out, its transition
-    no longer its start), or None when none has."""
-    seconds = []
-    for pod in pods:
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        if not pod_ready(pod) or any(c.get("restartCount") for c in statuses):
-            continue
-        created = api_time(pod["metadata"].get("creationTimestamp"))
-        ready = next(
-            api_time(c.get("lastTransitionTime"))
-            for c in pod["status"]["conditions"]
-            if c.get("type") == "Ready"
-        )
-        if created is not None and ready is not None:
-            seconds.append((ready - created).total_seconds())
+@dataclass(frozen=True)
+class PodStart:
+    """What the operator saw of a pod's latest start. `start`: when its newest container
+    started (None before any did). `first_ready_seen`: the operator saw the pod before
+    this start was Ready (not Ready yet, or not started), so the Ready it sees next is the
+    start's first, not a readiness flap's. `seconds`: from the start to that first Ready,
+    taken once; from the pod's creation for its first start (a rolled pod pays its
+    scheduling and image pull too)."""
+
+    start: str | None
+    first_ready_seen: bool
+    seconds: float | None = None
+
+
+def observe_start(seen: PodStart | None, pod: dict[str, Any]) -> PodStart:
+    """`seen` (the pod's start as last seen, None for a pod not seen before) updated from
+    `pod` now. A start first seen already Ready is never measured: its Ready transition
+    may be a flap's, hours after the start (as after an operator restart)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    running = [((c.get("state") or {}).get("running") or {}) for c in statuses]
+    start = max((str(r["startedAt"]) for r in running if r.get("startedAt")), default=None)
+    ready = pod_ready(pod)
+    if seen is None or seen.start != start:
+        seen = PodStart(start, first_ready_seen=seen is not None or not ready)
+    if not (ready and seen.first_ready_seen and seen.seconds is None and start is not None):
+        return seen
+    restarted = any(c.get("restartCount") for c in statuses)
+    origin = api_time(start if restarted else pod["metadata"].get("creationTimestamp"))
+    ready_at = next(
+        api_time(c.get("lastTransitionTime"))
+        for c in pod["status"]["conditions"]
+        if c.get("type") == "Ready"
+    )
+    if origin is None or ready_at is None:
+        return seen
+    return replace(seen, seconds=(ready_at - origin).total_seconds())
+
+
+def startup_seconds(starts: Iterable[PodStart]) -> float | None:
+    """Median seconds from start to first Ready of the pods' measured starts, or None
+    when none is measured."""
+    seconds = [start.seconds for start in starts if start.seconds is not None]
     return statistics.median(seconds) if seconds else None
 
 
@@ -199,8 +226,9 @@ def summarize(
         phase = Phase.PROGRESSING if children.stable else Phase.PENDING
 
     ready_pods = sum(1 for pod in children.pods if pod_ready(pod))
-    # While no pod has started (all restarting, or scaled to 0), the last measure stays.
-    startup = startup_seconds(children.pods)
+    # While no pod's start is measured (none started yet, scaled to 0, or all first seen
+    # Ready, as after an operator restart), the last measure stays.
+    startup = startup_seconds(children.starts)
     return status.model_copy(
         update={
             "observed_generation": generation,
