@@ -1,0 +1,136 @@
+"""The operator's request policy under two API-server faults, on loopback sockets, with the
+operator's default settings (4 s request timeout; Lease 15 s, renew deadline 10 s, retry
+2 s): the figures of docs/reliability.md.
+
+    .venv/bin/python benchmarks/api_faults.py [--open-after 6] [--seconds 30] [--json FILE]
+
+Each is measured with the client the operator builds (`kube.client_for`) and with the
+kubernetes client's defaults, which is what the operator used before (urllib3 retrying a
+failed connect, and a timed-out read of a PUT, 3 times):
+
+- fence: a status write leaves with the fence open; the fence closes 0.5 s later (the
+  leader's renew deadline); the API server's accept queue is full until `--open-after`
+  seconds. Measured: when the write reached the server, from the fence closing; a standby
+  may write from the margin (Lease duration - renew deadline = 5 s) on.
+- late renewal: the API server commits each Lease write at once and answers it 5 s later
+  (a 409 at once). The leader renews for `--seconds`. Measured: whether it keeps leading,
+  its renewals committed, and the PUTs sent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specfleet.operator.kube import REQUEST_TIMEOUT, Cluster, client_for  # noqa: E402
+from specfleet.operator.leadership import Election, ElectionConfig, LeaseStore  # noqa: E402
+from tests.api_servers import FullAcceptQueue, LateLease  # noqa: E402
+
+DEFAULTS = ElectionConfig("lease", "ns", "bench")
+FENCE_CLOSES = 0.5
+ANSWER_DELAY = 5.0
+CLIENTS = {
+    "kubernetes client defaults (before)": lambda url: client.ApiClient(
+        client.Configuration(host=url)
+    ),
+    "kube.client_for (now)": lambda url: client_for(client.Configuration(host=url), "bench"),
+}
+
+
+def fence(make_client: Any, open_after: float) -> dict[str, Any]:
+    server = FullAcceptQueue()
+    started = time.monotonic()
+    closes = started + FENCE_CLOSES
+    cluster = Cluster(make_client(server.url), "bench", lambda: time.monotonic() < closes)
+    opener = threading.Timer(open_after, server.open)
+    opener.start()
+    try:
+        cluster.patch_status("team", "llama", {"phase": "Ready"}, "1")
+        outcome = "answered"
+    except Exception as error:
+        outcome = type(error).__name__
+    gave_up = time.monotonic() - closes
+    time.sleep(max(0.0, started + open_after + 2 * REQUEST_TIMEOUT - time.monotonic()))
+    opener.cancel()
+    server.close()
+    arrived = [round(at - closes, 2) for at, _ in server.arrived]
+    return {
+        "outcome": outcome,
+        "gave_up_after_fence": round(gave_up, 2),
+        "reached_server_after_fence": arrived,
+    }
+
+
+def late_renewal(make_client: Any, seconds: float) -> dict[str, Any]:
+    server = LateLease()
+    store = LeaseStore(make_client(server.url), "ns", "lease")
+    election = Election(DEFAULTS, store, on_lost=lambda: None)
+    started = time.monotonic()
+    lost_at = None
+    while time.monotonic() < started + seconds:
+        if not election.attempt():
+            lost_at = round(time.monotonic() - started, 1)
+            break
+        server.delay = ANSWER_DELAY  # the first write (the acquire) is answered at once
+        time.sleep(election.pause())
+    server.close()
+    return {
+        "kept_leading": lost_at is None,
+        "lost_after_seconds": lost_at,
+        "renewals_committed": sum(1 for m, code in server.writes if m == "PUT" and code == 200),
+        "puts_sent": sum(1 for m, _ in server.writes if m == "PUT"),
+        "puts_refused_409": sum(1 for m, code in server.writes if m == "PUT" and code == 409),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--open-after", type=float, default=6.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    for name, make_client in CLIENTS.items():
+        results[name] = {
+            "fence": fence(make_client, args.open_after),
+            "late_renewal": late_renewal(make_client, args.seconds),
+        }
+    margin = DEFAULTS.lease_duration - DEFAULTS.renew_deadline
+    print(f"fence closes at +{FENCE_CLOSES}s; a standby may write {margin:g}s after it")
+    print("| client | write reached the server (s after the fence) | gave up (s after) |")
+    print("| --- | --- | --- |")
+    for name, result in results.items():
+        reached = result["fence"]["reached_server_after_fence"]
+        print(
+            f"| {name} | {', '.join(f'+{r:g}' for r in reached) or 'never'} | "
+            f"+{result['fence']['gave_up_after_fence']:g} ({result['fence']['outcome']}) |"
+        )
+    print(f"\nLease renewals answered {ANSWER_DELAY:g}s late, for {args.seconds:g}s")
+    print("| client | kept leading | renewals committed | PUTs sent | 409s |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, result in results.items():
+        renewal = result["late_renewal"]
+        kept = (
+            "yes" if renewal["kept_leading"] else f"no (lost at {renewal['lost_after_seconds']}s)"
+        )
+        print(
+            f"| {name} | {kept} | {renewal['renewals_committed']} | {renewal['puts_sent']} | "
+            f"{renewal['puts_refused_409']} |"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
