@@ -192,6 +192,48 @@ def test_every_alert_has_summary_description_and_an_existing_runbook() -> None:
         assert rule["labels"]["severity"] in ("warning", "critical")
 
 
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def test_the_alerts_page_counts_and_lists_every_alert() -> None:
+    """The count in the page's first sentence and its table are the rules file's."""
+    doc = ALERTS_DOC.read_text()
+    alerts = {r["alert"] for r in rules_of(RULES.read_text())}
+    count = re.search(r"specfleet ships (\w+) Prometheus alerts", doc)
+    assert count, "docs/alerts.md no longer says how many alerts it ships"
+    assert count.group(1) == NUMBER_WORDS[len(alerts)], (
+        f"docs/alerts.md says {count.group(1)} alerts; the rules hold {len(alerts)}"
+    )
+    listed = set(re.findall(r"^\| \[(Specfleet\w+)\]", doc, flags=re.MULTILINE))
+    assert listed == alerts, f"the table of docs/alerts.md misses {sorted(alerts - listed)}"
+
+
+def status_field(path: str) -> dict[str, Any]:
+    """The CRD schema of a dotted `status.` path (KeyError: no such field)."""
+    crd = yaml.safe_load((REPO / "crds" / "specfleet.io_speculativemodels.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for name in path.split("."):
+        schema = schema["properties"][name]
+    return dict(schema)
+
+
+def test_status_fields_the_alerts_name_are_written() -> None:
+    """An alert or runbook that sends users to a status field names one the operator
+    writes: not a field kept only to read an old status on upgrade."""
+    texts = [ALERTS_DOC.read_text()]
+    texts += [str(r["annotations"]) for r in rules_of(RULES.read_text())]
+    paths = {p for text in texts for p in re.findall(r"\bstatus(?:\.[a-zA-Z]+)+", text)}
+    assert "status.speculation.off" in paths
+    for path in sorted(paths):
+        try:
+            schema = status_field(path)
+        except KeyError:
+            pytest.fail(f"the alerts name {path}, which the CRD does not have")
+        assert "not written" not in schema.get("description", ""), (
+            f"the alerts name {path}, which the operator no longer writes"
+        )
+
+
 def test_rules_use_only_known_metrics() -> None:
     for rule in rules_of(RULES.read_text()):
         for name in re.findall(r"\b((?:vllm:|specfleet_)[a-z_:]+|up)\s*[{\[]", rule["expr"]):

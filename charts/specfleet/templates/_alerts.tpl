@@ -121,7 +121,7 @@ groups:
           {{- end }}
         annotations:
           summary: {{ `{{ $labels.namespace }}/{{ $labels.model }} serves requests without speculative decoding` | quote }}
-          description: {{ printf "%s generated tokens over the last %s but speculation is not active: the operator disabled it after rollbacks (status.speculation.disabledReason), the pods are not drafting, or the draft failed its preflight. Requests are served at plain decoding speed." `{{ $labels.namespace }}/{{ $labels.model }}` .window | quote }}
+          description: {{ printf "%s generated tokens over the last %s but speculation is not active: the operator switched it off (status.speculation.off says why), the pods are not drafting, or the draft failed its preflight. Requests are served at plain decoding speed." `{{ $labels.namespace }}/{{ $labels.model }}` .window | quote }}
           runbook_url: {{ printf "%s#specfleetspeculationinactive" $runbook }}
       {{- end }}
       {{- end }}
