@@ -11,6 +11,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from specfleet.operator import observability, reference
 from specfleet.operator.api import ConditionType
 from tests.conftest import REPO
+from tests.test_chart import one, rendered
 
 
 def test_the_reasons_are_read_from_where_the_code_sets_them() -> None:
@@ -46,3 +47,19 @@ def test_every_metric_and_alert_is_listed() -> None:
     alerts = yaml.safe_load((REPO / reference.ALERTS_FILE).read_text())["groups"][0]["rules"]
     for rule in alerts:
         assert f"[`{rule['alert']}`](alerts.md#{rule['alert'].lower()})" in page
+
+
+def test_the_monitor_said_to_scrape_the_operator_selects_the_operator_pods() -> None:
+    """The chart's monitors, rendered: the one the page says scrapes the operator selects
+    the operator's pods (through its metrics Service); the PodMonitor selects the others."""
+    documents = rendered(set_json=["serviceMonitor.enabled=true", "podMonitor.enabled=true"])
+    operator = one(documents, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    service = one(documents, "Service")
+    service_monitor = one(documents, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    assert service_monitor.items() <= service["metadata"]["labels"].items()
+    assert service["spec"]["selector"].items() <= operator.items()
+    pod_monitor = one(documents, "PodMonitor")["spec"]["selector"]["matchLabels"]
+    assert not pod_monitor.items() <= operator.items()
+    page = " ".join(reference.markdown(REPO).split())
+    assert "the chart's ServiceMonitor, `serviceMonitor.enabled=true`, scrapes it" in page
+    assert "PodMonitor scrapes vLLM's metrics on the inference pods" in page

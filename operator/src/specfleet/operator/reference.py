@@ -315,8 +315,9 @@ def _metrics_section() -> list[str]:
     lines = [
         "## The operator's own metrics",
         "",
-        "Served on the operator pod's `/metrics` (port 8080; the chart's ServiceMonitor or",
-        "PodMonitor scrapes it). Per-model series carry `namespace` and `model` and are",
+        "Served on the operator pod's `/metrics` (port 8080; the chart's ServiceMonitor,",
+        "`serviceMonitor.enabled=true`, scrapes it; its PodMonitor scrapes vLLM's metrics on",
+        "the inference pods). Per-model series carry `namespace` and `model` and are",
         "dropped when the model is deleted.",
         "",
         "| metric | type | labels | meaning |",
