@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -256,3 +257,20 @@ def test_the_api_servers_validation_refuses_every_invalid_case_naming_the_field(
         assert errors, f"{case.id} was admitted"
         assert any(case.field in error for error in errors), (case.id, errors)
     assert report["objects"][len(cases) :] == [[]] * len(examples)
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["README.md", "docs/troubleshooting.md", "charts/specfleet/templates/NOTES.txt"],
+)
+def test_pages_list_every_printer_column(page: str) -> None:
+    """Where a page shows `kubectl get specmodel` with the columns it prints, it names every
+    printer column, in order: the default ones, and after `+` the ones `-o wide` adds."""
+    default = [c["name"].upper() for c in api.PRINTER_COLUMNS if not c.get("priority")]
+    wide = [c["name"].upper() for c in api.PRINTER_COLUMNS if c.get("priority")]
+    shown: dict[bool, list[str]] = {}
+    for line in (REPO / page).read_text().splitlines():
+        command, _, comment = line.partition("#")
+        if "kubectl get specmodel" in command and comment and "jsonpath" not in command:
+            shown["-o wide" in command] = re.findall(r"\b[A-Z]+\b", comment)
+    assert shown == {False: default, True: wide}, f"{page}: the columns are {default} + {wide}"
