@@ -126,7 +126,7 @@ def _stat_logger_class() -> type:
 
     def __init__(self: Any, vllm_config: Any, engine_index: int = 0) -> None:
         self.engine_index = engine_index
-        self.model_name = vllm_config.model_config.served_model_name
+        self.model_name = str(vllm_config.model_config.served_model_name)
         self.metrics = metrics()
         if os.environ.get(ENV_STEP_STATS):
             logging.getLogger(ITERATION_LOGGER).addFilter(_IterationLines())
