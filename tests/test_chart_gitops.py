@@ -8,6 +8,7 @@ runs Lua 5.1 (gopher-lua); the script uses nothing newer.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from datetime import UTC, datetime
@@ -223,6 +224,14 @@ def test_gitops_examples_are_well_formed() -> None:
     applications = list(yaml.safe_load_all((GITOPS / "argocd" / "applications.yaml").read_text()))
     assert [a["kind"] for a in applications] == ["Application", "Application"]
     assert applications[0]["spec"]["source"]["path"] == "charts/specfleet"
+    # Top-level Applications sync independently: a sync wave would order nothing, so the
+    # models' Application waits for the CRD by retrying instead.
+    for application in applications:
+        annotations = application["metadata"].get("annotations", {})
+        assert "argocd.argoproj.io/sync-wave" not in annotations, application["metadata"]
+    models = applications[1]["spec"]["syncPolicy"]
+    assert "SkipDryRunOnMissingResource=true" in models["syncOptions"]
+    assert models["retry"]["limit"] > 0
     flux = {
         d["kind"]: d
         for d in yaml.safe_load_all((GITOPS / "flux" / "specfleet.yaml").read_text())
@@ -252,3 +261,18 @@ def test_docs_say_why_the_operator_never_writes_spec() -> None:
     install = (REPO / "docs" / "install.md").read_text()
     assert "kubectl apply --server-side -f charts/specfleet/crds/" in install
     assert "no opt-in CRD upgrade hook" in install
+
+
+def test_docs_name_every_verb_the_operator_has_on_speculativemodels() -> None:
+    """docs/gitops.md says what the operator may do to a SpeculativeModel, "nothing more":
+    exactly the verbs of the chart's rendered ClusterRole."""
+    from tests.test_chart import one, permissions, rendered
+
+    granted = permissions(one(rendered(), "ClusterRole")["rules"])
+    verbs = {verb for group, resource, verb in granted if resource == "speculativemodels"}
+    status = {verb for group, resource, verb in granted if resource == "speculativemodels/status"}
+    gitops = " ".join((REPO / "docs" / "gitops.md").read_text().split())
+    sentence = gitops.split("its RBAC grants ", 1)[1].split("nothing more", 1)[0]
+    on_models, _, on_status = sentence.partition(" on SpeculativeModels and ")
+    assert set(re.findall(r"`(\w+)`", on_models)) == verbs, sentence
+    assert set(re.findall(r"`(\w+)`", on_status)) == status, sentence
