@@ -17,6 +17,12 @@ from specfleet.operator.api import (
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.render import scale_selector
 
+# The characters of any one message status holds (a condition's, a decision's...): a
+# config change's words hold the old and new runtime.args, up to 64 KB each, and a dozen
+# decisions of those pass etcd's limit on an object. The full text is logged.
+MESSAGE_LIMIT = 1000
+MESSAGE_FIELDS = ("message", "reason")  # a decision's words are its reason
+
 
 @dataclass(frozen=True)
 class ObservedChildren:
@@ -240,3 +246,19 @@ def summarize(
             "conditions": conditions,
         }
     )
+
+
+def bounded(status: Any, cut: list[str]) -> Any:
+    """`status` (as JSON) with each message longer than MESSAGE_LIMIT cut to it; the full
+    text of each is appended to `cut`."""
+    if isinstance(status, list):
+        return [bounded(item, cut) for item in status]
+    if not isinstance(status, dict):
+        return status
+    result = {}
+    for key, value in status.items():
+        if key in MESSAGE_FIELDS and isinstance(value, str) and len(value) > MESSAGE_LIMIT:
+            cut.append(value)
+            value = value[: MESSAGE_LIMIT - 1] + "…"
+        result[key] = bounded(value, cut)
+    return result
