@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,13 @@ BAD_VALUES = [
     ("quote-in-job", 'alerts.operatorJob="a\\"b"', "operatorJob"),
     ("extra-env-without-name", 'extraEnv=[{"value":"x"}]', "name"),
     ("label-not-a-string", 'podLabels={"tier":1}', "podLabels"),
+    # securityContext, podSecurityContext and resources are their Kubernetes types, closed.
+    ("typo-in-security-context", "securityContext.readOnlyRootFilesytem=true", "Filesytem"),
+    ("typo-in-pod-security-context", "podSecurityContext.runAsUsr=1000", "runAsUsr"),
+    ("added-capability", 'securityContext.capabilities={"add":["SYS_ADMIN"]}', "add"),
+    ("bad-seccomp-type", 'securityContext.seccompProfile={"type":"Unconfind"}', "type"),
+    ("typo-in-resource-name", 'resources.requests={"memroy":"1Gi"}', "memroy"),
+    ("negative-quantity", 'resources.limits.memory="-1Gi"', "-1Gi"),
 ]
 
 
@@ -283,8 +290,59 @@ def test_service_account_name_is_required_when_not_created() -> None:
     assert pod["serviceAccountName"] == "ops"
 
 
+# The objects the schema leaves open, each named in values.yaml's header.
+OPEN_BY_DESIGN = {
+    "global",
+    "affinity",
+    "tolerations[]",
+    "topologySpreadConstraints[]",
+    "extraVolumes[]",
+    "extraVolumeMounts[]",
+    "extraEnv[].valueFrom",
+    "networkPolicy.metricsFrom[]",
+}
+
+
+def open_objects(node: dict[str, Any], path: str = "") -> Iterator[str]:
+    """The objects of a schema that take any key (a map with typed values is closed)."""
+    if node.get("type") == "object" and "additionalProperties" not in node:
+        yield path.lstrip(".")
+    for key, child in node.get("properties", {}).items():
+        yield from open_objects(child, f"{path}.{key}")
+    if isinstance(node.get("items"), dict):
+        yield from open_objects(node["items"], f"{path}[]")
+
+
+def test_schema_is_closed_where_the_chart_says_it_is() -> None:
+    """values.yaml says the schema refuses unknown keys except where it lists: the schema
+    leaves open exactly those objects."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(open_objects(schema)) == OPEN_BY_DESIGN
+    header = " ".join(
+        line.lstrip("# ")
+        for line in (CHART / "values.yaml").read_text().split("\n\n", 1)[0].splitlines()
+    )
+    for path in OPEN_BY_DESIGN:
+        name = path.removesuffix("[]").replace("[].", "'s ")
+        assert name in header, f"values.yaml's header does not say that {path} takes any key"
+
+
+def test_schema_takes_the_kubernetes_fields_it_closes() -> None:
+    rendered(
+        set_json=[
+            'resources.limits={"nvidia.com/gpu":1,"hugepages-2Mi":"1Gi","memory":"1Gi"}',
+            'resources.requests={"ephemeral-storage":"1Gi","cpu":0.5}',
+            'securityContext.seLinuxOptions={"level":"s0:c1"}',
+            "podSecurityContext.supplementalGroups=[1000]",
+            'podSecurityContext.sysctls=[{"name":"net.core.somaxconn","value":"1024"}]',
+        ]
+    )
+
+
 def test_schema_documents_every_default_value() -> None:
-    """values.yaml and values.schema.json describe the same keys (no undocumented value)."""
+    """values.yaml and values.schema.json describe the same keys (no undocumented value);
+    the Kubernetes types the schema closes take fields the defaults leave unset."""
+    kubernetes_types = {"securityContext.", "podSecurityContext.", "resources."}
     schema = json.loads((CHART / "values.schema.json").read_text())
     values = yaml.safe_load((CHART / "values.yaml").read_text())
 
@@ -295,6 +353,8 @@ def test_schema_documents_every_default_value() -> None:
         for key, child in value.items():
             assert key in properties, f"{path}{key} is in values.yaml but not in the schema"
             walk(child, properties[key], f"{path}{key}.")
+        if path.startswith(tuple(kubernetes_types)):
+            return
         for key in properties:
             assert key in value or key == "global", f"{path}{key} is in the schema only"
 
