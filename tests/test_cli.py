@@ -170,3 +170,15 @@ def test_simulate_names_the_policy_field_it_refuses(tmp_path: Path) -> None:
         result.output
     )
     assert "Traceback" not in result.output
+
+
+def test_standalone_help_fits_the_chart_that_runs_two_replicas_with_it() -> None:
+    from tests.test_chart import container, one, rendered
+
+    documents = rendered()
+    assert "--standalone" in container(documents)["args"]
+    assert one(documents, "Deployment")["spec"]["replicas"] > 1
+    shown = " ".join(specfleet("operator", "--help").output.replace("│", " ").split())
+    option = shown.split("--standalone", 1)[1].split(" --period", 1)[0]
+    assert "one replica" not in option.split("--peering: ", 1)[0], option
+    assert "elect a leader on a Lease" in option, option

@@ -124,7 +124,12 @@ def operator_command(
     metrics_port: Annotated[int, typer.Option(help="Port of /metrics.")] = 8080,
     health_port: Annotated[int, typer.Option(help="Port of /healthz (liveness).")] = 8081,
     standalone: Annotated[
-        bool, typer.Option("--standalone/--peering", help="Run alone (one replica).")
+        bool,
+        typer.Option(
+            "--standalone/--peering",
+            help="Without kopf's peering objects (the chart's replicas elect a leader on a "
+            "Lease instead: --leader-elect); --peering: kopf's peering, one active replica.",
+        ),
     ] = True,
     period: Annotated[
         float, typer.Option(help="Seconds between status refreshes of each model.")
