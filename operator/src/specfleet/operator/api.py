@@ -1121,11 +1121,39 @@ class TopologySpreadConstraint(SpecModel):
     node_taints_policy: Literal["Honor", "Ignore"] | None = None
 
 
+# A path as the container runtime resolves it: `/dev/shm/` is `/dev/shm`, which the
+# operator already mounts, but the API server compares mount paths as strings.
+_CLEAN_PATH = "^/?([^/]+/)*[^/]+$"
+_DOT_SEGMENT = "(^|/)[.][.]?(/|$)"
+
+
+def _is_clean_path(path: str) -> bool:
+    return bool(re.fullmatch(_CLEAN_PATH, path)) and not re.search(_DOT_SEGMENT, path)
+
+
+_MOUNT_PATH: Rule[str] = Rule(
+    f"self.matches('{_CLEAN_PATH}') && !self.matches('{_DOT_SEGMENT}')",
+    "runtime.pod.volumeMounts mountPath must be written clean: no trailing '/', no '//', "
+    "no '.' or '..' part (the container sees /dev/shm/ as /dev/shm)",
+    _is_clean_path,
+    found=repr,
+    refusals=(
+        Refusal(
+            "pod-mount-path-trailing-slash",
+            {
+                "spec.runtime.pod.volumes": [{"name": "shm", "emptyDir": {}}],
+                "spec.runtime.pod.volumeMounts": [{"name": "shm", "mountPath": "/dev/shm/"}],
+            },
+        ),
+    ),
+)
+
+
 class VolumeMount(SpecModel):
     """core/v1 VolumeMount on the runtime container."""
 
     name: NonEmptyString
-    mount_path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    mount_path: Annotated[str, StringConstraints(min_length=1, max_length=4096), _MOUNT_PATH]
     read_only: bool | None = None
     sub_path: str | None = None
     sub_path_expr: str | None = None
@@ -2559,6 +2587,7 @@ RULES: list[Rule[Any]] = [
     _NODE_SELECTOR_KEYS,
     *PodSettings.rules,
     _POD_LABEL_KEYS,
+    _MOUNT_PATH,
     *ModelCache.rules,
     *RollingUpdate.rules,
     *EnvVar.rules,
