@@ -10,7 +10,7 @@ Needs `make real-engine-tools`. Every server is P-EAGLE or plain decoding starte
 1. Latency: a hot server (`--hot-schedule`, ceiling 4) under 4 requests in flight takes
    `--changes` K changes cycling 1, 4, 2, 0, 3; each is timed from the POST to the
    engine's answer (it applies the change between two steps before answering) and to the
-   second decode step verifying the new K on /metrics (e2e.hot_schedule.change_and_wait;
+   first decode step verifying the new K on /metrics (e2e.hot_schedule.change_and_wait;
    /metrics is polled every 50 ms, so that figure is up to ~50 ms late).
 2. The K=0 band's tax: `--rounds` rounds, each starting in a shuffled order plain decoding
    (method none, no speculative config) and the hot server with every batch size at K=0;
@@ -141,7 +141,7 @@ def main() -> None:
         f"{latency['same_engine_core']}, requests failed: {latency['requests_failed']}\n"
         f"engine's answer ms: median {statistics.median(latency['answered_ms']):.1f} "
         f"({spread(latency['answered_ms'], 1)})\n"
-        f"two steps at the new K ms: median {statistics.median(latency['followed_ms']):.1f} "
+        f"a step verifying the new K ms: median {statistics.median(latency['followed_ms']):.1f} "
         f"({spread(latency['followed_ms'], 1)})"
     )
     if bursts:

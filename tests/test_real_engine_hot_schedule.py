@@ -136,7 +136,7 @@ def test_k_and_schedule_change_on_the_running_engine_within_2_s(hot_server: Serv
         assert change.status == 200 and change.answer["changed"], change
     assert changes[2].answer["ks"] == [2, CEILING]
     latencies = [change.latency for change in changes]
-    print("hot change -> two decode steps at the new K, s:", [f"{s:.3f}" for s in latencies])
+    print("hot change -> a decode step verifying the new K, s:", [f"{s:.3f}" for s in latencies])
     assert all(math.isfinite(s) and s < 2.0 for s in latencies), latencies
     assert older[0] == 409 and "older than 5" in older[1]["reason"], older
     assert repeat[0] == 200 and repeat[1]["changed"] is False, repeat
