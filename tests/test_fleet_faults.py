@@ -219,6 +219,42 @@ def test_a_scale_write_during_an_evaluation_loses_no_decision(
     assert [e["reason"] for e in cluster.events] == ["Promote"]
 
 
+def test_a_spec_edit_during_a_decision_rolls_the_pods_once(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """A spec edit (an env var for the pods) lands between the evaluation and its status
+    write: the write conflicts and is retried on the newer spec, the model is decided
+    again from it, and the stable Deployment is applied once, with the new K and the new
+    env (before: from the older spec, then the newer: every stable pod restarted twice)."""
+    started(cluster, fleet, peagle_manifest)
+    applied = len(cluster.applied)
+    scripted(fleet).next_tokens = 5
+    fleet.cache.models[KEY].next_evaluation = 0.0
+    edited = False
+
+    def add_env(spec: dict[str, Any]) -> None:
+        spec["runtime"].setdefault("env", []).append({"name": "EXTRA", "value": "1"})
+
+    def user() -> None:
+        nonlocal edited
+        if not edited:
+            edited = True
+            cluster.edit_spec("llama", add_env)
+
+    cluster.before_status_write = user
+    settle(cluster, fleet)
+    assert edited
+    stable = [
+        a["spec"]["template"]["spec"]["containers"][0]
+        for a in cluster.applied[applied:]
+        if a["kind"] == "Deployment" and a["metadata"]["name"] == "llama"
+    ]
+    assert len(stable) == 1, [(tokens_in(c["args"]), c["env"][-1]) for c in stable]
+    assert tokens_in(stable[0]["args"]) == 5
+    assert {"name": "EXTRA", "value": "1"} in stable[0]["env"]
+    assert [e["reason"] for e in cluster.events] == ["Promote"]
+
+
 def test_no_event_for_a_decision_whose_write_lost_to_another_writer(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:

@@ -374,15 +374,7 @@ class Fleet:
         key = key_of(body)
         now = datetime.now(UTC)
         recorded = model
-        synced = tuner.sync_with_spec(
-            model.spec,
-            model.status,
-            now,
-            generation=model.metadata.generation,
-            forced_config=model.metadata.annotations.get(FORCE_CONFIG_ANNOTATION),
-        )
-        model = model.model_copy(update={"status": synced.status})
-        actions = list(synced.actions)
+        model, actions = _synced(model, now)
         if evaluate and self.evaluator is not None:
             decided = await self.evaluator.evaluate(model, self.cache.observed(key), now)
             model = model.model_copy(update={"status": decided.status})
@@ -399,6 +391,16 @@ class Fleet:
                 written = await self._write_status(record, body, model.status)
                 if written is None:  # someone wrote status in between: decide again
                     return Outcome(written=False, decided=False)
+                if _outside_status(written) != _outside_status(body):
+                    # Written onto a newer spec (the first try conflicted with an edit):
+                    # decide again from it, on the decision now in status, so that the
+                    # children are applied once, not from the older spec and then again.
+                    model, more = _synced(SpeculativeModel.model_validate(written), now)
+                    actions += more
+                    manifests = render.manifests(model)
+                    written = await self._write_status(record, written, model.status)
+                    if written is None:  # status written in between: the next reconcile
+                        return Outcome(written=False)
                 body, in_status = written, True
             failure = await self._apply_children(record, key, body, manifests)
         except ValueError as error:  # the model's config does not render
@@ -649,6 +651,18 @@ class Fleet:
             log.info("%s/%s: not reconciled: this replica no longer holds the Lease", *key)
         except Exception:
             log.exception("reconciling %s/%s failed", *key)
+
+
+def _synced(model: SpeculativeModel, now: datetime) -> tuple[SpeculativeModel, list[Action]]:
+    """The model with its status brought in line with its spec, and what that did."""
+    synced = tuner.sync_with_spec(
+        model.spec,
+        model.status,
+        now,
+        generation=model.metadata.generation,
+        forced_config=model.metadata.annotations.get(FORCE_CONFIG_ANNOTATION),
+    )
+    return model.model_copy(update={"status": synced.status}), list(synced.actions)
 
 
 def ref_in(manifest: dict[str, Any]) -> tuple[str, str, str]:
