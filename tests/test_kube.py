@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.config import kube_config
 
-from specfleet.operator.kube import Cluster, always, api_client
+from specfleet.operator.kube import Cluster, always, api_client, client_for
 from tests.api_servers import FullAcceptQueue, kubeconfig
 
 TIMEOUT = 0.5
@@ -67,9 +67,8 @@ def test_every_request_gives_up_when_the_api_server_does_not_answer(
     silent_server: tuple[str, list[bytes]],
 ) -> None:
     url, received = silent_server
-    configuration = client.Configuration(host=url)
-    configuration.retries = 0
-    cluster = Cluster(client.ApiClient(configuration), "test", always, timeout=TIMEOUT)
+    api = client_for(client.Configuration(host=url), "test")
+    cluster = Cluster(api, "test", always, timeout=TIMEOUT)
     for name, request in calls(cluster):
         outcome: list[BaseException | None] = []
 
