@@ -500,6 +500,8 @@ def test_operator_deployment_follows_the_contract() -> None:
         "2",
         "--request-timeout",
         "4",
+        "--max-scrape-timeout",
+        "30",
     ]
     assert {p["name"]: p["containerPort"] for p in main["ports"]} == {
         "metrics": 8080,

@@ -1625,10 +1625,23 @@ def _owned(args: list[str]) -> tuple[str, str] | None:
     return next(((a, owner) for a in args if (owner := owned_flag(a)) is not None), None)
 
 
+# http(s), a host, a path: no user:password@ (credentials in a spec anyone may read) and
+# no ?query or #fragment, which would make the path the operator queries the tenant's.
+PrometheusUrl = Annotated[
+    str, StringConstraints(pattern=r"^https?://[^/?#@\s]+(/[^?#\s]*)?$", max_length=1024)
+]
+
+
 class PrometheusEndpoint(SpecModel):
-    url: Annotated[str, StringConstraints(pattern=r"^https?://", max_length=1024)] = Field(
-        description="Base URL of a Prometheus server, e.g. http://prometheus.monitoring:9090."
+    url: PrometheusUrl = Field(
+        description="Base URL of a Prometheus server, e.g. http://prometheus.monitoring:9090: "
+        "http or https, no user:password@, no ?query or #fragment. The operator may allow "
+        "only some URLs (its --prometheus-url, the chart's evaluation.allowedPrometheusUrls)."
     )
+
+
+# The operator's default ceiling on metrics.scrapeTimeout (its --max-scrape-timeout).
+MAX_SCRAPE_TIMEOUT_SECONDS = 30.0
 
 
 class Metrics(SpecModel):
@@ -1649,7 +1662,14 @@ class Metrics(SpecModel):
         description="Pods: scrape each ready pod; Prometheus: query a server.",
     )
     prometheus: PrometheusEndpoint | None = None
-    scrape_timeout: Annotated[str, Duration("5m", "Timeout of one scrape or query.")] = "5s"
+    scrape_timeout: Annotated[
+        str,
+        Duration(
+            "5m",
+            "Timeout of one scrape or query; at most the operator's --max-scrape-timeout "
+            "(the chart's evaluation.maxScrapeTimeout, 30s by default).",
+        ),
+    ] = "5s"
 
 
 class SpeculativeModelSpec(SpecModel):

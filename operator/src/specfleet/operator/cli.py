@@ -162,6 +162,19 @@ def operator_command(
             "--lease-duration minus --renew-deadline."
         ),
     ] = 4.0,
+    max_scrape_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.1, help="Seconds a model's scrape or query may take, whatever its spec says."
+        ),
+    ] = api.MAX_SCRAPE_TIMEOUT_SECONDS,
+    prometheus_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--prometheus-url",
+            help="A Prometheus URL models may query (repeatable); none: any http(s) URL.",
+        ),
+    ] = None,
     log_level: Annotated[
         logs.LogLevel, typer.Option(help="Least severe level logged.")
     ] = logs.LogLevel.INFO,
@@ -179,7 +192,7 @@ def operator_command(
     from prometheus_client import start_http_server
 
     from specfleet.operator import handlers, kube, leadership, observability
-    from specfleet.operator.evaluation import Evaluator
+    from specfleet.operator.evaluation import Evaluator, Outbound
     from specfleet.operator.fleet import Fleet
 
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
@@ -214,7 +227,7 @@ def operator_command(
             kube.Cluster(
                 api, instance, election.may_write if election else kube.always, request_timeout
             ),
-            Evaluator(),
+            Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
             period=period,
         ),
         election,

@@ -7,12 +7,13 @@ around it (scrapes or a Prometheus query, Events, operator metrics).
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from specfleet.operator import observability, render, tuner
 from specfleet.operator.api import (
+    MAX_SCRAPE_TIMEOUT_SECONDS,
     ConditionType,
     MetricsSource,
     SpeculativeModel,
@@ -29,12 +30,42 @@ from specfleet.operator.observations import (
     PodSample,
     SourceUnavailable,
     WindowTracker,
+    cut,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
 from specfleet.operator.status import ObservedChildren, api_time, pod_ready, runtime_failure
 
 log = logging.getLogger("specfleet.evaluation")
 SCRAPE_CONCURRENCY = 64
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """What the platform team lets a model's spec make the operator's pod fetch: the
+    longest wait (spec.metrics.scrapeTimeout is the tenant's, up to 5 minutes) and the
+    Prometheus URLs it may query (none listed: any the CRD admits)."""
+
+    max_timeout: float = MAX_SCRAPE_TIMEOUT_SECONDS
+    prometheus_urls: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        urls = frozenset(url.rstrip("/") for url in self.prometheus_urls)
+        object.__setattr__(self, "prometheus_urls", urls)
+
+    def timeout(self, model: SpeculativeModel) -> float:
+        asked = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
+        return min(asked, self.max_timeout)
+
+    def refused(self, url: str) -> str | None:
+        """Why the operator will not query `url`, or None."""
+        if not self.prometheus_urls or url.rstrip("/") in self.prometheus_urls:
+            return None
+        # The allowed URLs last: a long list is what a message cut short loses.
+        return (
+            f"Prometheus at {url}: not allowed by the operator (the chart's "
+            "evaluation.allowedPrometheusUrls); set metrics.prometheus.url to one of "
+            + ", ".join(sorted(self.prometheus_urls))
+        )
 
 
 def _expected_config(model: SpeculativeModel, track: Track) -> str:
@@ -111,8 +142,9 @@ def canary_pending_reason(children: ObservedChildren) -> str | None:
 
 
 class Evaluator:
-    def __init__(self) -> None:
+    def __init__(self, outbound: Outbound = Outbound()) -> None:
         self.trackers: dict[Key, WindowTracker] = {}
+        self.outbound = outbound
 
     def forget(self, key: Key) -> None:
         self.trackers.pop(key, None)
@@ -120,13 +152,13 @@ class Evaluator:
     async def _samples(
         self, model: SpeculativeModel, children: ObservedChildren
     ) -> list[PodSample]:
-        timeout = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
+        timeout = self.outbound.timeout(model)
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
-            return await query_prometheus(
-                model.spec.metrics.prometheus.url,
-                *key_of_model(model),
-                timeout,
-            )
+            url = model.spec.metrics.prometheus.url
+            refused = self.outbound.refused(url)
+            if refused is not None:
+                raise SourceUnavailable(cut(refused))
+            return await query_prometheus(url, *key_of_model(model), timeout)
         return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(

@@ -39,6 +39,16 @@ MAX_KEPT_BYTES = 2**20
 READ_CHUNK = 64 * 2**10
 # One model's Prometheus answer: about 15 KB of JSON per pod and engine.
 MAX_PROMETHEUS_BYTES = 32 * 2**20
+# What status may say of a failed request. The tenant chooses the address (a pod's port,
+# a Prometheus URL) and reads status: quoting the answer or the socket's error would hand
+# them what the operator's pod can reach, so the words are fixed and a refused connection,
+# a timeout and a name that does not resolve read alike.
+UNREACHABLE = "unreachable"
+NOT_A_QUERY_RESULT = "not a query result"
+
+
+class Unanswered(ValueError):
+    """A Prometheus answer that is not a query result, in fixed words (see UNREACHABLE)."""
 
 
 # The metric name a line is about: a sample's name, or the name in `# TYPE` / `# HELP`.
@@ -98,8 +108,8 @@ class PageReader:
                 for family in text_string_to_metric_families(text)
                 for sample in family.samples
             ]
-        except ValueError as error:  # UnicodeDecodeError is one too
-            raise BadMetrics(LeftOutReason.UNPARSEABLE, f"not Prometheus text: {error}") from None
+        except ValueError:  # UnicodeDecodeError is one too; its words quote the page
+            raise BadMetrics(LeftOutReason.UNPARSEABLE, "not Prometheus text") from None
         if not any(name.startswith("vllm:") for name, _, _ in series):
             raise BadMetrics(LeftOutReason.NO_VLLM_METRICS, "no vLLM metrics on the page")
         return counters_from_series(series)
@@ -120,13 +130,20 @@ class ScrapeTarget:
     url: str
 
 
+def _http_status(status: int) -> str:
+    return f"HTTP {status}"  # not the reason phrase: the server chose it
+
+
 async def _read_page(
     session: aiohttp.ClientSession, url: str, timeout: float
 ) -> SpecDecodeCounters:
     # The total timeout covers the body too: a page trickling in is cut at `timeout`.
-    async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as response:
-        if not response.ok:
-            raise BadMetrics(LeftOutReason.HTTP_STATUS, f"HTTP {response.status} {response.reason}")
+    # A redirect is not followed: a pod's 302 would aim the operator at any address.
+    async with session.get(
+        url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False
+    ) as response:
+        if response.status != 200:
+            raise BadMetrics(LeftOutReason.HTTP_STATUS, _http_status(response.status))
         reader = PageReader()
         async for chunk in response.content.iter_chunked(READ_CHUNK):
             reader.feed(chunk)
@@ -147,8 +164,8 @@ async def _scrape_one(
             problem = error.error()
         except TimeoutError:
             problem = PodError(LeftOutReason.TIMEOUT, f"no whole answer within {timeout:g}s")
-        except aiohttp.ClientError as error:
-            problem = PodError(LeftOutReason.UNREACHABLE, str(error) or type(error).__name__)
+        except aiohttp.ClientError:
+            problem = PodError(LeftOutReason.UNREACHABLE, UNREACHABLE)
         return PodSample(target.pod, target.track, time.time(), None, problem)
 
 
@@ -178,11 +195,13 @@ def prometheus_query(namespace: str, model: str) -> str:
 
 def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSample]:
     """PodSamples from an instant-query response (one per pod with a stable/canary track)."""
-    if payload.get("status") != "success":
-        raise ValueError(f"Prometheus query failed: {payload.get('error', payload)}")
-    data = payload.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise ValueError(f"expected a vector result, got {data.get('resultType')}")
+    data = payload.get("data")
+    if (
+        payload.get("status") != "success"
+        or not isinstance(data, dict)
+        or data.get("resultType") != "vector"
+    ):
+        raise Unanswered(NOT_A_QUERY_RESULT)
     by_pod: dict[tuple[str, str], list[tuple[str, Mapping[str, str], float]]] = {}
     try:
         for item in data.get("result", []):
@@ -190,8 +209,8 @@ def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSa
             key = (labels.get("pod", ""), labels.get("track", ""))
             value = float(item["value"][1])
             by_pod.setdefault(key, []).append((labels["__name__"], labels, value))
-    except (KeyError, IndexError, TypeError, AttributeError) as error:
-        raise ValueError(f"a malformed series in the result: {error!r}") from None
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+        raise Unanswered(NOT_A_QUERY_RESULT) from None
     samples = []
     for (pod, track), series in sorted(by_pod.items()):
         if not pod or track not in TRACKS:
@@ -209,7 +228,8 @@ async def query_prometheus(url: str, namespace: str, model: str, timeout: float)
 
     Raises SourceUnavailable when the server cannot answer (unreachable, timed out, an
     answer that is not a query result): then no pod has data, and the window is
-    inconclusive.
+    inconclusive. Its message is one of a few fixed words (see UNREACHABLE), never the
+    answer: no redirect is followed and no other status's body is read.
     """
     endpoint = url.rstrip("/") + "/api/v1/query"
     try:
@@ -219,24 +239,24 @@ async def query_prometheus(url: str, namespace: str, model: str, timeout: float)
                 endpoint,
                 params={"query": prometheus_query(namespace, model)},
                 timeout=aiohttp.ClientTimeout(total=timeout),
+                allow_redirects=False,
             ) as response,
         ):
+            if response.status != 200:
+                raise Unanswered(_http_status(response.status))
             body = bytearray()
             async for chunk in response.content.iter_chunked(READ_CHUNK):
                 body += chunk
                 if len(body) > MAX_PROMETHEUS_BYTES:
-                    raise ValueError(f"the answer is over {MAX_PROMETHEUS_BYTES // 2**20} MiB")
+                    raise Unanswered(f"the answer is over {MAX_PROMETHEUS_BYTES // 2**20} MiB")
         try:
             payload = json.loads(body)
         except ValueError:
-            raise ValueError(f"HTTP {response.status}: the answer is not JSON") from None
+            raise Unanswered(NOT_A_QUERY_RESULT) from None
         if not isinstance(payload, dict):
-            raise ValueError(f"HTTP {response.status}: the answer is not a query result")
+            raise Unanswered(NOT_A_QUERY_RESULT)
         return samples_from_prometheus(payload, time.time())
-    except TimeoutError:
-        raise SourceUnavailable(
-            cut(f"Prometheus at {url}: no answer within {timeout:g}s")
-        ) from None
-    except (aiohttp.ClientError, ValueError) as error:
-        message = str(error) or type(error).__name__
-        raise SourceUnavailable(cut(f"Prometheus at {url}: {message}")) from None
+    except (TimeoutError, aiohttp.ClientError):
+        raise SourceUnavailable(cut(f"Prometheus at {url}: {UNREACHABLE}")) from None
+    except Unanswered as error:
+        raise SourceUnavailable(cut(f"Prometheus at {url}: {error}")) from None
