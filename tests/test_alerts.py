@@ -15,6 +15,7 @@ these tests fail, they do not skip.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -208,12 +209,18 @@ def test_the_alerts_page_counts_and_lists_every_alert() -> None:
     assert listed == alerts, f"the table of docs/alerts.md misses {sorted(alerts - listed)}"
 
 
-def status_field(path: str) -> dict[str, Any]:
-    """The CRD schema of a dotted `status.` path (KeyError: no such field)."""
+@functools.cache
+def crd_schema() -> dict[str, Any]:
     crd = yaml.safe_load((REPO / "crds" / "specfleet.io_speculativemodels.yaml").read_text())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return dict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def crd_field(path: str) -> dict[str, Any]:
+    """The CRD schema of a dotted path such as `status.speculation.off` or
+    `spec.runtime.pod.volumes[].name` (KeyError: no such field)."""
+    schema = crd_schema()
     for name in path.split("."):
-        schema = schema["properties"][name]
+        schema = schema.get("items", schema)["properties"][name.removesuffix("[]")]
     return dict(schema)
 
 
@@ -226,7 +233,7 @@ def test_status_fields_the_alerts_name_are_written() -> None:
     assert "status.speculation.off" in paths
     for path in sorted(paths):
         try:
-            schema = status_field(path)
+            schema = crd_field(path)
         except KeyError:
             pytest.fail(f"the alerts name {path}, which the CRD does not have")
         assert "not written" not in schema.get("description", ""), (

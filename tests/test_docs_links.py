@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.test_alerts import heading_anchors
+from tests.test_alerts import crd_field, heading_anchors
 
 PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
 LINK = re.compile(r"\]\(([^)\s]+)\)")
@@ -28,6 +28,25 @@ def test_relative_links_resolve(page: Path) -> None:
         assert resolved.exists(), f"{page.name}: {target} does not exist"
         if anchor and resolved.suffix == ".md":
             assert anchor in heading_anchors(resolved.read_text()), f"{page.name}: {target}"
+
+
+# Generated from the CRD (and listing the fields kept only to read an old status).
+GENERATED = {"api-reference.md", "reference.md"}
+FIELD = re.compile(r"`((?:spec|status)(?:\.[a-zA-Z]+(?:\[\])?)+)")
+
+
+@pytest.mark.parametrize(
+    "page", [p for p in PAGES if p.name not in GENERATED], ids=lambda p: p.name
+)
+def test_fields_named_exist(page: Path) -> None:
+    """A field a page names in code (`spec.x.y`, `status.x.y`) is one the CRD has."""
+    missing = []
+    for path in FIELD.findall(page.read_text()):
+        try:
+            crd_field(path)
+        except KeyError:
+            missing.append(path)
+    assert not missing, f"{page.name} names fields the CRD does not have: {missing}"
 
 
 def test_the_link_check_can_fail(tmp_path: Path) -> None:
