@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from specfleet.operator import api
+from specfleet.operator.outcomes import TrialOutcome
 from tests.conftest import REPO
 from tests.test_alerts import crd_field, heading_anchors
 
 PAGES = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
+KEDA_EXAMPLE = REPO / "examples" / "autoscaling" / "keda-scaledobject.yaml"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -47,6 +50,21 @@ def test_fields_named_exist(page: Path) -> None:
         except KeyError:
             missing.append(path)
     assert not missing, f"{page.name} names fields the CRD does not have: {missing}"
+
+
+def test_pages_say_a_trial_ends_unjudged_when_the_fleet_scales() -> None:
+    """A scaled fleet ends a running trial unjudged (trials.restart_trial_if_scaled); it
+    does not go on at the new size."""
+    described = api.Trial.model_fields["stable_replicas"].description or ""
+    for name, text in [
+        ("README.md", (REPO / "README.md").read_text()),
+        ("keda-scaledobject.yaml", KEDA_EXAMPLE.read_text()),
+        ("docs/autoscaling.md", (REPO / "docs" / "autoscaling.md").read_text()),
+        ("Trial.stableReplicas", described),
+    ]:
+        words = " ".join(text.replace("#", " ").split())
+        assert "ends unjudged" in words and TrialOutcome.FLEET_SCALED.value in words, name
+        assert "restarts at the new size" not in words, name
 
 
 def test_the_link_check_can_fail(tmp_path: Path) -> None:

@@ -2029,8 +2029,8 @@ class Trial(ApiModel):
         default=None, description="On the stable pods themselves; none: on a canary pod."
     )
     stable_replicas: int = Field(
-        description="spec.replicas when the trial started: a trial whose fleet is scaled is "
-        "restarted, its windows no longer at matched load."
+        description="spec.replicas when the trial started: a trial whose fleet is scaled "
+        "ends unjudged (FleetScaled), its windows no longer at matched load."
     )
     stable: TrackTotals = Field(
         default_factory=TrackTotals,
