@@ -10,6 +10,7 @@ import pytest
 
 from specfleet.operator import api
 from specfleet.operator.outcomes import TrialOutcome
+from specfleet.operator.simulate import load_scenarios
 from tests.conftest import REPO
 from tests.test_alerts import crd_field, heading_anchors
 
@@ -65,6 +66,40 @@ def test_pages_say_a_trial_ends_unjudged_when_the_fleet_scales() -> None:
         words = " ".join(text.replace("#", " ").split())
         assert "ends unjudged" in words and TrialOutcome.FLEET_SCALED.value in words, name
         assert "restarts at the new size" not in words, name
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """`a@{b,c}/{d,e}` as the names it stands for, as a shell expands it."""
+    match = re.search(r"\{([^{}]*)\}", pattern)
+    if not match:
+        return [pattern]
+    return [
+        name
+        for choice in match.group(1).split(",")
+        for name in expand_braces(pattern[: match.start()] + choice + pattern[match.end() :])
+    ]
+
+
+def test_tuning_md_lists_every_shipped_scenario_and_benchmarks_md_counts_them() -> None:
+    """docs/tuning.md's table names every variant of every top-level scenario file, and
+    docs/benchmarks.md says how many there are."""
+    shipped = {
+        path.name: [s.name for s in load_scenarios(path)]
+        for path in sorted((REPO / "scenarios").glob("*.yaml"))
+    }
+    listed: dict[str, list[str]] = {}
+    for line in (REPO / "docs" / "tuning.md").read_text().splitlines():
+        row = re.match(r"\| `([\w-]+\.yaml)` \| (.*?) \|", line)
+        if row:
+            cell = re.findall(r"`([^`]+)`", row.group(2))
+            listed[row.group(1)] = [n for pattern in cell for n in expand_braces(pattern)]
+    assert {name: sorted(names) for name, names in listed.items()} == {
+        name: sorted(names) for name, names in shipped.items()
+    }
+    total = sum(len(names) for names in shipped.values())
+    benchmarks = (REPO / "docs" / "benchmarks.md").read_text()
+    assert f"({total} with new-draft-head's, below)" in benchmarks
+    assert f"each variant ({total - len(shipped['new-draft-head.yaml'])}, listed" in benchmarks
 
 
 def test_the_link_check_can_fail(tmp_path: Path) -> None:
