@@ -7,6 +7,7 @@ SPECFLEET_KEEP_CLUSTER=1 to keep it). Each test gets a fresh namespace.
 from __future__ import annotations
 
 import os
+import secrets
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,8 +142,12 @@ def ha_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -
 
 @pytest.fixture(scope="session")
 def operator(crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
-    log = tmp_path_factory.mktemp("operator") / "operator.log"
-    process = OperatorProcess([OPERATOR_NAMESPACES], log)
+    folder = tmp_path_factory.mktemp("operator")
+    log, key = folder / "operator.log", folder / "schedule-key"
+    key.write_text(secrets.token_hex(32))  # models with speculation.switching Hot
+    process = OperatorProcess(
+        [OPERATOR_NAMESPACES], log, extra_args=("--schedule-key-file", str(key))
+    )
     process.start()
     yield process
     process.stop()

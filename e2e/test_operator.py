@@ -325,3 +325,59 @@ def test_a_fixed_schedule_reaches_the_pods_and_they_follow_it(
 
     counters = wait_for("the sched pod drafting", drafting, timeout=60)
     assert 1.0 <= counters["num_draft_tokens"] / counters["num_drafts"] < 6.0, counters
+
+
+def _schedule_generation(pod_ip: str) -> int | None:
+    """The hot schedule generation a sim pod reports on its /metrics page."""
+    with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=5) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith("specfleet:schedule_generation "):
+                return int(float(line.split()[1]))
+    return None
+
+
+def test_a_new_k_reaches_the_running_engine_with_no_restart(
+    operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
+) -> None:
+    """speculation.switching Hot: the stable pod starts at the ceiling, and a new K is
+    handed to the engine it runs (same pod, no container restart, same template)."""
+    speculation = {"tokens": 3, "maxTokens": 6, "switching": "Hot"}
+    apply(sim_model("hot", speculation=speculation), model_namespace)
+    _ready(api_client, model_namespace, "hot", generation=1)
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    before = apps.read_namespaced_deployment("hot", model_namespace)
+    assert _args(before)[_args(before).index("--num-speculative-tokens") + 1] == "6"
+    assert "--hot-schedule" in _args(before)
+
+    def stable_pod() -> Any:
+        pods = core.list_namespaced_pod(
+            model_namespace, label_selector="specfleet.io/model=hot,specfleet.io/track=stable"
+        ).items
+        ready = [p for p in pods if p.status.pod_ip and p.status.container_statuses]
+        return ready[0] if len(ready) == 1 and ready[0].status.container_statuses[0].ready else None
+
+    pod = wait_for("the stable pod Ready", stable_pod, timeout=120)
+    # The first evaluation hands the pod generation 1 (its startup schedule is the spec's K).
+    wait_for(
+        "generation 1 in force on the pod",
+        lambda: _schedule_generation(pod.status.pod_ip) == 1,
+        timeout=120,
+    )
+    apply(sim_model("hot", speculation={**speculation, "tokens": 2}), model_namespace)
+    asked = time.monotonic()
+    wait_for(
+        "generation 2 in force on the pod",
+        lambda: _schedule_generation(pod.status.pod_ip) == 2,
+        timeout=30,
+        interval=0.2,
+    )
+    took = time.monotonic() - asked
+    body = _ready(api_client, model_namespace, "hot", generation=2)
+    hot = body["status"]["speculation"]["hotSchedule"]
+    assert (hot["generation"], hot["schedule"], hot.get("fallback")) == (2, [{"tokens": 2}], None)
+    after = core.read_namespaced_pod(pod.metadata.name, model_namespace)
+    assert after.metadata.uid == pod.metadata.uid
+    assert after.status.container_statuses[0].restart_count == 0
+    template = apps.read_namespaced_deployment("hot", model_namespace).spec.template
+    assert template.metadata.annotations == before.spec.template.metadata.annotations
+    print(f"hot K change: in force on the pod {took:.2f}s after the spec edit")

@@ -187,7 +187,9 @@ def test_a_config_that_does_not_render_degrades_the_model(
     peagle_manifest: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def unrenderable(model: SpeculativeModel) -> list[dict[str, Any]]:
+    def unrenderable(
+        model: SpeculativeModel, schedule_credential: str | None = None
+    ) -> list[dict[str, Any]]:
         raise ConfigError("--draft-tensor-parallel-size must be 1 or the --tensor-parallel-size")
 
     monkeypatch.setattr(render, "manifests", unrenderable)

@@ -233,6 +233,13 @@ class TuningStrategy(StrEnum):
     IN_PLACE = "InPlace"
 
 
+class KSwitching(StrEnum):
+    """How the stable pods take a new K or schedule."""
+
+    RESTART = "Restart"  # a new pod template: every method, every engine
+    HOT = "Hot"  # handed to the running engine between two steps (the runtime's plugin)
+
+
 class RolloutStrategy(StrEnum):
     CANARY = "Canary"
     IN_PLACE = "InPlace"
@@ -740,6 +747,14 @@ class Speculation(SpecModel):
     schedule: Schedule = Field(
         default_factory=Schedule,
         description="K by batch size: off, learned from measurements, or fixed.",
+    )
+    switching: Annotated[KSwitching, Lax] = Field(
+        default=KSwitching.RESTART,
+        description="How the stable pods take a new K or schedule. Restart: a new pod "
+        "template (the pods restart). Hot: the running engine takes it between two steps "
+        "(specfleet-runtime's --hot-schedule; the pods start with maxTokens as their "
+        "ceiling); where a pod cannot, K changes restart it again, and "
+        "status.speculation.hotSchedule.fallback says why.",
     )
 
 
@@ -1741,6 +1756,32 @@ class SpeculativeModelSpec(SpecModel):
             ),
         ),
         Rule(
+            "!has(self.speculation.switching) || self.speculation.switching != 'Hot' || "
+            "(self.draft.method != 'suffix' && self.draft.method != 'none')",
+            "speculation.switching Hot needs a method whose K the engine schedules "
+            "(not suffix or none): use Restart",
+            lambda s: (
+                s.speculation.switching is not KSwitching.HOT
+                or s.draft.method not in (DraftMethod.SUFFIX, DraftMethod.NONE)
+            ),
+            ".speculation.switching",
+            refusals=(
+                Refusal(
+                    "hot-switching-without-a-scheduled-k",
+                    {
+                        "spec.draft.method": "suffix",
+                        "spec.draft.model": DELETE,
+                        "spec.speculation": {
+                            "tokens": 8,
+                            "minTokens": 8,
+                            "maxTokens": 8,
+                            "switching": "Hot",
+                        },
+                    },
+                ),
+            ),
+        ),
+        Rule(
             "duration(self.rollout.timeout).getSeconds() >= "
             "duration(self.tuning.interval).getSeconds() * self.rollout.windows",
             "rollout.timeout must be at least rollout.windows times tuning.interval: a config "
@@ -1990,6 +2031,24 @@ class Reprobing(ApiModel):
     )
 
 
+class HotSchedule(ApiModel):
+    """The schedule handed to the running stable pods (speculation.switching Hot)."""
+
+    generation: int = Field(
+        ge=1,
+        description="Raised with each new schedule; a pod answers with the generation in "
+        "force, and its windows count only once it runs this one.",
+    )
+    schedule: list[ScheduledBand] = Field(
+        description="K by batch size the stable pods run (one band: one K for every batch)."
+    )
+    fallback: str | None = Field(
+        default=None,
+        description="Why a pod could not take it (K changes restart the pods again); "
+        "none: they take it hot.",
+    )
+
+
 class LastKnownGood(ApiModel):
     """What a rollback returns to first."""
 
@@ -2174,6 +2233,11 @@ class SpeculationState(ApiModel):
         default=None,
         description="What a trial or a rollback rejected, not proposed again before its "
         "`until`; none: nothing is.",
+    )
+    hot_schedule: HotSchedule | None = Field(
+        default=None,
+        description="The schedule handed to the running stable pods with "
+        "spec.speculation.switching Hot; none: K changes restart them.",
     )
 
     @property
@@ -2395,6 +2459,7 @@ class LeftOutReason(StrEnum):
     NO_VLLM_METRICS = "NoVllmMetrics"
     IMPOSSIBLE_COUNTERS = "ImpossibleCounters"
     INCONSISTENT_COUNTERS = "InconsistentCounters"
+    SCHEDULE_NOT_IN_FORCE = "ScheduleNotInForce"
 
 
 class PodLeftOut(ApiModel):

@@ -175,6 +175,15 @@ def operator_command(
             help="A Prometheus URL models may query (repeatable); none: any http(s) URL.",
         ),
     ] = None,
+    schedule_key_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SPECFLEET_SCHEDULE_KEY_FILE",
+            help="A file holding the key each model's hot-schedule credential is derived "
+            "from (speculation.switching Hot); every replica needs the same one. None: K "
+            "changes restart the pods.",
+        ),
+    ] = None,
     log_level: Annotated[
         logs.LogLevel, typer.Option(help="Least severe level logged.")
     ] = logs.LogLevel.INFO,
@@ -211,6 +220,16 @@ def operator_command(
         typer.echo(f"--leader-elect: {problem}", err=True)
     if problems:
         raise typer.Exit(2)
+    schedule_key = None
+    if schedule_key_file is not None:
+        try:
+            schedule_key = schedule_key_file.read_bytes().strip() or None
+        except OSError as error:
+            typer.echo(f"--schedule-key-file: cannot read: {error.strerror or error}", err=True)
+            raise typer.Exit(2) from None
+        if schedule_key is None:
+            typer.echo(f"--schedule-key-file: {schedule_key_file} is empty", err=True)
+            raise typer.Exit(2)
     logs.configure(log_level, log_format)
     start_http_server(metrics_port)
     api = kube.api_client(instance)
@@ -229,6 +248,7 @@ def operator_command(
             ),
             Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
             period=period,
+            schedule_key=schedule_key,
         ),
         election,
         scan_namespaces=any(c in n for n in namespaces for c in "*?["),

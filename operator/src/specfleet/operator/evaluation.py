@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from specfleet.operator import observability, render, tuner
+from specfleet.operator import hot_schedules, observability, render, tuner
 from specfleet.operator.api import (
     MAX_SCRAPE_TIMEOUT_SECONDS,
     ConditionType,
@@ -26,6 +26,7 @@ from specfleet.operator.keys import Key, key_of_model
 from specfleet.operator.metrics import ScrapeTarget, query_prometheus, scrape
 from specfleet.operator.observations import (
     PROMETHEUS_UNAVAILABLE,
+    HotTrack,
     Observation,
     PodSample,
     SourceUnavailable,
@@ -34,6 +35,7 @@ from specfleet.operator.observations import (
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
 from specfleet.operator.status import ObservedChildren, api_time, pod_ready, runtime_failure
+from specfleet.operator.workqueue import without_slot
 
 log = logging.getLogger("specfleet.evaluation")
 SCRAPE_CONCURRENCY = 64
@@ -141,6 +143,15 @@ def canary_pending_reason(children: ObservedChildren) -> str | None:
     return (pending[1].get("message") or pending[1].get("reason")) if pending else None
 
 
+def _hot_tracks(model: SpeculativeModel) -> dict[Track, HotTrack] | None:
+    """Where the stable pods take K hot: the generation they must run for their windows
+    to count at status' K, and their ceiling."""
+    hot = model.status.speculation.hot_schedule
+    if hot is None or not hot_schedules.in_effect(model.spec, model.status):
+        return None
+    return {"stable": HotTrack(hot.generation, model.spec.speculation.max_tokens)}
+
+
 class Evaluator:
     def __init__(self, outbound: Outbound = Outbound()) -> None:
         self.trackers: dict[Key, WindowTracker] = {}
@@ -167,13 +178,14 @@ class Evaluator:
         key = key_of_model(model)
         tracker = self.trackers.setdefault(key, WindowTracker())
         try:
-            samples = await self._samples(model, children)
+            async with without_slot():
+                samples = await self._samples(model, children)
         except SourceUnavailable as error:
             # No pod has data. The tracker keeps its readings: the next answer spans the gap.
             observation = Observation(stable=None, canary=None, prometheus_error=str(error))
         else:
             tokens = {track: render.track_tokens(model, track) for track in TRACKS}
-            observation = tracker.observe(samples, tokens)
+            observation = tracker.observe(samples, tokens, _hot_tracks(model))
         observation = replace(
             observation,
             canary_pending_since=canary_pending_since(children),

@@ -27,7 +27,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from specfleet.operator import observability, render, tuner
+from specfleet.operator import hot_handoff, hot_schedules, observability, render, tuner
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -41,7 +41,7 @@ from specfleet.operator.conditions import set_condition
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
-from specfleet.operator.evaluation import Evaluator
+from specfleet.operator.evaluation import Evaluator, scrape_targets
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
 from specfleet.operator.kube import Cluster, Conflict, Gone, NotLeading
 from specfleet.operator.outcomes import Action
@@ -265,8 +265,12 @@ class Fleet:
         evaluator: Evaluator | None = None,
         period: float = 5.0,
         resync_period: float = RESYNC_SECONDS,
+        schedule_key: bytes | None = None,
     ) -> None:
         self.cluster = cluster
+        # Derives each model's credential for its pods' hot-schedule endpoint; without
+        # it, models asking for hot switching fall back to restarts.
+        self.schedule_key = schedule_key
         self.cache = FleetCache(on_forget=self._drop_series)
         self.evaluator = evaluator
         self.period = period
@@ -379,11 +383,16 @@ class Fleet:
             decided = await self.evaluator.evaluate(model, self.cache.observed(key), now)
             model = model.model_copy(update={"status": decided.status})
             actions += decided.actions
+        model = self._keyed(model)
+        credential = self._credential(model)
+        # A new hot schedule is handed to the pods once it is in status: a generation
+        # the pods took but status lost would be reused for another schedule.
+        handing = _hands_schedule(recorded, model, evaluate)
         failure: ReconcileFailure | None = None
         in_status = False  # the decision is written
         try:
-            manifests = render.manifests(model)
-            if self._changes_children(key, recorded, model, manifests):
+            manifests = render.manifests(model, credential)
+            if handing or self._changes_children(key, recorded, model, manifests, credential):
                 # Record the decision before acting on it: children applied from a
                 # status that is not written yet would be undone by the next reconcile.
                 # Not summarized: Ready and observedGeneration must not claim children
@@ -397,12 +406,16 @@ class Fleet:
                     # children are applied once, not from the older spec and then again.
                     model, more = _synced(SpeculativeModel.model_validate(written), now)
                     actions += more
-                    manifests = render.manifests(model)
+                    model = self._keyed(model)
+                    credential = self._credential(model)
+                    manifests = render.manifests(model, credential)
                     written = await self._write_status(record, written, model.status)
                     if written is None:  # status written in between: the next reconcile
                         return Outcome(written=False)
                 body, in_status = written, True
             failure = await self._apply_children(record, key, body, manifests)
+            if handing and credential is not None and failure is None:
+                model = await self._hand_schedule(model, credential)
         except ValueError as error:  # the model's config does not render
             failure = ReconcileFailure("RenderFailed", _one_line(str(error)))
         except ApiException as error:
@@ -424,12 +437,48 @@ class Fleet:
             await self._post_event(record, model, action)
         return Outcome(failure, written=summarized)
 
+    def _keyed(self, model: SpeculativeModel) -> SpeculativeModel:
+        """The model with hot switching fallen back while this operator has no schedule
+        key (no credential to give its pods), and back on once it has one."""
+        hot = model.status.speculation.hot_schedule
+        if self.schedule_key is None and hot_schedules.in_effect(model.spec, model.status):
+            status = hot_schedules.fell_back(model.status, hot_schedules.NO_KEY)
+        elif self.schedule_key is not None and hot and hot.fallback == hot_schedules.NO_KEY:
+            speculation = model.status.speculation.model_copy(
+                update={"hot_schedule": hot.model_copy(update={"fallback": None})}
+            )
+            status = model.status.model_copy(update={"speculation": speculation})
+        else:
+            return model
+        return model.model_copy(update={"status": status})
+
+    def _credential(self, model: SpeculativeModel) -> str | None:
+        """The credential the model's stable pods accept, where they take K hot."""
+        if self.schedule_key is None or not hot_schedules.in_effect(model.spec, model.status):
+            return None
+        return hot_schedules.credential(self.schedule_key, *key_of_model(model), model.metadata.uid)
+
+    async def _hand_schedule(self, model: SpeculativeModel, credential: str) -> SpeculativeModel:
+        """Hand the stable pods the schedule status asks for; a pod that cannot take it
+        hot turns the model back to restarts (its reason in status)."""
+        hot = model.status.speculation.hot_schedule
+        assert hot is not None
+        targets = scrape_targets(model, self.cache.observed(key_of_model(model)))
+        handoff = await hot_handoff.hand_off(targets, hot, credential)
+        if handoff.fallback is None:
+            return model
+        log.warning("%s/%s: %s; K changes restart the pods", *key_of_model(model), handoff.fallback)
+        return model.model_copy(
+            update={"status": hot_schedules.fell_back(model.status, handoff.fallback)}
+        )
+
     def _changes_children(
         self,
         key: Key,
         recorded: SpeculativeModel,
         decided: SpeculativeModel,
         manifests: list[dict[str, Any]],
+        credential: str | None,
     ) -> bool:
         """The decided status renders other children than the recorded one, and there
         are children to change."""
@@ -438,7 +487,8 @@ class Fleet:
             and decided.status.config == recorded.status.config  # what each track runs
         ):
             return False
-        return bool(self.cache.children.get(key)) and manifests != render.manifests(recorded)
+        before = render.manifests(recorded, credential)
+        return bool(self.cache.children.get(key)) and manifests != before
 
     async def _post_event(
         self, record: ModelRecord, model: SpeculativeModel, action: Action
@@ -651,6 +701,15 @@ class Fleet:
             log.info("%s/%s: not reconciled: this replica no longer holds the Lease", *key)
         except Exception:
             log.exception("reconciling %s/%s failed", *key)
+
+
+def _hands_schedule(recorded: SpeculativeModel, decided: SpeculativeModel, evaluate: bool) -> bool:
+    """Whether this reconcile hands the stable pods their hot schedule: a new one was
+    decided, or at each evaluation (a pod that missed one, or restarted, catches up)."""
+    hot = decided.status.speculation.hot_schedule
+    if hot is None or hot.fallback is not None:
+        return False
+    return evaluate or hot != recorded.status.speculation.hot_schedule
 
 
 def _synced(model: SpeculativeModel, now: datetime) -> tuple[SpeculativeModel, list[Action]]:

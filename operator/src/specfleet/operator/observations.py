@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specfleet.operator.api import LEFT_OUT_MESSAGE_LIMIT, LeftOutReason
 from specfleet.operator.children import Track
@@ -16,46 +16,24 @@ from specfleet.operator.counts import Counts
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
 
 DRAFTS = "vllm:spec_decode_num_drafts"
-
-
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-
-
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
-
-
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
-
-
 GENERATION_TOKENS = "vllm:generation_tokens"
-
-
 REQUESTS_RUNNING = "vllm:num_requests_running"
-
-
 REQUESTS_WAITING = "vllm:num_requests_waiting"
-
-
 # Speed: vLLM observes the inter-token latency once per request per engine step (however
 # many tokens the step gave it), so its sum over its count is the step time a decoding
 # request sees, and its count over the engine steps (one iteration-tokens observation per
 # step) is the batch a step carried.
 DECODE_SECONDS = "vllm:inter_token_latency_seconds_sum"
-
-
 DECODE_STEPS = "vllm:inter_token_latency_seconds_count"
-
-
 ENGINE_STEPS = "vllm:iteration_tokens_total_count"
-
-
 # prometheus_client's process collector, which vLLM serves: the evidence of a restart.
 PROCESS_START = "process_start_time_seconds"
-
-
+# specfleet-runtime's hot schedules: the generation in force (hot_schedules.py).
+SCHEDULE_GENERATION = "specfleet:schedule_generation"
 _SPEC_DECODE_PREFIX = "vllm:spec_decode_"
-
-
 # The series each scalar field of Counts is read from (per position: ACCEPTED_PER_POS).
 COUNTER_FIELDS = {
     DRAFTS: "drafts",
@@ -66,17 +44,9 @@ COUNTER_FIELDS = {
     DECODE_STEPS: "decode_steps",
     ENGINE_STEPS: "engine_steps",
 }
-
-
 _VLLM = (*COUNTER_FIELDS, ACCEPTED_PER_POS, REQUESTS_RUNNING, REQUESTS_WAITING)
-
-
-SERIES_READ = (*_VLLM, PROCESS_START)
-
-
+SERIES_READ = (*_VLLM, PROCESS_START, SCHEDULE_GENERATION)
 MAX_SERIES = 4096  # samples of the series read: about 40 per engine
-
-
 # The verdict and scrape-error reason of a window Prometheus gave nothing for.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
 # Counts are whole tokens and sums of whole floats are exact: half a token tells a
@@ -127,6 +97,7 @@ class SpecDecodeCounters(Counts):
     requests_waiting: float = 0.0
     speculation_exported: bool = False
     process_start_time: float | None = None
+    schedule_generation: int | None = None
 
 
 def series_name(sample_name: str) -> str | None:
@@ -165,6 +136,7 @@ def counters_from_series(
     per_position: dict[int, float] = {}
     exported = False
     started: float | None = None
+    generation: int | None = None
     read = 0
     for sample_name, labels, value in series:
         name = series_name(sample_name)
@@ -177,6 +149,9 @@ def counters_from_series(
             raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"{sample_name} is {value}")
         if name == PROCESS_START:
             started = value if started is None else max(started, value)
+            continue
+        if name == SCHEDULE_GENERATION:
+            generation = int(value) if generation is None else max(generation, int(value))
             continue
         exported = exported or name.startswith(_SPEC_DECODE_PREFIX)
         if name == ACCEPTED_PER_POS:
@@ -192,6 +167,7 @@ def counters_from_series(
         requests_waiting=totals.get(REQUESTS_WAITING, 0.0),
         speculation_exported=exported,
         process_start_time=started,
+        schedule_generation=generation,
     )
 
 
@@ -259,6 +235,16 @@ class Observation:
     canary_pending_reason: str | None = None
     prometheus_error: str | None = None
     runtime_failures: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class HotTrack:
+    """A track whose pods take K hot: the schedule generation they must run for a
+    window to count, and the ceiling their counters are sized for (positions past the K
+    in effect stay on the page, at what an earlier K left there)."""
+
+    generation: int
+    ceiling: int
 
 
 @dataclass(frozen=True)
@@ -362,6 +348,10 @@ def _window_delta(previous: PodSample, current: PodSample, k: int) -> SpecDecode
         if _restarted(previous, current)
         else _difference(previous.counters, current.counters)
     )
+    positions = delta.accepted_per_position
+    if not any(positions[k:]):
+        # Positions a deeper K of the same process counted, and none since (hot changes).
+        delta = replace(delta, accepted_per_position=positions[:k])
     why = implausible(delta, k)
     if why is not None:
         raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"in this window: {why}")
@@ -394,8 +384,16 @@ class WindowTracker:
         # for a reading that follows keeps the flips that go up out of windows too.
         self._unexplained: set[str] = set()
 
-    def observe(self, samples: Sequence[PodSample], tokens: Mapping[Track, int]) -> Observation:
+    def observe(
+        self,
+        samples: Sequence[PodSample],
+        tokens: Mapping[Track, int],
+        hot: Mapping[Track, HotTrack] | None = None,
+    ) -> Observation:
         """Windows from new samples; `tokens` is the K each track's pods run (0: none).
+        `hot`: the tracks whose pods take K hot. A pod at another generation than its
+        track's is left out, and a window is cut where a pod's generation changed (its
+        two readings ran different schedules).
 
         A reading that cannot be used leaves out its pod, named in `errors`. Readings
         that are false (a failed scrape, impossible counters) are skipped: the pod's next
@@ -410,7 +408,9 @@ class WindowTracker:
             previous = self._previous.get(sample.pod)
             current = sample.counters
             k = tokens[sample.track]
-            why = None if current is None else implausible(current, k)
+            hot_track = (hot or {}).get(sample.track)
+            ceiling = k if hot_track is None else hot_track.ceiling
+            why = None if current is None else implausible(current, ceiling)
             if current is None or why is not None:
                 errors[sample.pod] = sample.error or PodError(
                     LeftOutReason.IMPOSSIBLE_COUNTERS, why or "no counters"
@@ -421,6 +421,13 @@ class WindowTracker:
                     unexplained.add(sample.pod)  # still waiting for a reading that follows
                 continue
             seen[sample.pod] = sample
+            if hot_track is not None and current.schedule_generation != hot_track.generation:
+                errors[sample.pod] = PodError(
+                    LeftOutReason.SCHEDULE_NOT_IN_FORCE,
+                    f"runs schedule generation {current.schedule_generation}, not "
+                    f"{hot_track.generation}: its window would count another K",
+                )
+                continue
             serving = current.requests_running > 0 or (
                 previous is not None
                 and previous.counters is not None
@@ -428,8 +435,13 @@ class WindowTracker:
             )
             # A pod rendered plain (K=0) has nothing to export.
             missing = missing or (serving and k > 0 and not current.speculation_exported)
-            if previous is None or previous.counters is None or previous.track != sample.track:
-                continue  # a baseline: nothing to compare with yet
+            if (
+                previous is None
+                or previous.counters is None
+                or previous.track != sample.track
+                or previous.counters.schedule_generation != current.schedule_generation
+            ):
+                continue  # a baseline: nothing to compare with yet, or another schedule
             seconds = sample.at - previous.at
             if seconds <= 0:
                 continue

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any
 
-from specfleet.operator import podspec, schedule
+from specfleet.operator import hot_schedules, podspec, schedule
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -24,6 +24,7 @@ from specfleet.operator.api import (
 from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
 from specfleet.operator.configs import as_track_runs
 from specfleet.runtime.config import Method, RuntimeConfig
+from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
 
 Manifest = dict[str, Any]
 
@@ -118,8 +119,10 @@ def runtime_config(
     method: DraftMethod,
     tokens: int,
     batch_schedule: list[ScheduledBand] | None = None,
+    hot: bool = False,
 ) -> RuntimeConfig:
-    """The runtime's config contract for one track; pods bind their own IP."""
+    """The runtime's config contract for one track; pods bind their own IP. `hot`: the
+    engine takes K hot, so `tokens` is its ceiling and `batch_schedule` the startup one."""
     spec = model.spec
     draft = spec.draft
     runtime = method.runtime
@@ -147,6 +150,7 @@ def runtime_config(
         batch_schedule=(
             schedule.entries(batch_schedule) if batch_schedule and runtime.speculates else ()
         ),
+        hot_schedule=hot,
     )
 
 
@@ -197,6 +201,7 @@ def _container(
     method: DraftMethod,
     tokens: int,
     batch_schedule: list[ScheduledBand] | None,
+    hot: bool,
 ) -> dict[str, Any]:
     runtime = model.spec.runtime
     probes = runtime.pod.probes
@@ -204,7 +209,7 @@ def _container(
         "name": CONTAINER_NAME,
         "image": runtime.image,
         "command": podspec.command(model),
-        "args": runtime_config(model, method, tokens, batch_schedule).to_args(),
+        "args": runtime_config(model, method, tokens, batch_schedule, hot).to_args(),
         "env": _environment(model),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
         "resources": _resources(model),
@@ -227,13 +232,29 @@ def config_hash(container: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def deployment(model: SpeculativeModel, track: Track) -> Manifest:
+def deployment(
+    model: SpeculativeModel, track: Track, schedule_credential: str | None = None
+) -> Manifest:
+    """One track's Deployment. Under hot switching the stable pods' template holds the
+    ceiling (maxTokens) and the spec's K as the startup schedule, never the K in effect,
+    so a new K does not roll them; `schedule_credential` (the operator's, which only it
+    can derive: hot_schedules.credential) goes into their environment, outside the
+    config hash."""
     model = as_track_runs(model, track)  # the last good config but on a config trial
     method = _track_method(model, track)
-    tokens = track_tokens(model, track)
     canary = model.status.canary_run
     replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
-    container = _container(model, method, tokens, track_schedule(model, track))
+    hot = track == "stable" and hot_schedules.in_effect(model.spec, model.status)
+    if hot:
+        speculation = model.spec.speculation
+        tokens, startup = speculation.max_tokens, [ScheduledBand(tokens=speculation.tokens)]
+        container = _container(model, method, tokens, startup, hot)
+    else:
+        tokens = track_tokens(model, track)
+        container = _container(model, method, tokens, track_schedule(model, track), hot)
+    config = config_hash(container)
+    if hot and schedule_credential is not None:
+        container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
     pod_labels = labels(model, track)
     pod = model.spec.runtime.pod
     pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
@@ -257,7 +278,7 @@ def deployment(model: SpeculativeModel, track: Track) -> Manifest:
                     "labels": pod.labels | pod_labels,
                     "annotations": pod.annotations
                     | {
-                        CONFIG_HASH_ANNOTATION: config_hash(container),
+                        CONFIG_HASH_ANNOTATION: config,
                         TOKENS_ANNOTATION: str(tokens),
                     },
                 },
@@ -286,7 +307,11 @@ def service(model: SpeculativeModel) -> Manifest:
     }
 
 
-def manifests(model: SpeculativeModel) -> list[Manifest]:
+def manifests(model: SpeculativeModel, schedule_credential: str | None = None) -> list[Manifest]:
     """Every child the model should have, in the order they are applied. The canary Deployment
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
-    return [deployment(model, "stable"), deployment(model, "canary"), service(model)]
+    return [
+        deployment(model, "stable", schedule_credential),
+        deployment(model, "canary"),
+        service(model),
+    ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from specfleet.operator import speed
+from specfleet.operator import hot_schedules, speed
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     ConditionType,
@@ -159,7 +159,10 @@ class Run:
         return self.status.step_cost.samples if self.status.step_cost else []
 
     def restart_cost(self) -> float:
-        """The share of SWITCH_HORIZON one restart of the serving pods loses."""
+        """The share of SWITCH_HORIZON one restart of the serving pods loses: none where
+        they take a new K hot, between two steps."""
+        if hot_schedules.in_effect(self.spec, self.status):
+            return 0.0
         return (self.status.startup_seconds or 0.0) / SWITCH_HORIZON.total_seconds()
 
     def failed_exploration_cost(self, loss: float) -> float:

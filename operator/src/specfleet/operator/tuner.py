@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from specfleet.operator import config_trials, schedule, speed
+from specfleet.operator import config_trials, hot_schedules, schedule, speed
 from specfleet.operator.api import (
     ConditionType,
     DraftMethod,
@@ -102,7 +102,7 @@ def decide(
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "False", "PlainDecoding", "draft.method is none"
         )
-        return Decided(run.status, run.actions)
+        return _decided(run)
     _sync_with_spec(run)
     held = _perturbed(run, observation)
     if held is not None:
@@ -110,7 +110,7 @@ def decide(
         record_acceptance(run, held, observation)
         _speculation_condition(run, observation)
         metrics_condition(run, held)
-        return Decided(run.status, run.actions)
+        return _decided(run)
     _learn_speed(run, observation)
     stable = _judge_stable(run, observation)
     record_acceptance(run, stable, observation)
@@ -129,6 +129,12 @@ def decide(
             run, stable, observation
         ):
             _tune(run, stable, observation)
+    return _decided(run)
+
+
+def _decided(run: Run) -> Decided:
+    """The decision, with the schedule the stable pods are handed when they take K hot."""
+    run.sp.hot_schedule = hot_schedules.planned(run.spec, run.status)
     return Decided(run.status, run.actions)
 
 
@@ -260,7 +266,7 @@ def sync_with_spec(
     run = Run(spec, status.model_copy(deep=True), now, generation)
     config_trials.force(run, forced_config)
     _sync_with_spec(run)
-    return Decided(run.status, run.actions)
+    return _decided(run)
 
 
 def _sync_with_spec(run: Run) -> None:

@@ -1,0 +1,90 @@
+"""Hot schedules: the K (or per-batch schedule) the stable pods run, handed to their
+running engines between two steps instead of restarting them (spec.speculation.switching
+Hot, the runtime's --hot-schedule). Pure: what to hand them and under which generation;
+`evaluation` does the HTTP, `render` starts the pods with the ceiling.
+
+A pod reports the generation in force on its /metrics page; its windows count only at
+the generation status asks for (observations.WindowTracker cuts a window at each change),
+so acceptance and step times are never pooled across two schedules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from specfleet.operator.api import (
+    HotSchedule,
+    KSwitching,
+    ScheduledBand,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
+
+# The fallback while the operator has no key to derive the pods' credential from.
+NO_KEY = (
+    "the operator has no schedule key (SPECFLEET_SCHEDULE_KEY_FILE): it cannot give the pods "
+    "a credential"
+)
+
+
+def wanted(spec: SpeculativeModelSpec) -> bool:
+    """The spec asks for hot changes, with a method whose K the engine schedules."""
+    return spec.speculation.switching is KSwitching.HOT and spec.draft.method.tuned
+
+
+def in_effect(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> bool:
+    """The stable pods start with the ceiling and take K hot: wanted, not fallen back,
+    and speculating (plain decoding is another pod template: no draft loaded)."""
+    hot = status.speculation.hot_schedule
+    return (
+        wanted(spec)
+        and not (hot is not None and hot.fallback is not None)
+        and not status.speculation.decoding_plainly
+    )
+
+
+def stable_schedule(
+    status: SpeculativeModelStatus, spec: SpeculativeModelSpec
+) -> list[ScheduledBand]:
+    """What the stable pods should run: the schedule in effect, else one K for every batch."""
+    sp = status.speculation
+    if sp.schedule:
+        return list(sp.schedule)
+    return [ScheduledBand(tokens=sp.tokens or spec.speculation.tokens)]
+
+
+def planned(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> HotSchedule | None:
+    """status.speculation.hotSchedule after a decision: a new generation when the stable
+    pods' schedule changed; a fallback is kept (and with it the restart path) until the
+    spec stops asking for hot changes."""
+    hot = status.speculation.hot_schedule
+    if not wanted(spec):
+        return None
+    if hot is not None and hot.fallback is not None:
+        return hot
+    if status.speculation.decoding_plainly:
+        return hot  # the pods restart as plain pods; the schedule waits for them to draft
+    schedule = stable_schedule(status, spec)
+    if hot is not None and hot.schedule == schedule:
+        return hot
+    return HotSchedule(generation=(hot.generation if hot else 0) + 1, schedule=schedule)
+
+
+def fell_back(status: SpeculativeModelStatus, reason: str) -> SpeculativeModelStatus:
+    """Status once a stable pod refused hot changes: K changes restart the pods again."""
+    hot = status.speculation.hot_schedule
+    if hot is None or hot.fallback is not None:
+        return status
+    speculation = status.speculation.model_copy(
+        update={"hot_schedule": hot.model_copy(update={"fallback": reason})}
+    )
+    return status.model_copy(update={"speculation": speculation})
+
+
+def credential(key: bytes, namespace: str, name: str, uid: str | None) -> str:
+    """The bearer credential a model's pods accept: derived from the operator's key and
+    the model's identity, so only the operator can compute it and no two models (nor a
+    model re-created under the same name) share one."""
+    message = f"{namespace}/{name}/{uid}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()

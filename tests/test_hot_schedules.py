@@ -1,0 +1,226 @@
+"""K without a restart (speculation.switching Hot): what the stable pods are started
+with, the schedule and generation status hands them, the windows counted only at that
+generation, and the handoff against the simulated engine's real endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+from specfleet.operator import hot_handoff, hot_schedules, render
+from specfleet.operator.api import (
+    HotSchedule,
+    KSwitching,
+    ScheduledBand,
+    SpeculativeModel,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
+from specfleet.operator.children import Track
+from specfleet.operator.metrics import ScrapeTarget
+from specfleet.operator.observations import (
+    HotTrack,
+    PodSample,
+    SpecDecodeCounters,
+    WindowTracker,
+)
+from specfleet.operator.run import Run
+from specfleet.runtime.config import parse_serve_args
+from specfleet.runtime.hot_schedule import ENV_TOKEN
+from specfleet.runtime.sim_model import load_profile
+from specfleet.runtime.sim_server import SimServer, build_app
+from tests.conftest import REPO
+
+NOW = datetime(2026, 12, 2, tzinfo=UTC)
+KEY = b"operator-key"
+
+
+def _model(switching: KSwitching = KSwitching.HOT, **speculation: Any) -> SpeculativeModel:
+    manifest = yaml.safe_load((REPO / "examples/llama-peagle.yaml").read_text())
+    manifest["metadata"] |= {"namespace": "serving", "uid": "uid-1", "generation": 1}
+    manifest["spec"]["speculation"] = {
+        **manifest["spec"].get("speculation", {}),
+        "switching": switching.value,
+    }
+    model = SpeculativeModel.model_validate(manifest)
+    if speculation:
+        status = model.status.model_copy(
+            update={"speculation": model.status.speculation.model_copy(update=speculation)}
+        )
+        model = model.model_copy(update={"status": status})
+    return model
+
+
+def _stable(model: SpeculativeModel, credential: str | None = None) -> dict[str, Any]:
+    return dict(render.deployment(model, "stable", credential)["spec"]["template"])
+
+
+def _args(template: dict[str, Any]) -> list[str]:
+    return list(template["spec"]["containers"][0]["args"])
+
+
+def test_hot_stable_pods_start_at_the_ceiling_and_a_new_k_keeps_their_template() -> None:
+    at_three, at_five = _model(tokens=3), _model(tokens=5)
+    args = _args(_stable(at_three))
+    ceiling = str(at_three.spec.speculation.max_tokens)
+    assert args[args.index("--num-speculative-tokens") + 1] == ceiling
+    assert "--hot-schedule" in args
+    # The spec's K is the startup schedule: a new pod drafts sanely before its handoff.
+    startup = f"1:65536:{at_three.spec.speculation.tokens}"
+    assert args[args.index("--batch-schedule") + 1] == startup
+    assert _stable(at_three) == _stable(at_five)  # no rollout for a new K
+    restart = _model(KSwitching.RESTART, tokens=3)
+    assert _stable(restart) != _stable(_model(KSwitching.RESTART, tokens=5))
+
+
+def test_the_credential_is_in_the_pods_environment_but_not_in_the_config_hash() -> None:
+    model = _model(tokens=3)
+    token = hot_schedules.credential(KEY, "serving", model.metadata.name, "uid-1")
+    with_token, without = _stable(model, token), _stable(model)
+    env = {e["name"]: e.get("value") for e in with_token["spec"]["containers"][0]["env"]}
+    assert env[ENV_TOKEN] == token
+    annotation = render.CONFIG_HASH_ANNOTATION
+    assert (
+        with_token["metadata"]["annotations"][annotation]
+        == (without["metadata"]["annotations"][annotation])
+    )
+    # Another model, or the same name re-created, gets another credential.
+    assert token != hot_schedules.credential(KEY, "serving", model.metadata.name, "uid-2")
+    assert token != hot_schedules.credential(KEY, "other", model.metadata.name, "uid-1")
+
+
+def test_a_fallback_renders_the_k_in_the_template_again() -> None:
+    hot = HotSchedule(generation=2, schedule=[ScheduledBand(tokens=3)], fallback="no plugin")
+    args = _args(_stable(_model(tokens=4, hot_schedule=hot)))
+    assert args[args.index("--num-speculative-tokens") + 1] == "4"
+    assert "--hot-schedule" not in args
+
+
+def _planned(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> HotSchedule | None:
+    return hot_schedules.planned(spec, status)
+
+
+def test_a_new_schedule_gets_the_next_generation_and_the_same_one_keeps_it() -> None:
+    model = _model(tokens=3)
+    first = _planned(model.spec, model.status)
+    assert first == HotSchedule(generation=1, schedule=[ScheduledBand(tokens=3)])
+    kept = model.status.model_copy(
+        update={"speculation": model.status.speculation.model_copy(update={"hot_schedule": first})}
+    )
+    assert _planned(model.spec, kept) is first
+    moved = kept.model_copy(
+        update={"speculation": kept.speculation.model_copy(update={"tokens": 5})}
+    )
+    second = _planned(model.spec, moved)
+    assert second is not None
+    assert (second.generation, second.schedule) == (2, [ScheduledBand(tokens=5)])
+    # Restart asked for again: nothing to hand; a fallback stays until then.
+    restart = _model(KSwitching.RESTART)
+    assert _planned(restart.spec, moved) is None
+    fell = hot_schedules.fell_back(moved, "no plugin")
+    assert _planned(model.spec, fell) == HotSchedule(
+        generation=1, schedule=[ScheduledBand(tokens=3)], fallback="no plugin"
+    )
+
+
+def test_a_k_change_taken_hot_costs_no_restart_in_the_required_gain() -> None:
+    hot, restart = _model(tokens=3), _model(KSwitching.RESTART, tokens=3)
+    for model in (hot, restart):
+        model.status.startup_seconds = 1800.0  # half of the switch horizon
+    assert Run(hot.spec, hot.status, NOW, 1).restart_cost() == 0.0
+    assert Run(restart.spec, restart.status, NOW, 1).restart_cost() == 0.5
+
+
+def _sample(
+    pod: str, at: float, generation: int, drafts: float, per_position: tuple[float, ...]
+) -> PodSample:
+    counters = SpecDecodeCounters(
+        drafts=drafts,
+        draft_tokens=drafts * 3,
+        accepted_tokens=sum(per_position),
+        accepted_per_position=per_position,
+        generation_tokens=drafts * 2 + sum(per_position),
+        requests_running=4,
+        speculation_exported=True,
+        process_start_time=1.0,
+        schedule_generation=generation,
+    )
+    return PodSample(pod, "stable", at, counters)
+
+
+def test_windows_count_only_at_the_generation_status_asks_for_and_are_cut_at_a_change() -> None:
+    tracker = WindowTracker()
+    tokens: dict[Track, int] = {"stable": 3, "canary": 0}
+    hot: dict[Track, HotTrack] = {"stable": HotTrack(generation=1, ceiling=8)}
+    # Positions 3..7 hold what an earlier K=8 counted in this process: cumulative, kept.
+    earlier = (50.0, 40.0, 30.0, 20.0, 10.0, 5.0, 2.0, 1.0)
+    base = tracker.observe([_sample("a", 0.0, 1, 100, earlier)], tokens, hot)
+    assert base.stable is None and not base.errors
+    grown = tuple(v + d for v, d in zip(earlier, (60.0, 45.0, 30.0, 0, 0, 0, 0, 0), strict=True))
+    window = tracker.observe([_sample("a", 60.0, 1, 200, grown)], tokens, hot).stable
+    assert window is not None
+    assert window.accepted_per_position == (60.0, 45.0, 30.0)  # the deeper ones trimmed
+    # The pod took generation 2 between two readings: that interval ran two schedules.
+    cut = tracker.observe([_sample("a", 120.0, 2, 300, grown)], tokens, {"stable": HotTrack(2, 8)})
+    assert cut.stable is None and not cut.errors
+    # A pod still at generation 2 while status asks for 3 is left out, and says why.
+    late = tracker.observe([_sample("a", 180.0, 2, 400, grown)], tokens, {"stable": HotTrack(3, 8)})
+    assert late.stable is None
+    assert late.errors["a"].reason.value == "ScheduleNotInForce"
+
+
+async def _sim_pod(args: list[str]) -> tuple[web.AppRunner, SimServer, ScrapeTarget]:
+    config, _ = parse_serve_args(["--model", "org/target", *args], env={})
+    server = SimServer(config, load_profile("tick: 50ms\nnoise: 0\n"))
+    runner = web.AppRunner(build_app(server))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    port = runner.addresses[0][1]
+    return runner, server, ScrapeTarget("pod-a", "stable", f"http://127.0.0.1:{port}/metrics")
+
+
+HOT_POD = ["--method", "eagle3", "--draft-model", "org/head", "--num-speculative-tokens", "8"]
+
+
+def test_the_handoff_changes_a_running_engines_k_and_a_pod_that_cannot_is_a_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    token = hot_schedules.credential(KEY, "serving", "m", "uid-1")
+    monkeypatch.setenv(ENV_TOKEN, token)
+    schedule = HotSchedule(
+        generation=1, schedule=[ScheduledBand(up_to_batch=4, tokens=5), ScheduledBand(tokens=2)]
+    )
+
+    async def test() -> None:
+        runner, server, target = await _sim_pod([*HOT_POD, "--hot-schedule"])
+        try:
+            assert server.k_scheduled(2) == 8  # the startup schedule: the ceiling
+            wrong = await hot_handoff.hand_off([target], schedule, "another-models-token")
+            assert wrong == hot_handoff.Handoff((), None)  # refused, and no fallback
+            assert server.k_scheduled(2) == 8
+            done = await hot_handoff.hand_off([target], schedule, token)
+            assert done == hot_handoff.Handoff(("pod-a",), None)
+            assert (server.k_scheduled(2), server.k_scheduled(9)) == (5, 2)
+        finally:
+            await runner.cleanup()
+        runner, server, target = await _sim_pod(HOT_POD)  # started without --hot-schedule
+        try:
+            refused = await hot_handoff.hand_off([target], schedule, token)
+            assert refused.in_force == ()
+            assert refused.fallback is not None and "restart" in refused.fallback
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(asyncio.wait_for(test(), timeout=60))
+
+
+def test_an_example_with_hot_switching_validates(tmp_path: Path) -> None:
+    manifest = yaml.safe_load((REPO / "examples/llama-peagle.yaml").read_text())
+    manifest["spec"]["speculation"] = {"switching": "Hot"}
+    assert SpeculativeModel.model_validate(manifest).spec.speculation.switching is KSwitching.HOT
