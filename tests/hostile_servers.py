@@ -59,8 +59,9 @@ async def redirector(to: str, host: str = "127.0.0.1", port: int = 0) -> AsyncIt
 
 
 @asynccontextmanager
-async def tarpit(host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """A server that accepts every connection and never answers; yields its URL."""
+async def tarpit(host: str = "127.0.0.1") -> AsyncIterator[tuple[str, list[asyncio.StreamWriter]]]:
+    """A server that accepts every connection and never answers; yields its URL and the
+    connections it holds."""
     held: list[asyncio.StreamWriter] = []
 
     async def hold(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -68,7 +69,7 @@ async def tarpit(host: str = "127.0.0.1") -> AsyncIterator[str]:
 
     server = await asyncio.start_server(hold, host, 0)
     try:
-        yield f"http://{host}:{server.sockets[0].getsockname()[1]}"
+        yield f"http://{host}:{server.sockets[0].getsockname()[1]}", held
     finally:
         for writer in held:
             writer.close()

@@ -147,7 +147,7 @@ def test_refused_timed_out_and_unresolved_read_alike(peagle_manifest: dict[str, 
     answers and a name that does not resolve are all just unreachable."""
 
     async def main() -> list[tuple[str, str]]:
-        async with tarpit() as slow:
+        async with tarpit() as (slow, _):
             urls = [
                 f"http://127.0.0.1:{_free_port('127.0.0.1')}",
                 slow,
@@ -220,7 +220,7 @@ def test_the_operator_caps_a_tenants_scrape_timeout(peagle_manifest: dict[str, A
     """A model asking for 5 minutes against a tarpit waits the operator's ceiling."""
 
     async def main() -> tuple[SpeculativeModel, float]:
-        async with tarpit() as slow:
+        async with tarpit() as (slow, _):
             model = _on_prometheus(peagle_manifest, slow, timeout="5m")
             started = time.monotonic()
             evaluated = await _evaluated(model, ObservedChildren(), Evaluator(Outbound(1.0)))

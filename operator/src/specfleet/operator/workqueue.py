@@ -1,14 +1,17 @@
 """The fleet's work queue, as controller-runtime's: which models to reconcile next and
 when. A dirty set (models woken by a watch event since the last pass), a sweep of every
-model each period, a bounded number of reconciles in flight, and a back-off for models
-whose reconcile failed. It knows keys, never what a reconcile does."""
+model each period, a bounded number of reconciles in flight, one at a time per model,
+and a back-off for models whose reconcile failed. It knows keys, never what a reconcile
+does; a reconcile may wait on slow I/O without its slot (`without_slot`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from specfleet.operator.keys import Key
@@ -21,6 +24,26 @@ CONCURRENT_RECONCILES = 16
 # most 5 minutes apart, or at once when its spec changes: not every 5 s sweep.
 BACKOFF_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 300.0
+# The slots the running reconcile holds one of (set in its own task).
+_holding: ContextVar[asyncio.Semaphore | None] = ContextVar("holding", default=None)
+
+
+@asynccontextmanager
+async def without_slot() -> AsyncIterator[None]:
+    """Wait on I/O a tenant controls (a scrape, a Prometheus query) without holding a
+    reconcile slot, and take one again after: one tenant's slow pods must not keep other
+    models' reconciles from starting. Outside a reconcile, only the body runs."""
+    slots = _holding.get()
+    if slots is None:
+        yield
+        return
+    slots.release()
+    try:
+        yield
+    finally:
+        # Shielded: if cancelled here, the slot is still taken, for the reconcile's own
+        # release to give back.
+        await asyncio.shield(slots.acquire())
 
 
 @dataclass(frozen=True)
@@ -51,6 +74,10 @@ class WorkQueue:
     dirty: set[Key] = field(default_factory=set)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     queued: set[Key] = field(default_factory=set)  # waiting for a reconcile slot
+    running: set[Key] = field(default_factory=set)
+    # Running models woken meanwhile: run again when done, never two at once (a second
+    # reconcile would wait on the first's lock holding a slot).
+    again: set[Key] = field(default_factory=set)
     slots: asyncio.Semaphore = field(
         default_factory=lambda: asyncio.Semaphore(CONCURRENT_RECONCILES)
     )
@@ -84,7 +111,9 @@ class WorkQueue:
             self.dirty.clear()
             self.changed.clear()
             for key in keys:
-                if key not in self.queued:  # a queued tick will read the newest state
+                if key in self.running:
+                    self.again.add(key)
+                elif key not in self.queued:  # a queued tick will read the newest state
                     self.queued.add(key)
                     tick = asyncio.create_task(self._tick(key, reconcile))
                     ticks.add(tick)
@@ -107,4 +136,12 @@ class WorkQueue:
     async def _tick(self, key: Key, reconcile: Callable[[Key], Awaitable[None]]) -> None:
         async with self.slots:
             self.queued.discard(key)
-            await reconcile(key)
+            self.running.add(key)
+            _holding.set(self.slots)  # this task's own context
+            try:
+                await reconcile(key)
+            finally:
+                self.running.discard(key)
+                if key in self.again:
+                    self.again.discard(key)
+                    self.add(key)

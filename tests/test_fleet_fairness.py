@@ -1,0 +1,96 @@
+"""One tenant's slow metrics do not hold the reconciles other models need: the real Fleet,
+WorkQueue and Evaluator on the fake cluster, the slow Prometheus a real local tarpit."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from typing import Any
+
+from specfleet.operator.evaluation import Evaluator, Outbound
+from specfleet.operator.fleet import Fleet
+from specfleet.operator.keys import Key
+from specfleet.operator.workqueue import CONCURRENT_RECONCILES, WorkQueue, without_slot
+from tests.fake_cluster import FakeCluster
+from tests.hostile_servers import tarpit
+
+HOGS = 3 * CONCURRENT_RECONCILES  # 48
+TIMEOUT = 20.0  # each hog's query waits this long: the operator's ceiling, and theirs
+
+
+async def _until(condition: Any, within: float) -> float:
+    """Seconds until `condition()` holds; fails after `within`."""
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < within, "not in time"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_a_new_models_children_come_while_48_models_wait_on_a_tarpit(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    cluster = FakeCluster()
+    fleet = Fleet(cluster, Evaluator(Outbound(max_timeout=TIMEOUT)))  # type: ignore[arg-type]
+
+    async def main() -> float:
+        stop = asyncio.Event()
+        running: asyncio.Task[None] | None = None
+        try:  # leaving the tarpit closes it: the hogs' queries end at once, unreachable
+            async with tarpit() as (slow, held):
+                for index in range(HOGS):
+                    hog = copy.deepcopy(peagle_manifest)
+                    hog["metadata"]["name"] = f"hog-{index}"
+                    hog["spec"]["metrics"] = {
+                        "source": "Prometheus",
+                        "prometheus": {"url": slow},
+                        "scrapeTimeout": f"{TIMEOUT:g}s",
+                    }
+                    cluster.create_model(hog, namespace="hogs")
+                cluster.deliver(fleet)
+                running = asyncio.create_task(fleet.run(stop))
+                # Hogs wait on the tarpit in every slot (before, no more could).
+                await _until(lambda: len(held) >= CONCURRENT_RECONCILES, within=10)
+                cluster.create_model(peagle_manifest, namespace="team")
+                cluster.deliver(fleet)
+                name = peagle_manifest["metadata"]["name"]
+                return await _until(
+                    lambda: ("Deployment", "team", name) in cluster.objects, within=TIMEOUT * 2
+                )
+        finally:
+            stop.set()
+            if running is not None:
+                await asyncio.wait_for(running, timeout=TIMEOUT)
+
+    waited = asyncio.run(main())
+    assert waited < 2.0, f"the new model's Deployment came {waited:.1f}s after it"
+
+
+def test_a_model_woken_while_its_reconcile_waits_runs_again_after_it_not_beside() -> None:
+    """A reconcile waiting without its slot is not joined by a second one of the same model
+    (it would wait on the first's lock holding a slot); the wake is not lost either."""
+    key = ("team", "m")
+
+    async def main() -> list[Key]:
+        queue, stop, release = WorkQueue(), asyncio.Event(), asyncio.Event()
+        reconciled: list[Key] = []
+
+        async def reconcile(key: Key) -> None:
+            reconciled.append(key)
+            if len(reconciled) == 1:
+                async with without_slot():
+                    await release.wait()
+
+        running = asyncio.create_task(queue.run(stop, 3600.0, lambda: [key], reconcile))
+        await _until(lambda: len(reconciled) == 1, within=5)
+        queue.add(key)
+        await asyncio.sleep(0.2)
+        assert reconciled == [key] and queue.slots._value == CONCURRENT_RECONCILES
+        release.set()
+        await _until(lambda: len(reconciled) == 2, within=5)
+        stop.set()
+        await running
+        return reconciled
+
+    assert asyncio.run(main()) == [key, key]
