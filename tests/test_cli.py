@@ -182,3 +182,26 @@ def test_standalone_help_fits_the_chart_that_runs_two_replicas_with_it() -> None
     option = shown.split("--standalone", 1)[1].split(" --period", 1)[0]
     assert "one replica" not in option.split("--peering: ", 1)[0], option
     assert "elect a leader on a Lease" in option, option
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("status.speculation.tokens", 99),
+        ("status.speculation.tokens", -1),
+        (
+            "status.speculation.trial",
+            {"tokens": 40, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 1},
+        ),
+    ],
+)
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_a_status_k_out_of_range_is_refused_naming_it(
+    tmp_path: Path, peagle_manifest: dict[str, Any], command: str, field: str, value: Any
+) -> None:
+    """A status K the pods would run (kubectl edit, a copy of a live object) outside vLLM's
+    range: refused with its field, not "valid" and then a traceback while rendering."""
+    path = write(tmp_path, "m.yaml", apply_changes(peagle_manifest, {field: value}))
+    result = specfleet(command, path)
+    assert_refused_in_words(result, path)
+    assert "status.speculation." in result.output and "valid\n" not in result.output

@@ -2049,10 +2049,15 @@ class HotSchedule(ApiModel):
     )
 
 
+# A K the operator wrote into status and renders into the pods: in vLLM's range (0: plain
+# decoding), so an edited status is refused with its field, not when the pods render.
+StatusK = Annotated[int, Field(ge=0, le=MAX_SPECULATIVE_TOKENS)]
+
+
 class LastKnownGood(ApiModel):
     """What a rollback returns to first."""
 
-    tokens: int = Field(description="The last K that held (a schedule's smallest drafting K).")
+    tokens: StatusK = Field(description="The last K that held (a schedule's smallest drafting K).")
     schedule: list[ScheduledBand] | None = Field(
         default=None, description="The last schedule that held; none: one K."
     )
@@ -2061,7 +2066,7 @@ class LastKnownGood(ApiModel):
 class InPlace(ApiModel):
     """A trial on the stable pods themselves: their windows before it are its baseline."""
 
-    previous_tokens: int = Field(description="The K before the trial, restored on abort.")
+    previous_tokens: StatusK = Field(description="The K before the trial, restored on abort.")
     previous_schedule: list[ScheduledBand] | None = Field(
         default=None, description="The schedule before the trial, restored on abort."
     )
@@ -2076,7 +2081,7 @@ class InPlace(ApiModel):
 class Trial(ApiModel):
     """A running trial of a candidate K or schedule: on a canary pod, or in place."""
 
-    tokens: int = Field(
+    tokens: StatusK = Field(
         description="The candidate K (a schedule's largest; 0: plain decoding, measured on "
         "a canary or in place before speculation stops)."
     )
@@ -2136,7 +2141,7 @@ class SpeculationState(ApiModel):
         )
     )
 
-    tokens: int | None = Field(default=None, description="K in effect on the stable pods.")
+    tokens: StatusK | None = Field(default=None, description="K in effect on the stable pods.")
     requested_tokens: int | None = Field(
         default=None,
         description="spec.speculation.tokens when K was last taken from the spec; "
@@ -2404,7 +2409,7 @@ class ConfigTrial(ApiModel):
     """A new config on trial against the running one."""
 
     config: RunningConfig = Field(description="The config on trial (the spec's).")
-    tokens: int = Field(description="K the new config runs in the trial (the spec's K).")
+    tokens: StatusK = Field(description="K the new config runs in the trial (the spec's K).")
     schedule: list[ScheduledBand] | None = Field(
         default=None,
         description="On a canary: K by batch size it runs, if a schedule (the stable pods' "
