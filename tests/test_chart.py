@@ -539,6 +539,24 @@ def test_namespaced_watching_passes_each_namespace() -> None:
     assert args[:4] == ["--namespace", "team-a", "--namespace", "team-b"]
 
 
+def test_a_schedule_key_secret_reaches_the_operator_as_a_file_and_none_by_default() -> None:
+    """hotSchedules.keySecret: every replica reads the same key (speculation.switching Hot)."""
+    assert "--schedule-key-file" not in container(rendered())["args"]
+    documents = rendered(set_json=['hotSchedules.keySecret="specfleet-schedule-key"'])
+    main = container(documents)
+    path = main["args"][main["args"].index("--schedule-key-file") + 1]
+    mount = next(m for m in main["volumeMounts"] if m["name"] == "schedule-key")
+    assert path == f"{mount['mountPath']}/key" and mount["readOnly"] is True
+    volumes = one(documents, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    secret = next(v for v in volumes if v["name"] == "schedule-key")["secret"]
+    assert secret == {
+        "secretName": "specfleet-schedule-key",
+        "items": [{"key": "key", "path": "key"}],
+    }
+    refused = render(set_json=['hotSchedules.keySecret="Not A Name"'], check=False)
+    assert refused.returncode != 0 and "keySecret" in refused.stderr
+
+
 def test_custom_values_reach_the_deployment() -> None:
     documents = rendered(values=[CUSTOM_VALUES])
     main = container(documents)
