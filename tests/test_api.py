@@ -17,7 +17,7 @@ from specfleet.operator.durations import Duration, parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.rules import Rule
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS, ConfigError
-from specfleet.runtime.vllm_args import refuse_collisions
+from specfleet.runtime.vllm_args import OLDER_SPECULATIVE_FLAGS, refuse_collisions
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, InvalidCase, apply_changes
 from tests.test_runtime_vllm_args import COLLIDING
@@ -369,3 +369,15 @@ def test_common_mistakes_are_refused_with_their_fix(
 ) -> None:
     errors = validation_errors(apply_changes(peagle_manifest, change))
     assert any(e.startswith(error) for e in errors), errors
+
+
+@pytest.mark.parametrize("flag", sorted(OLDER_SPECULATIVE_FLAGS))
+def test_an_older_flag_is_refused_with_a_fix_that_is_not_the_same_flag(
+    peagle_manifest: dict[str, Any], flag: str
+) -> None:
+    """The error names the spec field that replaced the flag (or says to drop it), never
+    the refused flag again as its fix."""
+    (error,) = validation_errors(apply_changes(peagle_manifest, {"spec.runtime.args": [flag]}))
+    fix = error.split(f"(found {flag!r}: ", 1)[1]
+    assert flag not in fix, error
+    assert fix.startswith(("set spec.", "drop it: ")), error

@@ -360,8 +360,9 @@ def test_k_for_batch_follows_the_schedule_like_vllm(batch: int, k: int) -> None:
 @pytest.mark.parametrize(
     ("extra", "instead"),
     [
-        (["--num-speculative-tokens", "5"], "--num-speculative-tokens (spec.speculation.tokens)"),
-        (["--speculative_model=x/y"], "--draft-model (spec.draft.model)"),
+        (["--num-speculative-tokens", "5"], "specfleet-runtime's own --num-speculative-tokens"),
+        (["--speculative_model=x/y"], "specfleet-runtime's own --draft-model"),
+        (["--speculative-disable-mqa-scorer"], "nothing: vLLM 0.33 has no MQA scorer"),
     ],
 )
 def test_older_vllm_speculative_flags_are_refused_saying_what_replaced_them(

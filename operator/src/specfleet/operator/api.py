@@ -1554,7 +1554,7 @@ class Runtime(SpecModel):
             "--num-speculative-tokens and draft.model for --speculative-model",
             lambda r: _older(r.args) is None,
             ".args",
-            found=lambda r: "{!r}: use {}".format(*_older(r.args) or ("", "")),
+            found=lambda r: "{!r}: {}".format(*_older(r.args) or ("", "")),
             refusals=(
                 Refusal(
                     "args-older-num-speculative-tokens",
@@ -1627,7 +1627,7 @@ def _older(args: list[str]) -> tuple[str, str] | None:
     """The first arg that is an older vLLM speculative flag, and what replaced it."""
     return next(
         (
-            (a, OLDER_SPECULATIVE_FLAGS[flag])
+            (a, OLDER_SPECULATIVE_FLAGS[flag].for_spec())
             for a in args
             if (flag := older_speculative_flag(a)) is not None
         ),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from specfleet.runtime.config import ConfigError, Method, RuntimeConfig
@@ -35,24 +36,49 @@ ITERATION_DETAILS_FLAG = "--enable-logging-iteration-details"
 # earlier; other operators and old guides still write them). vLLM 0.33 stops at start on
 # "unrecognized arguments": refused up front instead, each with the runtime option (and
 # SpeculativeModel field) that replaced it.
-OLDER_SPECULATIVE_FLAGS: dict[str, str] = {
-    "--speculative-model": "--draft-model (spec.draft.model)",
-    "--num-speculative-tokens": "--num-speculative-tokens (spec.speculation.tokens)",
-    "--speculative-draft-tensor-parallel-size": (
-        "--draft-tensor-parallel-size (spec.draft.tensorParallelSize)"
+@dataclass(frozen=True)
+class Replacement:
+    """What took over an older flag: the runtime's own flag and the SpeculativeModel field
+    that sets it, or, when nothing did, why."""
+
+    flag: str | None = None
+    field: str | None = None
+    why_none: str = ""
+
+    def for_runtime(self) -> str:
+        """What a user of specfleet-runtime writes instead (one of its own flags, which
+        may be spelt like vLLM's old one: it is not an extra vLLM arg)."""
+        return f"specfleet-runtime's own {self.flag}" if self.flag else f"nothing: {self.why_none}"
+
+    def for_spec(self) -> str:
+        """What a SpeculativeModel sets instead."""
+        return f"set {self.field}" if self.field else f"drop it: {self.why_none}"
+
+
+OLDER_SPECULATIVE_FLAGS: dict[str, Replacement] = {
+    "--speculative-model": Replacement("--draft-model", "spec.draft.model"),
+    "--num-speculative-tokens": Replacement("--num-speculative-tokens", "spec.speculation.tokens"),
+    "--speculative-draft-tensor-parallel-size": Replacement(
+        "--draft-tensor-parallel-size", "spec.draft.tensorParallelSize"
     ),
-    "--ngram-prompt-lookup-min": "--prompt-lookup-min (spec.draft.promptLookupMin)",
-    "--ngram-prompt-lookup-max": "--prompt-lookup-max (spec.draft.promptLookupMax)",
-    "--speculative-max-model-len": "none: vLLM 0.33 sizes the draft itself",
-    "--speculative-disable-by-batch-size": "--batch-schedule (spec.speculation.schedule)",
-    "--speculative-model-quantization": "none: vLLM 0.33 reads it from the draft",
-    "--speculative-disable-mqa-scorer": "none: vLLM 0.33 has no MQA scorer",
-    "--spec-decoding-acceptance-method": (
-        "--rejection-sample-method (spec.draft.rejectionSampleMethod)"
+    "--ngram-prompt-lookup-min": Replacement("--prompt-lookup-min", "spec.draft.promptLookupMin"),
+    "--ngram-prompt-lookup-max": Replacement("--prompt-lookup-max", "spec.draft.promptLookupMax"),
+    "--speculative-max-model-len": Replacement(why_none="vLLM 0.33 sizes the draft itself"),
+    "--speculative-disable-by-batch-size": Replacement(
+        "--batch-schedule", "spec.speculation.schedule"
     ),
-    "--typical-acceptance-sampler-posterior-threshold": "none: vLLM 0.33 has no typical sampler",
-    "--typical-acceptance-sampler-posterior-alpha": "none: vLLM 0.33 has no typical sampler",
-    "--disable-logprobs-during-spec-decoding": "none: vLLM 0.33 dropped it",
+    "--speculative-model-quantization": Replacement(why_none="vLLM 0.33 reads it from the draft"),
+    "--speculative-disable-mqa-scorer": Replacement(why_none="vLLM 0.33 has no MQA scorer"),
+    "--spec-decoding-acceptance-method": Replacement(
+        "--rejection-sample-method", "spec.draft.rejectionSampleMethod"
+    ),
+    "--typical-acceptance-sampler-posterior-threshold": Replacement(
+        why_none="vLLM 0.33 has no typical sampler"
+    ),
+    "--typical-acceptance-sampler-posterior-alpha": Replacement(
+        why_none="vLLM 0.33 has no typical sampler"
+    ),
+    "--disable-logprobs-during-spec-decoding": Replacement(why_none="vLLM 0.33 dropped it"),
 }
 # Each exactly, '_' for an inner '-', alone or with =value: no prefixes, which may be
 # another flag's in vLLM 0.33. No backslash or quote, so CEL's matches() reads it as
@@ -161,7 +187,8 @@ def refuse_collisions(extra_args: Sequence[str]) -> None:
         if older is not None:
             raise ConfigError(
                 f"extra vLLM arg {arg!r} is a speculative decoding flag of vLLM before 0.8, "
-                f"which vLLM 0.33 refuses: use {OLDER_SPECULATIVE_FLAGS[older]} instead"
+                f"which vLLM 0.33 refuses: use {OLDER_SPECULATIVE_FLAGS[older].for_runtime()} "
+                "instead"
             )
         owner = owned_flag(arg)
         if owner is not None:
