@@ -189,7 +189,7 @@ def test_a_duration_over_its_maximum_is_refused_in_words() -> None:
     )
     assert errors == [
         "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' "
-        "(units h, m, s, ms, in that order), at least 1s and at most 1h"
+        "(units h, m, s, ms, in that order, no part of 0), at least 1s and at most 1h"
     ]
 
 
@@ -345,12 +345,12 @@ def test_the_env_render_sets_is_the_env_users_may_not_set(peagle_manifest: dict[
         (
             {"spec.tuning.interval": "60"},
             "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
-            "m, s, ms, in that order), at least 1s and at most 1h: '60' has no unit, e.g. '60s'",
+            "m, s, ms, in that order, no part of 0), at least 1s and at most 1h: '60' has no unit, e.g. '60s'",
         ),
         (
             {"spec.tuning.interval": "1ms"},
             "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
-            "m, s, ms, in that order), at least 1s and at most 1h",
+            "m, s, ms, in that order, no part of 0), at least 1s and at most 1h",
         ),
         (
             {"metadata.namesapce": "ml"},
@@ -381,3 +381,16 @@ def test_an_older_flag_is_refused_with_a_fix_that_is_not_the_same_flag(
     fix = error.split(f"(found {flag!r}: ", 1)[1]
     assert flag not in fix, error
     assert fix.startswith(("set spec.", "drop it: ")), error
+
+
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [("1h0m0s", "'1h'"), ("5m0s", "'5m'"), ("1m30.5s", "'1m30s500ms'"), ("1.5h", "'1h30m'")],
+)
+def test_a_duration_as_go_writes_it_is_refused_with_its_fix(text: str, fix: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        Duration("24h", "").check(text)
+    assert f"{text!r} has a part of 0 or a fraction, as Go writes durations; write {fix}" in (
+        str(refused.value)
+    )
+    assert "no part of 0" in str(refused.value)

@@ -22,7 +22,13 @@ _DURATION_PARTS = [r"(?:[1-9][0-9]{0,5}" + unit + ")?" for unit in ("h", "m", "s
 DURATION_PATTERN = "^" + "".join(_DURATION_PARTS) + "$"
 _DURATION_PART = re.compile(r"([1-9][0-9]*)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION_WORDS = "a duration such as '90s', '5m' or '1h30m' (units h, m, s, ms, in that order)"
+_DURATION_WORDS = (
+    "a duration such as '90s', '5m' or '1h30m' (units h, m, s, ms, in that order, no part of 0)"
+)
+# What Go's time.Duration.String() writes ("1h0m0s", "1m30.5s"): the same units, with
+# zero parts and fractions, which the pattern leaves out (a fix is suggested instead).
+_GO_DURATION = re.compile(r"(?:[0-9.]+h)?(?:[0-9.]+m)?(?:[0-9.]+s)?(?:[0-9.]+ms)?")
+_GO_PART = re.compile(r"([0-9.]+)(ms|s|m|h)")
 # The shortest duration any field takes. The operator works in seconds (it evaluates
 # every model each few seconds; a scrape takes milliseconds to seconds): a window,
 # a back-off or a timeout under a second only makes it spin or give up at once.
@@ -35,6 +41,27 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f"{text!r} is not {_DURATION_WORDS}")
     seconds = sum(int(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(text))
     return timedelta(seconds=seconds)
+
+
+def _hint(text: str, length: timedelta | None) -> str:
+    """The fix of a common slip, spelled out: a number without its unit, or a duration as
+    Go writes it (kubectl, Argo CD and Go programs print "1h0m0s")."""
+    if text.isdigit():
+        return f": {text!r} has no unit, e.g. '{text}s'"
+    if length is not None or not text or not _GO_DURATION.fullmatch(text):
+        return ""
+    try:
+        seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in _GO_PART.findall(text))
+    except ValueError:
+        return ""
+    if seconds <= 0:
+        return ""
+    whole = round(seconds * 1000)
+    parts = [(whole // 3_600_000, "h"), (whole // 60_000 % 60, "m"), (whole // 1000 % 60, "s")]
+    fix = "".join(f"{n}{u}" for n, u in [*parts, (whole % 1000, "ms")] if n)
+    if fix == text:
+        return ""
+    return f": {text!r} has a part of 0 or a fraction, as Go writes durations; write {fix!r}"
 
 
 @dataclass(frozen=True)
@@ -57,9 +84,7 @@ class Duration(CheckedAnnotation):
         except ValueError:
             length = None
         if length is None or not parse_duration(MINIMUM) <= length <= parse_duration(self.maximum):
-            # The commonest slip, a number without its unit, gets its fix spelled out.
-            hint = f": {text!r} has no unit, e.g. '{text}s'" if text.isdigit() else ""
-            raise ValueError(self.words + hint)
+            raise ValueError(self.words + _hint(text, length))
         return text
 
     def _refuse_a_number(self, value: Any) -> Any:
