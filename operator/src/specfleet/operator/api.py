@@ -1057,6 +1057,22 @@ class SELinuxOptions(SpecModel):
 
 
 class WindowsSecurityContextOptions(SpecModel):
+    rules: ClassVar[tuple[Rule[WindowsSecurityContextOptions], ...]] = (
+        Rule(
+            "!has(self.hostProcess) || !self.hostProcess",
+            "runtime.pod security contexts may not set windowsOptions.hostProcess: a host "
+            "process is the node's; leave it unset",
+            lambda w: not w.host_process,
+            ".hostProcess",
+            refusals=(
+                Refusal(
+                    "pod-host-process",
+                    {"spec.runtime.pod.securityContext": {"windowsOptions": {"hostProcess": True}}},
+                ),
+            ),
+        ),
+    )
+
     gmsa_credential_spec_name: str | None = None
     gmsa_credential_spec: str | None = None
     run_as_user_name: str | None = None
@@ -1069,6 +1085,27 @@ class Sysctl(SpecModel):
 
 
 class Capabilities(SpecModel):
+    rules: ClassVar[tuple[Rule[Capabilities], ...]] = (
+        Rule(
+            "!has(self.add) || self.add.all(c, c == 'NET_BIND_SERVICE')",
+            "runtime.pod.containerSecurityContext.capabilities.add may add only "
+            "NET_BIND_SERVICE (as Pod Security 'restricted'): remove the others",
+            lambda c: all(name == "NET_BIND_SERVICE" for name in c.add or []),
+            ".add",
+            found=lambda c: next(n for n in c.add or [] if n != "NET_BIND_SERVICE"),
+            refusals=(
+                Refusal(
+                    "pod-capability-sys-admin",
+                    {
+                        "spec.runtime.pod.containerSecurityContext": {
+                            "capabilities": {"add": ["SYS_ADMIN"]}
+                        }
+                    },
+                ),
+            ),
+        ),
+    )
+
     add: list[str] | None = None
     drop: list[str] | None = None
 
@@ -1096,6 +1133,22 @@ class PodSecurityContext(SpecModel):
 class SecurityContext(SpecModel):
     """core/v1 SecurityContext of the runtime container. Given, it replaces specfleet's
     restricted default (no privilege escalation, all capabilities dropped) field by field."""
+
+    rules: ClassVar[tuple[Rule[SecurityContext], ...]] = (
+        Rule(
+            "!has(self.privileged) || !self.privileged",
+            "runtime.pod.containerSecurityContext.privileged may not be true: a privileged "
+            "container is root on the node; leave it unset (GPUs need no privilege)",
+            lambda c: not c.privileged,
+            ".privileged",
+            refusals=(
+                Refusal(
+                    "pod-privileged",
+                    {"spec.runtime.pod.containerSecurityContext": {"privileged": True}},
+                ),
+            ),
+        ),
+    )
 
     run_as_user: int | None = Field(default=None, ge=0)
     run_as_group: int | None = Field(default=None, ge=0)
@@ -1183,12 +1236,30 @@ class Volume(SpecModel):
     # The Volume type is too large to inline in the CRD (a field per volume source,
     # each with its own schema): the schema keeps `name` and preserves the rest.
     model_config = ConfigDict(extra="allow")
+    rules: ClassVar[tuple[Rule[Volume], ...]] = (
+        Rule(
+            "!has(self.hostPath)",
+            "runtime.pod.volumes may not be hostPath: a pod holding the node's files holds "
+            "the node; use a PersistentVolumeClaim (a local PersistentVolume for node disks)",
+            lambda v: v.host_path is None,
+            refusals=(
+                Refusal(
+                    "pod-volume-host-path",
+                    {"spec.runtime.pod.volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+                ),
+            ),
+        ),
+    )
 
     name: Annotated[
         str,
         StringConstraints(max_length=63),
         Matching(DNS_1123_LABEL, "a DNS-1123 label (lower case letters, digits and '-')"),
     ]
+    # Declared (not only preserved) so that the CRD's rule can see it.
+    host_path: dict[str, Any] | None = Field(
+        default=None, description="Refused: a hostPath volume holds the node's files."
+    )
 
 
 _POD_LABEL_KEYS: Rule[dict[str, str]] = Rule(
@@ -2678,6 +2749,10 @@ RULES: list[Rule[Any]] = [
     *PodSettings.rules,
     _POD_LABEL_KEYS,
     _MOUNT_PATH,
+    *Volume.rules,
+    *SecurityContext.rules,
+    *Capabilities.rules,
+    *WindowsSecurityContextOptions.rules,
     *ModelCache.rules,
     *RollingUpdate.rules,
     *EnvVar.rules,

@@ -1,0 +1,96 @@
+"""What creating a SpeculativeModel may not grant: pods with the node's files, root on the
+node, added capabilities or the host's namespaces. `specfleet validate` and the CRD
+(judged by the API server's own validation code) refuse each, naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specfleet.operator.errors import validation_errors
+from tests.invalid_manifests import apply_changes
+from tests.test_cli import specfleet
+from tests.test_crd import crdcheck
+
+BIDIRECTIONAL = {"name": "host", "mountPath": "/host", "mountPropagation": "Bidirectional"}
+# The escalations of issue 42, item 1, and what the refusal must say.
+ESCALATIONS: dict[str, tuple[dict[str, Any], str]] = {
+    "host-root": (
+        {
+            "spec.runtime.pod.volumes": [{"name": "host", "hostPath": {"path": "/"}}],
+            "spec.runtime.pod.volumeMounts": [BIDIRECTIONAL],
+        },
+        "runtime.pod.volumes may not be hostPath",
+    ),
+    "containerd-socket": (
+        {
+            "spec.runtime.pod.volumes": [
+                {"name": "host", "hostPath": {"path": "/run/containerd/containerd.sock"}}
+            ],
+            "spec.runtime.pod.volumeMounts": [BIDIRECTIONAL],
+        },
+        "runtime.pod.volumes may not be hostPath",
+    ),
+    "privileged": (
+        {"spec.runtime.pod.containerSecurityContext": {"privileged": True}},
+        "runtime.pod.containerSecurityContext.privileged may not be true",
+    ),
+    "sys-admin": (
+        {
+            "spec.runtime.pod.containerSecurityContext": {
+                "capabilities": {"add": ["NET_BIND_SERVICE", "SYS_ADMIN"]}
+            }
+        },
+        "capabilities.add may add only NET_BIND_SERVICE",
+    ),
+    "windows-host-process": (
+        {"spec.runtime.pod.containerSecurityContext": {"windowsOptions": {"hostProcess": True}}},
+        "may not set windowsOptions.hostProcess",
+    ),
+}
+# Not in the API at all: refused offline as unknown fields, and by the API server's
+# strict field validation (kubectl's default) rather than by a rule.
+HOST_NAMESPACES = ["hostNetwork", "hostPID", "hostIPC", "hostUsers"]
+
+
+@pytest.mark.parametrize("case", sorted(ESCALATIONS))
+def test_validate_refuses_each_escalation_naming_the_field(
+    tmp_path: Path, peagle_manifest: dict[str, Any], case: str
+) -> None:
+    changes, message = ESCALATIONS[case]
+    manifest = apply_changes(peagle_manifest, changes)
+    errors = validation_errors(manifest)
+    assert any(message in error and "spec.runtime.pod" in error for error in errors), errors
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = specfleet("validate", path)
+    assert result.exit_code == 1 and message in result.output
+
+
+@pytest.mark.parametrize("field", HOST_NAMESPACES)
+def test_validate_refuses_host_namespaces(peagle_manifest: dict[str, Any], field: str) -> None:
+    manifest = apply_changes(peagle_manifest, {f"spec.runtime.pod.{field}": True})
+    assert any(f"spec.runtime.pod.{field}" in error for error in validation_errors(manifest))
+
+
+def test_the_crd_refuses_what_validate_refuses(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    cases = sorted(ESCALATIONS)
+    manifests = [apply_changes(peagle_manifest, ESCALATIONS[case][0]) for case in cases]
+    restricted = {
+        "spec.runtime.pod.containerSecurityContext": {
+            "privileged": False,
+            "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL"]},
+        },
+        "spec.runtime.pod.volumes": [{"name": "scratch", "emptyDir": {}}],
+    }
+    allowed = apply_changes(peagle_manifest, restricted)
+    assert validation_errors(allowed) == []
+    report = crdcheck(tmp_path, *manifests, allowed)
+    for case, errors in zip(cases, report["objects"], strict=False):
+        assert any(ESCALATIONS[case][1] in error for error in errors), (case, errors)
+    assert report["objects"][-1] == []
