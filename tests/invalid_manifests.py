@@ -26,6 +26,9 @@ class InvalidCase:
     # Refused by the API server's strict field validation (kubectl's default), which
     # prunes rather than refuses inside the schema code that crdcheck runs.
     unknown_field: bool = False
+    # Refused by the API server's check of a map-list's keys (two items of one name),
+    # which it runs after the schema code that crdcheck runs.
+    duplicate_key: bool = False
 
 
 def apply_changes(manifest: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -43,6 +46,12 @@ def apply_changes(manifest: dict[str, Any], changes: dict[str, Any]) -> dict[str
 
 
 INVALID_CASES = [
+    InvalidCase(
+        "env-name-twice",
+        {"spec.runtime.env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]},
+        "env",
+        duplicate_key=True,
+    ),
     InvalidCase("max-above-32", {"spec.speculation.maxTokens": 33}, "maxTokens"),
     InvalidCase("tokens-zero", {"spec.speculation.tokens": 0}, "tokens"),
     InvalidCase("tokens-not-int", {"spec.speculation.tokens": "five"}, "tokens"),

@@ -940,6 +940,32 @@ class EnvVar(SpecModel):
     )
 
 
+@dataclass(frozen=True)
+class UniqueNames(CheckedAnnotation):
+    """A list of named items keyed by name, as Kubernetes keys it (server-side apply
+    refuses two items of one name): a map-list in the CRD, checked offline in words."""
+
+    what: str
+
+    def check(self, items: list[Any]) -> list[Any]:
+        names = [item.name for item in items]
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            raise ValueError(
+                f"must not name a {self.what} twice (found {twice!r} twice): Kubernetes keys "
+                "them by name and refuses the pods; keep one"
+            )
+        return items
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        json_schema = handler(schema)
+        json_schema["x-kubernetes-list-type"] = "map"
+        json_schema["x-kubernetes-list-map-keys"] = ["name"]
+        return json_schema
+
+
 class Toleration(SpecModel):
     key: str | None = None
     operator: Literal["Exists", "Equal"] | None = None
@@ -1659,7 +1685,9 @@ class Runtime(SpecModel):
         f"{MAX_ARG_LENGTH} characters (a longer value, such as a chat template, belongs in a "
         "file in the image).",
     )
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment.")
+    env: Annotated[list[EnvVar], UniqueNames("variable")] = Field(
+        default_factory=list, description="Extra environment."
+    )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the server.")
     node_selector: Annotated[
         dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _NODE_SELECTOR_KEYS
