@@ -205,3 +205,39 @@ def test_a_status_k_out_of_range_is_refused_naming_it(
     result = specfleet(command, path)
     assert_refused_in_words(result, path)
     assert "status.speculation." in result.output and "valid\n" not in result.output
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_standard_input_and_a_kind_list_are_read(
+    peagle_manifest: dict[str, Any], command: str
+) -> None:
+    """`-` is standard input, as kubectl's `-f -`; a `kind: List` (kubectl get -o yaml)
+    holds its models as items."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": [peagle_manifest]}
+    for text in (yaml.safe_dump(peagle_manifest), yaml.safe_dump(listed)):
+        result = CliRunner().invoke(app, [command, "-"], input=text)
+        assert result.exit_code == 0, result.output
+        if command == "render":
+            kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout)]
+            assert kinds == ["Deployment", "Deployment", "Service"], result.output
+
+
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_a_model_given_twice_in_one_file_is_refused(
+    tmp_path: Path, peagle_manifest: dict[str, Any], command: str
+) -> None:
+    path = write(tmp_path, "m.yaml", peagle_manifest, peagle_manifest)
+    result = specfleet(command, path)
+    assert result.exit_code == 1
+    name = peagle_manifest["metadata"]["name"]
+    assert f"({name}): model {name} is given twice in the same namespace" in result.output
+    if command == "render":
+        assert "kind: Deployment" not in result.output
+
+
+def test_render_writes_no_owner_reference_without_a_uid(peagle_manifest: dict[str, Any]) -> None:
+    """Offline the model has no uid, and the API server refuses an owner reference whose
+    uid is empty: the children are rendered without one."""
+    result = CliRunner().invoke(app, ["render", "-"], input=yaml.safe_dump(peagle_manifest))
+    for child in yaml.safe_load_all(result.stdout):
+        assert child["metadata"]["ownerReferences"] == [], child["metadata"]

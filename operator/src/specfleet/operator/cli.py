@@ -40,7 +40,10 @@ def crds_command(
 
 @app.command("validate")
 def validate_command(
-    files: Annotated[list[Path], typer.Argument(help="Manifest files (YAML, multi-document).")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Manifest files (YAML, multi-document; - for standard input)."),
+    ],
 ) -> None:
     """Validate SpeculativeModel manifests offline; print each error with its field path.
 
@@ -86,7 +89,9 @@ def _name(document: Any, index: int) -> str:
 
 @app.command("render")
 def render_command(
-    file: Annotated[Path, typer.Argument(help="A SpeculativeModel manifest.")],
+    file: Annotated[
+        Path, typer.Argument(help="A SpeculativeModel manifest file (- for standard input).")
+    ],
     namespace: Annotated[str, typer.Option(help="Namespace if the manifest has none.")] = "default",
 ) -> None:
     """Print the Deployments and Service the operator would create, without a cluster."""
@@ -104,12 +109,18 @@ def render_command(
         problems += [f"{_name(document, index)}: {message}" for message in errors]
         if not errors:
             models.append(api.SpeculativeModel.model_validate(document))
-    for message in problems:
-        typer.echo(f"{file}: {message}", err=True)
     for model in models:
         model.metadata.namespace = model.metadata.namespace or namespace
+    for message in problems:
+        typer.echo(f"{file}: {message}", err=True)
+    # Models given twice or whose children would share a name: rendering them would
+    # print two objects of one name, the second replacing the first when applied.
+    clashes = manifests.collisions([(str(file), model) for model in models])
+    for message in clashes:
+        typer.echo(message, err=True)
+    for model in [] if clashes else models:
         typer.echo(yaml.safe_dump_all(render.manifests(model), sort_keys=False), nl=False)
-    raise typer.Exit(1 if problems else 0)
+    raise typer.Exit(1 if problems or clashes else 0)
 
 
 @app.command("operator")

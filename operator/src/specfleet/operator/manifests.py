@@ -5,6 +5,7 @@ each document sorted into ours, near misses of our kind, and others."""
 from __future__ import annotations
 
 import difflib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,15 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# The path that names standard input, as kubectl's `-f -`.
+STDIN = Path("-")
+
+
 def read_documents(path: Path) -> list[Any]:
-    """The file's YAML documents (empty ones left out); ManifestError says why not."""
+    """The file's YAML documents (empty ones left out; STDIN: standard input's), the
+    items of a `kind: List` in its place; ManifestError says why not."""
     try:
-        text = path.read_bytes().decode()
+        text = (sys.stdin.buffer.read() if path == STDIN else path.read_bytes()).decode()
     except UnicodeDecodeError as error:
         raise ManifestError(
             f"cannot read: not UTF-8 text ({error.reason} at byte {error.start})"
@@ -54,9 +60,23 @@ def read_documents(path: Path) -> list[Any]:
         raise ManifestError(f"not YAML: {where}{error.problem or error}") from None
     except yaml.YAMLError as error:
         raise ManifestError(f"not YAML: {error}") from None
+    documents = [
+        item
+        for document in documents
+        for item in (document["items"] if _is_list(document) else [document])
+    ]
     if not documents:
         raise ManifestError("no documents in the file")
     return documents
+
+
+def _is_list(document: Any) -> bool:
+    """A `kind: List` (kubectl get -o yaml writes one): its items are the documents."""
+    return (
+        isinstance(document, dict)
+        and document.get("kind") == "List"
+        and isinstance(document.get("items"), list)
+    )
 
 
 @dataclass
@@ -96,12 +116,23 @@ def no_model_error(others: list[str]) -> str:
 
 
 def collisions(models: list[tuple[str, SpeculativeModel]]) -> list[str]:
-    """Models (each with where it was read) whose children would share a name: e.g.
-    `llama`'s canary Deployment is `llama-canary`, the stable one of a model so named."""
+    """Models (each with where it was read) given twice, or whose children would share a
+    name: e.g. `llama`'s canary Deployment is `llama-canary`, the stable one of a model so
+    named."""
     owners: dict[tuple[str, str, str], tuple[str, str]] = {}
+    seen: dict[tuple[str, str], str] = {}
     problems = []
     for where, model in models:
         namespace = model.metadata.namespace or ""
+        if (namespace, model.metadata.name) in seen:
+            problems.append(
+                f"{where} ({model.metadata.name}): model {model.metadata.name} is given twice "
+                f"in the same namespace (first in {seen[namespace, model.metadata.name]}): "
+                "applied, the second would replace the first; keep one, or give them "
+                "different names or namespaces"
+            )
+            continue
+        seen[namespace, model.metadata.name] = where
         for child in render.manifests(model):
             key = (namespace, child["kind"], child["metadata"]["name"])
             name = model.metadata.name

@@ -67,14 +67,20 @@ def scale_selector(model: SpeculativeModel) -> str:
     return ",".join(f"{key}={value}" for key, value in pod_selector(model, "stable").items())
 
 
-def owner_reference(model: SpeculativeModel) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": model.metadata.name,
-        "uid": model.metadata.uid or "",
-        "controller": True,
-    }
+def owner_references(model: SpeculativeModel) -> list[dict[str, Any]]:
+    """The model as its children's controller; none for a model not read from a cluster
+    (`specfleet render`): it has no uid yet, and the API server refuses an empty one."""
+    if not model.metadata.uid:
+        return []
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": model.metadata.name,
+            "uid": model.metadata.uid,
+            "controller": True,
+        }
+    ]
 
 
 def effective_method(model: SpeculativeModel) -> DraftMethod:
@@ -265,7 +271,7 @@ def deployment(
             "name": model.metadata.name if track == "stable" else canary_name(model.metadata.name),
             "namespace": model.metadata.namespace,
             "labels": pod_labels,
-            "ownerReferences": [owner_reference(model)],
+            "ownerReferences": owner_references(model),
         },
         "spec": {
             "replicas": replicas,
@@ -296,7 +302,7 @@ def service(model: SpeculativeModel) -> Manifest:
             "name": model.metadata.name,
             "namespace": model.metadata.namespace,
             "labels": labels(model),
-            "ownerReferences": [owner_reference(model)],
+            "ownerReferences": owner_references(model),
         },
         "spec": {
             "selector": {MODEL_LABEL: model.metadata.name},
