@@ -345,7 +345,8 @@ def test_the_env_render_sets_is_the_env_users_may_not_set(peagle_manifest: dict[
         (
             {"spec.tuning.interval": "60"},
             "spec.tuning.interval: must be a duration such as '90s', '5m' or '1h30m' (units h, "
-            "m, s, ms, in that order, no part of 0), at least 1s and at most 1h: '60' has no unit, e.g. '60s'",
+            "m, s, ms, in that order, no part of 0), at least 1s and at most 1h: '60' has no "
+            "unit, e.g. '60s'",
         ),
         (
             {"spec.tuning.interval": "1ms"},
