@@ -219,7 +219,11 @@ def test_validate_cli_reports_field_paths(tmp_path: Path, peagle_manifest: dict[
 
     bad = apply_changes(peagle_manifest, {"spec.speculation.tokens": 12})
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    result = CliRunner().invoke(app, ["validate", str(tmp_path / "bad.yaml"), *map(str, EXAMPLES)])
+    # The production example's ServiceAccount, as its install allows it (podPolicy).
+    allowed = ["--allow-service-account", "llama-70b-inference"]
+    result = CliRunner().invoke(
+        app, ["validate", str(tmp_path / "bad.yaml"), *map(str, EXAMPLES), *allowed]
+    )
     assert result.exit_code == 1
     assert (
         "spec.speculation.tokens: speculation.tokens must be between speculation.minTokens "

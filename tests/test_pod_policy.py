@@ -4,6 +4,7 @@ node, added capabilities or the host's namespaces. `specfleet validate` and the 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,11 @@ import pytest
 import yaml
 
 from specfleet.operator.errors import validation_errors
+from specfleet.operator.fleet import Fleet
+from specfleet.operator.pod_policy import PodPolicy
+from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 from tests.invalid_manifests import apply_changes
+from tests.test_chart import container, rendered
 from tests.test_cli import specfleet
 from tests.test_crd import crdcheck
 
@@ -94,3 +99,77 @@ def test_the_crd_refuses_what_validate_refuses(
     for case, errors in zip(cases, report["objects"], strict=False):
         assert any(ESCALATIONS[case][1] in error for error in errors), (case, errors)
     assert report["objects"][-1] == []
+
+
+# What only the operator's install may allow (the chart's podPolicy).
+IDENTITIES: dict[str, tuple[dict[str, Any], str]] = {
+    "service-account": (
+        {"spec.runtime.pod.serviceAccountName": "cluster-admin-bot"},
+        "spec.runtime.pod.serviceAccountName: 'cluster-admin-bot' is not a ServiceAccount",
+    ),
+    "secret-volume": (
+        {"spec.runtime.pod.volumes": [{"name": "keys", "secret": {"secretName": "other-team"}}]},
+        "spec.runtime.pod.volumes[0].secret: this operator's install allows no Secret",
+    ),
+    "token-for-another-audience": (
+        {
+            "spec.runtime.pod.volumes": [
+                {
+                    "name": "token",
+                    "projected": {
+                        "sources": [{"serviceAccountToken": {"audience": "vault", "path": "t"}}]
+                    },
+                }
+            ]
+        },
+        "spec.runtime.pod.volumes[0].projected: this operator's install allows no Secret",
+    ),
+}
+ALLOWING = ["--allow-service-account", "cluster-admin-bot", "--allow-secret-volumes"]
+
+
+@pytest.mark.parametrize("case", sorted(IDENTITIES))
+def test_validate_refuses_an_identity_the_install_does_not_allow(
+    tmp_path: Path, peagle_manifest: dict[str, Any], case: str
+) -> None:
+    changes, message = IDENTITIES[case]
+    path = tmp_path / "model.yaml"
+    path.write_text(yaml.safe_dump(apply_changes(peagle_manifest, changes)))
+    refused = specfleet("validate", path)
+    assert refused.exit_code == 1 and message in refused.output, refused.output
+    assert specfleet("validate", path, *ALLOWING).exit_code == 0
+
+
+@pytest.mark.parametrize("case", sorted(IDENTITIES))
+def test_the_operator_refuses_an_identity_the_install_does_not_allow(
+    peagle_manifest: dict[str, Any], case: str
+) -> None:
+    changes, message = IDENTITIES[case]
+    name = peagle_manifest["metadata"]["name"]
+    allowing = PodPolicy(frozenset(["cluster-admin-bot"]), secret_volumes=True)
+    for policy, applied in ((PodPolicy(), False), (allowing, True)):
+        cluster = FakeCluster()
+        fleet = Fleet(cluster, ScriptedEvaluator(), pod_policy=policy)  # type: ignore[arg-type]
+        cluster.create_model(apply_changes(peagle_manifest, changes))
+        cluster.deliver(fleet)
+        asyncio.run(fleet.reconcile(("team", name)))
+        assert (("Deployment", "team", name) in cluster.objects) is applied
+        degraded = next(
+            c for c in cluster.model(name)["status"]["conditions"] if c["type"] == "Degraded"
+        )
+        if applied:
+            assert degraded["status"] == "False"
+        else:
+            assert degraded["status"] == "True" and degraded["reason"] == "PodPolicyRefused"
+            assert message in degraded["message"]
+
+
+def test_the_chart_passes_its_pod_policy_to_the_operator() -> None:
+    values = ['podPolicy.serviceAccounts=["weights-reader"]', "podPolicy.secretVolumes=true"]
+    args = container(rendered(set_json=values))["args"]
+    assert [a for a in args if a.startswith("--allow") or a == "weights-reader"] == [
+        "--allow-service-account",
+        "weights-reader",
+        "--allow-secret-volumes",
+    ]
+    assert not any(a.startswith("--allow") for a in container(rendered())["args"])

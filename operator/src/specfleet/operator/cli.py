@@ -12,8 +12,26 @@ from pydantic import ValidationError
 
 from specfleet.operator import api, crd, logs, manifests, render
 from specfleet.operator.errors import describe, validation_errors
+from specfleet.operator.pod_policy import PodPolicy
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+
+# The operator install's pod policy (the chart's podPolicy), taken by `validate` too.
+AllowServiceAccount = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--allow-service-account",
+        help="A ServiceAccount models' pods may run as besides the namespace's default "
+        "(repeatable).",
+    ),
+]
+AllowSecretVolumes = Annotated[
+    bool, typer.Option(help="Let models' pods mount Secret and projected volumes.")
+]
+
+
+def _pod_policy(accounts: list[str] | None, secret_volumes: bool) -> PodPolicy:
+    return PodPolicy(frozenset(accounts or []), secret_volumes)
 
 
 @app.command("crds")
@@ -44,12 +62,16 @@ def validate_command(
         list[Path],
         typer.Argument(help="Manifest files (YAML, multi-document; - for standard input)."),
     ],
+    allow_service_account: AllowServiceAccount = None,
+    allow_secret_volumes: AllowSecretVolumes = False,
 ) -> None:
     """Validate SpeculativeModel manifests offline; print each error with its field path.
 
     Exits 1 when any file is unreadable, holds no SpeculativeModel or a misspelt kind,
-    or a model is invalid; models of all the files whose children would share a name
-    are refused too."""
+    or a model is invalid or asks for more than the pod policy allows (the operator's
+    install: its --allow-* flags); models of all the files whose children would share a
+    name are refused too."""
+    policy = _pod_policy(allow_service_account, allow_secret_volumes)
     invalid = 0
     valid: list[tuple[str, api.SpeculativeModel]] = []
     for path in files:
@@ -68,6 +90,8 @@ def validate_command(
         for index, document in found.ours:
             name = _name(document, index)
             errors = validation_errors(document)
+            if not errors:
+                errors = policy.refusals(api.SpeculativeModel.model_validate(document).spec)
             for message in errors:
                 typer.echo(f"{path} ({name}): {message}", err=True)
             if errors:
@@ -186,6 +210,8 @@ def operator_command(
             help="A Prometheus URL models may query (repeatable); none: any http(s) URL.",
         ),
     ] = None,
+    allow_service_account: AllowServiceAccount = None,
+    allow_secret_volumes: AllowSecretVolumes = False,
     schedule_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -260,6 +286,7 @@ def operator_command(
             Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
             period=period,
             schedule_key=schedule_key,
+            pod_policy=_pod_policy(allow_service_account, allow_secret_volumes),
         ),
         election,
         scan_namespaces=any(c in n for n in namespaces for c in "*?["),

@@ -45,6 +45,7 @@ from specfleet.operator.evaluation import Evaluator, scrape_targets
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
 from specfleet.operator.kube import Cluster, Conflict, Gone, NotLeading
 from specfleet.operator.outcomes import Action
+from specfleet.operator.pod_policy import NOTHING_MORE, PodPolicy
 from specfleet.operator.status import (
     ObservedChildren,
     PodStart,
@@ -98,6 +99,10 @@ class ModelRecord:
 
 class Forgotten(Exception):
     """The model was forgotten while its reconcile ran."""
+
+
+class PodPolicyRefused(Exception):
+    """The model's pods would hold what the operator's install does not allow."""
 
 
 @dataclass
@@ -266,8 +271,10 @@ class Fleet:
         period: float = 5.0,
         resync_period: float = RESYNC_SECONDS,
         schedule_key: bytes | None = None,
+        pod_policy: PodPolicy = NOTHING_MORE,
     ) -> None:
         self.cluster = cluster
+        self.pod_policy = pod_policy
         # Derives each model's credential for its pods' hot-schedule endpoint; without
         # it, models asking for hot switching fall back to restarts.
         self.schedule_key = schedule_key
@@ -391,6 +398,9 @@ class Fleet:
         failure: ReconcileFailure | None = None
         in_status = False  # the decision is written
         try:
+            refused = self.pod_policy.refusals(model.spec)
+            if refused:
+                raise PodPolicyRefused(_one_line("; ".join(refused)))
             manifests = render.manifests(model, credential)
             if handing or self._changes_children(key, recorded, model, manifests, credential):
                 # Record the decision before acting on it: children applied from a
@@ -416,6 +426,8 @@ class Fleet:
             failure = await self._apply_children(record, key, body, manifests)
             if handing and credential is not None and failure is None:
                 model = await self._hand_schedule(model, credential)
+        except PodPolicyRefused as error:
+            failure = ReconcileFailure("PodPolicyRefused", str(error))
         except ValueError as error:  # the model's config does not render
             failure = ReconcileFailure("RenderFailed", _one_line(str(error)))
         except ApiException as error:
