@@ -255,6 +255,25 @@ def test_schema_refuses_bad_values(assignment: str, field: str) -> None:
     assert field in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("monitor", "interval", "timeout"),
+    [("podMonitor", "15s", "20s"), ("serviceMonitor", "1m", "1m0s500ms")],
+)
+def test_a_scrape_timeout_above_its_interval_is_refused(
+    monitor: str, interval: str, timeout: str
+) -> None:
+    """Prometheus drops a scrape config whose timeout exceeds its interval: the chart
+    refuses it at install instead."""
+    values = [f"{monitor}.enabled=true", f'{monitor}.interval="{interval}"']
+    result = render(set_json=[*values, f'{monitor}.scrapeTimeout="{timeout}"'], check=False)
+    assert result.returncode != 0
+    assert (
+        f"{monitor}.scrapeTimeout ({timeout}) must not exceed {monitor}.interval ({interval})"
+        in result.stderr
+    ), result.stderr
+    rendered(set_json=[*values, f'{monitor}.scrapeTimeout="{interval}"'])
+
+
 def test_equal_ports_are_refused() -> None:
     result = render(set_json=["metrics.port=9000", "health.port=9000"], check=False)
     assert result.returncode != 0

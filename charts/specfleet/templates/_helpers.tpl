@@ -146,3 +146,24 @@ and every kind not listed here.
 - --all-namespaces
 {{- end }}
 {{- end -}}
+
+{{/* A Prometheus duration ("1m30s", the schema's pattern) in milliseconds. */}}
+{{- define "specfleet.durationMs" -}}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 "y" 31536000000 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w|y)" . -1 -}}
+{{- $number := regexFind "^[0-9]+" . -}}
+{{- $total = add $total (mul (int64 $number) (get $units (trimPrefix $number .))) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* Fails when a monitor's scrapeTimeout exceeds its interval, which Prometheus refuses
+(the monitor's scrape config is dropped). Takes the values' key and the monitor's values. */}}
+{{- define "specfleet.scrapeTimeoutFits" -}}
+{{- $key := index . 0 -}}
+{{- $monitor := index . 1 -}}
+{{- if gt (int64 (include "specfleet.durationMs" $monitor.scrapeTimeout)) (int64 (include "specfleet.durationMs" $monitor.interval)) -}}
+{{- fail (printf "%s.scrapeTimeout (%s) must not exceed %s.interval (%s): Prometheus refuses a scrape longer than its interval" $key $monitor.scrapeTimeout $key $monitor.interval) -}}
+{{- end -}}
+{{- end -}}
