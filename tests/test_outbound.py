@@ -7,16 +7,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import socket
 import time
 from typing import Any
 
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import ValidationError
 
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.evaluation import Evaluator, Outbound
-from specfleet.operator.metrics import ScrapeTarget, scrape
+from specfleet.operator.metrics import (
+    NoMetadataResolver,
+    ScrapeTarget,
+    metadata_address,
+    query_prometheus,
+    scrape,
+)
+from specfleet.operator.observations import SourceUnavailable
 from specfleet.operator.status import ObservedChildren
 from tests.hostile_servers import SECRET, redirector, secret_holder, serving, tarpit
 from tests.test_chart import container, render, rendered
@@ -250,3 +259,49 @@ def test_the_chart_refuses_a_prometheus_url_the_crd_would() -> None:
         set_json=['evaluation.allowedPrometheusUrls=["http://prometheus:9090/?x="]'], check=False
     )
     assert result.returncode != 0 and "allowedPrometheusUrls" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::ffff:169.254.169.254]:80",
+        "http://[fe80::1%25eth0]:9090",
+        "http://[fd00:ec2::254]",
+    ],
+)
+def test_a_metadata_address_is_never_connected_to(url: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(SourceUnavailable, match=r": unreachable$"):
+        asyncio.run(query_prometheus(url, "ns", "m", timeout=10))
+    assert time.monotonic() - started < 1
+
+
+def test_a_name_resolving_to_a_metadata_address_is_refused() -> None:
+    class Metadata(AbstractResolver):
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            return [
+                {
+                    "hostname": host,
+                    "host": "169.254.169.254",
+                    "port": port,
+                    "family": family,
+                    "proto": 0,
+                    "flags": 0,
+                }
+            ]
+
+        async def close(self) -> None:
+            pass
+
+    async def main() -> None:
+        resolver = NoMetadataResolver()
+        resolver._resolver = Metadata()  # type: ignore[assignment]
+        await resolver.resolve("metadata.google.internal", 80)
+
+    with pytest.raises(OSError, match="link-local or metadata"):
+        asyncio.run(main())
+    assert not metadata_address("10.0.0.1") and not metadata_address("prometheus.monitoring")

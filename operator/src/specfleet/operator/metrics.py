@@ -6,14 +6,18 @@ into windows is `observations`' job, judging them `stats` and `tuner`'s.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import re
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.operator.api import LeftOutReason
@@ -49,6 +53,42 @@ NOT_A_QUERY_RESULT = "not a query result"
 
 class Unanswered(ValueError):
     """A Prometheus answer that is not a query result, in fixed words (see UNREACHABLE)."""
+
+
+# Cloud metadata services (instance credentials): link-local, and AWS's IPv6 address.
+_METADATA = ipaddress.ip_address("fd00:ec2::254")
+
+
+def metadata_address(host: str) -> bool:
+    """`host` is an address no Prometheus has: a link-local one (169.254.169.254, where
+    clouds hand out the node's credentials) or a metadata service's."""
+    try:
+        address = ipaddress.ip_address(host.split("%")[0])  # less an IPv6 zone
+    except ValueError:
+        return False  # a name: judged by what it resolves to
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_link_local or address == _METADATA
+
+
+class NoMetadataResolver(AbstractResolver):
+    """Resolves as aiohttp does, refusing a name that resolves to a metadata address:
+    checked on the addresses the connection then uses, so a name cannot change between
+    the check and the connect."""
+
+    def __init__(self) -> None:
+        self._resolver = aiohttp.DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._resolver.resolve(host, port, family)
+        if any(metadata_address(result["host"]) for result in found):
+            raise OSError(f"{host} resolves to a link-local or metadata address")
+        return found
+
+    async def close(self) -> None:
+        await self._resolver.close()
 
 
 # The metric name a line is about: a sample's name, or the name in `# TYPE` / `# HELP`.
@@ -233,8 +273,12 @@ async def query_prometheus(url: str, namespace: str, model: str, timeout: float)
     """
     endpoint = url.rstrip("/") + "/api/v1/query"
     try:
+        # An address literal is never resolved: checked here.
+        if metadata_address(urlsplit(url).hostname or ""):
+            raise aiohttp.ClientError("a link-local or metadata address")
+        connector = aiohttp.TCPConnector(resolver=NoMetadataResolver())
         async with (
-            aiohttp.ClientSession() as session,
+            aiohttp.ClientSession(connector=connector) as session,
             session.get(
                 endpoint,
                 params={"query": prometheus_query(namespace, model)},
