@@ -203,6 +203,10 @@ class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         assert self.loader is not None
+        # The module keeps its own loader (source lookups, reloads); this one is done.
+        module.__loader__ = self.loader
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.loader
         self.loader.exec_module(module)
         self.then(module)
 
