@@ -974,9 +974,45 @@ class Toleration(SpecModel):
     toleration_seconds: int | None = None
 
 
+# Resource names as the API server takes them: cpu, memory, ephemeral-storage,
+# hugepages-<size>, or an extended resource (a domain-prefixed name: nvidia.com/gpu).
+RESOURCE_NAME = (
+    "^(cpu|memory|ephemeral-storage|hugepages-[0-9]+([KMGTPE]i|[kMGTPE])?|"
+    "[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
+)
+RESOURCES_MAX = 16
+
+
+def _unknown_resource(r: Resources) -> str | None:
+    names = [*r.requests, *r.limits]
+    return next((name for name in names if not re.fullmatch(RESOURCE_NAME, name)), None)
+
+
 class Resources(SpecModel):
-    requests: dict[str, Quantity] = Field(default_factory=dict)
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    rules: ClassVar[tuple[Rule[Resources], ...]] = (
+        Rule(
+            f"self.requests.all(k, k.matches('{RESOURCE_NAME}')) && "
+            f"self.limits.all(k, k.matches('{RESOURCE_NAME}'))",
+            "runtime.resources names cpu, memory, ephemeral-storage, hugepages-<size> or an "
+            "extended resource with its domain (example.com/name): the API server refuses "
+            "other names",
+            lambda r: _unknown_resource(r) is None,
+            found=lambda r: repr(_unknown_resource(r)),
+            refusals=(
+                Refusal(
+                    "resources-misspelt-name",
+                    {"spec.runtime.resources": {"requests": {"memroy": "1Gi"}}},
+                ),
+            ),
+        ),
+    )
+
+    requests: Annotated[dict[str, Quantity], Field(max_length=RESOURCES_MAX)] = Field(
+        default_factory=dict
+    )
+    limits: Annotated[dict[str, Quantity], Field(max_length=RESOURCES_MAX)] = Field(
+        default_factory=dict
+    )
 
 
 _NODE_SELECTOR_KEYS: Rule[dict[str, str]] = Rule(
@@ -2773,6 +2809,7 @@ RULES: list[Rule[Any]] = [
     *Schedule.rules,
     *Speculation.rules,
     *Runtime.rules,
+    *Resources.rules,
     _NODE_SELECTOR_KEYS,
     *PodSettings.rules,
     _POD_LABEL_KEYS,
