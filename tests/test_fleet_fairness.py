@@ -14,6 +14,7 @@ from specfleet.operator.keys import Key
 from specfleet.operator.workqueue import CONCURRENT_RECONCILES, WorkQueue, without_slot
 from tests.fake_cluster import FakeCluster
 from tests.hostile_servers import tarpit
+from tests.test_fleet import tokens_in
 
 HOGS = 3 * CONCURRENT_RECONCILES  # 48
 TIMEOUT = 20.0  # each hog's query waits this long: the operator's ceiling, and theirs
@@ -34,7 +35,7 @@ def test_a_new_models_children_come_while_48_models_wait_on_a_tarpit(
     cluster = FakeCluster()
     fleet = Fleet(cluster, Evaluator(Outbound(max_timeout=TIMEOUT)))  # type: ignore[arg-type]
 
-    async def main() -> float:
+    async def main() -> tuple[float, float]:
         stop = asyncio.Event()
         running: asyncio.Task[None] | None = None
         try:  # leaving the tarpit closes it: the hogs' queries end at once, unreachable
@@ -55,16 +56,24 @@ def test_a_new_models_children_come_while_48_models_wait_on_a_tarpit(
                 cluster.create_model(peagle_manifest, namespace="team")
                 cluster.deliver(fleet)
                 name = peagle_manifest["metadata"]["name"]
-                return await _until(
+                created = await _until(
                     lambda: ("Deployment", "team", name) in cluster.objects, within=TIMEOUT * 2
                 )
+                # And a change of its K (as a rollback's) reaches its pods as soon.
+                cluster.edit_spec(name, lambda spec: spec["speculation"].update(tokens=5))
+                cluster.deliver(fleet)
+                changed = await _until(
+                    lambda: tokens_in(cluster.stable_args(name)) == 5, within=TIMEOUT * 2
+                )
+                return created, changed
         finally:
             stop.set()
             if running is not None:
                 await asyncio.wait_for(running, timeout=TIMEOUT)
 
-    waited = asyncio.run(main())
-    assert waited < 2.0, f"the new model's Deployment came {waited:.1f}s after it"
+    created, changed = asyncio.run(main())
+    assert created < 2.0, f"the new model's Deployment came {created:.1f}s after it"
+    assert changed < 2.0, f"its new K reached its Deployment {changed:.1f}s after the edit"
 
 
 def test_a_model_woken_while_its_reconcile_waits_runs_again_after_it_not_beside() -> None:
