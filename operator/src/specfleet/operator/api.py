@@ -1932,6 +1932,22 @@ class SpeculativeModelSpec(SpecModel):
             ),
         ),
         Rule(
+            "self.speculation.schedule.mode != 'Learned' || self.tuning.enabled",
+            "speculation.schedule mode Learned needs tuning.enabled: the tuner learns it, and "
+            "with tuning off it would never be learned (for bands as written, mode Fixed)",
+            lambda s: s.speculation.schedule.mode is not ScheduleMode.LEARNED or s.tuning.enabled,
+            ".speculation.schedule.mode",
+            refusals=(
+                Refusal(
+                    "learned-schedule-without-tuning",
+                    {
+                        "spec.tuning.enabled": False,
+                        "spec.speculation.schedule": {"mode": "Learned"},
+                    },
+                ),
+            ),
+        ),
+        Rule(
             "!has(self.draft.rejectionSampleMethod) || "
             "self.draft.rejectionSampleMethod != 'fly' || self.speculation.minTokens >= 2",
             "speculation.minTokens must be at least 2 with draft.rejectionSampleMethod fly "
@@ -2788,6 +2804,14 @@ class SpeculativeModel(ApiModel, RuledModel):
             lambda m: bool(re.fullmatch(DNS_1035_LABEL, m.metadata.name)),
             found=lambda m: repr(m.metadata.name),
             refusals=(Refusal("name-not-dns-label", {"metadata.name": "Llama_8B"}),),
+        ),
+        Rule(
+            "self.metadata.name != 'vllm'",
+            "metadata.name may not be vllm: the model's Service would be named vllm, and "
+            "Kubernetes then sets VLLM_PORT=tcp://... in the namespace's pods, which vLLM "
+            "reads as its own port setting and refuses at start; name the model otherwise",
+            lambda m: m.metadata.name != "vllm",
+            refusals=(Refusal("name-vllm", {"metadata.name": "vllm"}),),
         ),
     )
 
