@@ -124,8 +124,17 @@ IDENTITIES: dict[str, tuple[dict[str, Any], str]] = {
         },
         "spec.runtime.pod.volumes[0].projected: this operator's install allows no Secret",
     ),
+    "host-path-cache": (
+        {"spec.runtime.modelCache": {"hostPath": "/"}},
+        "spec.runtime.modelCache.hostPath: this operator's install allows no model cache",
+    ),
 }
-ALLOWING = ["--allow-service-account", "cluster-admin-bot", "--allow-secret-volumes"]
+ALLOWING = [
+    "--allow-service-account",
+    "cluster-admin-bot",
+    "--allow-secret-volumes",
+    "--allow-host-path-cache",
+]
 
 
 @pytest.mark.parametrize("case", sorted(IDENTITIES))
@@ -146,7 +155,7 @@ def test_the_operator_refuses_an_identity_the_install_does_not_allow(
 ) -> None:
     changes, message = IDENTITIES[case]
     name = peagle_manifest["metadata"]["name"]
-    allowing = PodPolicy(frozenset(["cluster-admin-bot"]), secret_volumes=True)
+    allowing = PodPolicy(frozenset(["cluster-admin-bot"]), True, host_path_cache=True)
     for policy, applied in ((PodPolicy(), False), (allowing, True)):
         cluster = FakeCluster()
         fleet = Fleet(cluster, ScriptedEvaluator(), pod_policy=policy)  # type: ignore[arg-type]
@@ -165,11 +174,16 @@ def test_the_operator_refuses_an_identity_the_install_does_not_allow(
 
 
 def test_the_chart_passes_its_pod_policy_to_the_operator() -> None:
-    values = ['podPolicy.serviceAccounts=["weights-reader"]', "podPolicy.secretVolumes=true"]
+    values = [
+        'podPolicy.serviceAccounts=["weights-reader"]',
+        "podPolicy.secretVolumes=true",
+        "podPolicy.hostPathCache=true",
+    ]
     args = container(rendered(set_json=values))["args"]
     assert [a for a in args if a.startswith("--allow") or a == "weights-reader"] == [
         "--allow-service-account",
         "weights-reader",
         "--allow-secret-volumes",
+        "--allow-host-path-cache",
     ]
     assert not any(a.startswith("--allow") for a in container(rendered())["args"])

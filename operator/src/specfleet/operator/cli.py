@@ -28,10 +28,13 @@ AllowServiceAccount = Annotated[
 AllowSecretVolumes = Annotated[
     bool, typer.Option(help="Let models' pods mount Secret and projected volumes.")
 ]
+AllowHostPathCache = Annotated[
+    bool, typer.Option(help="Let models keep their cache in a node's directory.")
+]
 
 
-def _pod_policy(accounts: list[str] | None, secret_volumes: bool) -> PodPolicy:
-    return PodPolicy(frozenset(accounts or []), secret_volumes)
+def _pod_policy(accounts: list[str] | None, secret_volumes: bool, cache: bool) -> PodPolicy:
+    return PodPolicy(frozenset(accounts or []), secret_volumes, cache)
 
 
 @app.command("crds")
@@ -64,6 +67,7 @@ def validate_command(
     ],
     allow_service_account: AllowServiceAccount = None,
     allow_secret_volumes: AllowSecretVolumes = False,
+    allow_host_path_cache: AllowHostPathCache = False,
 ) -> None:
     """Validate SpeculativeModel manifests offline; print each error with its field path.
 
@@ -71,7 +75,7 @@ def validate_command(
     or a model is invalid or asks for more than the pod policy allows (the operator's
     install: its --allow-* flags); models of all the files whose children would share a
     name are refused too."""
-    policy = _pod_policy(allow_service_account, allow_secret_volumes)
+    policy = _pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache)
     invalid = 0
     valid: list[tuple[str, api.SpeculativeModel]] = []
     for path in files:
@@ -212,6 +216,7 @@ def operator_command(
     ] = None,
     allow_service_account: AllowServiceAccount = None,
     allow_secret_volumes: AllowSecretVolumes = False,
+    allow_host_path_cache: AllowHostPathCache = False,
     schedule_key_file: Annotated[
         Path | None,
         typer.Option(
@@ -286,7 +291,9 @@ def operator_command(
             Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
             period=period,
             schedule_key=schedule_key,
-            pod_policy=_pod_policy(allow_service_account, allow_secret_volumes),
+            pod_policy=_pod_policy(
+                allow_service_account, allow_secret_volumes, allow_host_path_cache
+            ),
         ),
         election,
         scan_namespaces=any(c in n for n in namespaces for c in "*?["),

@@ -1,8 +1,9 @@
 """What a platform team lets a model's pods hold beyond what the CRD refuses for every
 install: another ServiceAccount's identity, Secret volumes, projected volumes (which mint
-ServiceAccount tokens for any audience). The operator refuses a model asking for more
-before applying any child, and `specfleet validate` given the same allowances (the
-chart's podPolicy values, the operator's flags) refuses it in the same words."""
+ServiceAccount tokens for any audience), a model cache in a node's directory. The
+operator refuses a model asking for more before applying any child, and `specfleet
+validate` given the same allowances (the chart's podPolicy values, the operator's flags)
+refuses it in the same words."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class PodPolicy:
 
     service_accounts: frozenset[str] = frozenset()
     secret_volumes: bool = False
+    host_path_cache: bool = False
 
     def refusals(self, spec: SpeculativeModelSpec) -> list[str]:
         """Each field the policy refuses, named, with the fix."""
@@ -43,6 +45,12 @@ class PodPolicy:
                     "podPolicy.secretVolumes); a Hugging Face token is "
                     "runtime.hfTokenSecretRef"
                 )
+        if spec.runtime.model_cache.host_path is not None and not self.host_path_cache:
+            found.append(
+                "spec.runtime.modelCache.hostPath: this operator's install allows no model "
+                "cache in a node's directory (the chart's podPolicy.hostPathCache): a "
+                "hostPath may be any of the node's files; use modelCache.claimName"
+            )
         return found
 
 
