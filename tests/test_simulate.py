@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 from collections.abc import Iterator, Mapping
@@ -593,3 +594,24 @@ def test_a_recovered_draft_is_back_at_a_good_k_within_the_documented_bound(
     )
     assert back <= bound, (back, bound)
     assert result.steady_ratio >= 0.95
+
+
+def test_k_changes_taken_hot_restart_no_pod_and_serve_more_than_restarts() -> None:
+    """restart-cost with speculation.switching Hot: the stable pod takes each new K
+    between two steps (its process never restarts after the first), so the 5-minute
+    restarts are not paid and the run serves more than with K changes by restart."""
+    restart = load_scenario(SCENARIOS / "restart-cost.yaml")
+    policy = copy.deepcopy(restart.policy)
+    policy["speculation"]["switching"] = "Hot"
+    hot = restart.model_copy(update={"policy": policy})
+    seeds = range(3)
+    by_restart = [simulate(restart, seed) for seed in seeds]
+    taken_hot = [simulate(hot, seed) for seed in seeds]
+    changed = [
+        sum(1 for a, b in itertools.pairwise(r.records) if a.tokens != b.tokens) for r in taken_hot
+    ]
+    assert all(changed), changed  # K did change, hot
+    for run in taken_hot:
+        assert all(record.goodput > 0 for record in run.records[1:])  # never a restart's gap
+    served = sum(r.goodput["achieved"] for r in taken_hot)
+    assert served > 1.01 * sum(r.goodput["achieved"] for r in by_restart)

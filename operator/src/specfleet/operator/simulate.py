@@ -26,8 +26,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specfleet.operator import schedule
+from specfleet.operator import hot_schedules, schedule
 from specfleet.operator.api import (
+    HotSchedule,
     RollbackMetric,
     ScheduledBand,
     SpeculativeModelSpec,
@@ -38,6 +39,7 @@ from specfleet.operator.configs import track_config
 from specfleet.operator.counts import Counts
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import (
+    HotTrack,
     Observation,
     PodSample,
     SpecDecodeCounters,
@@ -463,12 +465,15 @@ def _engine_window(
     configured: bool,
     drafted: int | None = None,
     share: float = 1.0,
+    hot: bool = False,
 ) -> SpecDecodeCounters:
     """One pod's counters after serving `seconds` more at K=k (k=0: no drafting; the
     spec-decode series exist only if speculation is `configured`, e.g. a schedule's K=0
-    band), its steps slowed to `share` of their speed. Every engine step serves the whole
-    batch: one draft and one inter-token latency observation per request, one
-    iteration-tokens observation per step; with no request (batch 0) no step runs."""
+    band), its steps slowed to `share` of their speed; `hot`: its engine takes K hot, so
+    its per-position counts are sized for the ceiling and keep what deeper Ks counted.
+    Every engine step serves the whole batch: one draft and one inter-token latency
+    observation per request, one iteration-tokens observation per step; with no request
+    (batch 0) no step runs."""
     step = (
         step_seconds(cost, k, batch, drafting, drafted)
         * step_jitter(rng, engine.step_noise)
@@ -489,7 +494,7 @@ def _engine_window(
         decode_steps=decode_steps,
         engine_steps=engine_steps,
     )
-    if k:  # vLLM counts the positions of the K it drafts now
+    if k and not hot:  # vLLM counts the positions of the K it drafts now
         total = replace(total, accepted_per_position=total.accepted_per_position[:k])
     return replace(
         previous.with_counts(total),
@@ -554,7 +559,9 @@ class _Simulation:
         self.status = SpeculativeModelStatus()
         self.tracker = WindowTracker()
         self.counters: dict[str, SpecDecodeCounters] = {}
-        self.pod_config: dict[str, tuple[int, tuple[ScheduledBand, ...], bool]] = {}
+        # What each pod's process was started with: K, schedule and draft, or (taking K
+        # hot: None) its draft alone. A pod restarts when it changes.
+        self.pod_config: dict[str, tuple[int | None, tuple[ScheduledBand, ...], bool]] = {}
         self.ready_at: dict[str, float] = {}  # when a restarted pod serves again
         self.serving: dict[str, float] = {}  # each pod's share of this window it served
         change = scenario.config_change
@@ -718,9 +725,14 @@ class _Simulation:
             del self.pod_config[gone]  # scaled in: a pod of that name later is a new process
         samples = []
         end = start + self.interval
+        hot = self.hot_schedule()
         for name, track, k, bands in running:
             cost, on = self.engine_of(track, phase)
-            config = (k, bands, self.new_head(track))
+            taken_hot = hot is not None and track == "stable"
+            # A pod that takes K hot runs its engine on: only its draft restarts it.
+            config = (
+                (None, (), self.new_head(track)) if taken_hot else (k, bands, self.new_head(track))
+            )
             if self.pod_config.get(name) != config:
                 # A rollout restarts the pod: a new process, its counters from zero, and
                 # (after the first window) nothing served until its weights are loaded.
@@ -744,9 +756,24 @@ class _Simulation:
                     k > 0,
                     part.drafted,
                     self.slowdown_share(start),
+                    taken_hot,
+                )
+            if taken_hot and hot is not None:
+                self.counters[name] = replace(
+                    self.counters[name], schedule_generation=hot.generation
                 )
             samples.append(PodSample(name, track, start + self.interval, self.counters[name]))
-        return self.tracker.observe(samples, {track: k for _, track, k, _ in running})
+        tokens = {track: k for _, track, k, _ in running}
+        ceiling = self.spec.speculation.max_tokens
+        hot_tracks: dict[Track, HotTrack] | None = (
+            None if hot is None else {"stable": HotTrack(hot.generation, ceiling)}
+        )
+        return self.tracker.observe(samples, tokens, hot_tracks)
+
+    def hot_schedule(self) -> HotSchedule | None:
+        """The schedule the stable pods run hot (spec.speculation.switching Hot), if so."""
+        hot = self.status.speculation.hot_schedule
+        return hot if hot is not None and hot_schedules.in_effect(self.spec, self.status) else None
 
     def slowdown_share(self, start: float) -> float:
         """The share of its tokens a pod serves in the window from `start` under the
