@@ -241,3 +241,18 @@ def test_render_writes_no_owner_reference_without_a_uid(peagle_manifest: dict[st
     result = CliRunner().invoke(app, ["render", "-"], input=yaml.safe_dump(peagle_manifest))
     for child in yaml.safe_load_all(result.stdout):
         assert child["metadata"]["ownerReferences"] == [], child["metadata"]
+
+
+def test_a_namespace_the_api_server_would_refuse_is_refused(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    bad = apply_changes(peagle_manifest, {"metadata.namespace": "Team_A"})
+    path = write(tmp_path, "m.yaml", bad)
+    result = specfleet("validate", path)
+    assert result.exit_code == 1
+    assert "metadata.namespace: must be a namespace name" in result.output
+    result = specfleet("render", REPO / "examples" / "llama-peagle.yaml", "--namespace", "Bad NS!")
+    assert result.exit_code == 2
+    assert "'Bad NS!': must be a namespace name" in " ".join(
+        result.output.replace("│", " ").split()
+    )

@@ -2780,13 +2780,21 @@ def _trial_of(
     }
 
 
+# A namespace's name, as the API server takes it (offline: `specfleet validate`, `render`).
+NamespaceName = Annotated[
+    str,
+    StringConstraints(max_length=63),
+    Matching(DNS_1123_LABEL, "a namespace name: lower case letters, digits and '-'"),
+]
+
+
 class ObjectMeta(BaseModel):
     """The parts of metadata the operator reads; the rest is kept as given."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     name: str
-    namespace: str | None = None
+    namespace: NamespaceName | None = None
     uid: str | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)

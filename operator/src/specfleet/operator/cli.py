@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from specfleet.operator import api, crd, logs, manifests, render
 from specfleet.operator.errors import describe, validation_errors
@@ -115,12 +115,22 @@ def _name(document: Any, index: int) -> str:
     return str(name) if name else f"document {index}"
 
 
+def _namespace_name(value: str) -> str:
+    try:
+        return TypeAdapter(api.NamespaceName).validate_python(value)
+    except ValidationError as error:
+        reason = describe(error.errors()[0], None).removeprefix("(document)")
+        raise typer.BadParameter(f"{value!r}{reason}") from None
+
+
 @app.command("render")
 def render_command(
     file: Annotated[
         Path, typer.Argument(help="A SpeculativeModel manifest file (- for standard input).")
     ],
-    namespace: Annotated[str, typer.Option(help="Namespace if the manifest has none.")] = "default",
+    namespace: Annotated[
+        str, typer.Option(help="Namespace if the manifest has none.", callback=_namespace_name)
+    ] = "default",
 ) -> None:
     """Print the Deployments and Service the operator would create, without a cluster."""
     try:
