@@ -46,6 +46,9 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "which field).",
         "ChildrenRefused": "The API server refused a Deployment or Service the operator "
         "wrote (quota, admission policy, RBAC); the message is the server's.",
+        "PodPolicyRefused": "The pods would hold what the operator's install does not allow "
+        "(another ServiceAccount, Secret or projected volumes, a hostPath cache: the chart's "
+        "podPolicy); no child is applied; the message names the field.",
         "RuntimeFailed": "An inference pod failed: its runtime's preflight or vLLM's start "
         "(the message is the pod's termination message, vLLM's own one-line reason).",
         "SpeculationDisabled": "The operator switched speculation off after rollbacks (not "
