@@ -256,3 +256,20 @@ def test_a_namespace_the_api_server_would_refuse_is_refused(
     assert "'Bad NS!': must be a namespace name" in " ".join(
         result.output.replace("│", " ").split()
     )
+
+
+def test_an_exponent_yaml_reads_as_a_string_is_refused_with_the_number_to_write(
+    tmp_path: Path,
+) -> None:
+    """YAML 1.1 reads `5e-1` (no dot) as a string: unquoting it, the usual fix for a
+    quoted number, would change nothing."""
+    text = (REPO / "examples" / "llama-peagle.yaml").read_text()
+    assert "minAcceptance: 0.75" in text
+    path = tmp_path / "m.yaml"
+    path.write_text(text.replace("minAcceptance: 0.75", "minAcceptance: 5e-1"))
+    result = specfleet("validate", path)
+    assert result.exit_code == 1
+    assert (
+        "spec.rollback.minAcceptance: must be a number, not the string '5e-1': YAML reads an "
+        "exponent without a dot as a string, quoted or not; write 0.5"
+    ) in " ".join(result.output.split())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from collections.abc import Iterator
@@ -35,6 +36,8 @@ METADATA_KEYS = (
     "managedFields",
 )
 # Pydantic's strict type errors, by the type they expected.
+# A number YAML 1.1 reads as a string (5e-2; 5.0e-2 is a float).
+_NO_DOT_EXPONENT = r"[-+]?[0-9]+[eE][-+]?[0-9]+"
 _TYPE_WORDS = {
     "int_type": "an integer",
     "float_type": "a number",
@@ -92,6 +95,12 @@ def _wrong_type(kind: str, value: str | int | float) -> str:
     wanted = _TYPE_WORDS[kind]
     if isinstance(value, bool):
         return f"must be {wanted}, not {str(value).lower()}"
+    if isinstance(value, str) and kind == "float_type" and re.fullmatch(_NO_DOT_EXPONENT, value):
+        # YAML 1.1 (PyYAML, kubectl) reads 5e-2 as a string: its floats need a dot.
+        return (
+            f"must be {wanted}, not the string {value!r}: YAML reads an exponent without a "
+            f"dot as a string, quoted or not; write {float(value)!r}"
+        )
     if isinstance(value, str):
         return f"must be {wanted}, not the string {value!r}: write it without quotes"
     if kind == "string_type":
