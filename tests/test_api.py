@@ -399,3 +399,14 @@ def test_a_duration_as_go_writes_it_is_refused_with_its_fix(text: str, fix: str)
         str(refused.value)
     )
     assert "no part of 0" in str(refused.value)
+
+
+def test_an_integer_beyond_int64_is_refused_where_it_is(peagle_manifest: dict[str, Any]) -> None:
+    """Python's integers have no bound and the schema's fields may not say one: the API
+    server would refuse the manifest, so validate does, naming the field."""
+    big = apply_changes(peagle_manifest, {"spec.tuning": {"minDraftTokens": 2**63}})
+    assert validation_errors(big) == [
+        f"spec.tuning.minDraftTokens: {2**63} is beyond a 64-bit integer, which the API "
+        "server refuses"
+    ]
+    assert validation_errors(apply_changes(big, {"spec.tuning.minDraftTokens": 2**63 - 1})) == []

@@ -53,12 +53,29 @@ def validation_errors(manifest: Any) -> list[str]:
     errors = [
         *_unknown_keys(manifest, TOP_LEVEL_KEYS, ""),
         *_unknown_keys(manifest.get("metadata"), METADATA_KEYS, "metadata."),
+        *_beyond_int64(manifest, ""),
     ]
     try:
         SpeculativeModel.model_validate(manifest)
     except ValidationError as error:
         errors += [describe(e) for e in error.errors()]
     return errors
+
+
+# The API server decodes JSON integers as int64 and refuses a larger one.
+_INT64 = range(-(2**63), 2**63)
+
+
+def _beyond_int64(node: Any, path: str) -> Iterator[str]:
+    """An integer anywhere in the manifest that the API server cannot hold."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _beyond_int64(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _beyond_int64(value, f"{path}[{index}]")
+    elif isinstance(node, int) and not isinstance(node, bool) and node not in _INT64:
+        yield f"{path}: {node} is beyond a 64-bit integer, which the API server refuses"
 
 
 def _unknown_keys(node: Any, known: tuple[str, ...], prefix: str) -> Iterator[str]:
