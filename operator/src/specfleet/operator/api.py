@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
+from kubernetes.utils.quantity import parse_quantity
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -81,6 +82,8 @@ _DNS_1035_WORDS = (
 # quantities (apimachinery's format, without a sign: requests and limits can't be
 # negative), label keys (an optional DNS subdomain prefix and a name) and values.
 ENV_NAME_PATTERN = r"^[ -<>-~]+$"
+# Bounds the cost of the rules that compare quantities at admission.
+QUANTITY_MAX_LENGTH = 64
 QUANTITY_PATTERN = (
     r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
@@ -119,6 +122,8 @@ def _quantity(value: str | int) -> str | int:
         if value < 0:
             raise ValueError("must not be negative")
         return value
+    if len(value) > QUANTITY_MAX_LENGTH:
+        raise ValueError(f"must be at most {QUANTITY_MAX_LENGTH} characters")
     return _QUANTITY.check(value)
 
 
@@ -145,7 +150,11 @@ Quantity = Annotated[
     AfterValidator(_quantity),
     Field(
         description="A Kubernetes resource quantity, e.g. '16Gi', 4, '500m'.",
-        json_schema_extra={"pattern": QUANTITY_PATTERN, "minimum": 0},
+        json_schema_extra={
+            "pattern": QUANTITY_PATTERN,
+            "minimum": 0,
+            "maxLength": QUANTITY_MAX_LENGTH,
+        },
     ),
 ]
 LabelValue = Annotated[
@@ -983,6 +992,19 @@ RESOURCE_NAME = (
 RESOURCES_MAX = 16
 
 
+def _request_above_limit(r: Resources) -> str | None:
+    """The first request above its limit, in words; None: none is."""
+    return next(
+        (
+            f"{name}: {request} > {r.limits[name]}"
+            for name, request in r.requests.items()
+            if name in r.limits
+            and parse_quantity(str(request)) > parse_quantity(str(r.limits[name]))
+        ),
+        None,
+    )
+
+
 def _unknown_resource(r: Resources) -> str | None:
     names = [*r.requests, *r.limits]
     return next((name for name in names if not re.fullmatch(RESOURCE_NAME, name)), None)
@@ -1002,6 +1024,25 @@ class Resources(SpecModel):
                 Refusal(
                     "resources-misspelt-name",
                     {"spec.runtime.resources": {"requests": {"memroy": "1Gi"}}},
+                ),
+            ),
+        ),
+        Rule(
+            "self.requests.all(k, !(k in self.limits) || "
+            "quantity(string(self.requests[k])).compareTo(quantity(string(self.limits[k]))) <= 0)",
+            "runtime.resources requests may not exceed their limits: the API server refuses "
+            "the pods",
+            lambda r: _request_above_limit(r) is None,
+            found=lambda r: _request_above_limit(r) or "",
+            refusals=(
+                Refusal(
+                    "resources-request-above-limit",
+                    {
+                        "spec.runtime.resources": {
+                            "requests": {"memory": "2Gi"},
+                            "limits": {"memory": "1Gi"},
+                        }
+                    },
                 ),
             ),
         ),
