@@ -273,3 +273,21 @@ def test_an_exponent_yaml_reads_as_a_string_is_refused_with_the_number_to_write(
         "spec.rollback.minAcceptance: must be a number, not the string '5e-1': YAML reads an "
         "exponent without a dot as a string, quoted or not; write 0.5"
     ) in " ".join(result.output.split())
+
+
+def test_the_runtime_writes_the_default_termination_log_only_in_a_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Outside a pod (no /dev/termination-log mounted) a failure goes to stderr only: the
+    runtime creates no file in /dev; a path it is given is written."""
+    default = tmp_path / "termination-log"
+    monkeypatch.setattr(runtime_cli, "DEFAULT_TERMINATION_LOG", str(default))
+    assert runtime_cli.fail("no GPU", str(default)) == 1
+    assert not default.exists()
+    assert "no GPU" in capsys.readouterr().err
+    default.touch()  # as the kubelet mounts it
+    runtime_cli.fail("no GPU", str(default))
+    assert default.read_text() == "no GPU\n"
+    given = tmp_path / "given"
+    runtime_cli.fail("no GPU", str(given))
+    assert given.read_text() == "no GPU\n"

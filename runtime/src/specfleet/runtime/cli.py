@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from specfleet.runtime import preflight
 from specfleet.runtime.config import (
+    DEFAULT_TERMINATION_LOG,
     ConfigError,
     Engine,
     RuntimeConfig,
@@ -71,8 +72,11 @@ def _log(message: str) -> None:
 
 def fail(reason: str, termination_log: str | None) -> int:
     """Report a failure the way Kubernetes surfaces it (None: on stderr only); the exit
-    code for main."""
+    code for main. The default log is written only where it exists: the kubelet mounts
+    it into a pod's containers, and outside one it would be a new file in /dev."""
     line = " ".join(reason.split())  # one line, whatever the cause's formatting
+    if termination_log == DEFAULT_TERMINATION_LOG and not Path(termination_log).exists():
+        termination_log = None
     try:
         if termination_log is not None:
             Path(termination_log).write_text(line + "\n")
