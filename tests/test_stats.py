@@ -4,12 +4,12 @@ import pytest
 
 from specfleet.operator.api import RollbackMetric
 from specfleet.operator.observations import TrackWindow
+from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.stats import (
     conditional_acceptance,
     draft_acceptance_rate,
     mean_acceptance_length,
     per_position,
-    rollback_metric,
     wilson,
 )
 
@@ -52,11 +52,14 @@ def test_rate_bound_uses_drafts_as_sample_size() -> None:
 
 def test_rollback_metrics() -> None:
     w = window(10_000, (8_000, 6_000))
-    rate = rollback_metric(w, RollbackMetric.DRAFT_ACCEPTANCE_RATE, None)
-    first = rollback_metric(w, RollbackMetric.FIRST_POSITION_ACCEPTANCE, None)
-    relative = rollback_metric(w, RollbackMetric.RELATIVE_TO_BASELINE, 0.8)
+    rate = ROLLBACK_METRICS[RollbackMetric.DRAFT_ACCEPTANCE_RATE].of_window(w, None)
+    first = ROLLBACK_METRICS[RollbackMetric.FIRST_POSITION_ACCEPTANCE].of_window(w, None)
+    relative = ROLLBACK_METRICS[RollbackMetric.RELATIVE_TO_BASELINE].of_window(w, 0.8)
     assert rate is not None and rate.value == pytest.approx(0.7) and rate.low < 0.7
     assert first is not None and first.value == pytest.approx(0.8)
     assert relative is not None and relative.value == pytest.approx(0.875)
-    assert rollback_metric(w, RollbackMetric.RELATIVE_TO_BASELINE, None) is None
-    assert rollback_metric(window(100, ()), RollbackMetric.FIRST_POSITION_ACCEPTANCE, None) is None
+    assert ROLLBACK_METRICS[RollbackMetric.RELATIVE_TO_BASELINE].of_window(w, None) is None
+    assert (
+        ROLLBACK_METRICS[RollbackMetric.FIRST_POSITION_ACCEPTANCE].of_window(window(100, ()), None)
+        is None
+    )

@@ -21,7 +21,7 @@ from specfleet.operator.api import (
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation
-from specfleet.operator.stats import rollback_metric
+from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import step_seconds
@@ -152,7 +152,9 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         in_place = in_place and capped
         below = condition_status(status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
         if stable is not None and conclusive and sp.off is None and not in_place:
-            metric = rollback_metric(stable, spec.rollback.metric, sp.baseline_acceptance)
+            metric = ROLLBACK_METRICS[spec.rollback.metric].of_window(
+                stable, sp.baseline_acceptance
+            )
             floor = spec.rollback.min_acceptance
             failing = metric is not None and metric.low < floor
             failing_in_a_row = failing_in_a_row + 1 if failing else 0

@@ -26,13 +26,13 @@ from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, changes, config_
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.reprobes import enable
+from specfleet.operator.rollback_metrics import rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trial_stats import (
     goodput_gain,
     schedule_gain,
     totals_add,
-    totals_metric,
     totals_rate,
 )
 from specfleet.operator.trials import TRIAL_EXTENSION, end_trial
@@ -246,7 +246,7 @@ def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
     """Reject before the windows are in when even the upper bound of the new config's
     rollback metric, over all its windows, is below the floor: a poor head goes at once,
     one near the floor is measured to the end (where its lower bound must clear it)."""
-    metric = totals_metric(trial.canary, run.spec.rollback.metric)
+    metric = rollback_metric_of(run.spec).of_totals(trial.canary)
     if metric is None or metric.high >= run.floor:
         return False
     message = (
@@ -278,7 +278,7 @@ def _compare(
         gain, basis = goodput_gain(
             trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
         )
-    metric = totals_metric(trial.canary, spec.rollback.metric)
+    metric = rollback_metric_of(spec).of_totals(trial.canary)
     running = run.status.config.running.hash if run.status.config else "?"
     summary = (
         f"config {trial.config.hash} at K={trial.tokens} vs {running} at K={before_k}: goodput "

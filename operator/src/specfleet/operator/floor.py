@@ -10,17 +10,16 @@ from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
     LastKnownGood,
-    RollbackMetric,
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.plain import measure_first
 from specfleet.operator.prediction import (
     fastest_and_plain,
-    floor_caps_k,
     window_conditional,
 )
 from specfleet.operator.reprobes import remember_acceptance, remember_rejected
+from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor, disable
 from specfleet.operator.windows import Judged, stable_failing
@@ -37,10 +36,7 @@ def floor_message(run: Run, judged: Judged) -> str:
 def count_stable_window(run: Run, judged: Judged) -> None:
     sp = run.sp
     sp.windows += 1
-    if (
-        run.spec.rollback.metric is RollbackMetric.RELATIVE_TO_BASELINE
-        and sp.baseline_acceptance is None
-    ):
+    if rollback_metric_of(run.spec).needs_baseline and sp.baseline_acceptance is None:
         # The first conclusive window at a K is its baseline: measured, not judged.
         sp.baseline_acceptance = round(judged.rate.value, 6) if judged.rate else None
         sp.failing_windows = 0

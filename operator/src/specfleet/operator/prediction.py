@@ -15,21 +15,14 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.counts import Counts
 from specfleet.operator.observations import TrackWindow
+from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.stats import (
     conditional_acceptance,
     draft_acceptance_rate,
-    expected_rollback_metric,
     extrapolate,
     per_position,
 )
 from specfleet.runtime.decoding import expected_accepted, expected_draft_acceptance_rate
-
-
-def floor_caps_k(spec: SpeculativeModelSpec) -> bool:
-    """Whether the rollback metric depends on K (vLLM's draft acceptance rate falls as K
-    grows). Block acceptance does not: the floor then judges the draft, not a K, so no K
-    is chosen or refused for it, and rolling back to another K cannot help."""
-    return spec.rollback.metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE
 
 
 @dataclass(frozen=True)
@@ -82,7 +75,7 @@ def predict(
         k,
         expected_draft_acceptance_rate(rates, k),
         mean_length,
-        expected_rollback_metric(metric, rates, k),
+        ROLLBACK_METRICS[metric].expected(rates, k),
         good,
     )
 

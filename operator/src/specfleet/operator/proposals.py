@@ -14,10 +14,10 @@ from specfleet.operator.api import (
 from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import (
     Prediction,
-    floor_caps_k,
     plain,
     predict,
 )
+from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import Run
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged

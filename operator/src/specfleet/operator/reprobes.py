@@ -20,11 +20,11 @@ from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.prediction import (
     Prediction,
     fastest_and_plain,
-    floor_caps_k,
     plain,
     predict_ks,
     remembered,
 )
+from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import Run
 from specfleet.operator.windows import Judged
 

@@ -46,7 +46,7 @@ from specfleet.operator.observations import (
     WindowTracker,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
-from specfleet.operator.stats import expected_rollback_metric
+from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.tuner import Decided, decide
 from specfleet.runtime.config import Drafting, Method
 from specfleet.runtime.sim_model import (
@@ -540,14 +540,10 @@ class _Simulation:
         self.cuts = cuts = phases(scenario)
         low, high = spec.speculation.min_tokens, spec.speculation.max_tokens
         self.allowed = allowed = [0, *range(low, high + 1)]
+        metric = ROLLBACK_METRICS[spec.rollback.metric]
         self.oracle_k = [
             max(
-                (
-                    k
-                    for k in allowed
-                    if k == 0
-                    or expected_rollback_metric(spec.rollback.metric, p.acceptance, k) >= self.floor
-                ),
+                (k for k in allowed if k == 0 or metric.expected(p.acceptance, k) >= self.floor),
                 key=lambda k: self.good(p, k),
             )
             for p in cuts
@@ -849,9 +845,8 @@ class _Simulation:
                 self.config_outcome = (outcome, index - self.change_window)
             if action.kind in ROLLBACK_ACTIONS:
                 self.rollbacks += 1
-                first_position = expected_rollback_metric(
-                    RollbackMetric.FIRST_POSITION_ACCEPTANCE, phase.acceptance, stable_k
-                )
+                first = ROLLBACK_METRICS[RollbackMetric.FIRST_POSITION_ACCEPTANCE]
+                first_position = first.expected(phase.acceptance, stable_k)
                 if self.pays(phase, stable_k) and first_position >= self.floor:
                     self.false_rollbacks += 1
             if (

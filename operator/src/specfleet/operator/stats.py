@@ -14,9 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specfleet.operator.api import RollbackMetric
 from specfleet.operator.observations import TrackWindow
-from specfleet.runtime.decoding import expected_draft_acceptance_rate
 
 Z_ONE_SIDED_95 = 1.6449
 
@@ -114,24 +112,6 @@ def conditional_acceptance(cumulative: list[float]) -> list[float]:
     return conditional
 
 
-def rollback_metric(
-    window: TrackWindow, metric: RollbackMetric, baseline: float | None
-) -> Estimate | None:
-    """The rollback metric of a window, or None when the window cannot say.
-
-    FirstPositionAcceptance needs the per-position series; RelativeToBaseline needs the
-    rate measured at promotion (the caller records the first conclusive window as it).
-    """
-    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
-        return draft_acceptance_rate(window)
-    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
-        positions = per_position(window)
-        return positions[0] if positions else None
-    if baseline is None or baseline <= 0:
-        return None
-    return draft_acceptance_rate(window).scaled(1 / baseline)
-
-
 # Positions never drafted are assumed to be accepted less often than the last measured
 # one, by this factor per extra position: acceptance falls with depth in every published
 # draft, and over-predicting a deep K costs a failed canary while under-predicting only
@@ -148,16 +128,3 @@ def extrapolate(conditional: Sequence[float], length: int) -> list[float]:
     last = known[-1]
     extra = [last * EXTRAPOLATION_DECAY ** (i + 1) for i in range(length - len(known))]
     return known + extra
-
-
-def expected_rollback_metric(metric: RollbackMetric, conditional: Sequence[float], k: int) -> float:
-    """The rollback metric expected at K=k from conditional acceptance per position.
-
-    RelativeToBaseline is 1.0 at every K: its baseline is re-measured when a K is
-    promoted, so the floor does not constrain which K may be chosen.
-    """
-    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
-        return expected_draft_acceptance_rate(conditional, k)
-    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
-        return conditional[0] if conditional and k else 0.0
-    return 1.0

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     FittedStepCost,
-    RollbackMetric,
     ScheduledBand,
     TrackTotals,
 )
@@ -40,17 +39,6 @@ def totals_rate(totals: TrackTotals) -> Estimate:
     if counts.draft_tokens <= 0:
         return Estimate(0.0, 0.0, 1.0)
     return wilson(counts.accepted_tokens / counts.draft_tokens, counts.drafts)
-
-
-def totals_metric(totals: TrackTotals, metric: RollbackMetric) -> Estimate | None:
-    """A trial track's rollback metric over its windows (None: RelativeToBaseline, which a
-    trial does not judge)."""
-    if metric is RollbackMetric.DRAFT_ACCEPTANCE_RATE:
-        return totals_rate(totals)
-    drafts = totals.counts.drafts
-    if metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE and drafts > 0:
-        return wilson(totals.accepted_first / drafts, drafts)
-    return None
 
 
 def acceptance_length(totals: TrackTotals, rate: float) -> float:

@@ -17,19 +17,18 @@ from specfleet.operator.api import (
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
 from specfleet.operator.prediction import (
-    floor_caps_k,
     k_words,
     totals_conditional,
     with_deeper,
 )
 from specfleet.operator.reprobes import enable, next_reprobe, remember_acceptance, remember_rejected
+from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.trial_stats import (
     goodput_gain,
     schedule_gain,
     totals_add,
-    totals_metric,
     totals_rate,
 )
 from specfleet.operator.windows import Judged, judge_collected, judge_plain, stable_failing
@@ -285,7 +284,7 @@ def _compare(run: Run, stable: Judged) -> None:
     # on proof of minImprovement. A canary's promotion rolls the stable pods: it must
     # repay that restart too.
     required = spec.tuning.min_improvement if trial.in_place else run.required_gain()
-    metric = None if trial.plain else totals_metric(trial.canary, spec.rollback.metric)
+    metric = None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary)
     tried_words = schedule.describe(tried) if tried else k_words(trial.tokens)
     before_words = schedule.describe(before) if before else f"K={before_k}"
     summary = (

@@ -60,11 +60,9 @@ from specfleet.operator.floor import (
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
 from specfleet.operator.plain import stop_if_plain_is_faster
-from specfleet.operator.prediction import (
-    floor_caps_k,
-)
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
+from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trials import end_trial, feed_trial, restart_trial_if_scaled

@@ -17,7 +17,6 @@ from specfleet.operator.api import (
     ConditionType,
     OpenWindow,
     PodLeftOut,
-    RollbackMetric,
     ScheduledBand,
     SpeculativeModelSpec,
 )
@@ -25,13 +24,13 @@ from specfleet.operator.children import Track
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import EMPTY_WINDOWS, ActionKind, WindowVerdict
+from specfleet.operator.rollback_metrics import rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.stats import (
     Estimate,
     draft_acceptance_rate,
     mean_acceptance_length,
     per_position,
-    rollback_metric,
 )
 
 # The load profile a learned schedule is fitted to: the latest intervals' batch per pod.
@@ -70,8 +69,9 @@ def judge(spec: SpeculativeModelSpec, window: TrackWindow | None, baseline: floa
     if window.draft_tokens < spec.tuning.min_draft_tokens:
         return Judged(window, False, WindowVerdict.TOO_FEW_DRAFT_TOKENS)
     rate = draft_acceptance_rate(window)
-    metric = rollback_metric(window, spec.rollback.metric, baseline)
-    if metric is None and spec.rollback.metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE:
+    kind = rollback_metric_of(spec)
+    metric = kind.of_window(window, baseline)
+    if metric is None and kind.needs_per_position:
         return Judged(window, False, WindowVerdict.NO_PER_POSITION_DATA, rate)
     return Judged(window, True, WindowVerdict.CONCLUSIVE, rate, metric)
 
@@ -197,7 +197,7 @@ def _judged_figure(run: Run, judged: Judged) -> float | None:
     `rate` is), so ACCEPT shows what the floor judges."""
     window = judged.window
     metric = judged.metric or (
-        rollback_metric(window, run.spec.rollback.metric, run.sp.baseline_acceptance)
+        rollback_metric_of(run.spec).of_window(window, run.sp.baseline_acceptance)
         if window and window.draft_tokens > 0
         else None
     )
