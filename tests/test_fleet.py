@@ -136,27 +136,19 @@ def test_a_deleted_service_is_put_back(
 def test_a_refused_child_degrades_the_model_once_and_backs_off(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:
-    def refuse_requests_above_limits(manifest: dict[str, Any]) -> str | None:
-        """The API server's check that admission cannot make: requests <= limits."""
-        containers = manifest["spec"].get("template", {}).get("spec", {}).get("containers", [])
-        for container in containers:
-            resources = container.get("resources", {})
-            if (
-                resources.get("requests", {}).get("cpu") == "2"
-                and resources.get("limits", {}).get("cpu") == "1"
-            ):
-                return (
-                    'Deployment.apps "llama" is invalid: spec.template.spec.containers[0]'
-                    '.resources.requests: Invalid value: "2": must be less than or equal '
-                    "to cpu limit of 1"
-                )
+    def deny_a_label(manifest: dict[str, Any]) -> str | None:
+        """A check admission of the model cannot make: the cluster's own policy."""
+        labels = manifest["spec"].get("template", {}).get("metadata", {}).get("labels", {})
+        if "policy.example.com/denied" in labels:
+            return (
+                'deployments.apps "llama" is forbidden: ValidatingAdmissionPolicy "deny" '
+                "denied request: the cluster's policy denies pods labelled "
+                "policy.example.com/denied"
+            )
         return None
 
-    cluster.refuse = refuse_requests_above_limits
-    peagle_manifest["spec"]["runtime"]["resources"] = {
-        "requests": {"cpu": "2"},
-        "limits": {"cpu": "1"},
-    }
+    cluster.refuse = deny_a_label
+    peagle_manifest["spec"]["runtime"]["pod"] = {"labels": {"policy.example.com/denied": "x"}}
     peagle_manifest["metadata"]["name"] = "llama"
     cluster.create_model(peagle_manifest)
     cluster.deliver(fleet)
@@ -165,7 +157,7 @@ def test_a_refused_child_degrades_the_model_once_and_backs_off(
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded"
     assert (degraded["status"], degraded["reason"]) == ("True", "ChildrenRefused")
-    assert "must be less than or equal to cpu limit" in degraded["message"]
+    assert "the cluster's policy denies pods labelled" in degraded["message"]
     assert [(e["reason"], e["warning"]) for e in cluster.events] == [("ChildrenRefused", True)]
     # Ticks during the back-off (the status echo included) try nothing.
     applies = len(cluster.applied)
@@ -174,7 +166,7 @@ def test_a_refused_child_degrades_the_model_once_and_backs_off(
         asyncio.run(fleet.reconcile(KEY))
     assert len(cluster.applied) == applies and len(cluster.events) == 1
     # A fixed spec is tried at once and clears the condition.
-    cluster.edit_spec("llama", lambda spec: spec["runtime"].update(resources={}))
+    cluster.edit_spec("llama", lambda spec: spec["runtime"].pop("pod"))
     settle(cluster, fleet)
     status = cluster.model("llama")["status"]
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
