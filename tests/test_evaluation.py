@@ -19,6 +19,7 @@ from specfleet.operator.evaluation import (
     Evaluator,
     canary_pending_reason,
     canary_pending_since,
+    current_pods,
     runtime_failures,
     scrape_targets,
 )
@@ -62,7 +63,7 @@ def test_pods_of_an_older_k_are_not_read(peagle_manifest: dict[str, Any]) -> Non
     before = _model(peagle_manifest, tokens=3)
     after = _model(peagle_manifest, tokens=1)
     pods = [_pod("old", before, "stable"), _pod("new-pod", after, "stable")]
-    targets = scrape_targets(after, ObservedChildren(pods=pods))
+    targets = scrape_targets(after, current_pods(after, ObservedChildren(pods=pods)))
     assert [t.pod for t in targets] == ["new-pod"]
     assert targets[0].url == "http://127.0.0.7:8000/metrics"
     assert targets[0].track == "stable"
@@ -73,12 +74,14 @@ def test_unready_and_terminating_pods_are_not_read(peagle_manifest: dict[str, An
     unready = _pod("a", model, "stable", conditions=[{"type": "Ready", "status": "False"}])
     leaving = _pod("b", model, "stable")
     leaving["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"
-    assert scrape_targets(model, ObservedChildren(pods=[unready, leaving])) == []
+    gone = ObservedChildren(pods=[unready, leaving])
+    assert scrape_targets(model, current_pods(model, gone)) == []
 
 
 def test_canary_pods_are_read_as_canary(peagle_manifest: dict[str, Any]) -> None:
     model = _model(peagle_manifest, tokens=3, candidate=5)
-    targets = scrape_targets(model, ObservedChildren(pods=[_pod("c", model, "canary")]))
+    canary = ObservedChildren(pods=[_pod("c", model, "canary")])
+    targets = scrape_targets(model, current_pods(model, canary))
     assert [(t.pod, t.track) for t in targets] == [("c", "canary")]
 
 
@@ -121,12 +124,12 @@ def test_a_failed_runtime_is_reported_for_the_track_whose_config_it_runs(
         ]
     }
     failed = _pod("c", model, "canary", **exited)
-    assert runtime_failures(model, ObservedChildren(pods=[failed])) == {
+    assert runtime_failures(current_pods(model, ObservedChildren(pods=[failed]))) == {
         "canary": "pod c: draft vocab 32000 != 128256 (exit code 1)"
     }
     # A pod of a config the track no longer runs (an older K) is not the track's failure.
     older = _model(peagle_manifest, tokens=3, candidate=5)
-    assert runtime_failures(older, ObservedChildren(pods=[failed])) == {}
+    assert runtime_failures(current_pods(older, ObservedChildren(pods=[failed]))) == {}
 
 
 def _free_port(host: str) -> int:

@@ -70,43 +70,42 @@ class Outbound:
         )
 
 
-def _expected_config(model: SpeculativeModel, track: Track) -> str:
-    template = render.deployment(model, track)["spec"]["template"]
-    return str(template["metadata"]["annotations"][render.CONFIG_HASH_ANNOTATION])
+CurrentPods = dict[Track, list[dict[str, Any]]]
 
 
-def scrape_targets(model: SpeculativeModel, children: ObservedChildren) -> list[ScrapeTarget]:
-    """Every ready pod that runs the configuration the model's status asks for. During
-    a rollout the old pods still serve with the old K; their acceptance says nothing
-    about the new K, so they are left out rather than blamed on it."""
-    expected = {track: _expected_config(model, track) for track in ("stable", "canary")}
-    targets = []
+def current_pods(model: SpeculativeModel, children: ObservedChildren) -> CurrentPods:
+    """Each track's pods that run the configuration the model's status asks for (their
+    config hash is the one rendered now). During a rollout the old pods still serve with
+    the old K; their acceptance says nothing about the new K."""
+    expected = render.config_hashes(model)
+    current: CurrentPods = {track: [] for track in TRACKS}
     for pod in children.pods:
-        ip = (pod.get("status") or {}).get("podIP")
-        if not ip or not pod_ready(pod) or pod["metadata"].get("deletionTimestamp"):
-            continue
         track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
         annotations = pod["metadata"].get("annotations") or {}
-        if annotations.get(render.CONFIG_HASH_ANNOTATION) != expected.get(track):
-            continue
-        url = f"http://{ip}:{model.spec.runtime.port}/metrics"
-        targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
+        if track in current and annotations.get(render.CONFIG_HASH_ANNOTATION) == expected[track]:
+            current[track].append(pod)
+    return current
+
+
+def scrape_targets(model: SpeculativeModel, current: CurrentPods) -> list[ScrapeTarget]:
+    """Every ready pod of the current config (`current_pods`): old pods are left out
+    rather than blamed on the new K."""
+    targets = []
+    for track, pods in current.items():
+        for pod in pods:
+            ip = (pod.get("status") or {}).get("podIP")
+            if not ip or not pod_ready(pod) or pod["metadata"].get("deletionTimestamp"):
+                continue
+            url = f"http://{ip}:{model.spec.runtime.port}/metrics"
+            targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
     return targets
 
 
-def runtime_failures(model: SpeculativeModel, children: ObservedChildren) -> dict[str, str]:
+def runtime_failures(current: CurrentPods) -> dict[str, str]:
     """Per track, why the runtime of a pod running the track's rendered config failed (a
     config on trial that cannot start is rejected, not waited for)."""
     failures: dict[str, str] = {}
-    for track in TRACKS:
-        expected = _expected_config(model, track)
-        pods = [
-            pod
-            for pod in children.pods
-            if pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable") == track
-            and (pod["metadata"].get("annotations") or {}).get(render.CONFIG_HASH_ANNOTATION)
-            == expected
-        ]
+    for track, pods in current.items():
         failure = runtime_failure(pods)
         if failure is not None:
             failures[track] = failure
@@ -160,9 +159,7 @@ class Evaluator:
     def forget(self, key: Key) -> None:
         self.trackers.pop(key, None)
 
-    async def _samples(
-        self, model: SpeculativeModel, children: ObservedChildren
-    ) -> list[PodSample]:
+    async def _samples(self, model: SpeculativeModel, current: CurrentPods) -> list[PodSample]:
         timeout = self.outbound.timeout(model)
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
             url = model.spec.metrics.prometheus.url
@@ -170,16 +167,18 @@ class Evaluator:
             if refused is not None:
                 raise SourceUnavailable(cut(refused))
             return await query_prometheus(url, *key_of_model(model), timeout)
-        return await scrape(scrape_targets(model, children), timeout, SCRAPE_CONCURRENCY)
+        targets = scrape_targets(model, current)
+        return await scrape(targets, timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(
         self, model: SpeculativeModel, children: ObservedChildren, now: datetime
     ) -> tuner.Decided:
         key = key_of_model(model)
         tracker = self.trackers.setdefault(key, WindowTracker())
+        current = current_pods(model, children)  # rendered once an evaluation
         try:
             async with without_slot():
-                samples = await self._samples(model, children)
+                samples = await self._samples(model, current)
         except SourceUnavailable as error:
             # No pod has data. The tracker keeps its readings: the next answer spans the gap.
             observation = Observation(stable=None, canary=None, prometheus_error=str(error))
@@ -189,7 +188,7 @@ class Evaluator:
         observation = replace(
             observation,
             canary_pending_since=canary_pending_since(children),
-            runtime_failures=runtime_failures(model, children),
+            runtime_failures=runtime_failures(current),
             canary_pending_reason=canary_pending_reason(children),
         )
         self._count_errors(model, observation)

@@ -41,7 +41,7 @@ from specfleet.operator.conditions import set_condition
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
-from specfleet.operator.evaluation import Evaluator, scrape_targets
+from specfleet.operator.evaluation import Evaluator, current_pods, scrape_targets
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
 from specfleet.operator.kube import Cluster, Conflict, Gone, NotLeading
 from specfleet.operator.outcomes import Action
@@ -475,7 +475,8 @@ class Fleet:
         hot turns the model back to restarts (its reason in status)."""
         hot = model.status.speculation.hot_schedule
         assert hot is not None
-        targets = scrape_targets(model, self.cache.observed(key_of_model(model)))
+        observed = self.cache.observed(key_of_model(model))
+        targets = scrape_targets(model, current_pods(model, observed))
         handoff = await hot_handoff.hand_off(targets, hot, credential)
         if handoff.fallback is None:
             return model

@@ -21,7 +21,7 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SuffixDecoding,
 )
-from specfleet.operator.children import DEPLOYMENT, SERVICE, Track
+from specfleet.operator.children import DEPLOYMENT, SERVICE, TRACKS, Track
 from specfleet.operator.configs import as_track_runs
 from specfleet.runtime.config import Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
@@ -238,6 +238,31 @@ def config_hash(container: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
+def _track_container(model: SpeculativeModel, track: Track) -> tuple[int, bool, dict[str, Any]]:
+    """K in the track's template (the ceiling when the stable pods take K hot), whether
+    they do, and its container; `model` as the track runs it (as_track_runs)."""
+    method = _track_method(model, track)
+    if track == "stable" and hot_schedules.in_effect(model.spec, model.status):
+        speculation = model.spec.speculation
+        startup = [ScheduledBand(tokens=speculation.tokens)]
+        return (
+            speculation.max_tokens,
+            True,
+            _container(model, method, speculation.max_tokens, startup, True),
+        )
+    tokens = track_tokens(model, track)
+    return tokens, False, _container(model, method, tokens, track_schedule(model, track), False)
+
+
+def config_hashes(model: SpeculativeModel) -> dict[Track, str]:
+    """The config hash each track's pods are rendered with (CONFIG_HASH_ANNOTATION): a
+    pod with another runs another config, being rolled out or rolled away."""
+    return {
+        track: config_hash(_track_container(as_track_runs(model, track), track)[2])
+        for track in TRACKS
+    }
+
+
 def deployment(
     model: SpeculativeModel, track: Track, schedule_credential: str | None = None
 ) -> Manifest:
@@ -247,17 +272,9 @@ def deployment(
     can derive: hot_schedules.credential) goes into their environment, outside the
     config hash."""
     model = as_track_runs(model, track)  # the last good config but on a config trial
-    method = _track_method(model, track)
     canary = model.status.canary_run
     replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
-    hot = track == "stable" and hot_schedules.in_effect(model.spec, model.status)
-    if hot:
-        speculation = model.spec.speculation
-        tokens, startup = speculation.max_tokens, [ScheduledBand(tokens=speculation.tokens)]
-        container = _container(model, method, tokens, startup, hot)
-    else:
-        tokens = track_tokens(model, track)
-        container = _container(model, method, tokens, track_schedule(model, track), hot)
+    tokens, hot, container = _track_container(model, track)
     config = config_hash(container)
     if hot and schedule_credential is not None:
         container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
