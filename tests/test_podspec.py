@@ -108,7 +108,7 @@ def test_injected_runtime_runs_with_the_images_python(peagle_manifest: dict[str,
         container["volumeMounts"]
     )
     # Without injection the image's own entrypoint runs, and no init container.
-    plain = _pod_spec(_with_runtime(peagle_manifest, injectRuntime=None))
+    plain = _pod_spec(_with_runtime(peagle_manifest, image="my/vllm:1", injectRuntime=None))
     assert "initContainers" not in plain
     assert plain["containers"][0]["command"] == ["specfleet-runtime", "serve"]
 

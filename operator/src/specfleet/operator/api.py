@@ -1090,6 +1090,8 @@ MODEL_CACHE_PATH = "/var/cache/specfleet"
 INJECTED_RUNTIME_PATH = "/opt/specfleet-runtime"
 OPERATOR_MOUNT_PATHS = ("/dev/shm", "/tmp", MODEL_CACHE_PATH, INJECTED_RUNTIME_PATH)
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/specfleet/runtime:0.1.0"
+# vLLM's own images (vllm/vllm-openai and its variants), which lack specfleet-runtime.
+VLLM_IMAGE_PATTERN = "^(docker[.]io/)?vllm/vllm-openai(-[a-z0-9]+)*([:@].*)?$"
 GPU_RESOURCE = "nvidia.com/gpu"
 # The variable render sets to load the injected runtime (runtime.injectRuntime).
 INJECTED_ENV = "PYTHONPATH"
@@ -1623,6 +1625,24 @@ class Runtime(SpecModel):
     """The inference pods: image, GPUs and what the runtime passes on to vLLM."""
 
     rules: ClassVar[tuple[Rule[Runtime], ...]] = (
+        Rule(
+            f"has(self.injectRuntime) || !self.image.matches('{VLLM_IMAGE_PATTERN}')",
+            "runtime.image is vLLM's own image, which has no specfleet-runtime (its pods "
+            "would crash at start): add runtime.injectRuntime: {} to copy it in, or use "
+            f"{DEFAULT_RUNTIME_IMAGE}",
+            lambda r: r.inject_runtime is not None or not re.match(VLLM_IMAGE_PATTERN, r.image),
+            ".image",
+            found=lambda r: r.image,
+            refusals=(
+                Refusal(
+                    "vllm-image-without-runtime", {"spec.runtime.image": "vllm/vllm-openai:v0.33.0"}
+                ),
+                Refusal(
+                    "vllm-image-by-registry",
+                    {"spec.runtime.image": "docker.io/vllm/vllm-openai@sha256:" + "0" * 64},
+                ),
+            ),
+        ),
         Rule(
             f"!has(self.injectRuntime) || !self.env.exists(e, e.name == '{INJECTED_ENV}')",
             f"runtime.env may not set {INJECTED_ENV} with runtime.injectRuntime: it points "
