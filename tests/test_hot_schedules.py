@@ -5,7 +5,7 @@ generation, and the handoff against the simulated engine's real endpoint."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +13,16 @@ import pytest
 import yaml
 from aiohttp import web
 
-from specfleet.operator import hot_handoff, hot_schedules, render
+from specfleet.operator import hot_handoff, hot_schedules, render, tuner
 from specfleet.operator.api import (
+    Decision,
     HotSchedule,
     KSwitching,
     ScheduledBand,
     SpeculativeModel,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    TuningStrategy,
 )
 from specfleet.operator.children import Track
 from specfleet.operator.metrics import ScrapeTarget
@@ -30,6 +32,7 @@ from specfleet.operator.observations import (
     SpecDecodeCounters,
     WindowTracker,
 )
+from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.run import Run
 from specfleet.runtime.config import parse_serve_args
 from specfleet.runtime.hot_schedule import ENV_TOKEN
@@ -224,3 +227,16 @@ def test_an_example_with_hot_switching_validates(tmp_path: Path) -> None:
     manifest = yaml.safe_load((REPO / "examples/llama-peagle.yaml").read_text())
     manifest["spec"]["speculation"] = {"switching": "Hot"}
     assert SpeculativeModel.model_validate(manifest).spec.speculation.switching is KSwitching.HOT
+
+
+def test_in_place_trials_taken_hot_wait_for_the_cooldown_only() -> None:
+    """In place with restarts, a trial starts at most once per switch horizon (each one
+    restarts the serving pods); taken hot, the cooldown alone spaces them."""
+    started = Decision(
+        time=NOW - timedelta(minutes=20), action=ActionKind.START_IN_PLACE, reason="Explore: K=4"
+    )
+    for switching, cooled in ((KSwitching.HOT, True), (KSwitching.RESTART, False)):
+        model = _model(switching, tokens=3, changed_at=NOW - timedelta(minutes=10))
+        model.spec.tuning.strategy = TuningStrategy.IN_PLACE
+        model.status.history = [started]
+        assert tuner._cooled(Run(model.spec, model.status, NOW, 1)) is cooled, switching

@@ -203,11 +203,11 @@ def _cooled(run: Run) -> bool:
     """`cooldown` since the last change; and when trials run in place, where each one
     restarts the pods that serve (with one pod, all of them), SWITCH_HORIZON since the
     last in-place trial started: the serving K then changes at most once an hour, an
-    aborted trial (there and back) included."""
+    aborted trial (there and back) included. Pods that take K hot restart for none."""
     sp, spec = run.sp, run.spec
     if sp.changed_at is not None and run.now - sp.changed_at < run.seconds(spec.tuning.cooldown):
         return False
-    if not run.in_place:
+    if not run.in_place or hot_schedules.in_effect(spec, run.status):
         return True
     started = [d.time for d in run.status.history if d.action == ActionKind.START_IN_PLACE]
     return not started or run.now - max(started) >= SWITCH_HORIZON
