@@ -144,13 +144,17 @@ def test_children_changed_by_someone_else_are_restored(
 def test_a_child_the_api_server_refuses_degrades_the_model(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
-    """Admitted, but its Deployment is not: requests above limits. The API server's own
-    message reaches status and a Warning Event, once; fixing the spec recovers it."""
-    runtime = {
-        "gpus": 1,
-        "env": [{"name": "SPECFLEET_ENGINE", "value": "sim"}],
-        "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}},
+    """Admitted, but its Deployment is not: the namespace's quota allows no Deployment.
+    The API server's own message reaches status and a Warning Event, once; the quota
+    lifted and the spec changed, the model recovers."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-deployments", "namespace": model_namespace},
+        "spec": {"hard": {"count/deployments.apps": "0"}},
     }
+    cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(quota))
+    runtime = {"gpus": 1, "env": [{"name": "SPECFLEET_ENGINE", "value": "sim"}]}
     apply(sim_model("refused", runtime=runtime), model_namespace)
 
     def degraded() -> dict[str, Any] | None:
@@ -159,7 +163,7 @@ def test_a_child_the_api_server_refuses_degrades_the_model(
 
     found = wait_for("Degraded=True", degraded, timeout=60)
     assert found["reason"] == "ChildrenRefused"
-    assert "must be less than or equal to cpu limit" in found["message"], found["message"]
+    assert "quota" in found["message"], found["message"]
     assert get_model(api_client, model_namespace, "refused")["status"]["phase"] == "Degraded"
 
     def warnings() -> list[Any]:
@@ -172,7 +176,8 @@ def test_a_child_the_api_server_refuses_degrades_the_model(
     time.sleep(12)  # two more sweeps: backed off, no second Event
     assert len(warnings()) == 1
 
-    runtime["resources"] = {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}
+    cluster.kubectl("delete", "resourcequota", "no-deployments", "-n", model_namespace)
+    runtime["env"].append({"name": "SPECFLEET_E2E_FIXED", "value": "1"})
     apply(sim_model("refused", runtime=runtime), model_namespace)
     _ready(api_client, model_namespace, "refused", generation=2)
 
