@@ -46,6 +46,16 @@ def apply_changes(manifest: dict[str, Any], changes: dict[str, Any]) -> dict[str
 
 
 INVALID_CASES = [
+    # Names of other objects, as the API server checks them.
+    InvalidCase("secret-name", {"spec.runtime.hfTokenSecretRef": {"name": "HF_Token"}}, "name"),
+    InvalidCase(
+        "secret-key", {"spec.runtime.hfTokenSecretRef": {"name": "hf", "key": "a/b"}}, "key"
+    ),
+    InvalidCase(
+        "priority-class-name",
+        {"spec.runtime.pod": {"priorityClassName": "High Priority"}},
+        "priorityClassName",
+    ),
     InvalidCase(
         "env-name-twice",
         {"spec.runtime.env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]},

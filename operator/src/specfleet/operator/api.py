@@ -898,9 +898,25 @@ class Rollout(SpecModel):
     ] = "2h"
 
 
+# The name of a Secret, a ServiceAccount, a PriorityClass...: a DNS-1123 subdomain, as
+# the API server checks it, said in words offline.
+ObjectName = Annotated[
+    str,
+    StringConstraints(max_length=253),
+    Matching(
+        f"^{_DNS_1123_SUBDOMAIN}$",
+        "an object's name: a DNS-1123 subdomain (lower case letters, digits, '-' and '.')",
+    ),
+]
+
+
 class SecretKeyRef(SpecModel):
-    name: NonEmptyString = Field(description="Secret name in the model's namespace.")
-    key: NonEmptyString = Field(default="token", description="Key holding the token.")
+    name: ObjectName = Field(description="Secret name in the model's namespace.")
+    key: Annotated[
+        str,
+        StringConstraints(max_length=253),
+        Matching("^[-._a-zA-Z0-9]+$", "a Secret's key: letters, digits, '-', '_' and '.'"),
+    ] = Field(default="token", description="Key holding the token.")
 
 
 # The environment render gives every runtime container, each with why a user's entry
@@ -1480,14 +1496,7 @@ class PodSettings(SpecModel):
     image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=POD_LIST_MAX)] = (
         Field(default_factory=list, description="Secrets to pull the images with.")
     )
-    service_account_name: (
-        Annotated[
-            str,
-            StringConstraints(max_length=253),
-            Matching(f"^{_DNS_1123_SUBDOMAIN}$", "a DNS-1123 subdomain (a ServiceAccount's name)"),
-        ]
-        | None
-    ) = Field(
+    service_account_name: ObjectName | None = Field(
         default=None,
         description="ServiceAccount of the pods (IRSA / workload identity for S3 or GCS "
         "weights); none: the namespace's default.",
@@ -1509,8 +1518,8 @@ class PodSettings(SpecModel):
     topology_spread_constraints: Annotated[
         list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX)
     ] = Field(default_factory=list, description="How the pods spread across nodes or zones.")
-    priority_class_name: NonEmptyString | None = None
-    runtime_class_name: NonEmptyString | None = Field(
+    priority_class_name: ObjectName | None = None
+    runtime_class_name: ObjectName | None = Field(
         default=None, description="A RuntimeClass (e.g. nvidia for the GPU container runtime)."
     )
     scheduler_name: NonEmptyString | None = None
@@ -1545,16 +1554,7 @@ class ModelCache(SpecModel):
         ),
     )
 
-    claim_name: (
-        Annotated[
-            str,
-            StringConstraints(max_length=253),
-            Matching(
-                f"^{_DNS_1123_SUBDOMAIN}$", "a DNS-1123 subdomain (a PersistentVolumeClaim's name)"
-            ),
-        ]
-        | None
-    ) = Field(
+    claim_name: ObjectName | None = Field(
         default=None,
         description="A PersistentVolumeClaim in the model's namespace (ReadWriteMany for "
         "more than one node, or ReadOnlyMany once warm).",
