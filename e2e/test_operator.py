@@ -154,8 +154,8 @@ def test_a_child_the_api_server_refuses_degrades_the_model(
         "spec": {"hard": {"count/deployments.apps": "0"}},
     }
     cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(quota))
-    runtime = {"gpus": 1, "env": [{"name": "SPECFLEET_ENGINE", "value": "sim"}]}
-    apply(sim_model("refused", runtime=runtime), model_namespace)
+    env = [{"name": "SPECFLEET_ENGINE", "value": "sim"}]
+    apply(sim_model("refused", runtime={"gpus": 1, "env": env}), model_namespace)
 
     def degraded() -> dict[str, Any] | None:
         found = condition(get_model(api_client, model_namespace, "refused"), "Degraded")
@@ -177,8 +177,8 @@ def test_a_child_the_api_server_refuses_degrades_the_model(
     assert len(warnings()) == 1
 
     cluster.kubectl("delete", "resourcequota", "no-deployments", "-n", model_namespace)
-    runtime["env"].append({"name": "SPECFLEET_E2E_FIXED", "value": "1"})
-    apply(sim_model("refused", runtime=runtime), model_namespace)
+    env.append({"name": "SPECFLEET_E2E_FIXED", "value": "1"})
+    apply(sim_model("refused", runtime={"gpus": 1, "env": env}), model_namespace)
     _ready(api_client, model_namespace, "refused", generation=2)
 
 
