@@ -1552,6 +1552,19 @@ class ModelCache(SpecModel):
                 ),
             ),
         ),
+        Rule(
+            "!self.readOnly || has(self.claimName) || has(self.hostPath)",
+            "runtime.modelCache.readOnly needs claimName or hostPath: without them the cache "
+            "is an emptyDir, empty at each start, and read-only vLLM could not download the "
+            "weights into it",
+            lambda c: not c.read_only or c.claim_name is not None or c.host_path is not None,
+            ".readOnly",
+            refusals=(
+                Refusal(
+                    "model-cache-read-only-empty", {"spec.runtime.modelCache": {"readOnly": True}}
+                ),
+            ),
+        ),
     )
 
     claim_name: ObjectName | None = Field(
