@@ -1,5 +1,7 @@
-"""Every relative link in the README, CHANGELOG and docs/ points at a file that exists and,
-for a Markdown heading, at a heading that exists."""
+"""The README, CHANGELOG and docs/ against what they describe: every relative link points at
+a file (and heading) that exists, every field they name is the CRD's, and the claims a test
+can check (scenario lists and counts, a quoted command's output, what scaling does to a
+trial) are checked."""
 
 from __future__ import annotations
 
