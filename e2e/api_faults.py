@@ -2,8 +2,9 @@
 etcd compacted (so that a watch resuming from an older resourceVersion gets 410 Gone),
 and a TCP proxy between the operator and the API server that can turn bad: pass bytes
 through, delay them, blackhole them (connections stay open, nothing arrives either way),
-or reset every connection and refuse new ones. TLS passes through untouched (the API
-server's certificate names 127.0.0.1, where the proxy listens too)."""
+reset every connection and refuse new ones, or reset every connection and accept no new
+one (its accept queue full: a connect hangs until it times out). TLS passes through
+untouched (the API server's certificate names 127.0.0.1, where the proxy listens too)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from e2e import cluster, podnet
+from tests.api_servers import fill_accept_queue
 
 CHUNK = 65536
 
@@ -67,6 +69,7 @@ class Mode(Enum):
     DELAY = "delay"
     BLACKHOLE = "blackhole"
     RESET = "reset"
+    SLOW_ACCEPT = "slow-accept"
 
 
 def _reset(connection: socket.socket) -> None:
@@ -89,6 +92,9 @@ class TcpProxy:
         self.lock = threading.Lock()
         self.open: list[socket.socket] = []
         self.closed = False
+        self.accepting = threading.Event()  # cleared: SLOW_ACCEPT
+        self.accepting.set()
+        self.fillers: list[socket.socket] = []  # what fills the accept queue
 
     def start(self) -> TcpProxy:
         threading.Thread(target=self._accept, name="proxy-accept", daemon=True).start()
@@ -103,11 +109,19 @@ class TcpProxy:
     def set(self, mode: Mode, delay: float = 0.0) -> None:
         with self.lock:
             self.mode, self.delay = mode, delay
-            doomed = list(self.open) if mode is Mode.RESET else []
+            doomed = list(self.open) if mode in (Mode.RESET, Mode.SLOW_ACCEPT) else []
             if doomed:
                 self.open.clear()
         for connection in doomed:
             _reset(connection)
+        if mode is Mode.SLOW_ACCEPT:
+            self.accepting.clear()
+            self.fillers += fill_accept_queue(("127.0.0.1", self.port))
+        else:
+            for filler in self.fillers:
+                filler.close()
+            self.fillers.clear()
+            self.accepting.set()
 
     def kubeconfig(self, admin: Path, into: Path) -> Path:
         """A copy of `admin` that reaches the API server through this proxy."""
@@ -119,10 +133,14 @@ class TcpProxy:
 
     def _accept(self) -> None:
         while not self.closed:
+            self.accepting.wait()
             try:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            if not self.accepting.is_set():  # accepted as the queue was being filled
+                self.fillers.append(client)
+                continue
             if self.mode is Mode.RESET:
                 _reset(client)
                 continue

@@ -1,8 +1,9 @@
 """The operator under API-server faults on the real control plane (issue 29): the API
 server restarted mid-canary; a watch forced to expire (etcd compacted, the API server
 restarted) while a model and another model's child are deleted; a proxy between a leader
-and the API server that delays, then blackholes, then resets its connections; a /scale
-writer during evaluations. The numbers printed here are the ones in docs/reliability.md."""
+and the API server that delays, then blackholes, then resets its connections, or that
+accepts no new connection (issue 41); a /scale writer during evaluations. The numbers
+printed here are the ones in docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -114,6 +115,63 @@ def test_a_leader_cut_off_by_its_network_stops_writing_before_the_standby_starts
             f"leader cut off: exited {(exited - cut).total_seconds():.1f}s after the blackhole; "
             f"op-b's first write {(took_over - cut).total_seconds():.1f}s after; last op-a "
             f"write {(max(w.received for w in a_writes) - cut).total_seconds():.1f}s after; "
+            "writes after the fence: 0"
+        )
+    finally:
+        first.stop()
+        second.stop()
+
+
+def test_a_leader_whose_api_server_stops_accepting_writes_nothing_after_its_fence(
+    crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path, proxy: TcpProxy
+) -> None:
+    """The proxy in front of the leader resets its connections and accepts no new one (its
+    accept queue full): every request's connect hangs. The leader stops at its renew
+    deadline; the proxy accepts again as soon as the standby writes, while a connect
+    urllib3 retried (3 times, before issue 41) could still be waiting. No write of the
+    leader reaches the API server after its fence."""
+    namespace = ha_namespace
+    first = replica(
+        namespace,
+        tmp_path,
+        "op-a",
+        *QUICK_ELECTION,
+        kubeconfig=proxy.kubeconfig(cluster.kubeconfig_path(), tmp_path / "proxied.kubeconfig"),
+    )
+    second = replica(namespace, tmp_path, "op-b", *QUICK_ELECTION)
+    try:
+        first.start()
+        wait_for("op-a to lead", first.leading, timeout=30)
+        second.start()
+        apply(story_model(), namespace)
+        started = datetime.now(UTC)
+        wait_for(
+            "op-a's status writes",
+            lambda: cluster.accepted_writes(user_agent("op-a"), namespace, started),
+            timeout=60,
+        )
+        cut = datetime.now(UTC)
+        proxy.set(Mode.SLOW_ACCEPT)
+        took_over = cluster.first_accepted_write(
+            user_agent("op-b"), namespace, cut, timeout=60
+        ).received
+        proxy.set(Mode.PASS)
+        assert first.process is not None
+        assert first.process.wait(timeout=60) == 1  # lost leadership: exits
+        assert "lost leadership" in (tmp_path / "op-a.log").read_text()
+
+        a_writes = operator_writes(namespace, started, user_agent("op-a"))
+        received = [datetime.fromisoformat(w["requestReceivedTimestamp"]) for w in a_writes]
+        renewed = max(
+            when
+            for when, w in zip(received, a_writes, strict=True)
+            if w["objectRef"].get("resource") == "leases" and w["responseStatus"]["code"] < 300
+        )
+        after_fence = [when for when in received if when > renewed + RENEW_DEADLINE]
+        assert after_fence == []
+        print(
+            f"slow accept: op-b's first write {(took_over - cut).total_seconds():.1f}s after "
+            f"the cut; op-a's last write {(max(received) - cut).total_seconds():.1f}s after; "
             "writes after the fence: 0"
         )
     finally:

@@ -30,9 +30,24 @@ def kubeconfig(url: str, path: Path) -> Path:
     return path
 
 
+def fill_accept_queue(address: tuple[str, int]) -> list[socket.socket]:
+    """Connect to the listener at `address` until a connect times out: its accept queue
+    is full, and Linux drops the SYNs of every connect after (which retransmit after 1 s,
+    3 s, ...) until it accepts. The connections that fill it."""
+    fillers: list[socket.socket] = []
+    while True:
+        filler = socket.socket()
+        filler.settimeout(0.2)
+        try:
+            filler.connect(address)
+        except OSError:  # timed out: the queue is full
+            filler.close()
+            return fillers
+        fillers.append(filler)
+
+
 class FullAcceptQueue:
-    """A listener whose accept queue is full (one connection waits in it; Linux drops
-    the SYNs of others, which retransmit after 1 s, 3 s, ...) until `open()`; then it
+    """A listener whose accept queue is full (fill_accept_queue) until `open()`; then it
     accepts everything and records when each request's first bytes arrived
     (time.monotonic()) and its request line."""
 
@@ -42,20 +57,7 @@ class FullAcceptQueue:
         self.listener.listen(0)
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.arrived: list[tuple[float, bytes]] = []
-        self.held: list[socket.socket] = []
-        self._fill()
-
-    def _fill(self) -> None:
-        address = self.listener.getsockname()
-        while True:
-            filler = socket.socket()
-            filler.settimeout(0.2)
-            try:
-                filler.connect(address)
-            except OSError:  # timed out: the queue is full
-                filler.close()
-                return
-            self.held.append(filler)
+        self.held = fill_accept_queue(self.listener.getsockname())
 
     def open(self) -> None:
         threading.Thread(target=self._accept, daemon=True).start()
