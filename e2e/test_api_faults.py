@@ -140,14 +140,14 @@ def test_a_leader_whose_api_server_stops_accepting_writes_nothing_after_its_fenc
     )
     second = replica(namespace, tmp_path, "op-b", *QUICK_ELECTION)
     try:
+        begun = datetime.now(UTC)
         first.start()
         wait_for("op-a to lead", first.leading, timeout=30)
         second.start()
         apply(story_model(), namespace)
-        started = datetime.now(UTC)
         wait_for(
             "op-a's status writes",
-            lambda: cluster.accepted_writes(user_agent("op-a"), namespace, started),
+            lambda: cluster.accepted_writes(user_agent("op-a"), namespace, begun),
             timeout=60,
         )
         cut = datetime.now(UTC)
@@ -160,7 +160,7 @@ def test_a_leader_whose_api_server_stops_accepting_writes_nothing_after_its_fenc
         assert first.process.wait(timeout=60) == 1  # lost leadership: exits
         assert "lost leadership" in (tmp_path / "op-a.log").read_text()
 
-        a_writes = operator_writes(namespace, started, user_agent("op-a"))
+        a_writes = operator_writes(namespace, begun, user_agent("op-a"))
         received = [datetime.fromisoformat(w["requestReceivedTimestamp"]) for w in a_writes]
         renewed = max(
             when
