@@ -333,11 +333,16 @@ def test_a_fixed_schedule_reaches_the_pods_and_they_follow_it(
 
 
 def _schedule_generation(pod_ip: str) -> int | None:
-    """The hot schedule generation a sim pod reports on its /metrics page."""
-    with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith("specfleet:schedule_generation "):
-                return int(float(line.split()[1]))
+    """The hot schedule generation a sim pod reports on its /metrics page (None: none, or
+    the pod does not answer yet)."""
+    try:
+        with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=5) as response:
+            page = response.read().decode()
+    except OSError:
+        return None
+    for line in page.splitlines():
+        if line.startswith("specfleet:schedule_generation "):
+            return int(float(line.split()[1]))
     return None
 
 
@@ -367,6 +372,11 @@ def test_a_new_k_reaches_the_running_engine_with_no_restart(
         "generation 1 in force on the pod",
         lambda: _schedule_generation(pod.status.pod_ip) == 1,
         timeout=120,
+        context=lambda: (
+            _schedule_generation(pod.status.pod_ip),
+            cluster.kubectl("get", "pods", "-o", "wide", "-n", model_namespace).stdout,
+            get_model(api_client, model_namespace, "hot").get("status"),
+        ),
     )
     apply(sim_model("hot", speculation={**speculation, "tokens": 2}), model_namespace)
     asked = time.monotonic()

@@ -74,10 +74,12 @@ def test_hot_stable_pods_start_at_the_ceiling_and_a_new_k_keeps_their_template()
     ceiling = str(at_three.spec.speculation.max_tokens)
     assert args[args.index("--num-speculative-tokens") + 1] == ceiling
     assert "--hot-schedule" in args
-    # The spec's K is the startup schedule: a new pod drafts sanely before its handoff.
-    startup = f"1:65536:{at_three.spec.speculation.tokens}"
-    assert args[args.index("--batch-schedule") + 1] == startup
+    assert "--batch-schedule" not in args  # it starts at the ceiling, until handed one
     assert _stable(at_three) == _stable(at_five)  # no rollout for a new K
+    # Nor for a new K in the spec: the tuner's K and the spec's are handed over alike.
+    spec_edit = at_three.model_copy(deep=True)
+    spec_edit.spec.speculation.tokens = 2
+    assert _stable(spec_edit) == _stable(at_three)
     restart = _model(KSwitching.RESTART, tokens=3)
     assert _stable(restart) != _stable(_model(KSwitching.RESTART, tokens=5))
 

@@ -394,7 +394,7 @@ class Fleet:
         credential = self._credential(model)
         # A new hot schedule is handed to the pods once it is in status: a generation
         # the pods took but status lost would be reused for another schedule.
-        handing = _hands_schedule(recorded, model, evaluate)
+        new_schedule = _new_schedule(recorded, model)
         failure: ReconcileFailure | None = None
         in_status = False  # the decision is written
         try:
@@ -402,7 +402,7 @@ class Fleet:
             if refused:
                 raise PodPolicyRefused(_one_line("; ".join(refused)))
             manifests = render.manifests(model, credential)
-            if handing or self._changes_children(key, recorded, model, manifests, credential):
+            if new_schedule or self._changes_children(key, recorded, model, manifests, credential):
                 # Record the decision before acting on it: children applied from a
                 # status that is not written yet would be undone by the next reconcile.
                 # Not summarized: Ready and observedGeneration must not claim children
@@ -424,7 +424,8 @@ class Fleet:
                         return Outcome(written=False)
                 body, in_status = written, True
             failure = await self._apply_children(record, key, body, manifests)
-            if handing and credential is not None and failure is None:
+            if credential is not None and failure is None:
+                # Every reconcile (a pod turned Ready, a decision): a repeat is a no-op.
                 model = await self._hand_schedule(model, credential)
         except PodPolicyRefused as error:
             failure = ReconcileFailure("PodPolicyRefused", str(error))
@@ -716,13 +717,12 @@ class Fleet:
             log.exception("reconciling %s/%s failed", *key)
 
 
-def _hands_schedule(recorded: SpeculativeModel, decided: SpeculativeModel, evaluate: bool) -> bool:
-    """Whether this reconcile hands the stable pods their hot schedule: a new one was
-    decided, or at each evaluation (a pod that missed one, or restarted, catches up)."""
+def _new_schedule(recorded: SpeculativeModel, decided: SpeculativeModel) -> bool:
+    """Whether this reconcile decided a new hot schedule for the stable pods."""
     hot = decided.status.speculation.hot_schedule
     if hot is None or hot.fallback is not None:
         return False
-    return evaluate or hot != recorded.status.speculation.hot_schedule
+    return hot != recorded.status.speculation.hot_schedule
 
 
 def _synced(model: SpeculativeModel, now: datetime) -> tuple[SpeculativeModel, list[Action]]:

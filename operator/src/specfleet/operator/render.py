@@ -243,13 +243,11 @@ def _track_container(model: SpeculativeModel, track: Track) -> tuple[int, bool, 
     they do, and its container; `model` as the track runs it (as_track_runs)."""
     method = _track_method(model, track)
     if track == "stable" and hot_schedules.in_effect(model.spec, model.status):
-        speculation = model.spec.speculation
-        startup = [ScheduledBand(tokens=speculation.tokens)]
-        return (
-            speculation.max_tokens,
-            True,
-            _container(model, method, speculation.max_tokens, startup, True),
-        )
+        # The engine starts at its ceiling for every batch (the runtime's default) until
+        # the schedule is handed to it as it turns Ready: nothing the tuner or a spec edit
+        # of speculation.tokens changes is in the template.
+        ceiling = model.spec.speculation.max_tokens
+        return ceiling, True, _container(model, method, ceiling, None, True)
     tokens = track_tokens(model, track)
     return tokens, False, _container(model, method, tokens, track_schedule(model, track), False)
 
@@ -267,10 +265,9 @@ def deployment(
     model: SpeculativeModel, track: Track, schedule_credential: str | None = None
 ) -> Manifest:
     """One track's Deployment. Under hot switching the stable pods' template holds the
-    ceiling (maxTokens) and the spec's K as the startup schedule, never the K in effect,
-    so a new K does not roll them; `schedule_credential` (the operator's, which only it
-    can derive: hot_schedules.credential) goes into their environment, outside the
-    config hash."""
+    ceiling (maxTokens), never the K in effect, so a new K does not roll them;
+    `schedule_credential` (the operator's, which only it can derive:
+    hot_schedules.credential) goes into their environment, outside the config hash."""
     model = as_track_runs(model, track)  # the last good config but on a config trial
     canary = model.status.canary_run
     replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
