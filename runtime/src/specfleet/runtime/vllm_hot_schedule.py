@@ -82,8 +82,8 @@ def _below_ceiling_refusal(core: Any, schedule: Schedule) -> str | None:
     if vllm_parallel_draft_fix.below_ceiling_works():
         return None
     return (
-        "parallel drafting below its ceiling is broken in this vLLM and the fix does not "
-        f"apply: use K=0 or K={ceiling}, or restart with the ceiling wanted"
+        "parallel drafting below its ceiling is broken in this vLLM and the fix is not "
+        f"loaded or does not apply: use K=0 or K={ceiling}, or restart with the ceiling wanted"
     )
 
 

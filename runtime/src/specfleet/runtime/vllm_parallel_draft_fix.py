@@ -43,6 +43,9 @@ log = logging.getLogger("vllm.plugins.specfleet_parallel_draft_fix")
 # The probe's verdict, once known in this process: whether parallel drafting below the
 # ceiling gives each request its own drafts (shipped or fixed).
 _verdict: bool | None = None
+# Whether vLLM loaded this plugin here: VLLM_PLUGINS is the same in every vLLM process, so
+# where it did not, the workers run the shipped proposer too.
+_registered = False
 
 
 def first_drafts_only(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -170,9 +173,12 @@ def apply(module: ModuleType) -> bool:
 
 
 def below_ceiling_works() -> bool:
-    """Whether parallel drafting at 0 < K < ceiling is right in this process's vLLM,
-    probing (and fixing) now if vLLM has not imported the proposer yet."""
+    """Whether parallel drafting at 0 < K < ceiling is right in this vLLM's workers:
+    never where vLLM did not load this plugin; else the probe's verdict, probing (and
+    fixing) now if vLLM has not imported the proposer in this process."""
     global _verdict
+    if not _registered:
+        return False
     if _verdict is None:
         _verdict = apply(importlib.import_module(MODULE))
     return _verdict
@@ -222,6 +228,8 @@ def _pending() -> Iterator[_AfterImport]:
 
 def register() -> None:
     """The plugin's entry point: vLLM calls it once per process."""
+    global _registered
+    _registered = True
     if next(_pending(), None) is not None or _verdict is not None:
         return
     module = sys.modules.get(MODULE)
