@@ -418,7 +418,7 @@ def _abort(
         sp.changed_at = run.now
 
 
-def restart_trial_if_scaled(run: Run) -> None:
+def end_trial_if_scaled(run: Run) -> None:
     """A scaler changed spec.replicas during a trial: the load per pod changed with it, and
     so may the best K. The windows collected so far compare the two Ks at another load
     than the ones to come, so the trial ends unjudged (not rejected); the next candidate
@@ -431,7 +431,7 @@ def restart_trial_if_scaled(run: Run) -> None:
         promote=False,
         reason=TrialOutcome.FLEET_SCALED,
         message=f"spec.replicas went from {trial.stable_replicas} to {replicas} during the "
-        "trial; its windows are no longer at matched load, so it restarts at the new size",
+        "trial; its windows are no longer at matched load, so it ends unjudged",
         reject=False,
         judged=False,
     )

@@ -65,7 +65,7 @@ from specfleet.operator.reprobes import maybe_reprobe
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run
 from specfleet.operator.speculation_off import clear_below_floor
-from specfleet.operator.trials import end_trial, feed_trial, restart_trial_if_scaled
+from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial
 from specfleet.operator.windows import (
     Judged,
     judge_collected,
@@ -284,7 +284,7 @@ def _sync_with_spec(run: Run) -> None:
     ):
         _restart_from_spec(run, schedule_changed)
     _keep_within_range(run)
-    restart_trial_if_scaled(run)
+    end_trial_if_scaled(run)
     if sp.rejected is not None and run.now >= sp.rejected.until:
         sp.rejected = None
     config_trials.sync(run)
