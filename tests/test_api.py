@@ -410,3 +410,14 @@ def test_an_integer_beyond_int64_is_refused_where_it_is(peagle_manifest: dict[st
         "server refuses"
     ]
     assert validation_errors(apply_changes(big, {"spec.tuning.minDraftTokens": 2**63 - 1})) == []
+
+
+@pytest.mark.parametrize(
+    "quantity",
+    ["1", "500m", "16Gi", "1.5Gi", "1e3", "1E-3", "+4", ".5", "100k", "3M", "5E", "7Ki", "2n", 4],
+)
+def test_quantities_compare_as_the_kubernetes_client_reads_them(quantity: str | int) -> None:
+    """The core's own reader (the client is I/O the core does not load) agrees with it."""
+    from kubernetes.utils.quantity import parse_quantity
+
+    assert api.quantity_value(quantity) == parse_quantity(quantity)

@@ -14,10 +14,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from kubernetes.utils.quantity import parse_quantity
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -125,6 +125,34 @@ def _quantity(value: str | int) -> str | int:
     if len(value) > QUANTITY_MAX_LENGTH:
         raise ValueError(f"must be at most {QUANTITY_MAX_LENGTH} characters")
     return _QUANTITY.check(value)
+
+
+_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL_SUFFIXES = {
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
+
+
+def quantity_value(quantity: str | int) -> Decimal:
+    """The amount a Kubernetes quantity (QUANTITY_PATTERN) stands for, exactly: what the
+    API server compares requests and limits by. Here rather than the kubernetes client's
+    parser, which the decision core does not load."""
+    text = str(quantity).lstrip("+")
+    if text[-2:] in _BINARY_SUFFIXES:
+        return Decimal(text[:-2]) * Decimal(1024) ** _BINARY_SUFFIXES[text[-2:]]
+    if re.search(r"[eE][-+]?[0-9.]+$", text):
+        return Decimal(text)  # a decimal exponent: Decimal reads it as it is
+    suffix = text[-1:] if text[-1:] in _DECIMAL_SUFFIXES else ""
+    return Decimal(text[: len(text) - len(suffix)]).scaleb(_DECIMAL_SUFFIXES[suffix])
 
 
 def _is_label_key(key: str) -> bool:
@@ -1014,8 +1042,7 @@ def _request_above_limit(r: Resources) -> str | None:
         (
             f"{name}: {request} > {r.limits[name]}"
             for name, request in r.requests.items()
-            if name in r.limits
-            and parse_quantity(str(request)) > parse_quantity(str(r.limits[name]))
+            if name in r.limits and quantity_value(request) > quantity_value(r.limits[name])
         ),
         None,
     )
