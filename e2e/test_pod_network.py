@@ -163,7 +163,6 @@ def test_a_killed_node_agents_pod_networks_are_removed_when_it_runs_again(
     apps.create_namespaced_deployment(namespace, _deployment("survivor"))
     pod = _ready_pod(core, namespace, "survivor")
     path = podnet.namespace_path(pod.metadata.uid)
-    before = path.stat().st_ino
     pod_dir = cluster.NODE_AGENT_STATE / f"{namespace}_{pod.metadata.name}_{pod.metadata.uid[:8]}"
     orphan = int((pod_dir / "web.pid").read_text())
 
@@ -179,11 +178,17 @@ def test_a_killed_node_agents_pod_networks_are_removed_when_it_runs_again(
     # The orphan is gone and the pod runs again in a new namespace; every namespace and
     # veth of ours belongs to a pod that exists.
     wait_for("the orphaned process to go", lambda: not Path(f"/proc/{orphan}").exists())
-    wait_for(
-        "the pod in a new namespace",
-        lambda: path.exists() and path.stat().st_ino != before,
-        timeout=60,
-    )
+
+    def in_a_new_namespace() -> bool:
+        """The pod's new process runs in the namespace at its path. Its inode number
+        alone cannot tell a new namespace: the kernel may hand the freed one's on."""
+        try:
+            pid = int((pod_dir / "web.pid").read_text())
+            return pid != orphan and os.stat(f"/proc/{pid}/ns/net").st_ino == path.stat().st_ino
+        except (OSError, ValueError):
+            return False
+
+    wait_for("the pod in a new namespace", in_a_new_namespace, timeout=60)
     _ready_pod(core, namespace, "survivor")
     uids = {p.metadata.uid for p in core.list_pod_for_all_namespaces().items}
     namespaces, links = podnet.ours()
