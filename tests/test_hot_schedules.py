@@ -242,3 +242,21 @@ def test_in_place_trials_taken_hot_wait_for_the_cooldown_only() -> None:
         model.spec.tuning.strategy = TuningStrategy.IN_PLACE
         model.status.history = [started]
         assert tuner._cooled(Run(model.spec, model.status, NOW, 1)) is cooled, switching
+
+
+def test_without_a_key_hot_switching_falls_back_and_comes_back_with_one() -> None:
+    model = _model(tokens=3)
+    planned = _planned(model.spec, model.status)
+    status = model.status.model_copy(
+        update={
+            "speculation": model.status.speculation.model_copy(update={"hot_schedule": planned})
+        }
+    )
+    without = hot_schedules.keyed(model.spec, status, has_key=False)
+    assert without.speculation.hot_schedule is not None
+    assert without.speculation.hot_schedule.fallback == hot_schedules.NO_KEY
+    assert hot_schedules.keyed(model.spec, without, has_key=True) == status
+    assert hot_schedules.keyed(model.spec, status, has_key=True) is status
+    # A pod's own refusal is not the key's: a key does not undo it.
+    refused = hot_schedules.fell_back(status, "no plugin")
+    assert hot_schedules.keyed(model.spec, refused, has_key=True) is refused

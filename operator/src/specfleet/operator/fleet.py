@@ -451,19 +451,9 @@ class Fleet:
         return Outcome(failure, written=summarized)
 
     def _keyed(self, model: SpeculativeModel) -> SpeculativeModel:
-        """The model with hot switching fallen back while this operator has no schedule
-        key (no credential to give its pods), and back on once it has one."""
-        hot = model.status.speculation.hot_schedule
-        if self.schedule_key is None and hot_schedules.in_effect(model.spec, model.status):
-            status = hot_schedules.fell_back(model.status, hot_schedules.NO_KEY)
-        elif self.schedule_key is not None and hot and hot.fallback == hot_schedules.NO_KEY:
-            speculation = model.status.speculation.model_copy(
-                update={"hot_schedule": hot.model_copy(update={"fallback": None})}
-            )
-            status = model.status.model_copy(update={"speculation": speculation})
-        else:
-            return model
-        return model.model_copy(update={"status": status})
+        """The model as this operator can serve it: hot switching only with a key."""
+        status = hot_schedules.keyed(model.spec, model.status, self.schedule_key is not None)
+        return model if status is model.status else model.model_copy(update={"status": status})
 
     def _credential(self, model: SpeculativeModel) -> str | None:
         """The credential the model's stable pods accept, where they take K hot."""

@@ -76,8 +76,27 @@ def fell_back(status: SpeculativeModelStatus, reason: str) -> SpeculativeModelSt
     hot = status.speculation.hot_schedule
     if hot is None or hot.fallback is not None:
         return status
+    return _with_fallback(status, hot, reason)
+
+
+def keyed(
+    spec: SpeculativeModelSpec, status: SpeculativeModelStatus, has_key: bool
+) -> SpeculativeModelStatus:
+    """Status as an operator with or without a schedule key sees it: fallen back while it
+    has none (no credential to give the pods), back on once it has one."""
+    hot = status.speculation.hot_schedule
+    if not has_key and in_effect(spec, status):
+        return fell_back(status, NO_KEY)
+    if has_key and hot is not None and hot.fallback == NO_KEY:
+        return _with_fallback(status, hot, None)
+    return status
+
+
+def _with_fallback(
+    status: SpeculativeModelStatus, hot: HotSchedule, fallback: str | None
+) -> SpeculativeModelStatus:
     speculation = status.speculation.model_copy(
-        update={"hot_schedule": hot.model_copy(update={"fallback": reason})}
+        update={"hot_schedule": hot.model_copy(update={"fallback": fallback})}
     )
     return status.model_copy(update={"speculation": speculation})
 
