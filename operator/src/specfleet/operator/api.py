@@ -1923,6 +1923,16 @@ class Metrics(SpecModel):
     ] = "5s"
 
 
+def _suffix_at_one_k(speculation: dict[str, Any]) -> dict[str, Any]:
+    """A refusal's edit: suffix decoding held at K=8 (as it must be), with `speculation`
+    fields that suffix decoding cannot have."""
+    return {
+        "spec.draft.method": "suffix",
+        "spec.draft.model": DELETE,
+        "spec.speculation": {"tokens": 8, "minTokens": 8, "maxTokens": 8, **speculation},
+    }
+
+
 class SpeculativeModelSpec(SpecModel):
     """What the user (or Git) wants. The operator never writes it."""
 
@@ -1978,16 +1988,7 @@ class SpeculativeModelSpec(SpecModel):
             refusals=(
                 Refusal(
                     "suffix-with-a-schedule",
-                    {
-                        "spec.draft.method": "suffix",
-                        "spec.draft.model": DELETE,
-                        "spec.speculation": {
-                            "tokens": 8,
-                            "minTokens": 8,
-                            "maxTokens": 8,
-                            "schedule": {"mode": "Learned"},
-                        },
-                    },
+                    _suffix_at_one_k({"schedule": {"mode": "Learned"}}),
                 ),
             ),
         ),
@@ -2004,16 +2005,7 @@ class SpeculativeModelSpec(SpecModel):
             refusals=(
                 Refusal(
                     "hot-switching-without-a-scheduled-k",
-                    {
-                        "spec.draft.method": "suffix",
-                        "spec.draft.model": DELETE,
-                        "spec.speculation": {
-                            "tokens": 8,
-                            "minTokens": 8,
-                            "maxTokens": 8,
-                            "switching": "Hot",
-                        },
-                    },
+                    _suffix_at_one_k({"switching": "Hot"}),
                 ),
             ),
         ),
