@@ -341,6 +341,39 @@ def writes_per_model(
     }
 
 
+def operator_requests(metrics: str) -> dict[str, float]:
+    """The operator's own requests so far (its `specfleet_api_requests_total`), by
+    "resource VERB", every status code together."""
+    counts: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if not line.startswith("specfleet_api_requests_total{"):
+            continue
+        labels = dict(
+            pair.split("=", 1) for pair in line[line.index("{") + 1 : line.index("}")].split(",")
+        )
+        key = f"{labels['resource'].strip(chr(34))} {labels['verb'].strip(chr(34))}"
+        counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def requests_per_model(
+    before: dict[str, float], after: dict[str, float], count: int
+) -> dict[str, float]:
+    """The operator's requests per model over a run, every kind it sent."""
+    return {
+        key: round((after[key] - before.get(key, 0.0)) / count, 3)
+        for key in sorted(after)
+        if after[key] > before.get(key, 0.0)
+    }
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
 def create_namespace(name: str) -> None:
     kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=300s")
     kubectl("create", "namespace", name)
@@ -439,7 +472,9 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
                 models.write(models_yaml(namespace, count))
                 models.flush()
                 cpu_before = cpu_seconds(pid)
+                rss_before = rss_mb(pid)
                 writes_before = api_writes()
+                requests_before = operator_requests(operator.metrics())
                 t0 = time.time()
                 kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
                 applied = time.time() - t0
@@ -454,6 +489,7 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
             done = max(seen.done(n) or 0.0 for n in names)
             cpu = cpu_seconds(pid) - cpu_before
             writes_done = api_writes()
+            requests_done = operator_requests(operator.metrics())
             # Peak memory is taken once the fleet has settled: pods Running, statuses
             # updated from their events.
             wait_until(
@@ -464,6 +500,8 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
             )
             time.sleep(10)
             rss = peak_rss_mb(pid)
+            rss_settled = rss_mb(pid)
+            requests_settled = operator_requests(operator.metrics())
             cpu_settled = cpu_seconds(pid) - cpu_before
             standby_figures = {}
             if second is not None and second.process is not None:
@@ -485,6 +523,11 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
             "cpu_seconds": cpu,
             "cpu_seconds_settled": cpu_settled,
             "peak_rss_mb": rss,
+            # The operator's resident memory before the models came and once settled,
+            # and the growth per model: what each model costs it, cache included.
+            "rss_before_mb": rss_before,
+            "rss_settled_mb": rss_settled,
+            "rss_per_model_kb": (rss_settled - rss_before) * 1024 / count,
             "children_latency": {
                 "p50": percentile(children, 0.5),
                 "p99": percentile(children, 0.99),
@@ -499,6 +542,11 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
             # Until every model was done, and until the fleet settled (pods Running).
             "writes_per_model": writes_per_model(writes_before, writes_done, count),
             "writes_per_model_settled": writes_per_model(writes_before, writes_settled, count),
+            # The operator's own requests (its metrics), until done and until settled.
+            "requests_per_model": requests_per_model(requests_before, requests_done, count),
+            "requests_per_model_settled": requests_per_model(
+                requests_before, requests_settled, count
+            ),
             **standby_figures,
         }
     finally:
@@ -506,6 +554,21 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
         if second is not None:
             second.stop()
         delete_namespace(namespace)
+
+
+def measured_code() -> dict[str, Any]:
+    """The commit measured on, and whether the operator's code differed from it (a
+    figure measured on uncommitted code names no commit it can be checked against)."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", "operator/src", "benchmarks/operator_scale.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {"commit": commit, "uncommitted_changes": bool(changed)}
 
 
 def main() -> None:
@@ -527,6 +590,7 @@ def main() -> None:
     results: dict[str, Any] = {"runs": []}
     if args.append and args.json.exists():
         results["runs"] = json.loads(args.json.read_text())["runs"]
+    code = measured_code()
     cluster.install_crds()
     with bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent"):
         for count in (int(c) for c in args.counts.split(",")):
@@ -559,7 +623,14 @@ def main() -> None:
                         else ""
                     )
                 )
-                results["runs"].append({"count": count, "baseline": base, "operator": op})
+                log(
+                    f"N={count} #{repeat}: operator requests per model until done: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in op["requests_per_model"].items())
+                    + "; until settled: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in op["requests_per_model_settled"].items())
+                    + f"; RSS per model {op['rss_per_model_kb']:.0f} KB"
+                )
+                results["runs"].append({"count": count, **code, "baseline": base, "operator": op})
                 args.json.write_text(json.dumps(results, indent=2))
     summary = []
     for count in sorted({r["count"] for r in results["runs"]}):

@@ -117,3 +117,85 @@ def test_no_write_reaches_a_slow_accepting_api_server_after_the_fence_closes(
     finally:
         opener.cancel()
         server.close()
+
+
+@pytest.fixture
+def answering_server() -> Iterator[str]:
+    """A loopback HTTP server that answers every request: 404 for names ending in
+    "missing", else 200 with an empty object or listing."""
+    import http.server
+    import json
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            path = self.path.split("?")[0]
+            code = 404 if path.endswith("missing") else 200
+            body = json.dumps(
+                {"kind": "Status"}
+                if code == 404
+                else {"kind": "List", "metadata": {"resourceVersion": "1"}, "items": []}
+            ).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_PATCH = do_POST = _answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def requests_counted() -> dict[tuple[str, str, str], float]:
+    from prometheus_client import REGISTRY
+
+    return {
+        (s.labels["verb"], s.labels["resource"], s.labels["code"]): s.value
+        for metric in REGISTRY.collect()
+        if metric.name == "specfleet_api_requests"
+        for s in metric.samples
+        if s.name.endswith("_total")
+    }
+
+
+def test_every_request_is_counted_by_verb_resource_and_code(answering_server: str) -> None:
+    """The operator's own count of what it asks of the API server: what the scale
+    benchmark divides by the number of models."""
+    api = client_for(client.Configuration(host=answering_server), "test")
+    cluster = Cluster(api, "test", always, timeout=2.0)
+    before = requests_counted()
+    for _, request in calls(cluster):
+        request()
+    assert cluster.get_child("Deployment", "team", "missing") is None
+    after = requests_counted()
+    grown = {
+        key: after[key] - before.get(key, 0.0) for key in after if after[key] != before.get(key)
+    }
+    assert grown == {
+        ("APPLY", "services", "200"): 1,
+        ("PATCH", "speculativemodels/status", "200"): 1,
+        ("POST", "events", "200"): 1,
+        ("GET", "speculativemodels", "200"): 1,
+        ("GET", "services", "200"): 1,
+        ("LIST", "speculativemodels", "200"): 1,
+        ("LIST", "pods", "200"): 1,
+        ("GET", "deployments", "404"): 1,
+    }
+
+
+def test_a_request_with_no_answer_is_counted_with_code_0(
+    silent_server: tuple[str, list[bytes]],
+) -> None:
+    url, _ = silent_server
+    cluster = Cluster(client_for(client.Configuration(host=url), "test"), "test", always, TIMEOUT)
+    before = requests_counted().get(("GET", "speculativemodels", "0"), 0.0)
+    with pytest.raises(Exception, match=r"(?i)timed out"):
+        cluster.get_model("team", "llama")
+    assert requests_counted()[("GET", "speculativemodels", "0")] == before + 1

@@ -20,6 +20,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from specfleet.operator import observability
 from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.children import child_kind
 
@@ -93,12 +94,36 @@ def call(
         body=body,
         auth_settings=["BearerToken"],
     )
-    response = api.call_api(*request, _request_timeout=timeout)
+    verb, resource = request_kind(method, path, content_type)
+    try:
+        response = api.call_api(*request, _request_timeout=timeout)
+    except Exception:
+        observability.API_REQUESTS.labels(verb, resource, "0").inc()  # no answer
+        raise
+    observability.API_REQUESTS.labels(verb, resource, str(response.status)).inc()
     response.read()
     if not 200 <= response.status <= 299:
         raise ApiException(http_resp=response)
     result: dict[str, Any] = json.loads(response.data)
     return result
+
+
+def request_kind(method: str, path: str, content_type: str) -> tuple[str, str]:
+    """(verb, resource) of a request, as the API server's own metrics name them: a
+    server-side apply is APPLY, a GET of a collection LIST; the resource carries its
+    subresource (`speculativemodels/status`)."""
+    parts = [part for part in path.split("/") if part]
+    if "namespaces" in parts[:-1]:
+        parts = parts[parts.index("namespaces") + 2 :]
+    else:  # cluster-scoped: /api/v1/RESOURCE[/NAME] or /apis/GROUP/VERSION/RESOURCE[/NAME]
+        parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    resource = "/".join([parts[0], *parts[2:3]]) if parts else ""
+    verb = method
+    if method == "PATCH" and content_type == APPLY:
+        verb = "APPLY"
+    elif method == "GET" and len(parts) == 1:
+        verb = "LIST"
+    return verb, resource
 
 
 def always() -> bool:

@@ -12,6 +12,13 @@ RECONCILES = Counter(
 RECONCILE_SECONDS = Histogram(
     "specfleet_reconcile_duration_seconds", "Reconcile duration by handler.", ["handler"]
 )
+API_REQUESTS = Counter(
+    "specfleet_api_requests_total",
+    "Requests the operator sent to the API server, by verb (APPLY: server-side apply; "
+    "LIST: a GET of a collection) and resource (with /status for the subresource), and "
+    "by code (the HTTP status; 0 when no answer came). Not kopf's watches and listings.",
+    ["verb", "resource", "code"],
+)
 LEADER = Gauge(
     "specfleet_leader",
     "1 while this replica holds the leader Lease and may write, 0 on a standby.",
