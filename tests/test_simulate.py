@@ -42,6 +42,7 @@ from specfleet.runtime.sim_model import SimProfile, StepCost, step_seconds
 
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 STALE_DRAFT = [0.3, 0.2]  # the stale-draft drift's profile: no K pays with it
+BROKEN_DRAFT = [0.12, 0.1]  # scenarios/floor/broken-draft.yaml: far under the floor
 CODE, CHAT = published_profiles()["code"], published_profiles()["chat"]
 
 
@@ -61,7 +62,7 @@ def test_shipped_scenario_names_are_unique_and_profiles_published() -> None:
     names = [s.name for s in scenarios]
     assert len(names) == len(set(names))
     assert len([n for n in names if n.startswith("steady@")]) == 27
-    published = [*published_profiles().values(), STALE_DRAFT]
+    published = [*published_profiles().values(), STALE_DRAFT, BROKEN_DRAFT]
     for scenario in scenarios:
         for acceptance in [
             scenario.engine.acceptance,

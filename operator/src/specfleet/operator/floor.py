@@ -5,7 +5,7 @@ recovering above it."""
 
 from __future__ import annotations
 
-from specfleet.operator import schedule
+from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
@@ -152,10 +152,19 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
     pays = f"K={fastest.tokens} is predicted {gain:+.1%} over plain decoding"
     if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
         # The K in effect is the fastest measured so far; trials may still find a faster
-        # one. A K changed on a prediction alone would be untested.
-        _keep_fastest(run, judged, f"{why}; no K clears it, but {pays}: keeping K={current}")
-        return
-    if spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
+        # one. A K changed on a prediction alone would be untested. But that speculation
+        # pays is a prediction too, and it rests on plain decoding's step, which the fit
+        # cannot tell from the Ks it ran: plain decoding is measured before the K is
+        # kept, and a K that measures slower than it is not kept.
+        keeping = f"{why}; no K clears it, but {pays}"
+        loses = _kept_k_loses(run, judged)
+        if loses is None or sp.trial is not None:  # a trial running decides first
+            if not _plain_measured(run, judged) and measure_first(run, judged, keeping):
+                keeping += "; plain decoding is measured first"
+            _keep_fastest(run, judged, f"{keeping}: keeping K={current}")
+            return
+        reason = f"{why}; no K clears it and {loses}"
+    elif spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
         reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
     else:
         reason = f"{why}; speculation no longer pays: {pays}"
@@ -167,6 +176,34 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
             _keep_fastest(run, judged, message)
             return
     disable(run, reason, metric, judged.goodput)
+
+
+def _plain_measured(run: Run, judged: Judged) -> bool:
+    """Whether plain decoding has a step-time sample at the window's batch."""
+    assert judged.window is not None
+    return speed.matching(run.samples, 0, judged.window.batch_per_pod) is not None
+
+
+def _kept_k_loses(run: Run, judged: Judged) -> str | None:
+    """Why the K in effect is slower than plain decoding, both measured at the window's
+    batch (their samples), for the acceptance the window measured; None when it is not
+    (or either is unmeasured there)."""
+    assert judged.window is not None and run.sp.tokens is not None
+    k, batch = run.sp.tokens, judged.window.batch_per_pod
+    samples = run.samples
+    at_k, at_plain = speed.matching(samples, k, batch), speed.matching(samples, 0, batch)
+    if at_k is None or at_plain is None:
+        return None
+    window = judged.window
+    length = 1.0 + window.accepted_tokens / window.drafts if window.drafts > 0 else 1.0
+    k_ms, plain_ms = samples[at_k].step_ms, samples[at_plain].step_ms
+    gain = length * plain_ms / k_ms - 1
+    if gain >= 0:
+        return None
+    return (
+        f"K={k} measures {gain:+.1%} over plain decoding (step {k_ms:.3g} ms vs "
+        f"{plain_ms:.3g} ms at batch {batch:.1f}, acceptance length {length:.2f})"
+    )
 
 
 def _keep_fastest(run: Run, judged: Judged, message: str) -> None:

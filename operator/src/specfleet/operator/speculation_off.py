@@ -22,12 +22,18 @@ def disable(
     why: OffReason = OffReason.NO_K_CLEARS_FLOOR,
     acceptance: list[float] | None = None,
 ) -> None:
-    """Speculation off; a re-probe not yet proven has failed (the back-off doubles)."""
+    """Speculation off; a re-probe not yet proven has failed (the back-off doubles). A
+    canary measuring plain decoding ends with it: the stable pods now decode plainly."""
     sp = run.sp
+    ends = sp.trial is not None and sp.trial.plain and sp.trial.in_place is None
+    if ends:
+        sp.trial = None
     run.act(
         kind,
         why,
-        reason + "; serving without speculation",
+        reason
+        + ("; the canary of plain decoding ends" if ends else "")
+        + "; serving without speculation",
         warning=True,
         from_tokens=sp.tokens,
         to_tokens=None,
