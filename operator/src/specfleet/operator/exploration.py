@@ -19,9 +19,8 @@ from specfleet.operator.outcomes import ActionKind, TrialStart
 from specfleet.operator.prediction import Prediction, k_words
 from specfleet.operator.run import Run
 
-# Exploratory trials started within speed.MAX_AGE (as long as a sample is kept: past
-# it, what an exploration measured is gone, and the K may be in doubt again), counted
-# from status.history.
+# Exploratory trials whose lesson stands (see `explorations`), counted from
+# status.history.
 EXPLORATION_BUDGET = 2
 # Plain decoding apart: its interval is the widest (the fit cannot tell a draft's fixed
 # cost from the target's without it), so on a shared budget it would crowd out every K.
@@ -59,15 +58,20 @@ def predicted_gain(
 
 
 def explorations(run: Run, plain: bool) -> int:
-    """Exploratory trials of plain decoding (or of Ks) started within speed.MAX_AGE, from
-    status.history."""
+    """Exploratory trials of plain decoding (or of Ks) in status.history whose lesson
+    stands: started within speed.MAX_AGE, or later where a step-time sample at the K it
+    explored is still kept (samples stop ageing while the engine measures as they say:
+    `speed.confirms`). So the budget comes back when what the explorations measured has
+    gone, not on a clock: a day with nothing changing explores in its first hour and
+    never again."""
+    kept = {s.tokens for s in run.samples}
     return sum(
         1
         for entry in run.status.history
         if entry.action in (ActionKind.START_CANARY, ActionKind.START_IN_PLACE)
         and entry.reason.startswith(f"{TrialStart.EXPLORE}:")
         and (entry.to_tokens == 0) == plain
-        and run.now - entry.time < speed.MAX_AGE
+        and (run.now - entry.time < speed.MAX_AGE or entry.to_tokens in kept)
     )
 
 

@@ -425,6 +425,34 @@ def perturbation(status: StepCostStatus | None, k: int, window: TrackWindow | No
     )
 
 
+def confirms(sample: StepTimeSample, ms: float) -> bool:
+    """Whether a window's step time `ms` at a sample's K and batch says the engine is the
+    one the sample measured: within HUBER_LIMIT window precisions of a sample of more
+    than one window."""
+    limit = HUBER_LIMIT * STEP_TIME_PRECISION
+    return sample.windows >= 2 and abs(ms / sample.step_ms - 1.0) <= limit
+
+
+def _refreshed(
+    samples: list[StepTimeSample], batch: float, now: datetime, fitted: FittedStepCost
+) -> list[StepTimeSample]:
+    """Samples at `batch` that the fit explains, every K, measured as of `now`: a window
+    that confirms the engine at this load (`confirms`) is evidence that nothing changed,
+    so what the other Ks measured here still holds and does not age (a quiet day would
+    otherwise re-learn it with a canary every few hours as its samples aged out).
+    Samples at other batches age on (nothing measured there says the engine is the same
+    at that load), and so does a sample the fit does not explain (a slow stretch a canary
+    measured): it still goes after MAX_AGE."""
+    limit = HUBER_LIMIT * STEP_TIME_PRECISION
+    return [
+        s.model_copy(update={"measured_at": now})
+        if max(s.batch, batch) <= min(s.batch, batch) * BATCH_BUCKET
+        and abs(step_ms(fitted, s.tokens, s.batch) / s.step_ms - 1.0) <= limit
+        else s
+        for s in samples
+    ]
+
+
 def record(
     status: StepCostStatus | None,
     k: int,
@@ -452,6 +480,8 @@ def record(
             )
         else:
             old = samples[match]
+            if status is not None and confirms(old, ms):
+                samples = _refreshed(samples, batch, now, status.fitted)
             weight = min(old.windows, WINDOW_WEIGHT_CAP - 1)
             samples[match] = StepTimeSample(
                 tokens=k,
