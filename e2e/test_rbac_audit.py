@@ -95,6 +95,21 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     theirs = yaml.safe_load(
         cluster.kubectl("get", "service", MODEL_NAME, "-n", NAMESPACE, "-o", "yaml").stdout
     )
+    # And a user's Deployment with the name of the model's canary: the create-only apply
+    # finds each name taken, and one GET per kind names the owner.
+    canary = f"{MODEL_NAME}-canary"
+    cluster.kubectl(
+        "create",
+        "deployment",
+        canary,
+        "--image=registry.k8s.io/pause:3.10",
+        "--replicas=0",
+        "-n",
+        NAMESPACE,
+    )
+    their_deployment = yaml.safe_load(
+        cluster.kubectl("get", "deployment", canary, "-n", NAMESPACE, "-o", "yaml").stdout
+    )
 
     operator = OperatorProcess(
         [NAMESPACE],
@@ -110,13 +125,17 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         # And one whose Service the operator creates.
         apply(sim_model("plain", tuning={"enabled": False}), NAMESPACE)
         core = client.CoreV1Api(api_client)
-        wait_for(
-            "plain's Service",
-            lambda: any(
+
+        def plains_service() -> bool:
+            return any(
                 s.metadata.name == "plain" for s in core.list_namespaced_service(NAMESPACE).items
-            ),
-            timeout=60,
-        )
+            )
+
+        wait_for("plain's Service", plains_service, timeout=60)
+        # Deleted by hand: put back, once a GET says its model is still there (the
+        # collector deletes the children of a model whose DELETED the watch lost).
+        cluster.kubectl("delete", "service", "plain", "-n", NAMESPACE)
+        wait_for("plain's Service put back", plains_service, timeout=60)
 
         def refused_service() -> dict[str, Any] | None:
             degraded = condition(get_model(api_client, NAMESPACE, MODEL_NAME), "Degraded")
@@ -124,6 +143,7 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
 
         degraded = wait_for("Degraded: ChildNotOwned", refused_service, timeout=60)
         assert f"Service {NAMESPACE}/{MODEL_NAME}" in degraded["message"]
+        assert f"Deployment {NAMESPACE}/{canary}" in degraded["message"]
         wait_for(
             "the Warning Event",
             lambda: (
@@ -142,6 +162,15 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     assert now["spec"]["selector"] == theirs["spec"]["selector"]
     assert "ownerReferences" not in now["metadata"]
     assert now["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+    deployment = yaml.safe_load(
+        cluster.kubectl("get", "deployment", canary, "-n", NAMESPACE, "-o", "yaml").stdout
+    )
+    assert "ownerReferences" not in deployment["metadata"]
+    # Its controller writes its status; no one else wrote anything.
+    assert deployment["spec"] == their_deployment["spec"]
+    assert deployment["metadata"].get("labels") == their_deployment["metadata"].get("labels")
+    managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
+    assert "specfleet-operator" not in managers, managers
 
     used, refused = used_by(f"system:serviceaccount:{NAMESPACE}:{account}")
     assert used, (

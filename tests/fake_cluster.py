@@ -20,7 +20,7 @@ from specfleet.operator import tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet, without_nulls
-from specfleet.operator.kube import Conflict, Gone
+from specfleet.operator.kube import Conflict, Exists, Gone
 from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren
 
@@ -156,8 +156,11 @@ class FakeCluster:
         would bring only what exists now."""
         self.watch = []
 
-    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
         self.requests.append(("patch", manifest["kind"], manifest["metadata"]["name"]))
+        if create_only and _key(manifest) in self.objects:
+            # kube.Cluster's create-only apply carries a resourceVersion no object has.
+            raise Exists(f"{manifest['kind']} {manifest['metadata']['name']}")
         self.applied.append(copy.deepcopy(manifest))
         message = self.refuse(manifest)
         if message is not None:

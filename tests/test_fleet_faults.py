@@ -450,3 +450,73 @@ def test_a_decision_written_before_its_children_keeps_its_event_when_the_summary
     assert cluster.model("llama")["status"]["speculation"]["tokens"] == 5
     assert [e["reason"] for e in cluster.events] == ["Promote"]
     assert fleet.cache.models[KEY].next_evaluation is not None
+
+
+# ------------------------------------------- what a new model's children cost (issue 46)
+
+
+def test_a_new_models_children_cost_one_request_each_and_no_read(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """Seen by the watch and no relist since: each child is one create-only apply (as
+    `kubectl apply --server-side` costs), no GET of the child or of the model."""
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    cluster.requests.clear()
+    reconcile(fleet)
+    children = [r for r in cluster.requests if r[1] != "SpeculativeModel/status"]
+    assert sorted(children) == [
+        ("patch", "Deployment", "llama"),
+        ("patch", "Deployment", "llama-canary"),
+        ("patch", "Service", "llama"),
+    ]
+
+
+def test_after_a_relist_the_model_is_confirmed_before_its_children_are_created(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """A relist since the model was last seen: its DELETED may be lost, so the API
+    server is asked before anything is created, and a model gone is forgotten."""
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    del cluster.objects[("SpeculativeModel", "team", "llama")]  # gone, its DELETED lost
+    cluster.lose_watch()
+    fleet.relisted()
+    reconcile(fleet)
+    assert ("get", "SpeculativeModel", "llama") in cluster.requests
+    assert not cluster.applied and cluster.status_writes == 0
+    assert KEY not in fleet.cache.models
+
+
+def test_a_listing_after_the_relist_confirms_the_model_again(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    fleet.relisted()
+    asyncio.run(fleet.resync())
+    cluster.requests.clear()
+    reconcile(fleet)
+    assert not [r for r in cluster.requests if r[0] == "get"]
+    assert ("Deployment", "team", "llama") in cluster.objects
+
+
+def test_a_child_whose_name_is_taken_by_an_uncached_object_is_asked_about_once(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """The create-only apply finds the user's Service (not watched: no labels), then one
+    GET names its owner; the object is not changed."""
+    cluster.create(user_service("llama"))
+    before = copy.deepcopy(cluster.objects[("Service", "team", "llama")])
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    cluster.requests.clear()
+    reconcile(fleet)
+    service = [r for r in cluster.requests if r[1] == "Service"]
+    assert service == [("patch", "Service", "llama"), ("get", "Service", "llama")]
+    assert cluster.objects[("Service", "team", "llama")] == before
+    assert degraded(cluster, "llama")["reason"] == "ChildNotOwned"

@@ -78,7 +78,8 @@ and every kind not listed here.
     - list
     - watch
     # get: the model as it now is when a status write conflicts (the write is retried
-    # against it) and before creating a child (a model gone is never written to again).
+    # against it) and before creating a child after a watch gap or re-creating a deleted
+    # one (a model gone is never written to again).
     - get
 # Status: conditions, K in effect, acceptance windows, decision history.
 - apiGroups: [specfleet.io]
@@ -95,8 +96,9 @@ and every kind not listed here.
     # conditions; without them the operator never reports Ready.
     - list
     - watch
-    # get: who owns an object with a child's name before the operator creates or adopts
-    # it; without it no Deployment is ever created.
+    # get: who owns an object with a child's name when a create-only apply finds the
+    # name taken, or the watch saw it as another's; without it such a model never says
+    # which object is in its way.
     - get
     # create, patch: server-side apply (an apply may create); a new K is a new pod
     # template. No delete: the canary is scaled to 0, and owner references let the
@@ -110,8 +112,9 @@ and every kind not listed here.
     # list, watch: the model's Service, put back when deleted or edited by hand.
     - list
     - watch
-    # get: who owns an object with a child's name before the operator creates or adopts
-    # it; without it no Service is ever created.
+    # get: who owns an object with a child's name when a create-only apply finds the
+    # name taken, or the watch saw it as another's; without it such a model never says
+    # which object is in its way.
     - get
     # create, patch: server-side apply of the model's Service (an apply may create);
     # without them clients have no stable address. No delete (garbage collector).

@@ -43,7 +43,7 @@ from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator, current_pods, scrape_targets
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
-from specfleet.operator.kube import Cluster, Conflict, Gone, NotLeading
+from specfleet.operator.kube import Cluster, Conflict, Exists, Gone, NotLeading
 from specfleet.operator.outcomes import Action
 from specfleet.operator.pod_policy import NOTHING_MORE, PodPolicy
 from specfleet.operator.status import (
@@ -93,6 +93,9 @@ class ModelRecord:
     # evaluation due would change nothing, so it is skipped.
     settled: Inputs | None = None
     backoff: Backoff | None = None
+    # FleetCache.relists when a watch event or a listing last showed the model: older
+    # than the cache's count, a relist came since, and its DELETED may have been lost.
+    seen_at_relist: int = 0
     # Forgotten (deleted, or found gone): a reconcile in flight stops before its next write.
     gone: bool = False
 
@@ -120,6 +123,8 @@ class FleetCache:
     starts: dict[Key, dict[str, PodStart]] = field(default_factory=dict)
     # Called with each forgotten model's key: what others keep about it goes too.
     on_forget: Callable[[Key], None] = lambda key: None
+    # Relists of a watch so far: events may have been lost before each.
+    relists: int = 0
 
     def wake(self, key: Key) -> None:
         self.queue.add(key)
@@ -128,9 +133,11 @@ class FleetCache:
         record = self.models.get(key)
         return None if record is None else record.body
 
-    def remember_model(self, body: dict[str, Any]) -> None:
+    def remember_model(self, body: dict[str, Any], relists: int | None = None) -> None:
         """Keep the newest body; wake the model unless only its status moved (the echo
-        of the operator's own status write would re-run it to no effect)."""
+        of the operator's own status write would re-run it to no effect). `relists`: the
+        relist count when the body was read (a listing's start), if not now."""
+        seen_at = self.relists if relists is None else relists
         key = key_of(body)
         uid = body["metadata"].get("uid")
         if uid is not None and uid in self.deleted:
@@ -140,9 +147,10 @@ class FleetCache:
             self.forget(key)  # deleted and created again while a watch was away
             record = None
         if record is None:
-            self.models[key] = ModelRecord(body)
+            self.models[key] = ModelRecord(body, seen_at_relist=seen_at)
             self.wake(key)
             return
+        record.seen_at_relist = max(record.seen_at_relist, seen_at)
         if _older(body, record.body):
             # A watch event from before a status write whose response is cached: taking
             # it would hand the next reconcile the status that write replaced.
@@ -203,12 +211,18 @@ class FleetCache:
     def namespaces(self) -> set[str]:
         return {namespace for namespace, _ in [*self.models, *self.children]}
 
-    def models_listed(self, namespace: str, listed: list[dict[str, Any]], version: str) -> set[Key]:
-        """Take a listing of the models in `namespace` (at resourceVersion `version`):
-        keep what it holds; the keys of cached models it lacks, which are gone (unless
-        cached from after the listing)."""
+    def models_listed(
+        self,
+        namespace: str,
+        listed: list[dict[str, Any]],
+        version: str,
+        relists: int | None = None,
+    ) -> set[Key]:
+        """Take a listing of the models in `namespace` (at resourceVersion `version`,
+        started at relist count `relists`): keep what it holds; the keys of cached models
+        it lacks, which are gone (unless cached from after the listing)."""
         for body in listed:
-            self.remember_model(body)
+            self.remember_model(body, relists)
         present = {key_of(body) for body in listed}
         return {
             key
@@ -308,14 +322,16 @@ class Fleet:
 
     def relisted(self) -> None:
         """A watch listed its objects again: what vanished meanwhile has no event."""
+        self.cache.relists += 1
         self._relisted.set()
 
     async def resync(self) -> None:
         """List models and children in every namespace the cache knows and take the
         listings: what is gone is forgotten, as a DELETED event would have it."""
         for namespace in sorted(self.cache.namespaces()):
+            relists = self.cache.relists
             listed, version = await asyncio.to_thread(self.cluster.list_models, namespace)
-            for key in self.cache.models_listed(namespace, listed, version):
+            for key in self.cache.models_listed(namespace, listed, version, relists):
                 log.info("%s/%s: gone (found by a listing); forgetting it", *key)
                 self.forget(key)
             for kind in CHILD_KINDS:
@@ -526,21 +542,35 @@ class Fleet:
         for manifest in manifests:
             ref = (manifest["kind"], manifest["metadata"]["name"])
             found = self.cache.children.get(key, {}).get(ref)
-            if found is None or not _ours(found, uid, key[1]):
-                # Not in the cache (only labelled objects are watched), or cached as
-                # someone else's: the API server says who has the name now.
-                found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
-                if found is None and not confirmed:
-                    # About to create: the model may be gone with no event yet (a watch
-                    # gap); creating its children then would only feed the collector.
-                    await self._confirm_exists(record, key, uid)
-                    confirmed = True
             if found is not None and not _ours(found, uid, key[1]):
-                strangers.append(_stranger(found, key[1]))
-                continue
+                # Cached as someone else's: the API server says who has the name now.
+                found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
+                if found is not None and not _ours(found, uid, key[1]):
+                    strangers.append(_stranger(found, key[1]))
+                    continue
+            if found is None and not confirmed and self._may_be_gone(record):
+                # About to create, and the cache cannot say the model is still there (a
+                # relist since it was last seen, or a child it had is missing: deleted by
+                # the collector after a lost DELETED?): children of a model that is
+                # gone would only feed the collector.
+                await self._confirm_exists(record, key, uid)
+                confirmed = True
             if record.gone:
                 raise Forgotten
-            applied = await asyncio.to_thread(self.cluster.apply, manifest)
+            try:
+                # Not in the cache (only labelled objects are watched): created only if
+                # no object has the name.
+                applied = await asyncio.to_thread(self.cluster.apply, manifest, found is None)
+            except Exists:
+                # Someone has the name: the API server says who.
+                found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
+                if found is not None and not _ours(found, uid, key[1]):
+                    strangers.append(_stranger(found, key[1]))
+                    continue
+                if record.gone:
+                    raise Forgotten from None
+                # Ours after all (the watch had not brought it yet), or gone again.
+                applied = await asyncio.to_thread(self.cluster.apply, manifest)
             markers[ref] = _edit_marker(applied)
             if ref not in self.cache.children.get(key, {}):
                 # A new child: its apply response lets the first status say "Progressing"
@@ -551,6 +581,11 @@ class Fleet:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
         record.applied = AppliedChildren(manifests, markers)
         return None
+
+    def _may_be_gone(self, record: ModelRecord) -> bool:
+        """Whether the model may be gone with its DELETED lost: a watch relisted since
+        it was last seen, or children were applied and one is missing now."""
+        return record.seen_at_relist < self.cache.relists or record.applied is not None
 
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
         current = await asyncio.to_thread(self.cluster.get_model, *key)

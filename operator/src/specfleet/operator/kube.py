@@ -45,6 +45,16 @@ class Gone(Exception):
     """The object written to does not exist any more (404)."""
 
 
+class Exists(Exception):
+    """A create-only apply found an object of that name already there (409)."""
+
+
+# The resourceVersion a create-only apply carries as its precondition: no object ever has
+# it (etcd's revisions count up from 1), so an apply onto any existing object fails with
+# 409 Conflict, while an apply that creates drops it (an object being created has none).
+NO_OBJECT_HAS_THIS_VERSION = str(2**63 - 1)
+
+
 def user_agent(instance: str) -> str:
     return f"{FIELD_MANAGER}/{instance}"
 
@@ -197,20 +207,34 @@ class Cluster:
         items = [{"kind": kind, **item} for item in listing.get("items") or []]
         return items, str(listing["metadata"]["resourceVersion"])
 
-    def apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def apply(self, manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
         """Server-side apply of a child; returns the object as the server now has it.
         Re-applying the same manifest changes nothing, not even the resourceVersion,
-        which keeps GitOps diffs and watches quiet."""
+        which keeps GitOps diffs and watches quiet. `create_only`: only if no object of
+        that name exists, whoever made it (else Exists, and nothing is changed): one
+        request where a GET and then an apply would cost two and leave a gap between
+        them. A POST would create too, but its fields would be recorded as an Update, not
+        as this manager's apply, and later applies could not remove them."""
         meta = manifest["metadata"]
         kind = child_kind(manifest["kind"])
         if not kind.applied:
             raise ValueError(f"the operator does not apply {kind.kind}s")
-        return self._request(
-            kind.path(meta["namespace"], meta["name"]),
-            manifest,
-            APPLY,
-            [("fieldManager", FIELD_MANAGER), ("force", "true")],
-        )
+        if create_only:
+            manifest = {
+                **manifest,
+                "metadata": {**meta, "resourceVersion": NO_OBJECT_HAS_THIS_VERSION},
+            }
+        try:
+            return self._request(
+                kind.path(meta["namespace"], meta["name"]),
+                manifest,
+                APPLY,
+                [("fieldManager", FIELD_MANAGER), ("force", "true")],
+            )
+        except ApiException as error:
+            if create_only and error.status == 409:
+                raise Exists(f"{kind.kind} {meta['namespace']}/{meta['name']}") from error
+            raise
 
     def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
