@@ -21,7 +21,7 @@ import kopf
 from specfleet.operator import render
 from specfleet.operator.api import GROUP, PLURAL, VERSION
 from specfleet.operator.children import CHILD_KINDS
-from specfleet.operator.fleet import Fleet
+from specfleet.operator.fleet import CHILD_SELECTOR, Fleet
 from specfleet.operator.leadership import Election
 
 log = logging.getLogger("specfleet.handlers")
@@ -92,7 +92,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # The chart grants no access to Namespaces (least privilege); with plain namespace
     # names or cluster-wide watching kopf takes them as given instead of scanning.
     settings.scanning.disabled = not run.scan_namespaces
+    watch_only_children(settings)
     run.loop_task = asyncio.create_task(lead_then_run(settings, run))
+
+
+def watch_only_children(settings: kopf.OperatorSettings) -> None:
+    """The API server sends the child watches only the operator's own children (its
+    labels), not every pod, Deployment and Service of a shared namespace for kopf to
+    drop: the handlers' label filter, applied where the objects are. An object of a
+    child's name that is not the operator's is found by the create-only apply."""
+    for kind in CHILD_KINDS:
+        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = CHILD_SELECTOR
 
 
 async def lead_then_run(settings: kopf.OperatorSettings, run: Running) -> None:
