@@ -19,6 +19,7 @@ from specfleet.operator.api import (
     LastKnownGood,
     RollbackMetric,
     ScheduledBand,
+    ScheduleMode,
     SpeculativeModel,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -139,8 +140,50 @@ def test_learns_a_deep_k_at_light_load_and_no_drafting_where_no_k_pays() -> None
     assert schedule.request_speed(CODE, light.tokens, edge + 1, cost) < schedule.request_speed(
         CODE, 0, edge + 1, cost
     )
-    flat = schedule.speed_over([band(light.tokens)], load, CODE, cost)
-    assert schedule.speed_over(learned, load, CODE, cost) > flat
+    flat = schedule.tokens_over([band(light.tokens)], load, CODE, cost)
+    assert schedule.tokens_over(learned, load, CODE, cost) > flat
+
+
+def test_a_k0_band_pays_its_tax_and_plain_pods_do_not() -> None:
+    """A schedule's K=0 band runs on an engine started to speculate: slower than plain
+    decoding by the measured tax, so over load where no K pays plain pods serve more."""
+    cost = speed.prior(Drafting.PARALLEL).model_copy(update={"k0_tax": 0.25})
+    banded = schedule.request_speed(CODE, 0, 32.0, cost)
+    plain = schedule.request_speed(CODE, 0, 32.0, cost, configured=False)
+    assert banded == pytest.approx(plain / 1.25)
+    heavy = [32.0] * 8
+    assert schedule.tokens_over(None, heavy, CODE, cost) > schedule.tokens_over(
+        [band(0)], heavy, CODE, cost
+    )
+
+
+def test_tokens_at_stake_weigh_a_window_by_its_requests() -> None:
+    """Load flipping between 1 and 32 in flight: a deep K at 1 gains a request's tokens,
+    K=0's tax at 32 loses 32 requests' worth. Per request the schedule looks better; by
+    the tokens at stake plain pods serve more, and that is what the tuner weighs."""
+    cost = speed.prior(Drafting.PARALLEL).model_copy(update={"k0_tax": 0.1})
+    load = [1.0] * 6 + [32.0] * 6
+    split = [ScheduledBand(up_to_batch=4, tokens=8), band(0)]
+    per_request = sum(
+        schedule.request_speed(CODE, schedule.k_at(split, b), b, cost) for b in load
+    ) / sum(schedule.request_speed(CODE, 0, b, cost, configured=False) for b in load)
+    assert per_request > 1.0
+    assert schedule.tokens_over(None, load, CODE, cost) > schedule.tokens_over(
+        split, load, CODE, cost
+    )
+
+
+def test_auto_decides_for_the_load_history_only_where_its_extremes_disagree() -> None:
+    auto = make_spec()
+    assert auto.speculation.schedule.mode is ScheduleMode.AUTO
+    cost = speed.prior(Drafting.PARALLEL)
+    assert schedule.learning(auto, [1.0] * 3 + [32.0] * 3, CODE, cost)
+    assert not schedule.learning(auto, [8.0] * 6, CODE, cost)  # steady: one K
+    assert not schedule.learning(auto, [1.0, 32.0], CODE, cost)  # too few samples yet
+    off = make_spec(speculation={"schedule": {"mode": "Off"}})
+    assert not schedule.learning(off, [1.0] * 3 + [32.0] * 3, CODE, cost)
+    learned = make_spec(speculation={"schedule": {"mode": "Learned"}})
+    assert schedule.learning(learned, [8.0] * 6, CODE, cost)
 
 
 def test_one_load_learns_one_k() -> None:

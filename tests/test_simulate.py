@@ -425,8 +425,12 @@ def test_each_tuned_method_settles_at_its_own_best_k() -> None:
 def test_a_scale_out_mid_canary_restarts_the_trial_at_the_new_load() -> None:
     """scale-out.yaml: the fleet grows from 2 to 16 pods while a K=3 canary (proposed at 8
     requests per pod) runs. The canary is ended unjudged at the scale and K=8, the best at
-    1 request per pod, stays; when the fleet scales back in, K=3 is tried and promoted."""
+    1 request per pod, stays; when the fleet scales back in, K=3 is tried and promoted.
+    One K (mode Off): a schedule for both loads is load-flip.yaml's story."""
     scenario = load_scenario(SCENARIOS / "scale-out.yaml")
+    speculation = {**scenario.policy["speculation"], "schedule": {"mode": "Off"}}
+    policy = {**scenario.policy, "speculation": speculation}
+    scenario = scenario.model_copy(update={"policy": policy})
     assert [p.concurrency for p in phases(scenario)] == [8, 1, 8]
     for seed in range(3):
         result = simulate(scenario, seed)
@@ -616,3 +620,26 @@ def test_k_changes_taken_hot_restart_no_pod_and_serve_more_than_restarts() -> No
         assert all(record.goodput > 0 for record in run.records[1:])  # never a restart's gap
     served = sum(r.goodput["achieved"] for r in taken_hot)
     assert served > 1.01 * sum(r.goodput["achieved"] for r in by_restart)
+
+
+def test_a_k0_band_is_taxed_on_an_engine_started_to_speculate() -> None:
+    """vLLM's K=0 step under a speculative config is slower than a plain one (the draft
+    keeps its cache): the simulated engines charge it, plain pods do not."""
+    cost = StepCost()
+    plain = step_seconds(cost, 0, 32, Drafting.PARALLEL)
+    banded = step_seconds(cost, 0, 32, Drafting.PARALLEL, configured=True)
+    assert banded == pytest.approx(plain * (1 + cost.k0_tax + 32 * cost.k0_tax_per_request))
+    assert step_seconds(cost, 3, 32, Drafting.PARALLEL, configured=True) == step_seconds(
+        cost, 3, 32, Drafting.PARALLEL
+    )
+
+
+@pytest.mark.parametrize("variant", ["c1-c32/restart/auto/s0", "c2-c8/hot/auto/s120"])
+def test_the_default_policy_follows_load_flipping_faster_than_a_trial(variant: str) -> None:
+    """Issue 47's bar on load-flip.yaml with the default policy (schedule mode Auto): at
+    least 0.95 of the best single static choice over the run and 0.90 of the best per
+    phase, where one K chasing the load (mode Off) serves about 0.6 at 1<->32."""
+    scenario = load_scenario(SCENARIOS / "schedule" / "load-flip.yaml", variant)
+    goodput = simulate(scenario, 0).goodput
+    assert goodput["achieved"] / goodput["single"] >= 0.95
+    assert goodput["achieved"] / goodput["unconstrained"] >= 0.90

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specfleet.operator import speed
-from specfleet.operator.api import StepTimeSample
+from specfleet.operator.api import K0_TAX_PRIOR, StepTimeSample
+from specfleet.operator.counts import Counts
 from specfleet.operator.observations import TrackWindow
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import mean_acceptance_length
@@ -199,3 +200,35 @@ def test_a_window_far_from_its_k_and_batch_is_perturbed() -> None:
     assert speed.perturbation(status, 3, timed(ms / 3, 4)) is not None
     assert speed.perturbation(status, 5, timed(ms * 3, 4)) is None  # never measured there
     assert speed.perturbation(status, 3, timed(ms * 3, 32)) is None  # another batch
+
+
+def test_a_k0_bands_windows_replace_the_prior_tax_with_what_they_measure() -> None:
+    """A window of a schedule's K=0 band (no step drafted) at 1.5x the fit's plain step
+    time: the tax moves from the published prior to the 0.5 measured, and the next
+    window averages in; the step-time samples (the fit of K>=1) are left alone."""
+    drafting = Drafting.PARALLEL
+    base = speed.prior(drafting)
+    assert base.k0_tax == K0_TAX_PRIOR
+    plain_ms = speed.step_ms(base, 0, 32.0)
+
+    def band_window(ms: float) -> TrackWindow:
+        steps = 2000
+        return TrackWindow(
+            seconds=60.0, pod_seconds=60.0, pods=1, running_requests=32.0
+        ).with_counts(
+            Counts(
+                decode_steps=steps * 32,
+                engine_steps=steps,
+                decode_seconds=steps * 32 * ms / 1000.0,
+                generation_tokens=steps * 32,
+            )
+        )
+
+    first = speed.record_k0_band(None, band_window(plain_ms * 1.5), drafting)
+    assert first is not None and first.k0_tax_windows == 1 and not first.samples
+    assert first.fitted.k0_tax == pytest.approx(0.5, abs=0.01)
+    second = speed.record_k0_band(first, band_window(plain_ms * 1.3), drafting)
+    assert second is not None and second.fitted.k0_tax == pytest.approx(0.4, abs=0.01)
+    assert speed.step_ms(second.fitted, 0, 32.0, configured=True) == pytest.approx(
+        plain_ms * (1 + second.fitted.k0_tax)
+    )

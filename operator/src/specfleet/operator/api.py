@@ -500,6 +500,7 @@ class DraftModel(SpecModel):
 
 class ScheduleMode(StrEnum):
     OFF = "Off"
+    AUTO = "Auto"
     LEARNED = "Learned"
     FIXED = "Fixed"
 
@@ -572,9 +573,9 @@ class Schedule(SpecModel):
 
     rules: ClassVar[tuple[Rule[Schedule], ...]] = (
         Rule(
-            "self.mode != 'Off' || size(self.bands) == 0",
+            "(self.mode != 'Off' && self.mode != 'Auto') || size(self.bands) == 0",
             "schedule.bands are for mode Learned or Fixed",
-            lambda s: s.mode is not ScheduleMode.OFF or not s.bands,
+            lambda s: s.mode not in (ScheduleMode.OFF, ScheduleMode.AUTO) or not s.bands,
             ".bands",
             refusals=(
                 Refusal(
@@ -700,9 +701,11 @@ class Schedule(SpecModel):
     )
 
     mode: Annotated[ScheduleMode, Lax] = Field(
-        default=ScheduleMode.OFF,
-        description="Off: one K at every load; Learned: the tuner learns K per band of batch "
-        "sizes from the measured step cost and acceptance; Fixed: the bands as written.",
+        default=ScheduleMode.AUTO,
+        description="Auto: one K, and K per band of batch sizes (as Learned) while the load "
+        "the pods saw spans bands whose best K differs; Off: one K at every load; Learned: "
+        "the tuner learns K per band of batch sizes from the measured step cost and "
+        "acceptance; Fixed: the bands as written.",
     )
     bands: list[ScheduleBand] = Field(
         default_factory=list,
@@ -1977,12 +1980,13 @@ class SpeculativeModelSpec(SpecModel):
             ),
         ),
         Rule(
-            "self.draft.method != 'suffix' || self.speculation.schedule.mode == 'Off'",
+            "self.draft.method != 'suffix' || self.speculation.schedule.mode == 'Off' || "
+            "self.speculation.schedule.mode == 'Auto'",
             "speculation.schedule needs a tuned method: suffix decoding sets its draft length "
             "per step itself",
             lambda s: (
                 s.draft.method is not DraftMethod.SUFFIX
-                or s.speculation.schedule.mode is ScheduleMode.OFF
+                or s.speculation.schedule.mode in (ScheduleMode.OFF, ScheduleMode.AUTO)
             ),
             ".speculation.schedule",
             refusals=(
@@ -2610,15 +2614,27 @@ class StepTimeSample(ApiModel):
     measured_at: datetime
 
 
+# A K=0 step of an engine started to speculate (a schedule's K=0 band) over a plain step,
+# until the pods measure it: the draft still runs over each step's new tokens. vLLM
+# measured +6.6% at 2 requests and +21.6% at 189 (vllm-project/vllm issue 49548).
+K0_TAX_PRIOR = 0.08
+
+
 class FittedStepCost(ApiModel):
     """step ms = targetForwardMs + draftMs (K > 0) + draftMsPerToken * K
-    + verifyMsPerToken * max(0, batch * (K + 1) - computeBoundTokens)."""
+    + verifyMsPerToken * max(0, batch * (K + 1) - computeBoundTokens); a K=0 step of an
+    engine started to speculate takes (1 + k0Tax) times a plain one."""
 
     target_forward_ms: float
     draft_ms: float
     draft_ms_per_token: float
     verify_ms_per_token: float
     compute_bound_tokens: int
+    k0_tax: float = Field(
+        default=K0_TAX_PRIOR,
+        description="A schedule's K=0 step over a plain step, less 1: measured on the "
+        "stable pods' K=0 band, else vLLM's published figure.",
+    )
 
 
 class StepCostStatus(ApiModel):
@@ -2635,6 +2651,9 @@ class StepCostStatus(ApiModel):
         default=0,
         description="Windows in a row held out as perturbed: a step time far from the one "
         "measured at the same K and batch (status.acceptance.reason Perturbed).",
+    )
+    k0_tax_windows: int = Field(
+        default=0, description="Windows of a K=0 band that fitted.k0Tax rests on (0: the prior)."
     )
 
 

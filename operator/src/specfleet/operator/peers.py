@@ -209,7 +209,9 @@ class SGLangAdaptive:
         seconds: dict[int, float] = {}
         for _ in range(self.steps):
             k = min(slot.current, configured)
-            seconds[k] = seconds.get(k, 0.0) + step_seconds(cost, k, batch, drafting)
+            seconds[k] = seconds.get(k, 0.0) + step_seconds(
+                cost, k, batch, drafting, configured=configured > 0
+            )
             if k:
                 accepted = sum(sample_positions(rng, phase.acceptance, k, batch))
                 slot.update(accepted / batch)

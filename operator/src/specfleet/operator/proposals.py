@@ -12,6 +12,7 @@ from specfleet.operator.api import (
     StepTimeSample,
 )
 from specfleet.operator.outcomes import TrialStart
+from specfleet.operator.plain import measure_first
 from specfleet.operator.prediction import (
     Prediction,
     plain,
@@ -19,11 +20,9 @@ from specfleet.operator.prediction import (
 )
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import Run
+from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
-
-# Fewer samples than this and a learned schedule waits (one K is tuned meanwhile).
-MIN_LOAD_SAMPLES = 4
 
 
 def propose(run: Run, judged: Judged) -> None:
@@ -31,7 +30,9 @@ def propose(run: Run, judged: Judged) -> None:
     mode = run.spec.speculation.schedule.mode
     if mode is ScheduleMode.FIXED:
         return  # the spec's schedule runs as written
-    if mode is ScheduleMode.LEARNED and len(run.sp.load) >= MIN_LOAD_SAMPLES:
+    assert judged.window is not None
+    conditional = run.conditional(judged.window)
+    if schedule.learning(run.spec, run.sp.load, conditional, run.cost):
         _propose_schedule(run, judged)
         return
     _propose_k(run, judged)
@@ -39,12 +40,29 @@ def propose(run: Run, judged: Judged) -> None:
 
 def _propose_schedule(run: Run, judged: Judged) -> None:
     """The schedule that fits the load the stable pods saw, tried if it is predicted to
-    be at least minImprovement faster per request than what runs."""
+    serve at least minImprovement more tokens than what runs; or plain pods, measured
+    first, where they beat both (a schedule's K=0 band pays the K=0 tax, they do not)."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     conditional = run.conditional(judged.window)
     running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
     best = schedule.learn(spec, sp.load, conditional, run.cost)
+    now_tokens = schedule.tokens_over(running, sp.load, conditional, run.cost)
+    best_tokens = schedule.tokens_over(best, sp.load, conditional, run.cost) if best else 0.0
+    plain_tokens = schedule.tokens_over(None, sp.load, conditional, run.cost)
+    load = (
+        f"across the last {len(sp.load)} intervals' load "
+        f"(batch {min(sp.load):.1f} to {max(sp.load):.1f})"
+    )
+    if plain_tokens >= max(best_tokens, now_tokens * (1 + run.required_gain())):
+        reason = (
+            f"plain decoding is predicted {plain_tokens / now_tokens - 1:+.1%} tokens over "
+            f"{schedule.describe(running)} {load}, a K=0 step costing "
+            f"{run.cost.k0_tax:+.0%} over a plain one"
+        )
+        if not measure_first(run, judged, reason):
+            stop_speculation(run, reason, judged, conditional)
+        return
     if best is None or best == running:
         return
     if best == sp.rejected_schedule:
@@ -54,17 +72,14 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
         for k in schedule.drafting_ks(best)
     ):
         return
-    now_speed = schedule.speed_over(running, sp.load, conditional, run.cost)
-    best_speed = schedule.speed_over(best, sp.load, conditional, run.cost)
-    gain = best_speed / now_speed - 1 if now_speed > 0 else math.inf
+    gain = best_tokens / now_tokens - 1 if now_tokens > 0 else math.inf
     if gain < run.required_gain():
         return
     candidate = None if schedule.is_flat(best) else best
     k = schedule.largest(best)
     message = (
-        f"{schedule.describe(best)} predicted {gain:+.1%} per-request speed over "
-        f"{schedule.describe(running)} across the last {len(sp.load)} intervals' load "
-        f"(batch {min(sp.load):.1f} to {max(sp.load):.1f})"
+        f"{schedule.describe(best)} predicted {gain:+.1%} tokens over "
+        f"{schedule.describe(running)} {load}"
     )
     start_trial(run, judged, k, candidate, message)
 

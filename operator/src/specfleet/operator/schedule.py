@@ -8,9 +8,11 @@ above 0 (stats.drafts_reaching says why).
 
 Learning one (`learn`) is a pure function of the load the stable pods saw (decoding
 requests per engine step, one sample per window), the measured acceptance per position
-and the fitted step cost: each band gets the K with the best per-request speed (tokens
-per millisecond of a request's decode) summed over the load samples in it, and without
-bands in the spec one edge is placed where the samples split best.
+and the fitted step cost: each band gets the K that serves the most tokens over the load
+samples in it (a window at 32 in flight has 32 times the tokens at stake of one at 1),
+and without bands in the spec one edge is placed where the samples split best. A K=0
+band is not plain decoding: the engine was started to speculate and pays the K=0 tax
+(`speed.step_ms`), so plain pods (`tokens_over(None, ...)`) are weighed apart.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from specfleet.runtime.config import BatchScheduleEntry
 from specfleet.runtime.decoding import expected_accepted
 
 Bands = list[ScheduledBand]  # a schedule as the status holds it
+
+# Fewer samples than this and a learned schedule waits (one K is tuned meanwhile).
+MIN_LOAD_SAMPLES = 4
 
 
 def _size(batch: float) -> int:
@@ -82,6 +87,34 @@ def describe(schedule: Sequence[ScheduledBand]) -> str:
     return ", ".join(parts)
 
 
+def learning(
+    spec: SpeculativeModelSpec,
+    load: Sequence[float],
+    conditional: Sequence[float],
+    cost: FittedStepCost,
+) -> bool:
+    """Whether the tuner decides for the load history (a learned schedule, with enough
+    samples of it), not for the load of the moment (one K): mode Learned; mode Auto
+    while the lightest and the heaviest load seen have different best choices."""
+    mode = spec.speculation.schedule.mode
+    if len(load) < MIN_LOAD_SAMPLES or not spec.tuning.enabled or not spec.draft.method.tuned:
+        return False
+    if mode is ScheduleMode.LEARNED:
+        return True
+    return mode is ScheduleMode.AUTO and _best_at(spec, min(load), conditional, cost) != _best_at(
+        spec, max(load), conditional, cost
+    )
+
+
+def _best_at(
+    spec: SpeculativeModelSpec, batch: float, conditional: Sequence[float], cost: FittedStepCost
+) -> int:
+    """The K that serves the most tokens at this batch (0: plain pods)."""
+    choices: list[int] = [0, *range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)]
+    speeds = [pod_speed(conditional, k, batch, cost, configured=k > 0) for k in choices]
+    return choices[speeds.index(max(speeds))]
+
+
 def fixed(spec: SpeculativeModelSpec) -> Bands | None:
     """The schedule a spec writes out (mode Fixed), else None."""
     written = spec.speculation.schedule
@@ -91,23 +124,43 @@ def fixed(spec: SpeculativeModelSpec) -> Bands | None:
 
 
 def request_speed(
-    conditional: Sequence[float], k: int, batch: float, cost: FittedStepCost
+    conditional: Sequence[float],
+    k: int,
+    batch: float,
+    cost: FittedStepCost,
+    *,
+    configured: bool = True,
 ) -> float:
-    """Tokens per millisecond one decoding request gets at K=k and this batch."""
+    """Tokens per millisecond one decoding request gets at K=k and this batch; K=0 on an
+    engine started to speculate (`configured`, a schedule's band) pays the K=0 tax, on
+    plain pods it does not."""
     rates = extrapolate(conditional, k)
-    return (1.0 + expected_accepted(rates, k)) / speed.step_ms(cost, k, max(1.0, batch))
+    step = speed.step_ms(cost, k, max(1.0, batch), configured=configured)
+    return (1.0 + expected_accepted(rates, k)) / step
 
 
-def speed_over(
-    schedule: Sequence[ScheduledBand],
+def pod_speed(
+    conditional: Sequence[float], k: int, batch: float, cost: FittedStepCost, configured: bool
+) -> float:
+    """Tokens per millisecond a pod serves at K=k and this batch: what is at stake in a
+    window is its requests' tokens, so a window at 32 in flight weighs 32 at 1."""
+    return max(1.0, batch) * request_speed(conditional, k, batch, cost, configured=configured)
+
+
+def tokens_over(
+    schedule: Sequence[ScheduledBand] | None,
     load: Sequence[float],
     conditional: Sequence[float],
     cost: FittedStepCost,
 ) -> float:
-    """Mean per-request speed over the load samples (each a window's batch)."""
+    """A pod's mean tokens per millisecond over the load samples (each a window's
+    batch) under a schedule; None: plain pods (no draft loaded, no K=0 tax)."""
     if not load:
         return 0.0
-    return sum(request_speed(conditional, k_at(schedule, b), b, cost) for b in load) / len(load)
+    return sum(
+        pod_speed(conditional, k_at(schedule, b) if schedule else 0, b, cost, bool(schedule))
+        for b in load
+    ) / len(load)
 
 
 Layout = list[tuple[int | None, list[int]]]  # (edge, Ks allowed) per band
@@ -135,12 +188,12 @@ def learn(
     conditional: Sequence[float],
     cost: FittedStepCost,
 ) -> Bands | None:
-    """The schedule with the best mean per-request speed over `load`, or None when it
-    would draft nowhere (plain decoding everywhere is the tuner's StopSpeculation)."""
+    """The schedule that serves the most tokens over `load`, or None when it would draft
+    nowhere (plain decoding everywhere is the tuner's StopSpeculation)."""
     if not load:
         return None
     everything = [0, *range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)]
-    table = {k: [request_speed(conditional, k, b, cost) for b in load] for k in everything}
+    table = {k: [pod_speed(conditional, k, b, cost, True) for b in load] for k in everything}
     layouts = [_spec_layout(spec)]
     placed = not layouts[0]  # no bands in the spec: the tuner places the edge
     if placed:

@@ -475,7 +475,7 @@ def _engine_window(
     observation per request, one iteration-tokens observation per step; with no request
     (batch 0) no step runs."""
     step = (
-        step_seconds(cost, k, batch, drafting, drafted)
+        step_seconds(cost, k, batch, drafting, drafted, configured=configured)
         * step_jitter(rng, engine.step_noise)
         / share
     )
@@ -612,13 +612,23 @@ class _Simulation:
             return [EnginePart(k, 1.0, k)]
         return self.engine_rule(name, k, p, self.rng)
 
-    def good_parts(self, track: Track, p: Phase, parts: list[EnginePart]) -> float:
+    def good_parts(
+        self, track: Track, p: Phase, parts: list[EnginePart], configured: bool
+    ) -> float:
         """A pod's goodput over a window of parts, each weighted by its share of the time,
-        on the engine its track runs."""
+        on the engine its track runs (`configured`: started to speculate, so K=0 is taxed)."""
         cost, on = self.engine_of(track, p)
         return sum(
             part.share
-            * goodput(cost, on.acceptance, part.k, on.concurrency, self.drafting, part.drafted)
+            * goodput(
+                cost,
+                on.acceptance,
+                part.k,
+                on.concurrency,
+                self.drafting,
+                part.drafted,
+                configured=configured,
+            )
             for part in parts
         )
 
@@ -803,8 +813,8 @@ class _Simulation:
             return self.good(phase, k) * share
 
         achieved = sum(
-            self.good_parts(track, phase, parts[name]) * share * self.serving[name]
-            for name, track, _, _ in running
+            self.good_parts(track, phase, parts[name], k > 0) * share * self.serving[name]
+            for name, track, k, _ in running
         ) / len(running)
         values = {
             "achieved": achieved,

@@ -114,9 +114,20 @@ def unlike_prior(cost: FittedStepCost, drafting: Drafting) -> bool:
     return abs(cost.target_forward_ms - centre) > Z_ONE_SIDED_95 * PRIOR_SPREAD[0] * centre
 
 
-def step_ms(cost: FittedStepCost, k: int, batch: float, drafted: int | None = None) -> float:
+def step_ms(
+    cost: FittedStepCost,
+    k: int,
+    batch: float,
+    drafted: int | None = None,
+    *,
+    configured: bool = False,
+) -> float:
     """Predicted step time at K=k (0: plain decoding) with `batch` decoding requests, each
-    drafting `drafted` (default k: more where the engine verifies below what it drafts)."""
+    drafting `drafted` (default k: more where the engine verifies below what it drafts);
+    `configured`: on an engine started to speculate, where K=0 is a schedule's band and
+    pays its tax."""
+    if k == 0 and configured:
+        return step_ms(cost, 0, batch) * (1.0 + cost.k0_tax)
     verified = max(batch, 1.0) * (k + 1)
     drafted = k if drafted is None else drafted
     return (
@@ -497,8 +508,37 @@ def record(
     elif status is not None and len(samples) == len(status.samples):
         return status
     cost = fit(samples, drafting, now)
+    if status is not None:  # the K=0 band's tax is measured apart from the fit
+        cost = cost.model_copy(update={"k0_tax": status.fitted.k0_tax})
     return StepCostStatus(
-        fitted=cost, samples=samples, relative_error=relative_error(cost, samples)
+        fitted=cost,
+        samples=samples,
+        relative_error=relative_error(cost, samples),
+        k0_tax_windows=status.k0_tax_windows if status is not None else 0,
+    )
+
+
+def record_k0_band(
+    status: StepCostStatus | None, window: TrackWindow | None, drafting: Drafting
+) -> StepCostStatus | None:
+    """Status with a window of a schedule's K=0 band (an engine started to speculate, no
+    step drafting) added to the K=0 tax: its step time over the fit's plain step at that
+    batch, averaged over the windows (the most recent weigh most past a few). The
+    prior's figure goes at the first measurement: on vLLM's CPU build the band runs at
+    a fraction of plain decoding's speed, far from what vLLM published for GPUs."""
+    point = measured(window)
+    if point is None:
+        return status
+    ms, batch = point
+    current = status or StepCostStatus(fitted=prior(drafting))
+    observed = max(0.0, ms / step_ms(current.fitted, 0, batch) - 1.0)
+    weight = min(current.k0_tax_windows, WINDOW_WEIGHT_CAP - 1)
+    tax = (current.fitted.k0_tax * weight + observed) / (weight + 1)
+    return current.model_copy(
+        update={
+            "fitted": current.fitted.model_copy(update={"k0_tax": round(tax, 4)}),
+            "k0_tax_windows": current.k0_tax_windows + 1,
+        }
     )
 
 

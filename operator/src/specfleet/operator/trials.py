@@ -21,10 +21,16 @@ from specfleet.operator.prediction import (
     totals_conditional,
     with_deeper,
 )
-from specfleet.operator.reprobes import enable, next_reprobe, remember_acceptance, remember_rejected
+from specfleet.operator.reprobes import (
+    next_reprobe,
+    reenable,
+    remember_acceptance,
+    remember_rejected,
+)
 from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import stop_speculation
+from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_stats import (
     goodput_gain,
     schedule_gain,
@@ -280,6 +286,10 @@ def _compare(run: Run, stable: Judged) -> None:
         gain, basis = goodput_gain(
             trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
         )
+    projected = _over_load(run, gain, before_k, batch)
+    if projected is not None:
+        gain, over = projected
+        basis += f"; {over}"
     # In place the restart is paid, and going back costs another: the candidate stays
     # on proof of minImprovement. A canary's promotion rolls the stable pods: it must
     # repay that restart too.
@@ -312,6 +322,45 @@ def _compare(run: Run, stable: Judged) -> None:
         ):
             return  # promising but not proven: measure on
     end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
+
+
+def _over_load(
+    run: Run, gain: Estimate, before_k: int, batch: float
+) -> tuple[Estimate, str] | None:
+    """Under a learned schedule a trial is proposed for the load the pods lived through,
+    not for its own windows' (load moves faster than a trial): its windows check the
+    prediction at the batch they ran, and the prediction, scaled by what they found,
+    carries the rest of the load history, each window by its tokens at stake. None: one
+    K tuned at the load of the moment."""
+    sp, trial = run.sp, run.sp.trial
+    assert trial is not None
+    # The acceptance the trial measured, on whichever track drafts (a re-probe's stable
+    # pods decode plainly, a trial of plain decoding's candidate does).
+    drafting = trial.canary.counts if trial.canary.counts.drafts else trial.stable.counts
+    conditional = with_deeper(totals_conditional(drafting), sp.good_acceptance)
+    if not conditional or not schedule.learning(run.spec, sp.load, conditional, run.cost):
+        return None
+    tried, before = _trial_schedules(run)
+    after = None if trial.plain else (tried or [ScheduledBand(tokens=trial.tokens)])
+    if before is None and before_k > 0:
+        before = [ScheduledBand(tokens=before_k)]
+
+    def ratio(load: list[float]) -> float:
+        was = schedule.tokens_over(before, load, conditional, run.cost)
+        return schedule.tokens_over(after, load, conditional, run.cost) / was if was else 1.0
+
+    at_batch, over_load = ratio([batch]), ratio(sp.load)
+    factor = over_load / at_batch
+
+    def projected(measured: float) -> float:
+        return (1 + measured) * factor - 1
+
+    estimate = Estimate(projected(gain.value), projected(gain.low), projected(gain.high))
+    return estimate, (
+        f"over the last {len(sp.load)} intervals' load (batch {min(sp.load):.1f} to "
+        f"{max(sp.load):.1f}) {estimate.value:+.1%}: predicted {over_load - 1:+.1%}, and "
+        f"{gain.value:+.1%} measured at batch {batch:.1f} where {at_batch - 1:+.1%} was"
+    )
 
 
 @dataclass(frozen=True)
@@ -369,7 +418,7 @@ def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> Non
         acceptance=ended.rate,
     )
     if sp.off is not None:  # a re-probe that measured faster than plain decoding
-        enable(run, candidate)  # proven: the back-off starts over
+        reenable(run, candidate)  # the back-off starts over once it holds
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "True", "Reprobed", f"drafting K={candidate}"
         )

@@ -192,11 +192,20 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         and _cooled(run)
         # A schedule decides per load where drafting stops; no switch for the whole model.
         and (
-            spec.speculation.schedule.mode is not ScheduleMode.OFF
+            spec.speculation.schedule.mode in (ScheduleMode.FIXED, ScheduleMode.LEARNED)
+            or _learning(run, stable)
             or not stop_if_plain_is_faster(run, stable)
         )
     ):
         propose(run, stable)
+
+
+def _learning(run: Run, stable: Judged) -> bool:
+    """Mode Auto deciding for the load history (schedule.learning)."""
+    window = stable.window
+    return window is not None and schedule.learning(
+        run.spec, run.sp.load, run.conditional(window), run.cost
+    )
 
 
 def _cooled(run: Run) -> bool:
@@ -235,14 +244,17 @@ def _learn_speed(run: Run, observation: Observation) -> None:
     ran for the whole window (not one that straddles a change of K), the canary's at its
     candidate."""
     sp, window = run.sp, observation.stable
-    # A track under a schedule ran several Ks in one window: no single K to learn it at.
+    # A track under a schedule ran several Ks in one window: no single K to learn it at,
+    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax).
     flat = sp.decoding_plainly or sp.schedule is None
-    if (
-        window is not None
-        and flat
-        and (sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at)
-    ):
+    settled = window is not None and (
+        sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
+    )
+    if settled and flat:
         run.learn_speed(sp.stable_k, window)
+    elif settled and window is not None and window.drafts == 0:
+        run.status.step_cost = speed.record_k0_band(run.status.step_cost, window, run.drafting)
+        run.cost = speed.cost_in(run.status.step_cost, run.drafting)
     trial = sp.trial
     if trial is not None and not trial.in_place and trial.schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
@@ -276,6 +288,11 @@ def _sync_with_spec(run: Run) -> None:
     sp.drafting = run.drafting
     # A status from before schedules existed saw the default: no change, nothing reset.
     schedule_changed = (sp.requested_schedule or Schedule()) != spec.speculation.schedule
+    if schedule_changed and _one_k_either_way(sp.requested_schedule, spec, sp.schedule is None):
+        # Off (the default before Auto) and Auto both run the K that runs: an upgrade of
+        # the operator restarts no model's tuning.
+        sp.requested_schedule = spec.speculation.schedule
+        schedule_changed = False
     if (
         sp.tokens is None
         or sp.requested_tokens is None
@@ -288,6 +305,15 @@ def _sync_with_spec(run: Run) -> None:
     if sp.rejected is not None and run.now >= sp.rejected.until:
         sp.rejected = None
     config_trials.sync(run)
+
+
+def _one_k_either_way(
+    requested: Schedule | None, spec: SpeculativeModelSpec, one_k_runs: bool
+) -> bool:
+    """Whether a change between schedule modes Off and Auto finds one K running, which
+    both keep."""
+    modes = {(requested or Schedule(mode=ScheduleMode.OFF)).mode, spec.speculation.schedule.mode}
+    return one_k_runs and modes == {ScheduleMode.OFF, ScheduleMode.AUTO}
 
 
 def _restart_from_spec(run: Run, schedule_changed: bool) -> None:

@@ -153,7 +153,9 @@ class SimEngine:
                 break
             batch = len(self.running)
             k = min(self.k_for_batch(batch), self.k_max)
-            step = step_seconds(self._profile.cost, k, batch, self.drafting) * self._step_factor
+            configured = self.k_max > 0
+            step = step_seconds(self._profile.cost, k, batch, self.drafting, configured=configured)
+            step *= self._step_factor
             step += self._pending_prefill_ms / 1000.0
             if step > self._budget:
                 break

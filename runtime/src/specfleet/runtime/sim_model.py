@@ -69,6 +69,14 @@ class StepCost(_Strict):
     compute_bound_tokens: int = Field(PUBLISHED.compute_bound_tokens, ge=1)
     verify_ms_per_token: float = Field(PUBLISHED.verify_ms_per_token, ge=0)
     prefill_ms_per_token: float = Field(0.01, ge=0, description="charged when a request joins")
+    # A step at K=0 of an engine configured to speculate (a schedule's K=0 band) is not a
+    # plain step: the draft still runs over the step's new tokens to keep its cache. vLLM
+    # measured +6.6% time per token at 2 requests and +21.6% at 189 against no speculative
+    # config (vllm-project/vllm issue 49548): a line through both.
+    k0_tax: float = Field(0.064, ge=0, description="K=0 step's extra time over plain, at batch 0")
+    k0_tax_per_request: float = Field(
+        0.0008, ge=0, description="K=0 step's extra time over plain, per request in the batch"
+    )
 
 
 class Load(_Strict):
@@ -136,11 +144,21 @@ def load_profile(text: str) -> SimProfile:
 
 
 def step_seconds(
-    cost: StepCost, k: int, batch: int, drafting: Drafting, drafted: int | None = None
+    cost: StepCost,
+    k: int,
+    batch: int,
+    drafting: Drafting,
+    drafted: int | None = None,
+    *,
+    configured: bool = False,
 ) -> float:
     """Seconds for one step of `batch` running requests verifying k draft tokens each,
     drafted `drafted` (default k) each: an engine that trims verification below what it
-    drafted (vLLM's adaptive verification) pays the drafting of all of them."""
+    drafted (vLLM's adaptive verification) pays the drafting of all of them. `configured`:
+    the engine was started to speculate, so a step at K=0 pays the K=0 tax."""
+    if k == 0 and configured:
+        tax = 1.0 + cost.k0_tax + cost.k0_tax_per_request * max(batch, 1)
+        return step_seconds(cost, 0, batch, drafting) * tax
     drafted = k if drafted is None else drafted
     if drafted <= 0 or drafting is Drafting.LOOKUP:
         draft_ms = 0.0
@@ -162,11 +180,13 @@ def goodput(
     batch: int,
     drafting: Drafting,
     drafted: int | None = None,
+    *,
+    configured: bool = False,
 ) -> float:
-    """Expected generated tokens per second at a batch size (k=0: no speculation);
-    `drafted` as in `step_seconds`."""
+    """Expected generated tokens per second at a batch size (k=0: no drafting, taxed if
+    `configured`); `drafted` as in `step_seconds`."""
     tokens_per_step = batch * (mean_acceptance_length(conditional, k) if k else 1.0)
-    return tokens_per_step / step_seconds(cost, k, batch, drafting, drafted)
+    return tokens_per_step / step_seconds(cost, k, batch, drafting, drafted, configured=configured)
 
 
 def sample_accepted(rng: random.Random, conditional: Sequence[float], k: int) -> int:
