@@ -48,8 +48,38 @@ def test_a_reprobe_canary_that_beats_plain_decoding_turns_speculation_back_on() 
         fleet.step(CODE)
     assert fleet.kinds[-1] == ["Promote"]
     sp = fleet.status.speculation
-    assert sp.off is None and sp.tokens == 3 and sp.reprobing is None
+    assert sp.off is None and sp.tokens == 3
     assert "K=3 vs K=0" in fleet.status.history[-1].reason
+    # Not held yet: switched off within the hour it would be a reversal (below).
+    assert sp.reprobing is not None and sp.reprobing.failed_reprobes == 0
+    for _ in range(60):
+        fleet.step(CODE)
+    assert fleet.status.speculation.reprobing is None
+
+
+def test_reversals_after_promoted_reprobes_lengthen_the_wait_up_to_16x() -> None:
+    """Off -> re-probe -> Promote -> off again within the hour, over and over: each
+    reversal doubles the next back-off (before, a promotion reset it and the cycle
+    re-probed every reprobeAfter for good), bounded at 16 x reprobeAfter."""
+    fleet = Fleet(make_spec(rollback={"failureLimit": 1, "reprobeAfter": "10m"}))
+    fleet.step(STALE)
+    waits, failed = [], []
+    for _ in range(6):
+        minutes = 1
+        while "Reprobe" not in fleet.step(CODE):
+            minutes += 1
+        waits.append(minutes)
+        while fleet.status.speculation.trial is not None:
+            fleet.step(CODE)
+        assert fleet.kinds[-1] == ["Promote"]
+        for _ in range(10):  # on for a while, not an hour
+            fleet.step(CODE)
+        assert "Disable" in fleet.step(STALE)
+        off = fleet.status.speculation.off
+        assert off is not None
+        failed.append(off.failed_reprobes)
+    assert failed == [1, 2, 3, 4, 5, 6]
+    assert waits == [10, 20, 40, 80, 160, 160]
 
 
 def test_failed_reprobes_double_the_back_off_and_a_held_one_resets_it() -> None:
@@ -75,7 +105,10 @@ def test_failed_reprobes_double_the_back_off_and_a_held_one_resets_it() -> None:
         pass
     reprobing = fleet.status.speculation.reprobing
     assert reprobing is not None and reprobing.failed_reprobes == 3
-    for _ in range(4):  # 2 x failureLimit passing windows: the re-probe held
+    for _ in range(4):  # 2 x failureLimit passing windows, but not yet for an hour
+        fleet.step(CODE)
+    assert fleet.status.speculation.reprobing is not None
+    for _ in range(56):  # an hour of passing windows: the re-probe held
         fleet.step(CODE)
     assert fleet.status.speculation.reprobing is None
     assert fleet.status.speculation.failed_reprobes == 0
@@ -166,3 +199,36 @@ def test_an_untuned_model_is_reprobed_at_the_k_it_asked_for() -> None:
     while "Reprobe" not in fleet.step(CODE):
         pass
     assert fleet.status.canary_run == (2, None)
+
+
+def test_a_predicted_gain_reprobes_on_failure_limit_windows_of_low_load_not_one() -> None:
+    """Stopped at 32 in flight: one window at 1 in flight (a lull in load that flips) is
+    no evidence for a re-probe; failureLimit (2) of them in a row are."""
+    spec = make_spec(rollback={"reprobeAfter": "10m", "failureLimit": 2})
+    fleet = Fleet(spec, engine=StepCost(), batch=32)
+    fleet.status = SpeculativeModelStatus.model_validate(
+        {
+            "speculation": {
+                "tokens": 3,
+                "requestedTokens": 3,
+                "parallelDrafting": True,
+                "off": {
+                    "reason": "NoKPays",
+                    "message": "plain decoding was faster",
+                    "acceptance": CODE,
+                    "reprobeAt": (T0 + timedelta(hours=2)).isoformat(),
+                },
+                "changedAt": T0.isoformat(),
+            }
+        }
+    )
+    for _ in range(10):
+        assert "Reprobe" not in fleet.step(CODE)
+    for _ in range(3):
+        fleet.batch = 1  # a lull of one window
+        assert "Reprobe" not in fleet.step(CODE)
+        fleet.batch = 32
+        assert "Reprobe" not in fleet.step(CODE)
+    fleet.batch = 1
+    assert "Reprobe" not in fleet.step(CODE)
+    assert "Reprobe" in fleet.step(CODE)

@@ -18,7 +18,7 @@ from specfleet.operator.prediction import (
     fastest_and_plain,
     window_conditional,
 )
-from specfleet.operator.reprobes import remember_acceptance, remember_rejected
+from specfleet.operator.reprobes import held, remember_acceptance, remember_rejected
 from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor, disable
@@ -45,8 +45,8 @@ def count_stable_window(run: Run, judged: Judged) -> None:
     if sp.failing_windows == 0 and sp.schedule is None and judged.window is not None:
         # What a recovered draft is expected to do again: where a re-probe looks first.
         remember_acceptance(run, window_conditional(judged.window))
-    held = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
-    if held:
+    passing = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
+    if passing and held(run):
         sp.reprobing = None  # the re-probe held: the back-off starts over
 
 

@@ -25,11 +25,15 @@ from specfleet.operator.prediction import (
     remembered,
 )
 from specfleet.operator.rollback_metrics import floor_caps_k
-from specfleet.operator.run import Run
+from specfleet.operator.run import SWITCH_HORIZON, Run
 from specfleet.operator.windows import Judged
 
 # Each re-probe that ends disabled again doubles the next back-off, this many times at most.
 MAX_REPROBE_DOUBLINGS = 4
+# A re-probe holds (the back-off starts over) once speculation has stayed on this long
+# after it, about how long a settled K holds (run.SWITCH_HORIZON): one switched off
+# again sooner was a reversal, and the next back-off doubles.
+REPROBE_HOLD = SWITCH_HORIZON
 
 
 def next_reprobe(run: Run, failed: int) -> datetime:
@@ -57,7 +61,9 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         best, plain_goodput = fastest_and_plain(
             spec, off.acceptance, window.batch_per_pod, run.cost
         )
-        if _predicted_to_pay(run, best, plain_goodput, window.batch_per_pod):
+        if _predicted_to_pay(run, best, plain_goodput, window.batch_per_pod) and _pays_lately(
+            run, off.acceptance
+        ):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and run.now < off.reprobe_at:
         return
@@ -81,9 +87,21 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         f"speculation re-enabled at K={k} after {cause}",
         to_tokens=k,
     )
-    enable(run, k)
-    sp.reprobing = Reprobing(since=run.now, failed_reprobes=failed)
+    reenable(run, k)
     run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
+
+
+def _pays_lately(run: Run, acceptance: list[float]) -> bool:
+    """Whether a K is predicted to pay at the batch of each of the last
+    rollback.failureLimit windows with traffic (status.speculation.load), not at this
+    one alone: as a rollback, one window (one lull in load that flips) is not evidence
+    enough to start a re-probe."""
+    recent = run.sp.load[-run.spec.rollback.failure_limit :]
+    for batch in recent:
+        best, plain_goodput = fastest_and_plain(run.spec, acceptance, batch, run.cost)
+        if best.goodput < plain_goodput * (1 + run.required_gain()):
+            return False
+    return True
 
 
 def _predicted_to_pay(run: Run, best: Prediction, plain_goodput: float, batch: float) -> bool:
@@ -123,6 +141,26 @@ def recovered_k(run: Run, batch: float) -> int:
     if not predicted:
         return spec.speculation.tokens
     return max(predicted, key=lambda p: p.goodput).tokens
+
+
+def reenable(run: Run, k: int) -> None:
+    """Speculation back on at K=k after a re-probe (in place, or its canary promoted),
+    not yet held: switched off again before it has held for REPROBE_HOLD, it counts as
+    a failed re-probe and the next back-off doubles. A canary's promotion is no proof
+    that it lasts: load that flips turned StopSpeculation -> re-probe -> Promote ->
+    StopSpeculation every half hour, the back-off never growing (issue 47)."""
+    off = run.sp.off
+    assert off is not None
+    failed = off.failed_reprobes
+    enable(run, k)
+    run.sp.reprobing = Reprobing(since=run.now, failed_reprobes=failed)
+
+
+def held(run: Run) -> bool:
+    """Whether a re-probe in `status.speculation.reprobing` has held: REPROBE_HOLD since
+    it switched speculation on (and the floor's passing windows, counted by the caller)."""
+    reprobing = run.sp.reprobing
+    return reprobing is not None and run.now - reprobing.since >= REPROBE_HOLD
 
 
 def enable(run: Run, k: int) -> None:
