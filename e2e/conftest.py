@@ -18,7 +18,7 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadGroupScheduling
 from xdist.workermanage import WorkerController
 
-from e2e import cluster, podnet
+from e2e import cluster, podnet, stages
 from e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,6 +73,34 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadGro
     if config.getvalue("dist") != "loadgroup":
         return None
     return _OneClusterScheduling(config, log)
+
+
+# `make test` (SPECFLEET_STAGES set): the stages' table, each worker's end and each file's
+# time, printed before pytest's closing line and written beside the stages' file.
+_timeline = stages.Timeline()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _timeline.report(report)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: WorkerController, error: object) -> None:
+    _timeline.worker_down(str(node.gateway.id))
+
+
+@pytest.hookimpl(trylast=True)  # after --durations: the table is next to the last line
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    path = stages.stages_path()
+    if path is None or hasattr(config, "workerinput"):
+        return
+    lines = _timeline.lines(stages.read_stages(path))
+    path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+    terminalreporter.write_sep("=", f"make test's stages ({path.with_suffix('.txt')})")
+    for line in lines:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,92 @@
+"""Where `make test`'s time goes, printed by pytest before its closing line (CI reads that
+line last): the stages before pytest (timed by e2e/stage.sh into $SPECFLEET_STAGES), then
+pytest itself, when each of its workers was done, and each test file's time.
+
+A plugin of e2e/conftest.py's (its hooks are there): under pytest-xdist the controller
+sees every worker's reports, so the table is of the whole run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+# Files under this many seconds are summed into one line instead of listed.
+SHOWN_FILE_SECONDS = 5.0
+
+
+@dataclass
+class Stage:
+    name: str
+    seconds: float
+    status: int
+    started: float  # epoch seconds
+
+
+def read_stages(path: Path) -> list[Stage]:
+    """The stages e2e/stage.sh wrote, in the order they ran; unreadable lines left out."""
+    stages = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        parts = line.split("\t")
+        try:
+            stages.append(Stage(parts[0], float(parts[1]), int(parts[2]), float(parts[3])))
+        except (IndexError, ValueError):
+            continue
+    return stages
+
+
+@dataclass
+class Timeline:
+    """What the controller (or a run without workers) saw of the run."""
+
+    started: float = field(default_factory=time.time)
+    # worker ("gw0"; "main" without xdist) -> file -> seconds (setup, call and teardown)
+    files: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
+    done: dict[str, float] = field(default_factory=dict)  # worker -> seconds into the run
+
+    def report(self, report: pytest.TestReport) -> None:
+        node = getattr(report, "node", None)
+        worker = str(node.gateway.id) if node is not None else "main"
+        self.files[worker][report.nodeid.split("::")[0]] += report.duration
+
+    def worker_down(self, worker: str) -> None:
+        self.done[worker] = time.time() - self.started
+
+    def lines(self, stages: list[Stage]) -> list[str]:
+        now = time.time()
+        first = min([s.started for s in stages] + [self.started])
+        out = [f"{'stage':<20} {'seconds':>8}  notes"]
+        for stage in stages:
+            note = "" if stage.status == 0 else f"exit status {stage.status}"
+            out.append(f"{stage.name:<20} {stage.seconds:8.1f}  {note}".rstrip())
+        out.append(f"{'pytest':<20} {now - self.started:8.1f}  to this table")
+        out.append(f"{'total':<20} {now - first:8.1f}  from the first stage")
+        for worker in sorted(self.files):
+            files = sorted(self.files[worker].items(), key=lambda item: -item[1])
+            done = self.done.get(worker)
+            ended = f", done {done:.0f} s into pytest" if done is not None else ""
+            total = sum(seconds for _, seconds in files)
+            out.append(f"worker {worker}: {len(files)} files, {total:.0f} s of tests{ended}")
+            shown = [(f, s) for f, s in files if s >= SHOWN_FILE_SECONDS]
+            out += [f"  {seconds:8.1f}  {name}" for name, seconds in shown]
+            rest = files[len(shown) :]
+            if rest:
+                seconds = sum(s for _, s in rest)
+                files_under = "file" if len(rest) == 1 else "files"
+                out.append(
+                    f"  {seconds:8.1f}  {len(rest)} {files_under} under {SHOWN_FILE_SECONDS:.0f} s"
+                )
+        return out
+
+
+def stages_path() -> Path | None:
+    """Where e2e/stage.sh wrote the stages (`make test` sets it), if anywhere."""
+    path = os.environ.get("SPECFLEET_STAGES")
+    return Path(path) if path else None
