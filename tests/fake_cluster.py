@@ -91,6 +91,12 @@ class FakeCluster:
         body["metadata"].setdefault("generation", 1)
         return self._store(body, "ADDED")
 
+    def set_child_status(self, kind: str, name: str, status: dict[str, Any]) -> None:
+        """A controller's status write on a child (the Deployment's replicas, a pod's)."""
+        body = copy.deepcopy(self.objects[(kind, "team", name)])
+        body["status"] = status
+        self._store(body, "MODIFIED")
+
     def delete(self, kind: str, name: str) -> None:
         body = self.objects.pop((kind, "team", name))
         self.watch.append(WatchEvent("DELETED", copy.deepcopy(body)))

@@ -278,3 +278,40 @@ def test_a_rejected_config_is_exported_and_keeps_the_stable_pods(
     assert cluster.objects[("Deployment", "team", "llama-canary")]["spec"]["replicas"] == 0
     labels = {"namespace": "team", "model": "llama"}
     assert REGISTRY.get_sample_value("specfleet_config_rejected", labels) == 1
+
+
+def test_a_models_progress_is_written_at_most_once_an_interval_and_its_spec_at_once(
+    cluster: FakeCluster, peagle_manifest: dict[str, Any]
+) -> None:
+    """Issue 46: what the children did since the last write (here the Deployment's
+    replicas) waits for `status_interval` after it, then goes out in one write; the
+    first write of a new generation does not wait."""
+    fleet = Fleet(cluster, ScriptedEvaluator(), status_interval=0.2)  # type: ignore[arg-type]
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+
+    async def scenario() -> tuple[int, int, bool, int, int]:
+        await fleet.reconcile(KEY)
+        cluster.deliver(fleet)
+        await fleet.reconcile(KEY)
+        first = cluster.status_writes
+        cluster.set_child_status("Deployment", "llama", {"replicas": 1})
+        cluster.deliver(fleet)
+        fleet.cache.queue.dirty.clear()
+        await fleet.reconcile(KEY)
+        held = cluster.status_writes
+        await asyncio.sleep(0.4)
+        woken = KEY in fleet.cache.queue.dirty
+        await fleet.reconcile(KEY)
+        after = cluster.status_writes
+        cluster.edit_spec("llama", lambda spec: spec["speculation"].update(tokens=2))
+        cluster.deliver(fleet)
+        await fleet.reconcile(KEY)
+        return first, held, woken, after, cluster.status_writes
+
+    first, held, woken, after, edited = asyncio.run(scenario())
+    assert (held, woken, after) == (first, True, first + 1)
+    assert cluster.model("llama")["status"]["replicas"] == 1
+    assert edited > after
+    assert cluster.model("llama")["status"]["observedGeneration"] == 2

@@ -254,7 +254,7 @@ def operator_command(
 
     from specfleet.operator import handlers, kube, leadership, observability
     from specfleet.operator.evaluation import Evaluator, Outbound
-    from specfleet.operator.fleet import Fleet
+    from specfleet.operator.fleet import STATUS_INTERVAL_SECONDS, Fleet
 
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
     instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -304,6 +304,7 @@ def operator_command(
             pod_policy=_pod_policy(
                 allow_service_account, allow_secret_volumes, allow_host_path_cache
             ),
+            status_interval=STATUS_INTERVAL_SECONDS,
         ),
         election,
         scan_namespaces=any(c in n for n in namespaces for c in "*?["),

@@ -64,6 +64,11 @@ Inputs = tuple[str | None, frozenset[tuple[ChildRef, str | None]]]
 # SyncPeriod), and the pause after a relist starts, so its burst of events is in first.
 RESYNC_SECONDS = 120.0
 RELIST_SETTLE_SECONDS = 2.0
+# Least seconds between two status writes of a model that only report what its children
+# did (replicas, readiness): the changes of a rollout's first seconds (the Deployment's
+# replicas, the pod scheduled, Running, Ready) go out as one write. The first write of a
+# generation, a decision, a failure and an evaluation's status are never held back.
+STATUS_INTERVAL_SECONDS = 2.0
 # The uids of deleted models kept, so that a late event cannot bring one back.
 REMEMBERED_DELETIONS = 10_000
 # The labels of every child the operator creates (render.labels); the watches select them.
@@ -96,6 +101,8 @@ class ModelRecord:
     # FleetCache.relists when a watch event or a listing last showed the model: older
     # than the cache's count, a relist came since, and its DELETED may have been lost.
     seen_at_relist: int = 0
+    # time.monotonic() of the last status write that reached the API server.
+    status_written: float = float("-inf")
     # Forgotten (deleted, or found gone): a reconcile in flight stops before its next write.
     gone: bool = False
 
@@ -286,8 +293,10 @@ class Fleet:
         resync_period: float = RESYNC_SECONDS,
         schedule_key: bytes | None = None,
         pod_policy: PodPolicy = NOTHING_MORE,
+        status_interval: float = 0.0,
     ) -> None:
         self.cluster = cluster
+        self.status_interval = status_interval
         self.pod_policy = pod_policy
         # Derives each model's credential for its pods' hot-schedule endpoint; without
         # it, models asking for hot switching fall back to restarts.
@@ -452,6 +461,10 @@ class Fleet:
                 raise
             failure = ReconcileFailure("ChildrenRefused", _api_message(error))
         status = summarize(model, self.cache.observed(key), now, failure)
+        if not (evaluate or in_status or actions or failure) and self._held_back(
+            record, body, status
+        ):
+            return Outcome(written=False)
         summarized = await self._write_status(record, body, status) is not None
         if not (summarized or in_status):
             return Outcome(failure, written=False, decided=False)
@@ -465,6 +478,21 @@ class Fleet:
         for action in actions:
             await self._post_event(record, model, action)
         return Outcome(failure, written=summarized)
+
+    def _held_back(
+        self, record: ModelRecord, body: dict[str, Any], status: SpeculativeModelStatus
+    ) -> bool:
+        """Whether a summary that only reports the children's progress waits: this
+        generation is in status already and the last write is under `status_interval`
+        old. The model is woken when the interval is up, to write what it then sees."""
+        written = body.get("status") or {}
+        if written.get("observedGeneration") != body["metadata"].get("generation"):
+            return False
+        wait = record.status_written + self.status_interval - time.monotonic()
+        if wait <= 0 or _status_json(status) == written:
+            return False
+        asyncio.get_running_loop().call_later(wait, self.cache.wake, key_of(body))
+        return True
 
     def _keyed(self, model: SpeculativeModel) -> SpeculativeModel:
         """The model as this operator can serve it: hot switching only with a key."""
@@ -672,12 +700,14 @@ class Fleet:
         if record.gone:
             raise Forgotten
         try:
-            return await asyncio.to_thread(
+            written = await asyncio.to_thread(
                 self.cluster.patch_status,
                 *key,
                 replacing(base.get("status") or {}, status),
                 base["metadata"].get("resourceVersion"),
             )
+            record.status_written = time.monotonic()
+            return written
         except Gone:
             log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
             self._forget_record(key, record)
@@ -925,6 +955,11 @@ def replacing(old: Any, new: Any) -> Any:
         **{key: None for key in old.keys() - new.keys()},
         **{key: replacing(old.get(key), value) for key, value in new.items()},
     }
+
+
+def _status_json(status: SpeculativeModelStatus) -> Any:
+    """Status as a write would leave it in the model."""
+    return without_nulls(bounded(status.model_dump(by_alias=True, mode="json"), []))
 
 
 def without_nulls(value: Any) -> Any:
