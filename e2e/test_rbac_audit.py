@@ -163,7 +163,9 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     assert "ownerReferences" not in now["metadata"]
     assert now["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
     deployment = yaml.safe_load(
-        cluster.kubectl("get", "deployment", canary, "-n", NAMESPACE, "-o", "yaml").stdout
+        cluster.kubectl(
+            "get", "deployment", canary, "-n", NAMESPACE, "-o", "yaml", "--show-managed-fields"
+        ).stdout
     )
     assert "ownerReferences" not in deployment["metadata"]
     # Its controller writes its status; no one else wrote anything.
