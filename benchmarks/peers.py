@@ -10,6 +10,8 @@ mean over seeds, with the lowest seed's in brackets; `--whole-run` uses every wi
 instead (learning and transitions included).
 
     .venv/bin/python benchmarks/peers.py --seeds 20
+    .venv/bin/python benchmarks/peers.py --scenarios schedule/load-flip.yaml \
+        --only restart/auto --whole-run --seeds 5     # issue 47's load flipping
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--whole-run", action="store_true", help="every window, not steady")
     parser.add_argument("--only", default="", help="scenarios whose name contains this")
+    parser.add_argument(
+        "--scenarios", default="*.yaml", help="files under scenarios/ (a glob): e.g. schedule/*"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     columns = policies()
@@ -77,7 +82,7 @@ def main() -> None:
     print("|---|---|" + "---|" * len(columns))
     wins: dict[str, int] = {name: 0 for name, _, _ in columns}
     count = 0
-    for path in sorted(SCENARIOS.glob("*.yaml")):
+    for path in sorted(SCENARIOS.glob(args.scenarios)):
         for scenario in load_scenarios(path):
             if args.only not in scenario.name:
                 continue

@@ -643,3 +643,16 @@ def test_the_default_policy_follows_load_flipping_faster_than_a_trial(variant: s
     goodput = simulate(scenario, 0).goodput
     assert goodput["achieved"] / goodput["single"] >= 0.95
     assert goodput["achieved"] / goodput["unconstrained"] >= 0.90
+
+
+@pytest.mark.parametrize(("tax", "drafts_at_20"), [("published", False), ("twice-plain", True)])
+def test_a_k0_band_dearer_than_the_prior_is_measured_and_left(tax: str, drafts_at_20: bool) -> None:
+    """k0-tax.yaml: the tuner starts from vLLM's published K=0 tax and learns a schedule
+    with K=0 at 20 in flight. Where a K=0 step really costs twice a plain one, the band's
+    windows measure that and the heavy band moves to K=1; where the prior holds, K=0
+    stays."""
+    scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", f"{tax}/hot")
+    result = simulate(scenario, 0)
+    cuts = phases(scenario)
+    heavy = [r.tokens for r in result.records if cuts[r.phase].concurrency == 20]
+    assert heavy[-5:] == ([1] * 5 if drafts_at_20 else [0] * 5), heavy
