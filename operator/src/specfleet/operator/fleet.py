@@ -15,6 +15,7 @@ a reconcile still in flight for it writes nothing more.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -78,10 +79,12 @@ CHILD_SELECTOR = f"{render.MODEL_LABEL},{MANAGED_BY[0]}={MANAGED_BY[1]}"
 
 @dataclass(frozen=True)
 class AppliedChildren:
-    """What the operator last applied for a model, and each child's edit marker right
-    after (see ChildKind.edit_marker): another marker means someone else changed it."""
+    """What the operator last applied for a model (a digest of the manifests: the
+    manifests themselves, pod templates and all, were the largest thing kept per model),
+    and each child's edit marker right after (see ChildKind.edit_marker): another marker
+    means someone else changed it."""
 
-    manifests: list[dict[str, Any]]
+    digest: bytes
     markers: dict[ChildRef, Any]
 
 
@@ -607,7 +610,7 @@ class Fleet:
                 self.cache.remember_child(applied)
         if strangers:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
-        record.applied = AppliedChildren(manifests, markers)
+        record.applied = AppliedChildren(_digest(manifests), markers)
         return None
 
     def _may_be_gone(self, record: ModelRecord) -> bool:
@@ -629,7 +632,7 @@ class Fleet:
         """The same manifests were applied, and each child is still there as the apply
         left it: not deleted, scaled or edited by someone else."""
         applied = record.applied
-        if applied is None or applied.manifests != manifests:
+        if applied is None or applied.digest != _digest(manifests):
             return False
         children = self.cache.children.get(key, {})
         for ref, marker in applied.markers.items():
@@ -955,6 +958,12 @@ def replacing(old: Any, new: Any) -> Any:
         **{key: None for key in old.keys() - new.keys()},
         **{key: replacing(old.get(key), value) for key, value in new.items()},
     }
+
+
+def _digest(manifests: list[dict[str, Any]]) -> bytes:
+    """Equal for equal manifests (key order aside), different otherwise."""
+    text = json.dumps(manifests, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=20).digest()
 
 
 def _status_json(status: SpeculativeModelStatus) -> Any:
