@@ -103,3 +103,35 @@ def test_a_model_woken_while_its_reconcile_waits_runs_again_after_it_not_beside(
         return reconciled
 
     assert asyncio.run(main()) == [key, key]
+
+
+def test_a_new_models_reconcile_takes_the_next_slot_before_waiting_refreshes() -> None:
+    """Issue 46: every slot busy and refreshes of settled models waiting for one; a new
+    model (urgent) arrives after them and still runs first when a slot frees."""
+    settled = [("team", f"s{i:02d}") for i in range(CONCURRENT_RECONCILES + 8)]
+    new = ("team", "new")
+
+    async def main() -> list[Key]:
+        queue, stop, release = WorkQueue(), asyncio.Event(), asyncio.Event()
+        order: list[Key] = []
+
+        async def reconcile(key: Key) -> None:
+            order.append(key)
+            await release.wait()
+
+        known = [*settled]
+        running = asyncio.create_task(
+            queue.run(stop, 3600.0, lambda: known, reconcile, lambda key: key == new)
+        )
+        await _until(lambda: len(order) == CONCURRENT_RECONCILES, within=5)
+        known.append(new)
+        queue.add(new)
+        await _until(lambda: queue.slots.waiting(urgent=True) == 1, within=5)
+        release.set()
+        await _until(lambda: len(order) == len(known), within=5)
+        stop.set()
+        await running
+        return order
+
+    order = asyncio.run(main())
+    assert order[CONCURRENT_RECONCILES] == new, order[CONCURRENT_RECONCILES - 1 :]

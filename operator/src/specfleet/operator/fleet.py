@@ -746,9 +746,21 @@ class Fleet:
         await self._resync_logged()
         resyncing = asyncio.create_task(self._resync_loop(stop))
         try:
-            await self.cache.queue.run(stop, self.period, self.cache.models.keys, self._tick)
+            await self.cache.queue.run(
+                stop, self.period, self.cache.models.keys, self._tick, self._urgent
+            )
         finally:
             resyncing.cancel()
+
+    def _urgent(self, key: Key) -> bool:
+        """What a user waits on: a model never reconciled yet (its children), or whose
+        new spec status does not show yet; before status refreshes of settled models."""
+        record = self.cache.models.get(key)
+        if record is None:
+            return False
+        status = record.body.get("status") or {}
+        generation = record.body["metadata"].get("generation")
+        return record.settled is None or status.get("observedGeneration") != generation
 
     async def _resync_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

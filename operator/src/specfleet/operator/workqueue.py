@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
@@ -24,8 +25,49 @@ CONCURRENT_RECONCILES = 16
 # most 5 minutes apart, or at once when its spec changes: not every 5 s sweep.
 BACKOFF_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 300.0
+
+
+class Slots:
+    """A semaphore whose urgent waiters are handed a freed slot before the others, each
+    kind in arrival order. A reconcile taking its slot again after I/O (`without_slot`)
+    counts as urgent: it is half done."""
+
+    def __init__(self, value: int) -> None:
+        self._value = value
+        self._waiters: dict[bool, deque[asyncio.Future[None]]] = {True: deque(), False: deque()}
+
+    def waiting(self, urgent: bool) -> int:
+        return sum(1 for future in self._waiters[urgent] if not future.done())
+
+    async def acquire(self, urgent: bool = True) -> None:
+        if self._value > 0 and not (self.waiting(True) or self.waiting(False)):
+            self._value -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters[urgent].append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # handed a slot it will not use
+            else:
+                with suppress(ValueError):
+                    self._waiters[urgent].remove(future)
+            raise
+
+    def release(self) -> None:
+        for urgent in (True, False):
+            waiters = self._waiters[urgent]
+            while waiters:
+                future = waiters.popleft()
+                if not future.done():
+                    future.set_result(None)  # the slot passes on: _value stays
+                    return
+        self._value += 1
+
+
 # The slots the running reconcile holds one of (set in its own task).
-_holding: ContextVar[asyncio.Semaphore | None] = ContextVar("holding", default=None)
+_holding: ContextVar[Slots | None] = ContextVar("holding", default=None)
 
 
 @asynccontextmanager
@@ -78,9 +120,7 @@ class WorkQueue:
     # Running models woken meanwhile: run again when done, never two at once (a second
     # reconcile would wait on the first's lock holding a slot).
     again: set[Key] = field(default_factory=set)
-    slots: asyncio.Semaphore = field(
-        default_factory=lambda: asyncio.Semaphore(CONCURRENT_RECONCILES)
-    )
+    slots: Slots = field(default_factory=lambda: Slots(CONCURRENT_RECONCILES))
 
     def add(self, key: Key) -> None:
         self.dirty.add(key)
@@ -95,9 +135,12 @@ class WorkQueue:
         period: float,
         every: Callable[[], Iterable[Key]],
         reconcile: Callable[[Key], Awaitable[None]],
+        urgent: Callable[[Key], bool] = lambda key: False,
     ) -> None:
         """Reconcile every key each `period` seconds and, in between, each key that was
-        added, as soon as a slot is free; on stop, finish the reconciles in flight."""
+        added, as soon as a slot is free; on stop, finish the reconciles in flight.
+        `urgent` keys (what a user waits on: a new model's children) take the free slots
+        before the others (status refreshes of settled models)."""
         next_sweep = 0.0
         ticks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
@@ -115,7 +158,7 @@ class WorkQueue:
                     self.again.add(key)
                 elif key not in self.queued:  # a queued tick will read the newest state
                     self.queued.add(key)
-                    tick = asyncio.create_task(self._tick(key, reconcile))
+                    tick = asyncio.create_task(self._tick(key, reconcile, urgent(key)))
                     ticks.add(tick)
                     tick.add_done_callback(ticks.discard)
             waiters = [
@@ -133,15 +176,24 @@ class WorkQueue:
                     waiter.cancel()
         await asyncio.gather(*ticks)
 
-    async def _tick(self, key: Key, reconcile: Callable[[Key], Awaitable[None]]) -> None:
-        async with self.slots:
-            self.queued.discard(key)
-            self.running.add(key)
-            _holding.set(self.slots)  # this task's own context
-            try:
-                await reconcile(key)
-            finally:
-                self.running.discard(key)
-                if key in self.again:
-                    self.again.discard(key)
-                    self.add(key)
+    async def _tick(
+        self, key: Key, reconcile: Callable[[Key], Awaitable[None]], urgent: bool = False
+    ) -> None:
+        await self.slots.acquire(urgent)
+        try:
+            await self._run(key, reconcile)
+        finally:
+            self.slots.release()
+
+    async def _run(self, key: Key, reconcile: Callable[[Key], Awaitable[None]]) -> None:
+        """One reconcile of `key`, holding a slot."""
+        self.queued.discard(key)
+        self.running.add(key)
+        _holding.set(self.slots)  # this task's own context
+        try:
+            await reconcile(key)
+        finally:
+            self.running.discard(key)
+            if key in self.again:
+                self.again.discard(key)
+                self.add(key)
