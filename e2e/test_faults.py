@@ -23,7 +23,7 @@ from e2e.models import (
     sim_admin,
 )
 from e2e.operator_process import OperatorProcess
-from e2e.story import INTERVAL_SECONDS, MODEL, story_model
+from e2e.story import FAILURE_LIMIT, INTERVAL_SECONDS, MODEL, story_model
 from e2e.waiting import wait_for
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS
 
@@ -110,8 +110,21 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
         return (acceptance or {}).get("measuredAt")
 
     start = measured_at()
-    time.sleep(8 * 5)  # eight intervals with no good data at all
-    body = get_model(api_client, model_namespace, MODEL)
+
+    # Windows with no good data at all, until the operator says so (MetricsAvailable False
+    # after maxInconclusiveWindows in a row), and more of them than a rollback needs.
+    def inconclusive(body: dict[str, Any]) -> int:
+        return int(body["status"]["speculation"].get("inconclusiveWindows") or 0)
+
+    before = inconclusive(get_model(api_client, model_namespace, MODEL))
+
+    def no_data_said() -> dict[str, Any] | None:
+        body = get_model(api_client, model_namespace, MODEL)
+        available = condition(body, "MetricsAvailable")
+        said = available is not None and available["status"] == "False"
+        return body if said and inconclusive(body) > before + FAILURE_LIMIT else None
+
+    body = wait_for("MetricsAvailable=False after windows of no good data", no_data_said, 120)
     assert measured_at() != start, "evaluations stopped"
     assert not ROLLBACK_ACTIONS & {h["action"] for h in history(body)}
     assert body["status"]["acceptance"]["conclusive"] is False
