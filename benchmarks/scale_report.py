@@ -1,10 +1,18 @@
 """Tables and the plot of the scale, fan-out and reaction benchmarks, from their JSON.
 
     .venv/bin/python benchmarks/scale_report.py [--dir DIR] [--plot PNG]
+    .venv/bin/python benchmarks/scale_report.py --docs [--dir DIR]   # docs/benchmarks.md
+    .venv/bin/python benchmarks/scale_report.py --check                # docs still match?
 
 Reads operator_scale.json, scrape_fanout.json and reaction.json (written by
 operator_scale.py, scrape_fanout.py and reaction.py), prints the Markdown tables of
 docs/benchmarks.md and draws every figure against the number of models.
+
+`--docs` writes the operator-scale figures into docs/benchmarks.md (between the
+GENERATED markers) from DIR/operator_scale.json, with the commit they were measured on,
+and keeps the runs it used in docs/benchmarks-scale.json (committed: the tests check
+the table against it). `--check` exits 1 when the table differs from that JSON, or when
+the controller's request path changed after the commit measured on: a stale figure.
 """
 
 from __future__ import annotations
@@ -12,10 +20,23 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+DOCS_JSON = ROOT / "docs" / "benchmarks-scale.json"
+BEGIN = "<!-- BEGIN GENERATED: operator scale (benchmarks/scale_report.py --docs) -->"
+END = "<!-- END GENERATED: operator scale -->"
+# The controller's request path: a change to any of these is measured again.
+REQUEST_PATH = [
+    "operator/src/specfleet/operator/kube.py",
+    "operator/src/specfleet/operator/fleet.py",
+    "operator/src/specfleet/operator/handlers.py",
+    "operator/src/specfleet/operator/workqueue.py",
+]
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -92,6 +113,145 @@ def writes_table(data: dict[str, Any]) -> str:
     return markdown_table(
         ["models", *(f"{w}: until done / settled" for w in OPERATOR_WRITES)], rows
     )
+
+
+def _spread(values: list[float], digits: int = 1) -> str:
+    """Median, and every run in brackets when there are several."""
+    median = f"{statistics.median(values):.{digits}f}"
+    if len(values) < 2:
+        return median
+    return f"{median} ({', '.join(f'{v:.{digits}f}' for v in values)})"
+
+
+def docs_scale_table(data: dict[str, Any]) -> str:
+    """Per N: the operator against kubectl (each run's ratio), the models' own apply with
+    and without the operator, CPU, peak RSS and the RSS each model adds."""
+    rows = []
+    for count in sorted({r["count"] for r in data["runs"]}):
+        runs = [r for r in data["runs"] if r["count"] == count]
+        base = [r["baseline"]["seconds"] for r in runs]
+        op = [r["operator"]["seconds"] for r in runs]
+        ratios = [o / b for o, b in zip(op, base, strict=True)]
+        rows.append(
+            [
+                str(count),
+                str(len(runs)),
+                _spread(base),
+                _spread(op),
+                f"**{_spread(ratios, 2)}**",
+                _spread([r["operator"]["apply_models_seconds"] for r in runs]),
+                _spread([r["baseline"]["models_seconds"] for r in runs]),
+                _spread([r["operator"]["cpu_seconds"] for r in runs]),
+                _spread([r["operator"]["cpu_seconds_settled"] for r in runs]),
+                _spread([r["operator"]["peak_rss_mb"] for r in runs], 0),
+                _spread([r["operator"].get("rss_per_model_kb", float("nan")) for r in runs], 0),
+            ]
+        )
+    header = [
+        "models",
+        "runs",
+        "kubectl apply of the 3N children (s)",
+        "operator: apply N models -> all reconciled (s)",
+        "ratio",
+        "models' apply, operator running (s)",
+        "models' apply alone (s)",
+        "operator CPU until reconciled (s)",
+        "until settled (s)",
+        "peak RSS (MB)",
+        "RSS per model (KB)",
+    ]
+    return markdown_table(header, rows)
+
+
+def requests_table(data: dict[str, Any]) -> str:
+    """The operator's own requests per model (its specfleet_api_requests_total), by
+    resource and verb, until every model was reconciled / until the fleet settled:
+    medians over the runs at each N."""
+    keys = sorted(
+        {
+            key
+            for r in data["runs"]
+            for phase in ("requests_per_model", "requests_per_model_settled")
+            for key, value in r["operator"].get(phase, {}).items()
+            if value >= 0.005
+        }
+    )
+    rows = []
+    for count in sorted({r["count"] for r in data["runs"]}):
+        runs = [r["operator"] for r in data["runs"] if r["count"] == count]
+        if not all("requests_per_model" in r for r in runs):
+            continue
+        cells = []
+        for key in keys:
+            done = statistics.median(r["requests_per_model"].get(key, 0.0) for r in runs)
+            settled = statistics.median(r["requests_per_model_settled"].get(key, 0.0) for r in runs)
+            cells.append(f"{done:.2f} / {settled:.2f}")
+        total = statistics.median(sum(r["requests_per_model"].values()) for r in runs)
+        total_settled = statistics.median(
+            sum(r["requests_per_model_settled"].values()) for r in runs
+        )
+        rows.append([str(count), *cells, f"{total:.2f} / {total_settled:.2f}"])
+    return markdown_table(["models", *keys, "all"], rows)
+
+
+def measured_on(data: dict[str, Any]) -> list[str]:
+    return sorted({str(r.get("commit", "?")) for r in data["runs"]})
+
+
+def docs_block(data: dict[str, Any]) -> str:
+    commits = measured_on(data)
+    dirty = any(r.get("uncommitted_changes") for r in data["runs"])
+    return "\n".join(
+        [
+            BEGIN,
+            "",
+            f"Measured at commit {', '.join(commits)}"
+            + (" (with uncommitted changes to the operator)" if dirty else "")
+            + "; generated from `docs/benchmarks-scale.json` (a copy of "
+            "`build/bench/operator_scale.json`). The medians, each run in brackets:",
+            "",
+            docs_scale_table(data),
+            "",
+            "The operator's requests per model, until every model was reconciled / until "
+            "the fleet settled (its own `specfleet_api_requests_total`; LISTs are its "
+            "listings after a relist and every 2 minutes):",
+            "",
+            requests_table(data),
+            "",
+            END,
+        ]
+    )
+
+
+def replace_block(text: str, block: str) -> str:
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[:start] + block + text[end:]
+
+
+def current_block(text: str) -> str:
+    return text[text.index(BEGIN) : text.index(END) + len(END)]
+
+
+def stale(data: dict[str, Any]) -> str | None:
+    """Why the figures are stale (the request path changed after the commit measured
+    on), or None; None too where git cannot say (no history)."""
+    last = subprocess.run(
+        ["git", "log", "-1", "--format=%h", "--", *REQUEST_PATH],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not last:
+        return None
+    for commit in measured_on(data):
+        newer = subprocess.run(
+            ["git", "merge-base", "--is-ancestor", last, commit],
+            cwd=ROOT,
+            capture_output=True,
+        )
+        if newer.returncode == 1:
+            return f"measured at {commit}, but {last} changed the request path since"
+    return None
 
 
 def fanout_table(data: dict[str, Any]) -> str:
@@ -223,7 +383,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", type=Path, default=ROOT / "build/bench")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs/benchmarks-scale.png")
+    parser.add_argument(
+        "--docs", action="store_true", help="write the scale figures into docs/benchmarks.md"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the docs' figures are stale"
+    )
     args = parser.parse_args()
+    if args.docs:
+        data = json.loads((args.dir / "operator_scale.json").read_text())
+        DOCS_JSON.write_text(json.dumps(data, indent=2) + "\n")
+        DOCS.write_text(replace_block(DOCS.read_text(), docs_block(data)))
+        print(f"wrote {DOCS} and {DOCS_JSON}")
+        return
+    if args.check:
+        data = json.loads(DOCS_JSON.read_text())
+        problems = []
+        if current_block(DOCS.read_text()) != docs_block(data):
+            problems.append(f"{DOCS} differs from {DOCS_JSON}: run scale_report.py --docs")
+        why = stale(data)
+        if why:
+            problems.append(f"stale: {why}; run operator_scale.py and scale_report.py --docs")
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        sys.exit(1 if problems else 0)
     scale = json.loads((args.dir / "operator_scale.json").read_text())
     fanout = json.loads((args.dir / "scrape_fanout.json").read_text())
     reaction = json.loads((args.dir / "reaction.json").read_text())
