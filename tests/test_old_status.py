@@ -88,6 +88,7 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
     step_cost = body.get("stepCost") or {}
     for key in ("fitted", "relativeError", "perturbedWindows"):
         step_cost.pop(key, None)
+    _undated(step_cost)
     for condition in body.get("conditions") or []:
         condition["message"] = PERCENT.sub("%", condition["message"])
     for entry in body.get("history") or []:
@@ -102,7 +103,56 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
             totals["timed"] = {
                 key: timed[key] for key in ("decodeSeconds", "decodeSteps", "engineSteps")
             }
+    _since_issue_47(body)
     return body
+
+
+# Decisions changed on purpose since the fixtures (issue 47): under the floor plain
+# decoding is measured before a K is kept (a trial of K=0 starts), and a predicted gain
+# re-probes after rollback.failureLimit windows at the load it pays at, not one.
+ISSUE_47: dict[tuple[str, str], list[str]] = {
+    ("status-v1", "stable"): ["StartInPlace"],
+    ("status-v1", "rejected-schedule"): ["StartCanary"],
+    ("status-v2", "rejected"): ["StartCanary", "KeepFastest"],
+    ("status-v2", "stopped"): [],
+}
+
+
+def _since_issue_47(body: dict[str, Any]) -> None:
+    """What issue 47 added to a status: a trial track's seconds per token (the spread
+    the gain's bound rests on) and the samples' re-dating where a window confirms them
+    (`_undated`), which moves the fit's weights: the samples must be the same, the fit
+    need not be."""
+    speculation = body.get("speculation") or {}
+    trials = [speculation.get("trial"), (body.get("config") or {}).get("trial")]
+    for trial in trials:
+        for track in ("stable", "canary"):
+            totals = (trial or {}).get(track) or {}
+            for key in ("tokenSecondsSum", "tokenSecondsSquares"):
+                totals.pop(key, None)
+            totals.pop("token_seconds_sum", None)
+            totals.pop("token_seconds_squares", None)
+    step_cost = body.get("stepCost") or body.get("step_cost") or {}
+    for key in ("fitted", "relativeError", "relative_error"):
+        step_cost.pop(key, None)
+    _undated(step_cost)
+
+
+def _reprobe_promoted(now: dict[str, Any], before: dict[str, Any]) -> None:
+    """A re-probe promoted since issue 47 keeps `reprobing` until it has held an hour
+    (switched off sooner, the next back-off doubles): not in a fixture written before."""
+    speculation = now.get("speculation") or {}
+    if not (before.get("speculation") or {}).get("reprobing") and "reprobing" in speculation:
+        speculation["reprobing"] = None
+
+
+def _undated(step_cost: dict[str, Any]) -> None:
+    """Samples without their measuredAt: since issue 47 a window that confirms the
+    engine at a load re-dates every sample there (speed.confirms), so they do not age
+    out while nothing changes; the samples themselves must be the same."""
+    for sample in step_cost.get("samples") or []:
+        sample.pop("measuredAt", None)
+        sample.pop("measured_at", None)
 
 
 @pytest.fixture
@@ -136,10 +186,16 @@ def test_an_old_status_is_read_and_decided_on_as_before(
     record = json.loads(path.read_text())
     spec = SpeculativeModelSpec.model_validate(record["spec"])
     actions, status = _decided_on(record)
+    changed = ISSUE_47.get((path.parent.name, path.stem))
+    if changed is not None:  # a new decision: a status written after it is new too
+        assert actions == changed
+        return
     assert actions == record["decided"]["actions"]
     then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
     _as_decided_today(spec, then, record["decided"]["actions"])
-    assert _comparable(status) == _comparable(then)
+    now, before = _comparable(status), _comparable(then)
+    _reprobe_promoted(now, before)
+    assert now == before
     # A status from before config trials takes the spec's config as running: no trial.
     config = status.config
     assert config is not None and config.trial is None
@@ -199,6 +255,10 @@ def test_a_status_with_flat_states_is_decided_on_exactly_as_before(
     # No prediction interval in a reason either: new words, not a new decision.
     record = json.loads(path.read_text())
     actions, status = _decided_on(record)
+    changed = ISSUE_47.get((path.parent.name, path.stem))
+    if changed is not None:  # a new decision: a status written after it is new too
+        assert actions == changed
+        return
     assert actions == record["decided"]["actions"]
     then = SpeculativeModelStatus.model_validate(record["decided"]["status"])
     for entry in status.history:
@@ -209,6 +269,9 @@ def test_a_status_with_flat_states_is_decided_on_exactly_as_before(
     # after a new one is adopted (tests/test_trials.py, tests/test_config_trials.py).
     now["speculation"].pop("good_acceptance")
     before["speculation"].pop("good_acceptance")
+    for body in (now, before):
+        _since_issue_47(body)
+    _reprobe_promoted(now, before)
     assert now == before
 
 

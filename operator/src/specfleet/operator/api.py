@@ -2216,6 +2216,13 @@ class TrackTotals(ApiModel):
     step_seconds_squares: float = Field(
         default=0, description="Sum of their squares: the spread of step time across windows."
     )
+    token_seconds_sum: float = Field(
+        default=0,
+        description="Sum of the windows' decode seconds per token (step time over the "
+        "tokens a request got per step): the spread of speed across windows, acceptance's "
+        "included.",
+    )
+    token_seconds_squares: float = Field(default=0, description="Sum of their squares.")
 
     @model_validator(mode="before")
     @classmethod
