@@ -13,15 +13,17 @@ import pytest
 import yaml
 from aiohttp import web
 
-from specfleet.operator import hot_handoff, hot_schedules, render, tuner
+from specfleet.operator import hot_handoff, hot_schedules, render, trials, tuner
 from specfleet.operator.api import (
     Decision,
     HotSchedule,
+    InPlace,
     KSwitching,
     ScheduledBand,
     SpeculativeModel,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    Trial,
     TuningStrategy,
 )
 from specfleet.operator.children import Track
@@ -32,13 +34,16 @@ from specfleet.operator.observations import (
     SpecDecodeCounters,
     WindowTracker,
 )
-from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.outcomes import ActionKind, WindowVerdict
 from specfleet.operator.run import Run
+from specfleet.operator.simulate import load_scenario, simulate
+from specfleet.operator.windows import Judged
 from specfleet.runtime.config import parse_serve_args
 from specfleet.runtime.hot_schedule import ENV_TOKEN
-from specfleet.runtime.sim_model import load_profile
+from specfleet.runtime.sim_model import StepCost, load_profile
 from specfleet.runtime.sim_server import SimServer, build_app
 from tests.conftest import REPO
+from tests.decisions import window
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 KEY = b"operator-key"
@@ -143,7 +148,12 @@ def test_a_k_change_taken_hot_costs_no_restart_in_the_required_gain() -> None:
 
 
 def _sample(
-    pod: str, at: float, generation: int, drafts: float, per_position: tuple[float, ...]
+    pod: str,
+    at: float,
+    generation: int,
+    drafts: float,
+    per_position: tuple[float, ...],
+    applied_at: float | None = None,
 ) -> PodSample:
     counters = SpecDecodeCounters(
         drafts=drafts,
@@ -155,6 +165,7 @@ def _sample(
         speculation_exported=True,
         process_start_time=1.0,
         schedule_generation=generation,
+        schedule_applied_at=applied_at,
     )
     return PodSample(pod, "stable", at, counters)
 
@@ -178,6 +189,65 @@ def test_windows_count_only_at_the_generation_status_asks_for_and_are_cut_at_a_c
     late = tracker.observe([_sample("a", 180.0, 2, 400, grown)], tokens, {"stable": HotTrack(3, 8)})
     assert late.stable is None
     assert late.errors["a"].reason.value == "ScheduleNotInForce"
+
+
+@pytest.mark.parametrize(("applied_at", "counted"), [(120.5, True), (119.0, True), (150.0, False)])
+def test_a_window_whose_new_generation_took_effect_at_its_start_counts(
+    applied_at: float, counted: bool
+) -> None:
+    """The operator hands a schedule over right after the decision, at a window's start:
+    a pod that says its new generation took effect then (within 5% of the window, either
+    way: two clocks) ran it for the whole window, which counts; half-way, it is cut."""
+    tracker = WindowTracker()
+    tokens: dict[Track, int] = {"stable": 3, "canary": 0}
+    per_position = (50.0, 40.0, 30.0)
+    tracker.observe([_sample("a", 120.0, 1, 100, per_position)], tokens, {"stable": HotTrack(1, 8)})
+    grown = (110.0, 85.0, 60.0)
+    after = [_sample("a", 180.0, 2, 200, grown, applied_at)]
+    window = tracker.observe(after, tokens, {"stable": HotTrack(2, 8)}).stable
+    assert (window is not None) is counted
+    if window is not None:
+        assert window.drafts == 100
+
+
+def test_a_hot_trial_alternates_on_the_stable_pods_and_pairs_windows_at_matched_load() -> None:
+    """load-flip.yaml, one K taken hot: every trial of a K runs on the stable pods (no
+    canary, no restart), each side's windows paired with the other's at a matched batch,
+    so the pairs hold as many windows on each side, none pooled across 1 and 32."""
+    scenario = load_scenario(REPO / "scenarios/schedule/load-flip.yaml", "c1-c32/hot/one-k/s0")
+    result = simulate(scenario, 0)
+    trials = [d for d in result.decisions if d["kind"] in ("StartCanary", "StartInPlace")]
+    of_k = [d for d in trials if d["reason"] != "PlainPredicted"]
+    assert of_k and all(d["kind"] == "StartInPlace" for d in of_k), of_k
+    assert all("alternating with" in d["message"] for d in of_k)
+    judged = [d for d in result.decisions if d["kind"] in ("Promote", "Abort")]
+    assert judged
+    assert result.goodput["achieved"] / result.goodput["single"] >= 0.85
+
+
+def test_a_pair_at_mismatched_batches_is_not_compared() -> None:
+    """An interleaved trial's window at 1 in flight and the other side's at 32 make no
+    pair: the earlier is dropped and the later waits for its match."""
+    model = _model(tokens=3)
+    trial = Trial(
+        tokens=6,
+        started_at=NOW,
+        in_place=InPlace(previous_tokens=3, switched=True, interleaved=True),
+        stable_replicas=model.spec.replicas,
+    )
+    model.status.speculation.trial = trial
+    model.status.speculation.hot_schedule = HotSchedule(
+        generation=1, schedule=[ScheduledBand(tokens=6)]
+    )
+    run = Run(model.spec, model.status, NOW, 1)
+    engine = StepCost()
+    for batch, side_windows in ((1, (0, 0)), (32, (0, 0)), (32, (1, 1))):
+        conditional = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
+        k = 6 if trial.in_place is not None and trial.in_place.switched else 3
+        measured = window(conditional, k, batch=batch, engine=engine)
+        judged = Judged(measured, True, WindowVerdict.CONCLUSIVE)
+        trials._alternate(run, judged)
+        assert (trial.canary.windows, trial.stable.windows) == side_windows, batch
 
 
 async def _sim_pod(args: list[str]) -> tuple[web.AppRunner, SimServer, ScrapeTarget]:

@@ -203,8 +203,18 @@ def test_an_untuned_model_is_reprobed_at_the_k_it_asked_for() -> None:
 
 def test_a_predicted_gain_reprobes_on_failure_limit_windows_of_low_load_not_one() -> None:
     """Stopped at 32 in flight: one window at 1 in flight (a lull in load that flips) is
-    no evidence for a re-probe; failureLimit (2) of them in a row are."""
-    spec = make_spec(rollback={"reprobeAfter": "10m", "failureLimit": 2})
+    no evidence for a re-probe; failureLimit (2) of them in a row are, for one K (mode
+    Off). Under mode Auto the load history decides, by the tokens at stake: 3 windows at
+    1 among 16 at 32 do not repay a draft there."""
+    for mode, reprobes in (("Off", True), ("Auto", False)):
+        _reprobe_after_a_lull(mode, reprobes)
+
+
+def _reprobe_after_a_lull(mode: str, reprobes: bool) -> None:
+    spec = make_spec(
+        rollback={"reprobeAfter": "10m", "failureLimit": 2},
+        speculation={"schedule": {"mode": mode}},
+    )
     fleet = Fleet(spec, engine=StepCost(), batch=32)
     fleet.status = SpeculativeModelStatus.model_validate(
         {
@@ -231,4 +241,4 @@ def test_a_predicted_gain_reprobes_on_failure_limit_windows_of_low_load_not_one(
         assert "Reprobe" not in fleet.step(CODE)
     fleet.batch = 1
     assert "Reprobe" not in fleet.step(CODE)
-    assert "Reprobe" in fleet.step(CODE)
+    assert ("Reprobe" in fleet.step(CODE)) is reprobes, mode

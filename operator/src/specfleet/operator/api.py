@@ -2331,6 +2331,17 @@ class InPlace(ApiModel):
         "while its baseline windows are measured (not the window that proposed it: that one "
         "was chosen for looking bad).",
     )
+    interleaved: bool = Field(
+        default=False,
+        description="The stable pods take K hot: candidate and previous alternate, one "
+        "measured window each, compared in pairs at matched batch; no baseline first, no "
+        "restart.",
+    )
+    unpaired: TrackTotals | None = Field(
+        default=None,
+        description="Interleaved: the last window measured, waiting for the other side's "
+        "next one at a matched batch (else it is dropped).",
+    )
 
 
 class Trial(ApiModel):

@@ -31,8 +31,14 @@ DECODE_STEPS = "vllm:inter_token_latency_seconds_count"
 ENGINE_STEPS = "vllm:iteration_tokens_total_count"
 # prometheus_client's process collector, which vLLM serves: the evidence of a restart.
 PROCESS_START = "process_start_time_seconds"
-# specfleet-runtime's hot schedules: the generation in force (hot_schedules.py).
+# specfleet-runtime's hot schedules: the generation in force (hot_schedules.py) and
+# when it took effect.
 SCHEDULE_GENERATION = "specfleet:schedule_generation"
+SCHEDULE_APPLIED = "specfleet:schedule_applied_timestamp_seconds"
+# A hot change lands milliseconds after the decision that made it, at the start of the
+# next window: a window whose pod says its new generation took effect within this share
+# of the window from its start ran that generation (nearly) all along, and counts.
+APPLIED_AT_START = 0.05
 _SPEC_DECODE_PREFIX = "vllm:spec_decode_"
 # The series each scalar field of Counts is read from (per position: ACCEPTED_PER_POS).
 COUNTER_FIELDS = {
@@ -45,7 +51,7 @@ COUNTER_FIELDS = {
     ENGINE_STEPS: "engine_steps",
 }
 _VLLM = (*COUNTER_FIELDS, ACCEPTED_PER_POS, REQUESTS_RUNNING, REQUESTS_WAITING)
-SERIES_READ = (*_VLLM, PROCESS_START, SCHEDULE_GENERATION)
+SERIES_READ = (*_VLLM, PROCESS_START, SCHEDULE_GENERATION, SCHEDULE_APPLIED)
 MAX_SERIES = 4096  # samples of the series read: about 40 per engine
 # The verdict and scrape-error reason of a window Prometheus gave nothing for.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
@@ -98,6 +104,7 @@ class SpecDecodeCounters(Counts):
     speculation_exported: bool = False
     process_start_time: float | None = None
     schedule_generation: int | None = None
+    schedule_applied_at: float | None = None
 
 
 def series_name(sample_name: str) -> str | None:
@@ -137,6 +144,7 @@ def counters_from_series(
     exported = False
     started: float | None = None
     generation: int | None = None
+    applied: float | None = None
     read = 0
     for sample_name, labels, value in series:
         name = series_name(sample_name)
@@ -153,6 +161,9 @@ def counters_from_series(
         if name == SCHEDULE_GENERATION:
             generation = int(value) if generation is None else max(generation, int(value))
             continue
+        if name == SCHEDULE_APPLIED:
+            applied = value if applied is None else max(applied, value)
+            continue
         exported = exported or name.startswith(_SPEC_DECODE_PREFIX)
         if name == ACCEPTED_PER_POS:
             position = _position(labels)
@@ -168,7 +179,16 @@ def counters_from_series(
         speculation_exported=exported,
         process_start_time=started,
         schedule_generation=generation,
+        schedule_applied_at=applied,
     )
+
+
+def _changed_at_start(start: float, end: float, current: SpecDecodeCounters) -> bool:
+    """Whether the pod's new schedule generation took effect at the window's start
+    (APPLIED_AT_START of it either way: the pod's clock is not the operator's)."""
+    applied = current.schedule_applied_at
+    slack = (end - start) * APPLIED_AT_START
+    return applied is not None and start - slack <= applied <= start + slack
 
 
 @dataclass(frozen=True)
@@ -439,7 +459,10 @@ class WindowTracker:
                 previous is None
                 or previous.counters is None
                 or previous.track != sample.track
-                or previous.counters.schedule_generation != current.schedule_generation
+                or (
+                    previous.counters.schedule_generation != current.schedule_generation
+                    and not _changed_at_start(previous.at, sample.at, current)
+                )
             ):
                 continue  # a baseline: nothing to compare with yet, or another schedule
             seconds = sample.at - previous.at

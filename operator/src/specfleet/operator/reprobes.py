@@ -61,8 +61,10 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         best, plain_goodput = fastest_and_plain(
             spec, off.acceptance, window.batch_per_pod, run.cost
         )
-        if _predicted_to_pay(run, best, plain_goodput, window.batch_per_pod) and _pays_lately(
-            run, off.acceptance
+        if (
+            _predicted_to_pay(run, best, plain_goodput, window.batch_per_pod)
+            and _pays_lately(run, off.acceptance)
+            and _pays_over_load(run, off.acceptance)
         ):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and run.now < off.reprobe_at:
@@ -102,6 +104,20 @@ def _pays_lately(run: Run, acceptance: list[float]) -> bool:
         if best.goodput < plain_goodput * (1 + run.required_gain()):
             return False
     return True
+
+
+def _pays_over_load(run: Run, acceptance: list[float]) -> bool:
+    """Where the tuner decides for the load history (schedule.learning), a re-probe's
+    prediction must hold over that load too, by the tokens at stake: a K that pays at 1
+    in flight half the time, where plain decoding wins at 32 the other half, does not."""
+    sp = run.sp
+    if not schedule.learning(run.spec, sp.load, acceptance, run.cost):
+        return True
+    best = schedule.learn(run.spec, sp.load, acceptance, run.cost)
+    plain_tokens = schedule.tokens_over(None, sp.load, acceptance, run.cost)
+    return best is not None and schedule.tokens_over(
+        best, sp.load, acceptance, run.cost
+    ) >= plain_tokens * (1 + run.required_gain())
 
 
 def _predicted_to_pay(run: Run, best: Prediction, plain_goodput: float, batch: float) -> bool:

@@ -765,8 +765,15 @@ class _Simulation:
                     taken_hot,
                 )
             if taken_hot and hot is not None:
+                # Handed over right after the decision that made it: at this window's start.
+                counters = self.counters[name]
+                applied = (
+                    counters.schedule_applied_at
+                    if counters.schedule_generation == hot.generation
+                    else start
+                )
                 self.counters[name] = replace(
-                    self.counters[name], schedule_generation=hot.generation
+                    counters, schedule_generation=hot.generation, schedule_applied_at=applied
                 )
             samples.append(PodSample(name, track, start + self.interval, self.counters[name]))
         tokens = {track: k for _, track, k, _ in running}

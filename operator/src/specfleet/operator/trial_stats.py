@@ -20,6 +20,21 @@ from specfleet.operator.stats import (
 )
 
 
+def totals_merge(one: TrackTotals, other: TrackTotals) -> TrackTotals:
+    """Two tracks' sums as one (every field is a sum)."""
+    return TrackTotals(
+        counts=one.counts + other.counts,
+        timed=one.timed + other.timed,
+        seconds=one.seconds + other.seconds,
+        windows=one.windows + other.windows,
+        timed_windows=one.timed_windows + other.timed_windows,
+        step_seconds_sum=one.step_seconds_sum + other.step_seconds_sum,
+        step_seconds_squares=one.step_seconds_squares + other.step_seconds_squares,
+        token_seconds_sum=one.token_seconds_sum + other.token_seconds_sum,
+        token_seconds_squares=one.token_seconds_squares + other.token_seconds_squares,
+    )
+
+
 def totals_add(totals: TrackTotals, window: TrackWindow) -> TrackTotals:
     point = speed.measured(window)
     step = point[0] / 1000.0 if point else None

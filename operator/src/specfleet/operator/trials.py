@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specfleet.operator import schedule
+from specfleet.operator import hot_schedules, schedule, speed
 from specfleet.operator.api import (
     ConditionType,
     InPlace,
     LastKnownGood,
     ScheduledBand,
+    TrackTotals,
     Trial,
     TuningStrategy,
 )
@@ -35,6 +36,7 @@ from specfleet.operator.trial_stats import (
     goodput_gain,
     schedule_gain,
     totals_add,
+    totals_merge,
     totals_rate,
 )
 from specfleet.operator.windows import Judged, judge_collected, judge_plain, stable_failing
@@ -56,6 +58,9 @@ def start_trial(
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     acceptance = judged.metric.value if judged.metric else None
+    if k > 0 and hot_schedules.in_effect(spec, run.status):
+        _interleave(run, k, candidate, message, why, judged)
+        return
     if run.in_place:
         # The baseline is measured after the proposal, not taken from the window that
         # proposed it: a window is proposed on for looking bad, so judging against it
@@ -92,6 +97,82 @@ def start_trial(
     )
 
 
+def _interleave(
+    run: Run,
+    k: int,
+    candidate: list[ScheduledBand] | None,
+    message: str,
+    why: TrialStart,
+    judged: Judged,
+) -> None:
+    """A trial on stable pods that take K hot: the candidate first, then the K before it,
+    window by window, each side fed only the windows it ran (a change of schedule costs
+    the window it lands in: observations cut it). Both sides see the load of the same
+    hours, which a baseline measured before the switch does not."""
+    sp = run.sp
+    assert sp.tokens is not None
+    previous = sp.tokens
+    sp.trial = Trial(
+        tokens=k,
+        schedule=candidate,
+        started_at=run.now,
+        in_place=InPlace(
+            previous_tokens=previous,
+            previous_schedule=sp.schedule,
+            switched=True,
+            interleaved=True,
+        ),
+        stable_replicas=run.spec.replicas,
+    )
+    run.act(
+        ActionKind.START_IN_PLACE,
+        why,
+        f"{message}; alternating with K={previous} window by window on the stable pods "
+        "(hot: no restart, no canary)",
+        from_tokens=previous,
+        to_tokens=k,
+        acceptance=judged.metric.value if judged.metric else None,
+        goodput=judged.goodput,
+    )
+    sp.schedule = candidate
+    run.changed(k)
+
+
+def _alternate(run: Run, stable: Judged) -> None:
+    """An interleaved trial's window, paired with the other side's window before it when
+    both ran at a matched batch (load moves; a pair at one load compares the two sides
+    there, never a window at 1 in flight with one at 32); then the other side runs."""
+    sp, trial = run.sp, run.sp.trial
+    assert trial is not None and trial.in_place is not None
+    if not stable.conclusive or stable.window is None:
+        return
+    place = trial.in_place
+    measured = totals_add(TrackTotals(), stable.window)
+    other = place.unpaired
+    if other is not None and _matched(other, measured):
+        candidate, previous = (measured, other) if place.switched else (other, measured)
+        trial.canary = totals_merge(trial.canary, candidate)
+        trial.stable = totals_merge(trial.stable, previous)
+        place.unpaired = None
+    else:
+        place.unpaired = measured
+    if place.switched:
+        sp.schedule = place.previous_schedule
+        run.changed(place.previous_tokens)
+    else:
+        sp.schedule = trial.schedule
+        run.changed(trial.tokens)
+    place.switched = not place.switched
+
+
+def _matched(one: TrackTotals, other: TrackTotals) -> bool:
+    """Two single windows with step times at batches within a bucket of each other."""
+    if not (one.timed_windows and other.timed_windows):
+        return False
+    a, b = (t.timed.decode_steps / t.timed.engine_steps for t in (one, other))
+    return max(a, b) <= min(a, b) * speed.BATCH_BUCKET
+
+
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     """Judge the canary's window (an in-place trial has none) and advance the trial."""
     trial = run.sp.trial
@@ -116,7 +197,13 @@ def _advance_trial(
         message = "spec.tuning.enabled is false"
         end_trial(run, promote=False, reason=TrialOutcome.TUNING_DISABLED, message=message)
         return
-    if trial.in_place:
+    if trial.in_place and trial.in_place.interleaved:
+        after = stable
+        _alternate(run, stable)
+        if trial.stable.windows < spec.tuning.canary_windows:
+            _end_if_overdue(run)
+            return
+    elif trial.in_place:
         after = stable
         if not trial.in_place.switched:
             _measure_baseline(run, stable)

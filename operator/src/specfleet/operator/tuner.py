@@ -286,9 +286,10 @@ def _sync_with_spec(run: Run) -> None:
         run.status.step_cost = None  # measured for another drafting style
         run.cost = speed.prior(run.drafting)
     sp.drafting = run.drafting
-    # A status from before schedules existed saw the default: no change, nothing reset.
-    schedule_changed = (sp.requested_schedule or Schedule()) != spec.speculation.schedule
-    if schedule_changed and _one_k_either_way(sp.requested_schedule, spec, sp.schedule is None):
+    # A status from before schedules existed saw the default then, Off: no change.
+    requested = sp.requested_schedule or Schedule(mode=ScheduleMode.OFF)
+    schedule_changed = requested != spec.speculation.schedule
+    if schedule_changed and _one_k_either_way(requested, spec, sp.schedule is None):
         # Off (the default before Auto) and Auto both run the K that runs: an upgrade of
         # the operator restarts no model's tuning.
         sp.requested_schedule = spec.speculation.schedule
@@ -307,12 +308,10 @@ def _sync_with_spec(run: Run) -> None:
     config_trials.sync(run)
 
 
-def _one_k_either_way(
-    requested: Schedule | None, spec: SpeculativeModelSpec, one_k_runs: bool
-) -> bool:
+def _one_k_either_way(requested: Schedule, spec: SpeculativeModelSpec, one_k_runs: bool) -> bool:
     """Whether a change between schedule modes Off and Auto finds one K running, which
     both keep."""
-    modes = {(requested or Schedule(mode=ScheduleMode.OFF)).mode, spec.speculation.schedule.mode}
+    modes = {requested.mode, spec.speculation.schedule.mode}
     return one_k_runs and modes == {ScheduleMode.OFF, ScheduleMode.AUTO}
 
 

@@ -114,6 +114,9 @@ class ScheduleState:
 
     schedule: Schedule
     generation: int = 0
+    # When the generation in force took effect (Unix seconds; 0: at startup): the
+    # operator counts a window that began as it did at that generation, not cut.
+    applied_at: float = 0.0
 
     def decide(self, generation: int, schedule: Schedule) -> bool:
         """Whether (generation, schedule) is a change to apply: False for a repeat of the

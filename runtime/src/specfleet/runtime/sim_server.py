@@ -126,6 +126,7 @@ class SimServer:
         if changed:
             self.catch_up()  # the ticks before the change ran at the old schedule
             self.schedule.schedule, self.schedule.generation = schedule, generation
+            self.schedule.applied_at = time.time()
         return {**self.schedule_report(), "refused": False, "changed": changed}, 200
 
     def catch_up(self) -> None:
@@ -242,6 +243,12 @@ class VllmMetrics:
             )
             generation.add_metric([], server.schedule.generation)
             yield generation
+            applied = GaugeMetricFamily(
+                "specfleet:schedule_applied_timestamp_seconds",
+                "When the hot schedule's generation in force took effect (Unix seconds).",
+            )
+            applied.add_metric([], server.schedule.applied_at)
+            yield applied
 
 
 def _bucket_label(bound: float) -> str:

@@ -9,7 +9,8 @@
 - `specfleet:spec_decode_draft_tokens_per_pos_total{position}`: drafts that reached each
   position (vLLM exports accepted tokens per position only).
 - `specfleet:schedule_generation`: the hot schedule's generation in force, as the
-  schedule endpoint last saw it in this process (0: the startup schedule).
+  schedule endpoint last saw it in this process (0: the startup schedule), and
+  `specfleet:schedule_applied_timestamp_seconds`, when it took effect.
 
 The step time and batch come from vLLM's per-step `SchedulerIterationDetails`, which the
 engine sends only with `--enable-logging-iteration-details` (the runtime adds it with
@@ -23,6 +24,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -75,6 +77,13 @@ class StepMetrics:
             multiprocess_mode="mostrecent",
             registry=registry,
         )
+        self.generation_seen: int | None = None
+        self.schedule_applied = Gauge(
+            "specfleet:schedule_applied_timestamp_seconds",
+            "When the hot K schedule's generation in force took effect (Unix seconds).",
+            multiprocess_mode="mostrecent",
+            registry=registry,
+        )
 
     def record(self, scheduler_stats: Any, model_name: str, engine: int) -> None:
         if scheduler_stats is None:
@@ -111,7 +120,13 @@ def metrics() -> StepMetrics:
 
 
 def schedule_generation_in_force(generation: int) -> None:
-    metrics().schedule_generation.set(generation)
+    """The generation the endpoint's answer says is in force; it took effect (within the
+    answer's milliseconds) when this process first hears of it."""
+    step_metrics = metrics()
+    if step_metrics.generation_seen != generation:
+        step_metrics.generation_seen = generation
+        step_metrics.schedule_generation.set(generation)
+        step_metrics.schedule_applied.set(time.time())
 
 
 class _IterationLines(logging.Filter):
