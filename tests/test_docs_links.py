@@ -40,7 +40,7 @@ def test_relative_links_resolve(page: Path) -> None:
 
 # Generated from the CRD (and listing the fields kept only to read an old status).
 GENERATED = {"api-reference.md", "reference.md"}
-FIELD = re.compile(r"`((?:spec|status)(?:\.[a-zA-Z]+(?:\[\])?)+)")
+FIELD = re.compile(r"`((?:spec|status)(?:\.[a-zA-Z][a-zA-Z0-9]*(?:\[\])?)+)")
 
 
 @pytest.mark.parametrize(
