@@ -41,6 +41,9 @@ OLD = Path(__file__).parent / "data" / "status-v1"
 FLAT = Path(__file__).parent / "data" / "status-v2"
 # Predicted gains in messages follow the fit, whose arithmetic changed since.
 PERCENT = re.compile(r"[+-]?\d+\.\d%")
+# Added since (issue 47): a learned schedule's trial also says what it means over the load
+# history, after what its windows measured; the verdict is the same.
+OVER_LOAD = re.compile(r"; over the last \d+ intervals' load \([^)]*\) [^)]* was")
 
 
 def _as_decided_today(
@@ -86,13 +89,14 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
     # The fit's arithmetic changed since (robust to slow minutes and slow targets): the
     # samples it rests on must be the same, its coefficients need not be.
     step_cost = body.get("stepCost") or {}
-    for key in ("fitted", "relativeError", "perturbedWindows"):
+    # Added since too: the windows of a schedule's K=0 band the K=0 tax rests on.
+    for key in ("fitted", "relativeError", "perturbedWindows", "k0TaxWindows"):
         step_cost.pop(key, None)
     _undated(step_cost)
     for condition in body.get("conditions") or []:
         condition["message"] = PERCENT.sub("%", condition["message"])
     for entry in body.get("history") or []:
-        entry["reason"] = PERCENT.sub("%", entry["reason"])
+        entry["reason"] = PERCENT.sub("%", OVER_LOAD.sub("", entry["reason"]))
     for track in ("stable", "canary"):
         totals = (body["speculation"].get("trial") or {}).get(track)
         if totals is not None:
@@ -108,13 +112,16 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
 
 
 # Decisions changed on purpose since the fixtures (issue 47): under the floor plain
-# decoding is measured before a K is kept (a trial of K=0 starts), and a predicted gain
-# re-probes after rollback.failureLimit windows at the load it pays at, not one.
+# decoding is measured before a K is kept (a trial of K=0 starts), a predicted gain
+# re-probes after rollback.failureLimit windows at the load it pays at, not one, and a
+# learned schedule's trial is judged over the load history (the same verdict here, its
+# gain projected by the tokens at stake).
 ISSUE_47: dict[tuple[str, str], list[str]] = {
     ("status-v1", "stable"): ["StartInPlace"],
     ("status-v1", "rejected-schedule"): ["StartCanary"],
     ("status-v2", "rejected"): ["StartCanary", "KeepFastest"],
     ("status-v2", "stopped"): [],
+    ("status-v2", "canary-schedule-trial"): ["Promote"],
 }
 
 

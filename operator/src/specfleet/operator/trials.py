@@ -373,7 +373,7 @@ def _compare(run: Run, stable: Judged) -> None:
         gain, basis = goodput_gain(
             trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
         )
-    projected = _over_load(run, gain, before_k, batch)
+    projected = _over_load(run, gain, before_k, _measured_at(trial.stable, batch))
     if projected is not None:
         gain, over = projected
         basis += f"; {over}"
@@ -409,6 +409,13 @@ def _compare(run: Run, stable: Judged) -> None:
         ):
             return  # promising but not proven: measure on
     end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
+
+
+def _measured_at(stable: TrackTotals, batch: float) -> float:
+    """The batch a trial's gain is measured at: its stable windows' (the candidate's are
+    moved there), else this window's."""
+    timed = stable.timed
+    return timed.decode_steps / timed.engine_steps if timed.engine_steps else batch
 
 
 def _over_load(
