@@ -117,9 +117,9 @@ def _comparable(status: SpeculativeModelStatus) -> dict[str, Any]:
 # learned schedule's trial is judged over the load history (the same verdict here, its
 # gain projected by the tokens at stake).
 ISSUE_47: dict[tuple[str, str], list[str]] = {
-    ("status-v1", "stable"): ["StartInPlace"],
     ("status-v1", "rejected-schedule"): ["StartCanary"],
-    ("status-v2", "rejected"): ["StartCanary", "KeepFastest"],
+    # The same decision; its message's predicted gain rests on the re-dated samples' fit.
+    ("status-v2", "rejected"): ["KeepFastest"],
     ("status-v2", "stopped"): [],
     ("status-v2", "canary-schedule-trial"): ["Promote"],
 }

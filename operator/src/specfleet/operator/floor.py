@@ -150,12 +150,16 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
     gain = fastest.goodput / plain - 1
     metric = judged.metric.value if judged.metric else None
     pays = f"K={fastest.tokens} is predicted {gain:+.1%} over plain decoding"
+    # Within acceptanceMargin of the floor the draft is not broken: only speed decides.
+    near = metric is not None and metric >= run.floor - run.margin
+    if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0 and near:
+        _keep_fastest(run, judged, f"{why}; no K clears it, but {pays}: keeping K={current}")
+        return
     if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
-        # The K in effect is the fastest measured so far; trials may still find a faster
-        # one. A K changed on a prediction alone would be untested. But that speculation
-        # pays is a prediction too, and it rests on plain decoding's step, which the fit
-        # cannot tell from the Ks it ran: plain decoding is measured before the K is
-        # kept, and a K that measures slower than it is not kept.
+        # Far under the floor (a broken draft): that speculation pays is a prediction,
+        # and it rests on plain decoding's step, which the fit cannot tell from the Ks
+        # it ran: plain decoding is measured before the K is kept, and a K that
+        # measures slower than it is not kept.
         keeping = f"{why}; no K clears it, but {pays}"
         loses = _kept_k_loses(run, judged)
         if loses is None or sp.trial is not None:  # a trial running decides first
@@ -168,9 +172,7 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
         reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
     else:
         reason = f"{why}; speculation no longer pays: {pays}"
-        # Within acceptanceMargin of the floor the draft is not broken: only speed
-        # decides, and plain decoding's speed is measured before it is chosen (plain.py).
-        near = metric is not None and metric >= run.floor - run.margin
+        # Near the floor plain decoding's speed is measured before it is chosen (plain.py).
         if near and measure_first(run, judged, reason):
             message = f"{reason}; keeping K={current}: plain decoding is measured first"
             _keep_fastest(run, judged, message)
