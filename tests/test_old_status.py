@@ -122,6 +122,8 @@ ISSUE_47: dict[tuple[str, str], list[str]] = {
     ("status-v2", "rejected"): ["KeepFastest"],
     ("status-v2", "stopped"): [],
     ("status-v2", "canary-schedule-trial"): ["Promote"],
+    # A schedule's K=0 band pays the K=0 tax: plain pods are measured against it.
+    ("status-v1", "schedule"): ["StartCanary"],
 }
 
 

@@ -177,13 +177,16 @@ def test_auto_decides_for_the_load_history_only_where_its_extremes_disagree() ->
     auto = make_spec()
     assert auto.speculation.schedule.mode is ScheduleMode.AUTO
     cost = speed.prior(Drafting.PARALLEL)
-    assert schedule.learning(auto, [1.0] * 3 + [32.0] * 3, CODE, cost)
-    assert not schedule.learning(auto, [8.0] * 6, CODE, cost)  # steady: one K
-    assert not schedule.learning(auto, [1.0, 32.0], CODE, cost)  # too few samples yet
+    spans = [1.0] * 3 + [32.0] * 3
+    assert schedule.learning(auto, spans, CODE, cost, scheduled=False)
+    assert not schedule.learning(auto, [8.0] * 6, CODE, cost, scheduled=False)  # one K
+    # ...unless a schedule runs: what replaces it is learned too (one K, or plain pods).
+    assert schedule.learning(auto, [8.0] * 6, CODE, cost, scheduled=True)
+    assert not schedule.learning(auto, [1.0, 32.0], CODE, cost, scheduled=False)  # too few
     off = make_spec(speculation={"schedule": {"mode": "Off"}})
-    assert not schedule.learning(off, [1.0] * 3 + [32.0] * 3, CODE, cost)
+    assert not schedule.learning(off, spans, CODE, cost, scheduled=False)
     learned = make_spec(speculation={"schedule": {"mode": "Learned"}})
-    assert schedule.learning(learned, [8.0] * 6, CODE, cost)
+    assert schedule.learning(learned, [8.0] * 6, CODE, cost, scheduled=False)
 
 
 def test_one_load_learns_one_k() -> None:

@@ -32,7 +32,9 @@ def propose(run: Run, judged: Judged) -> None:
         return  # the spec's schedule runs as written
     assert judged.window is not None
     conditional = run.conditional(judged.window)
-    if schedule.learning(run.spec, run.sp.load, conditional, run.cost):
+    if schedule.learning(
+        run.spec, run.sp.load, conditional, run.cost, scheduled=run.sp.schedule is not None
+    ):
         _propose_schedule(run, judged)
         return
     _propose_k(run, judged)

@@ -111,7 +111,9 @@ def _pays_over_load(run: Run, acceptance: list[float]) -> bool:
     prediction must hold over that load too, by the tokens at stake: a K that pays at 1
     in flight half the time, where plain decoding wins at 32 the other half, does not."""
     sp = run.sp
-    if not schedule.learning(run.spec, sp.load, acceptance, run.cost):
+    if not schedule.learning(
+        run.spec, sp.load, acceptance, run.cost, scheduled=sp.schedule is not None
+    ):
         return True
     best = schedule.learn(run.spec, sp.load, acceptance, run.cost)
     plain_tokens = schedule.tokens_over(None, sp.load, acceptance, run.cost)

@@ -147,7 +147,11 @@ class Run:
     def conditional(self, window: TrackWindow) -> list[float]:
         """The conditional acceptance per position predictions start from: the window's,
         and past the positions it drafted, as a deeper K last measured them."""
-        return with_deeper(window_conditional(window), self.sp.good_acceptance)
+        measured = window_conditional(window)
+        if not measured and self.sp.good_acceptance:
+            # A window of a schedule's K=0 band drafted nothing: what was measured last.
+            return list(self.sp.good_acceptance)
+        return with_deeper(measured, self.sp.good_acceptance)
 
     def predictions(self, window: TrackWindow) -> dict[int, Prediction]:
         """Every K the spec allows, predicted at the window's batch."""

@@ -92,18 +92,22 @@ def learning(
     load: Sequence[float],
     conditional: Sequence[float],
     cost: FittedStepCost,
+    *,
+    scheduled: bool,
 ) -> bool:
     """Whether the tuner decides for the load history (a learned schedule, with enough
     samples of it), not for the load of the moment (one K): mode Learned; mode Auto
-    while the lightest and the heaviest load seen have different best choices."""
+    while the lightest and the heaviest load seen have different best choices, or a
+    schedule runs (`scheduled`: what replaces it is learned, one K or plain pods)."""
     mode = spec.speculation.schedule.mode
     if len(load) < MIN_LOAD_SAMPLES or not spec.tuning.enabled or not spec.draft.method.tuned:
         return False
     if mode is ScheduleMode.LEARNED:
         return True
-    return mode is ScheduleMode.AUTO and _best_at(spec, min(load), conditional, cost) != _best_at(
-        spec, max(load), conditional, cost
-    )
+    if mode is not ScheduleMode.AUTO:
+        return False
+    low, high = (_best_at(spec, batch, conditional, cost) for batch in (min(load), max(load)))
+    return scheduled or low != high
 
 
 def _best_at(

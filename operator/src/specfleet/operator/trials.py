@@ -39,7 +39,13 @@ from specfleet.operator.trial_stats import (
     totals_merge,
     totals_rate,
 )
-from specfleet.operator.windows import Judged, judge_collected, judge_plain, stable_failing
+from specfleet.operator.windows import (
+    Judged,
+    judge_collected,
+    judge_plain,
+    stable_failing,
+    timed_k0_band,
+)
 
 # A trial whose measured gain clears minImprovement while its lower bound does not yet
 # runs on, up to this many times canaryWindows: a sequential test, not a fixed length.
@@ -218,7 +224,7 @@ def _advance_trial(
         if not _add_windows(run, stable, canary):
             return
     if (
-        after.conclusive
+        (after.conclusive or timed_k0_band(after))
         and trial.canary.windows >= spec.tuning.canary_windows
         and trial.stable.windows >= 1
     ):
@@ -288,11 +294,11 @@ def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
     # Every stable window of the trial is its comparison: the same hours, the same mix.
     # Plain stable pods (a re-probe) have no acceptance to judge: their speed counts.
     plain = sp.off is not None and stable.window is not None and stable.window.generation_tokens > 0
-    if (stable.conclusive or plain) and stable.window is not None:
+    if (stable.conclusive or plain or timed_k0_band(stable)) and stable.window is not None:
         trial.stable = totals_add(trial.stable, stable.window)
-    if not canary.conclusive or canary.window is None:
+    if canary.window is None or not (canary.conclusive or timed_k0_band(canary)):
         return True
-    if floor_caps_k(spec) and stable_failing(run, canary):
+    if canary.conclusive and floor_caps_k(spec) and stable_failing(run, canary):
         low = canary.metric.low if canary.metric else float("nan")
         end_trial(
             run,
@@ -346,6 +352,8 @@ def _trial_schedules(run: Run) -> tuple[list[ScheduledBand] | None, list[Schedul
     assert trial is not None
     if trial.in_place:
         return trial.schedule, trial.in_place.previous_schedule
+    if run.sp.off is not None:
+        return trial.schedule, None  # a re-probe: against plain decoding, not what ran before
     return trial.schedule, run.sp.schedule
 
 
@@ -431,8 +439,16 @@ def _over_load(
     # The acceptance the trial measured, on whichever track drafts (a re-probe's stable
     # pods decode plainly, a trial of plain decoding's candidate does).
     drafting = trial.canary.counts if trial.canary.counts.drafts else trial.stable.counts
-    conditional = with_deeper(totals_conditional(drafting), sp.good_acceptance)
-    if not conditional or not schedule.learning(run.spec, sp.load, conditional, run.cost):
+    conditional = with_deeper(totals_conditional(drafting), sp.good_acceptance) or list(
+        sp.good_acceptance or []
+    )
+    if not conditional or not schedule.learning(
+        run.spec,
+        sp.load,
+        conditional,
+        run.cost,
+        scheduled=sp.schedule is not None or trial.schedule is not None,
+    ):
         return None
     tried, before = _trial_schedules(run)
     after = None if trial.plain else (tried or [ScheduledBand(tokens=trial.tokens)])

@@ -74,6 +74,7 @@ from specfleet.operator.windows import (
     record_acceptance,
     record_load,
     stable_failing,
+    timed_k0_band,
 )
 
 
@@ -186,9 +187,9 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         feed_trial(run, stable, observation)
     elif (
         spec.tuning.enabled
-        and stable.conclusive
+        # A schedule's K=0 band has no acceptance, but its speed says what it serves.
+        and (timed_k0_band(stable) or (stable.conclusive and sp.windows >= 1))
         and sp.failing_windows == 0
-        and sp.windows >= 1
         and _cooled(run)
         # A schedule decides per load where drafting stops; no switch for the whole model.
         and (
@@ -204,7 +205,11 @@ def _learning(run: Run, stable: Judged) -> bool:
     """Mode Auto deciding for the load history (schedule.learning)."""
     window = stable.window
     return window is not None and schedule.learning(
-        run.spec, run.sp.load, run.conditional(window), run.cost
+        run.spec,
+        run.sp.load,
+        run.conditional(window),
+        run.cost,
+        scheduled=run.sp.schedule is not None,
     )
 
 

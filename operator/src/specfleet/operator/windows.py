@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from specfleet.operator import schedule
+from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     LEFT_OUT_LIMIT,
     AcceptanceWindow,
@@ -110,6 +110,13 @@ def _collect(
         running_requests=window.running_requests,
         waiting_requests=window.waiting_requests,
     )
+
+
+def timed_k0_band(judged: Judged) -> bool:
+    """A window of a schedule's K=0 band with its step time: no acceptance to judge, but
+    what the schedule serves at that load, which a trial of it must count (load moves: a
+    schedule canary judged only where it drafts waited out a 90-minute surge at K=0)."""
+    return judged.reason is WindowVerdict.NOT_DRAFTING and speed.measured(judged.window) is not None
 
 
 def judge_collected(
