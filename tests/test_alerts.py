@@ -84,6 +84,7 @@ KNOWN_METRICS = {
     "specfleet_config_rejected",
     "specfleet_pod_startup_seconds",
     "specfleet_leader",
+    "specfleet_api_requests_total",
 }
 
 
