@@ -3,7 +3,6 @@ from __future__ import annotations
 import copy
 import itertools
 import json
-import re
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
@@ -650,15 +649,13 @@ def test_the_default_policy_follows_load_flipping_faster_than_a_trial(variant: s
 def test_a_k0_band_dearer_than_the_prior_is_measured_and_left(
     tax: str, leaves_the_band: bool
 ) -> None:
-    """k0-tax.yaml: the tuner starts from vLLM's published K=0 tax and learns a schedule
-    with K=0 at 20 in flight. Where a K=0 step really costs twice a plain one, the band's
-    windows measure that (status.stepCost.fitted.k0Tax, quoted in the decisions) and plain
-    pods replace the schedule; where the prior holds, the band stays."""
+    """k0-tax.yaml: the tuner learns a schedule with K=0 at 20 in flight. Once that band
+    runs where plain decoding was never measured, plain decoding is measured beside it:
+    where a K=0 step really costs twice a plain one, plain pods replace the schedule;
+    where the published tax holds, the band stays (plain pods lose over the load)."""
     scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", f"{tax}/hot")
     result = simulate(scenario, 0)
-    quoted = [re.search(r"a K=0 step costing \+(\d+)%", d["message"]) for d in result.decisions]
-    taxes = [int(m.group(1)) for m in quoted if m is not None]
-    assert taxes, result.decisions
+    measured = [d for d in result.decisions if "a K=0 band runs at batch" in d["message"]]
+    assert measured and measured[0]["kind"] == "StartCanary", result.decisions
     stopped = any(d["kind"] == "StopSpeculation" for d in result.decisions)
     assert stopped is leaves_the_band
-    assert (max(taxes) >= 80) is leaves_the_band, taxes

@@ -56,6 +56,13 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
         f"across the last {len(sp.load)} intervals' load "
         f"(batch {min(sp.load):.1f} to {max(sp.load):.1f})"
     )
+    batch = judged.window.batch_per_pod
+    if judged.window.drafts == 0 and speed.matching(run.samples, 0, batch) is None:
+        # A K=0 band runs here: its tax is told from plain decoding only once plain
+        # decoding is measured at this load too (else the fit's guess at plain is in it).
+        reason = f"a K=0 band runs at batch {batch:.1f}, where plain decoding was never measured"
+        measure_first(run, judged, reason)
+        return
     if plain_tokens >= max(best_tokens, now_tokens * (1 + run.required_gain())):
         reason = (
             f"plain decoding is predicted {plain_tokens / now_tokens - 1:+.1%} tokens over "

@@ -148,7 +148,7 @@ class Run:
         """The conditional acceptance per position predictions start from: the window's,
         and past the positions it drafted, as a deeper K last measured them."""
         measured = window_conditional(window)
-        if not measured and self.sp.good_acceptance:
+        if window.drafts == 0 and self.sp.good_acceptance:
             # A window of a schedule's K=0 band drafted nothing: what was measured last.
             return list(self.sp.good_acceptance)
         return with_deeper(measured, self.sp.good_acceptance)
