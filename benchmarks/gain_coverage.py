@@ -61,8 +61,14 @@ def _window(
     reach = [1.0, *cumulative_acceptance(rates, k)]  # P(accepted >= j)
     weights = [reach[j] - (reach[j + 1] if j < k else 0.0) for j in range(k + 1)]
     accepted = rng.choices(range(k + 1), weights, k=DRAFTS)
-    per_position = tuple(float(sum(1 for a in accepted if a > j)) for j in range(k))
     step = step_ms / 1000.0 * max(0.2, rng.gauss(1.0, case.step_noise))
+    return window_of(accepted, k, step)
+
+
+def window_of(accepted: Sequence[int], k: int, step: float) -> TrackWindow:
+    """One pod's window of DRAFTS drafts at K=k, one request in flight: the tokens each
+    draft had accepted (a prefix), each step taking `step` seconds."""
+    per_position = tuple(float(sum(1 for a in accepted if a > j)) for j in range(k))
     return TrackWindow(
         drafts=DRAFTS,
         draft_tokens=DRAFTS * k,

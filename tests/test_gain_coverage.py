@@ -17,7 +17,7 @@ from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import cumulative_acceptance
 from tests.decisions import CODE
 
-DRAFTS = 400  # drafts a window (one request per pod: a few hundred a minute)
+DRAFTS = gain_coverage.DRAFTS
 TRIALS = 2000
 
 
@@ -31,22 +31,8 @@ def _lengths(k: int) -> tuple[list[int], list[float]]:
 def _window(rng: random.Random, k: int, step_ms: float, noise: float) -> TrackWindow:
     values, weights = _lengths(k)
     accepted = rng.choices(values, weights, k=DRAFTS)
-    per_position = tuple(float(sum(1 for a in accepted if a > j)) for j in range(k))
     step = step_ms / 1000.0 * max(0.2, rng.gauss(1.0, noise))
-    return TrackWindow(
-        drafts=DRAFTS,
-        draft_tokens=DRAFTS * k,
-        accepted_tokens=float(sum(accepted)),
-        accepted_per_position=per_position,
-        generation_tokens=DRAFTS + float(sum(accepted)),
-        seconds=60,
-        pod_seconds=60,
-        pods=1,
-        running_requests=1,
-        decode_steps=DRAFTS,
-        engine_steps=DRAFTS,
-        decode_seconds=DRAFTS * step,
-    )
+    return gain_coverage.window_of(accepted, k, step)
 
 
 def _true_gain(before_k: int, after_k: int, before_ms: float, after_ms: float) -> float:
