@@ -94,6 +94,10 @@ class OperatorProcess:
         with urllib.request.urlopen(url, timeout=5) as reply:
             return str(reply.read().decode())
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The last `lines` of the log, for a failure message."""
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
     def leading(self) -> bool:
         return "specfleet_leader 1.0" in self.metrics()
 

@@ -247,6 +247,12 @@ def test_a_scale_writer_during_evaluations_loses_no_decision(
             "acceptance"
         ),
         timeout=180,
+        # The operator is the session's: it has lived through the API server restarts of
+        # the tests before, and its log says whether it saw this namespace at all.
+        context=lambda: (
+            get_model(api_client, model_namespace, MODEL).get("status"),
+            operator.log_tail(),
+        ),
     )
     started = datetime.now(UTC)
     stop = threading.Event()
