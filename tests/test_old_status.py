@@ -124,6 +124,10 @@ ISSUE_47: dict[tuple[str, str], list[str]] = {
     ("status-v2", "canary-schedule-trial"): ["Promote"],
     # A schedule's K=0 band pays the K=0 tax: plain pods are measured against it.
     ("status-v1", "schedule"): ["StartCanary"],
+    # Issue 41, item 8: a failing schedule no longer rolls back to a K predicted to fail
+    # the floor (K=2 here, 0.35 under 0.75; no K clears it): below_floor decides, and
+    # under KeepFastest plain decoding is measured first.
+    ("status-v2", "lastknowngood-schedule"): ["StartCanary", "KeepFastest"],
 }
 
 

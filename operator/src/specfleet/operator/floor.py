@@ -111,7 +111,7 @@ def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
     one, else to one K (the last known good, else the schedule's smallest drafting K);
     a failure after that goes down the chain for one K."""
     sp = run.sp
-    assert sp.schedule is not None and sp.tokens is not None
+    assert sp.schedule is not None and sp.tokens is not None and judged.window is not None
     failed = sp.schedule
     remember_rejected(run, schedule=failed)
     good = sp.last_known_good
@@ -121,10 +121,25 @@ def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
         target = f"the last known good schedule, {schedule.describe(lkg)}"
     else:
         k = (good.tokens if good else None) or min(schedule.drafting_ks(failed))
+        # The one K is held to rollback()'s standard: predicted to clear the floor, else
+        # the largest smaller K predicted to clear it with the margin, else below_floor.
+        predicted = run.predictions(judged.window)
+        if k in predicted and predicted[k].metric < run.floor:
+            fails = f"K={k} is predicted {predicted[k].metric:.3f}"
+            lower = [
+                j for j, p in predicted.items() if j < k and p.metric >= run.floor + run.margin
+            ]
+            if not lower:
+                below_floor(run, judged, f"{why}; {fails}")
+                return
+            k = max(lower)
+            target = f"K={k} at every load ({fails}; K={k} {predicted[k].metric:.3f})"
+            sp.last_known_good = LastKnownGood(tokens=k)
+        else:
+            target = f"K={k} at every load"
+            if good is not None:
+                sp.last_known_good = LastKnownGood(tokens=good.tokens)
         sp.schedule = None
-        if good is not None:
-            sp.last_known_good = LastKnownGood(tokens=good.tokens)
-        target = f"K={k} at every load"
     run.act(
         ActionKind.ROLLBACK,
         "BelowFloor",
