@@ -17,18 +17,21 @@ import subprocess
 import time
 import urllib.request
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
-from e2e import real_engine
+from e2e import hot_schedule, real_engine
 from e2e.models import apply, condition, get_model, history
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
+from specfleet.operator.observations import SCHEDULE_APPLIED
 from specfleet.operator.outcomes import FLOOR_ACTIONS, ActionKind
 from specfleet.operator.status import api_time, pod_ready
 from specfleet.runtime import preflight
@@ -214,6 +217,139 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
         acted = wait_for("a rollback", rolled_back, timeout=420)
         assert "FirstPositionAcceptance" in acted[0]["reason"], acted
         assert load.completed > 0
+
+
+def page_value(page: str, name: str) -> float | None:
+    """A sample without labels on a /metrics page, None when absent."""
+    for family in text_string_to_metric_families(page):
+        for sample in family.samples:
+            if sample.name == name and not sample.labels:
+                return float(sample.value)
+    return None
+
+
+def test_real_vllm_takes_a_new_k_and_schedule_hot_and_a_trial_runs_on_the_same_pod(
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    models: tuple[Path, Path],
+) -> None:
+    """speculation.switching Hot on real vLLM (P-EAGLE, ceiling 4): a K edited into the spec
+    and then a per-batch schedule reach the running engine, which verifies the new K in
+    its next decode steps; then the tuner's own trial alternates Ks window by window on the
+    same pod. Through all of it: one pod (same uid, restartCount 0) and one vLLM process
+    (the same process_start_time_seconds on its page)."""
+    target, draft = models
+
+    def manifest(speculation: dict[str, Any], tuning: bool) -> dict[str, Any]:
+        body = real_engine.real_model(NAME, target, draft, floor=FLOOR)
+        body["spec"]["speculation"] = {
+            "minTokens": 1, "maxTokens": 4, "switching": "Hot", **speculation,
+        }  # fmt: skip
+        body["spec"]["tuning"]["enabled"] = tuning
+        body["spec"]["rollback"]["failureLimit"] = 10_000  # the floor is not this test's
+        return body
+
+    def model() -> dict[str, Any]:
+        return get_model(api_client, model_namespace, NAME)
+
+    def hot_generation() -> int:
+        hot = ((model().get("status") or {}).get("speculation") or {}).get("hotSchedule") or {}
+        assert not hot.get("fallback"), hot
+        return int(hot.get("generation") or 0)
+
+    apply(manifest({"tokens": 4}, tuning=False), model_namespace)
+    (address,) = wait_for(
+        "the stable pod serving",
+        lambda: ready_addresses(api_client, model_namespace),
+        timeout=real_engine.START_TIMEOUT,
+    )
+    (pod,) = track_pods(api_client, model_namespace)
+    args = pod["spec"]["containers"][0]["args"]
+    assert "--hot-schedule" in args and args[args.index("--num-speculative-tokens") + 1] == "4"
+    started = page_value(metrics_page(address), "process_start_time_seconds")
+    assert started is not None
+
+    def in_force(after: int, k: int, since: dict[str, float]) -> float | None:
+        """When the pod applied a generation after `after`, once it has and its engine has
+        since verified K=k in a decode step."""
+        page = metrics_page(address)
+        generation = page_value(page, "specfleet:schedule_generation") or 0
+        steps = hot_schedule.decode_steps_by_k(page).get(str(k), 0.0)
+        fresh = generation > after and steps > since.get(str(k), 0.0)
+        return page_value(page, SCHEDULE_APPLIED) if fresh else None
+
+    latencies: list[tuple[float, float]] = []
+    with real_engine.Load(lambda: ready_addresses(api_client, model_namespace)) as load:
+        # The first evaluation hands the pod generation 1: its startup schedule, K=4.
+        wait_for("the first generation on the pod", lambda: hot_generation() >= 1, timeout=120)
+        bands = [{"upToBatch": 2, "tokens": 4}, {"tokens": 1}]
+        # K=2; then up to 2 requests K=4, from 3 K=1 (the load keeps 4 in flight).
+        for speculation, k in (
+            ({"tokens": 2}, 2),
+            ({"tokens": 2, "schedule": {"mode": "Fixed", "bands": bands}}, 1),
+        ):
+            after = hot_generation()
+            before = hot_schedule.decode_steps_by_k(metrics_page(address))
+            edited = time.time()
+            apply(manifest(speculation, tuning=False), model_namespace)
+            applied = wait_for(
+                f"K={k} verified by the engine after generation {after}",
+                partial(in_force, after, k, before),
+                timeout=60,
+                interval=0.2,
+            )
+            # The operator takes a spec edit at its next evaluation (every 10 s here);
+            # from its decision (the SpecChanged entry) the engine's side is the rest.
+            decided = datetime.fromisoformat(history(model())[-1]["time"]).timestamp()
+            latencies.append((applied - edited, applied - decided))
+
+        # The tuner's own trial, from K=4 (its later positions are rarely accepted): on a
+        # pod that takes K hot, it alternates the candidate and K=4 window by window.
+        tuned_since = datetime.now(UTC)
+        apply(manifest({"tokens": 4}, tuning=True), model_namespace)
+
+        def interleaved() -> dict[str, Any] | None:
+            for entry in history(model()):
+                when = datetime.fromisoformat(entry["time"])
+                if entry["action"] == ActionKind.START_IN_PLACE and when >= tuned_since:
+                    return dict(entry)
+            return None
+
+        trial = wait_for(
+            "a trial in place",
+            interleaved,
+            timeout=600,
+            context=lambda: ((model().get("status") or {}).get("stepCost"), history(model())[-3:]),
+        )
+        assert "window by window on the stable pods" in trial["reason"], trial
+        ended = wait_for(
+            "the trial's outcome",
+            lambda: real_engine.trial_end(history(model()), trial),
+            timeout=600,
+        )
+        print(f"hot trial: {trial['reason']}\noutcome: {ended['action']}: {ended['reason']}")
+        assert ended["action"] in (ActionKind.PROMOTE, ActionKind.ABORT), ended
+        kept = int(((model().get("status") or {}).get("speculation") or {})["tokens"])
+        since = hot_schedule.decode_steps_by_k(metrics_page(address))
+        wait_for(
+            f"the engine verifying the K kept (K={kept})",
+            lambda: (
+                hot_schedule.decode_steps_by_k(metrics_page(address)).get(str(kept), 0)
+                > since.get(str(kept), 0)
+            ),
+            timeout=60,
+        )
+        assert load.completed > 0 and load.failed == 0, (load.completed, load.failed)
+
+    (same,) = track_pods(api_client, model_namespace)
+    assert same["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert same["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert page_value(metrics_page(address), "process_start_time_seconds") == started
+    print(
+        "hot change applied on the engine, s after (the spec edit, the decision):",
+        [f"({edit:.2f}, {decision:.2f})" for edit, decision in latencies],
+    )
 
 
 def running_draft(pod: dict[str, Any]) -> str:
