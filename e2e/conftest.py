@@ -18,15 +18,16 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadGroupScheduling
 from xdist.workermanage import WorkerController
 
-from e2e import cluster, podnet, stages
+from e2e import cluster, cluster_share, podnet, stages
 from e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-# Real vLLM on the cluster: the last of the e2e tests, so that it never shares the 2 cores
-# with the other worker's vLLM servers (VLLM_TESTS, its first unit of work); its decisions
-# rest on the step times vLLM measures.
+# Real vLLM on the cluster: its own unit of work, run by the worker that ran the vLLM
+# tests without a cluster (VLLM_TESTS) right after them, so that two vLLM servers never
+# share the 2 cores; its decisions rest on the step times vLLM measures. Meanwhile the
+# other worker runs the rest of the e2e tests, those that need the cluster alone first.
 REAL_ENGINE_E2E = "e2e/test_real_engine.py"
 
 
@@ -34,7 +35,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
-    items.sort(key=lambda item: item.nodeid.startswith(REAL_ENGINE_E2E))
+    items.sort(
+        key=lambda item: (
+            item.nodeid.startswith(REAL_ENGINE_E2E),
+            item.get_closest_marker("cluster_alone") is None,
+        )
+    )
 
 
 # The tests that start vLLM without a cluster: one unit of work, the other worker's
@@ -47,12 +53,15 @@ VLLM_TESTS = (
 
 
 class _OneClusterScheduling(LoadGroupScheduling):
-    """One cluster at fixed ports: under pytest-xdist (`make pytest`: -n 2 --dist loadgroup)
-    every e2e test is one work unit, run in order by one worker while the other runs the
-    rest, the vLLM tests first. Grouped by path, not by an `xdist_group` marker: xdist 3.8
-    marks a group by renaming the test's node id, which pytest 9.2's node ids ignore."""
+    """Under pytest-xdist (`make pytest`: -n 2 --dist loadgroup) the e2e tests without
+    vLLM are one work unit, run in order by one worker; the other runs the vLLM tests,
+    then real vLLM on the cluster (the two share it: e2e/cluster_share.py), then the
+    rest. Grouped by path, not by an `xdist_group` marker: xdist 3.8 marks a group by
+    renaming the test's node id, which pytest 9.2's node ids ignore."""
 
     def _split_scope(self, nodeid: str) -> str:
+        if nodeid.startswith(REAL_ENGINE_E2E):
+            return "real-engine-e2e"
         if nodeid.startswith("e2e/"):
             return "e2e"
         if nodeid.startswith(VLLM_TESTS):
@@ -61,8 +70,9 @@ class _OneClusterScheduling(LoadGroupScheduling):
         return scope
 
     def _assign_work_unit(self, node: WorkerController) -> None:
-        # xdist queues the largest units first; the two long ones start at once instead.
-        for scope in ("vllm", "e2e"):
+        # xdist queues the largest units first; instead the e2e unit and the vLLM unit
+        # start at once, and real vLLM on the cluster comes next.
+        for scope in ("real-engine-e2e", "vllm", "e2e"):
             if scope in self.workqueue:
                 self.workqueue.move_to_end(scope, last=False)
         super()._assign_work_unit(node)
@@ -105,18 +115,24 @@ def pytest_terminal_summary(
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[None]:
-    started = False
-    if not cluster.is_up():
-        try:
-            cluster.up()
-        except podnet.Unavailable as missing:
-            pytest.skip(f"the local cluster cannot run here: {missing}")
-        started = True
+    """The cluster, shared with the other pytest worker (e2e/cluster_share.py)."""
+    try:
+        started = cluster_share.join()
+    except podnet.Unavailable as missing:
+        pytest.skip(f"the local cluster cannot run here: {missing}")
     yield
-    if started and not os.environ.get("SPECFLEET_KEEP_CLUSTER"):
-        cluster.down()
+    stop = started and not os.environ.get("SPECFLEET_KEEP_CLUSTER")
+    cluster_share.leave(stop)
+    if stop:
         left = podnet.ours()
         assert left == ([], []), f"namespaces and links left after cluster down: {left}"
+
+
+@pytest.fixture(autouse=True)
+def cluster_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each e2e test shares the cluster, or has it alone where marked cluster_alone."""
+    with cluster_share.turn(alone=request.node.get_closest_marker("cluster_alone") is not None):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -152,14 +168,15 @@ def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> I
     yield from _fresh_namespace(api_client, request, "t-")
 
 
-# The session's operator process watches only namespaces with this prefix, so an
-# operator installed by the chart tests in other namespaces never competes with it.
-OPERATOR_NAMESPACES = "t-op-*"
+# Each worker's session operator watches only namespaces with its prefix, so neither an
+# operator installed by the chart tests in other namespaces nor the other worker's
+# session operator competes with it.
+MODEL_NAMESPACE_PREFIX = f"t-op-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"
 
 
 @pytest.fixture
 def model_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
-    yield from _fresh_namespace(api_client, request, "t-op-")
+    yield from _fresh_namespace(api_client, request, MODEL_NAMESPACE_PREFIX)
 
 
 @pytest.fixture
@@ -174,7 +191,7 @@ def operator(crds: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[O
     log, key = folder / "operator.log", folder / "schedule-key"
     key.write_text(secrets.token_hex(32))  # models with speculation.switching Hot
     process = OperatorProcess(
-        [OPERATOR_NAMESPACES], log, extra_args=("--schedule-key-file", str(key))
+        [f"{MODEL_NAMESPACE_PREFIX}*"], log, extra_args=("--schedule-key-file", str(key))
     )
     process.start()
     yield process

@@ -179,6 +179,7 @@ def test_a_leader_whose_api_server_stops_accepting_writes_nothing_after_its_fenc
         second.stop()
 
 
+@pytest.mark.cluster_alone
 def test_a_watch_gap_hides_neither_a_deleted_model_nor_a_deleted_child(
     crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path, proxy: TcpProxy
 ) -> None:
@@ -302,6 +303,7 @@ def test_a_scale_writer_during_evaluations_loses_no_decision(
     print(f"/scale writer: {len(conflicts)} conflicting status writes, every decision kept")
 
 
+@pytest.mark.cluster_alone
 def test_an_api_server_restart_mid_canary_loses_no_decision(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:

@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from e2e import cluster
@@ -142,6 +143,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
     )
 
 
+@pytest.mark.cluster_alone
 def test_operator_recovers_its_watches_after_an_api_server_restart(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from e2e import cluster, podnet
@@ -155,6 +156,7 @@ def test_a_pod_has_its_own_network_and_its_service_endpoints(
     )
 
 
+@pytest.mark.cluster_alone
 def test_a_killed_node_agents_pod_networks_are_removed_when_it_runs_again(
     api_client: client.ApiClient, namespace: str
 ) -> None:

@@ -65,6 +65,7 @@ def environment(control_plane: None) -> Iterator[dict[str, str]]:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
+@pytest.mark.cluster_alone
 def test_the_readme_quickstart_runs_as_written(environment: dict[str, str]) -> None:
     outputs = []
     for command in quickstart():
