@@ -26,7 +26,7 @@ from specfleet.operator.api import (
     Trial,
 )
 from specfleet.operator.observations import Observation, TrackWindow
-from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.prediction import predict, window_conditional
 from specfleet.operator.stats import drafts_reaching, per_position
 from specfleet.operator.tuner import decide
@@ -460,7 +460,7 @@ def test_a_failing_fixed_schedule_never_rolls_back_to_a_k_predicted_to_fail() ->
     failing = replace(
         _window(7, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos), ks=(2, 7)
     )
-    actions = []
+    actions: list[Action] = []
     for minute in (1, 2):
         decided = decide(spec, status, Observation(failing, None), T0 + timedelta(minutes=minute))
         status, actions = decided.status, actions + decided.actions

@@ -116,7 +116,7 @@ def feed(run: Run, stable: Judged, observation: Observation) -> bool:
     )
     if failed is not None and (trial.switched or not trial.in_place):
         _reject(run, TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
-    elif run.now - trial.started_at > timeout:
+    elif run.now - trial.started_at > timeout and not _waits_for_canary(trial, observation):
         message = (
             f"{trial.canary.windows} of {run.spec.rollout.windows} conclusive windows of the "
             f"new config after {run.now - trial.started_at} (rollout.timeout "
@@ -184,6 +184,7 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
         # No node for the canary pod: the trial goes on in place, as a K trial's would;
         # the stable windows so far are its windows before.
         trial.in_place, trial.schedule = True, None
+        trial.started_at = run.now  # the trial starts here: its canary never ran
         run.keep_collecting("canary", None)
         run.act(
             ActionKind.IN_PLACE_FALLBACK,
@@ -199,6 +200,10 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
     plain = sp.off is not None and stable.window is not None and stable.window.generation_tokens > 0
     if (stable.conclusive or plain) and stable.window is not None:
         trial.stable = totals_add(trial.stable, stable.window)
+    if _waits_for_canary(trial, observation):
+        _wait_for_canary(run, trial, observation.canary_pending_reason)
+        return
+    _canary_runs(run, trial)
     if not canary.conclusive or canary.window is None:
         return
     trial.canary = totals_add(trial.canary, canary.window)
@@ -209,6 +214,45 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
         off = sp.off is not None
         before = None if off else sp.schedule
         _compare(run, trial, 0 if off else (sp.tokens or 0), before, trial.schedule, batch)
+
+
+def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
+    """The trial's canary has not run: its pod is Pending, or its Deployment cannot create
+    it (quota, admission, a missing ServiceAccount: evaluation.canary_pending_since), and
+    no window of the new config is in."""
+    waiting = observation.canary_pending_since is not None
+    return waiting and not trial.in_place and trial.canary.windows == 0
+
+
+def _wait_for_canary(run: Run, trial: ConfigTrial, why: str | None) -> None:
+    """A trial whose canary does not run has not started: rollout.timeout counts from
+    when it runs (a config that never ran is never rejected for Timeout), and
+    ConfigRejected says what it waits for. Past canaryPendingTimeout it goes on in place
+    (_feed_canary), unless the stable pods decode plainly and have no windows before."""
+    trial.started_at = run.now
+    message = (
+        f"config {trial.config.hash} waits for its canary pod"
+        + (f": {why}" if why else "")
+        + "; the trial starts when the canary runs"
+    )
+    if run.sp.off is not None:
+        message += " (the stable pods decode plainly: no trial in place)"
+    run.condition(ConditionType.CONFIG_REJECTED, "False", "CanaryNotRunning", message)
+
+
+def _canary_runs(run: Run, trial: ConfigTrial) -> None:
+    """ConfigRejected says the trial is on again once the canary it waited for runs."""
+    waited = any(
+        c.type is ConditionType.CONFIG_REJECTED and c.reason == "CanaryNotRunning"
+        for c in run.status.conditions
+    )
+    if waited:
+        running = run.status.config.running.hash if run.status.config else "?"
+        message = (
+            f"config {trial.config.hash} runs on its canary at K={trial.tokens}, against the "
+            f"running config {running}"
+        )
+        run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
 
 def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:

@@ -126,20 +126,58 @@ def _pending_canary(children: ObservedChildren) -> tuple[dict[str, Any], dict[st
     return None
 
 
-def canary_pending_since(children: ObservedChildren) -> float | None:
-    """Since when a canary pod has waited for a node (the scheduler found no GPU)."""
-    pending = _pending_canary(children)
-    if pending is None:
+def _canary_not_created(children: ObservedChildren) -> dict[str, Any] | None:
+    """The canary Deployment's ReplicaFailure condition (which the Deployment controller
+    copies from its ReplicaSet: FailedCreate for a namespace's quota used up, an admission
+    webhook's refusal, a missing ServiceAccount) while no canary pod exists: its pod is
+    never created, so no pod is Pending either. Read only from a status that has seen the
+    Deployment's current spec (observedGeneration)."""
+    canary = children.canary
+    if canary is None:
         return None
-    created = api_time(pending[0]["metadata"]["creationTimestamp"])
-    return created.timestamp() if created else None
+    if any(
+        pod["metadata"].get("labels", {}).get(render.TRACK_LABEL) == "canary"
+        for pod in children.pods
+    ):
+        return None
+    status = canary.get("status") or {}
+    generation = canary["metadata"].get("generation")
+    if generation is not None and status.get("observedGeneration") != generation:
+        return None
+    for condition in status.get("conditions") or []:
+        failing = condition.get("type") == "ReplicaFailure" and condition.get("status") == "True"
+        if failing and (condition.get("lastTransitionTime") or condition.get("lastUpdateTime")):
+            return dict(condition)
+    return None
+
+
+def canary_pending_since(children: ObservedChildren) -> float | None:
+    """Since when a canary pod has waited for a node (the scheduler found no GPU), or its
+    Deployment has failed to create it (`_canary_not_created`): either way the canary
+    does not run, and a trial waits for it or goes on in place."""
+    pending = _pending_canary(children)
+    if pending is not None:
+        created = api_time(pending[0]["metadata"]["creationTimestamp"])
+        return created.timestamp() if created else None
+    failure = _canary_not_created(children)
+    if failure is None:
+        return None
+    since = api_time(failure.get("lastTransitionTime") or failure.get("lastUpdateTime"))
+    return since.timestamp() if since else None
 
 
 def canary_pending_reason(children: ObservedChildren) -> str | None:
     """What the scheduler said of the Pending canary pod (e.g. '0/3 nodes are
-    available: 3 Insufficient nvidia.com/gpu.')."""
+    available: 3 Insufficient nvidia.com/gpu.'), or why its pod could not be created
+    (e.g. 'FailedCreate: pods "m-canary-..." is forbidden: exceeded quota: ...')."""
     pending = _pending_canary(children)
-    return (pending[1].get("message") or pending[1].get("reason")) if pending else None
+    if pending is not None:
+        return pending[1].get("message") or pending[1].get("reason")
+    failure = _canary_not_created(children)
+    if failure is None:
+        return None
+    reason, message = failure.get("reason") or "ReplicaFailure", failure.get("message") or ""
+    return f"its pod is not created ({reason}): {message}" if message else reason
 
 
 def _hot_tracks(model: SpeculativeModel) -> dict[Track, HotTrack] | None:

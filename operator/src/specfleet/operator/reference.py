@@ -114,6 +114,10 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "stable pods run it without a trial.",
         "SpecReverted": "The spec names the running config again: the rejection is cleared.",
         "Cancelled": "The trial ended unjudged: the spec changed again, or the config was forced.",
+        "CanaryNotRunning": "The trial waits for its canary pod: Pending with no node, or "
+        "never created (the canary Deployment's ReplicaFailure, e.g. FailedCreate on a "
+        "quota); the message says why. The trial starts when the canary runs, or goes on in "
+        "place after spec.tuning.canaryPendingTimeout; it is never rejected for Timeout.",
         "BelowFloor": "Rejected: the new config's rollback metric fell below the floor. The "
         "stable pods stay on the last good config (status.config.running).",
         "NoGain": "Rejected: the new config's goodput gain did not clear "
