@@ -29,13 +29,16 @@ from specfleet.operator.reprobes import enable
 from specfleet.operator.rollback_metrics import rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor
-from specfleet.operator.trial_stats import (
-    goodput_gain,
-    schedule_gain,
-    totals_add,
-    totals_rate,
+from specfleet.operator.trial_engine import (
+    TRIAL_EXTENSION,
+    TrialSubject,
+    count_stable,
+    measured_gain,
+    pending_seconds,
+    verdict,
 )
-from specfleet.operator.trials import TRIAL_EXTENSION, end_trial
+from specfleet.operator.trial_stats import totals_add, totals_rate
+from specfleet.operator.trials import end_trial
 from specfleet.operator.windows import Judged, judge_collected
 
 
@@ -178,9 +181,8 @@ def _start(run: Run, wanted: RunningConfig) -> None:
 
 def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
     sp = run.sp
-    pending = observation.canary_pending_since
-    limit = run.seconds(run.spec.tuning.canary_pending_timeout).total_seconds()
-    if pending is not None and run.now.timestamp() - pending >= limit and sp.off is None:
+    pending = pending_seconds(run, observation)
+    if pending is not None and sp.off is None:
         # No node for the canary pod: the trial goes on in place, as a K trial's would;
         # the stable windows so far are its windows before.
         trial.in_place, trial.schedule = True, None
@@ -189,17 +191,14 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
         run.act(
             ActionKind.IN_PLACE_FALLBACK,
             "CanaryPending",
-            f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s (> "
+            f"the canary pod has been Pending for {pending:.0f}s (> "
             f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
             "in place instead",
             warning=True,
         )
         return
     canary = judge_collected(run, "canary", observation.canary, trial.tokens, None, trial.schedule)
-    # The stable windows of the trial are its comparison: the same hours, the same mix.
-    plain = sp.off is not None and stable.window is not None and stable.window.generation_tokens > 0
-    if (stable.conclusive or plain) and stable.window is not None:
-        trial.stable = totals_add(trial.stable, stable.window)
+    trial.stable = count_stable(run, trial.stable, stable, k0_band=False)
     if _waits_for_canary(trial, observation):
         _wait_for_canary(run, trial, observation.canary_pending_reason)
         return
@@ -313,33 +312,26 @@ def _compare(
     clears rollout.minGain and the acceptance clears the floor; measured on while the gain
     is promising but not proven, up to TRIAL_EXTENSION times the windows."""
     spec = run.spec
-    minimum = spec.rollout.min_gain
-    schedules = before is not None or tried is not None
-    if schedules and trial.stable.timed_windows and trial.canary.timed_windows:
-        after = tried or [ScheduledBand(tokens=trial.tokens)]
-        gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
-    else:
-        gain, basis = goodput_gain(
-            trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
-        )
-    metric = rollback_metric_of(spec).of_totals(trial.canary)
     running = run.status.config.running.hash if run.status.config else "?"
-    summary = (
-        f"config {trial.config.hash} at K={trial.tokens} vs {running} at K={before_k}: goodput "
-        f"{gain.value:+.1%} (lower bound {gain.low:+.1%}, needs {minimum:+.1%}; {basis})"
+    subject = TrialSubject(
+        tokens=trial.tokens,
+        tried=tried,
+        before_tokens=before_k,
+        before=before,
+        tried_words=f"config {trial.config.hash} at K={trial.tokens}",
+        before_words=f"{running} at K={before_k}",
+        required=spec.rollout.min_gain,
+        windows=TRIAL_EXTENSION * spec.rollout.windows,
+        metric=rollback_metric_of(spec).of_totals(trial.canary),
+        floor_caps=True,
+        margin=None,
     )
-    if metric is not None:
-        summary += (
-            f", {spec.rollback.metric.value} {metric.value:.3f} (lower bound {metric.low:.3f}, "
-            f"floor {run.floor:.3f})"
-        )
-    if metric is not None and metric.low < run.floor:
-        _reject(run, TrialOutcome.BELOW_FLOOR, summary)
-    elif gain.low >= minimum:
-        _adopt(run, trial.config, ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN, summary)
-    elif gain.value < minimum or trial.canary.windows >= TRIAL_EXTENSION * spec.rollout.windows:
-        _reject(run, TrialOutcome.NO_GAIN, summary)
-    # else: promising but not proven: measure on
+    gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
+    reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)
+    if reason is TrialOutcome.GOODPUT_GAIN:
+        _adopt(run, trial.config, ActionKind.PROMOTE_CONFIG, reason, summary)
+    elif reason is not None:  # else promising but not proven: measure on
+        _reject(run, reason, summary)
 
 
 def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:

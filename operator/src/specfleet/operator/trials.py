@@ -32,13 +32,15 @@ from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.stats import Estimate
-from specfleet.operator.trial_stats import (
-    goodput_gain,
-    schedule_gain,
-    totals_add,
-    totals_merge,
-    totals_rate,
+from specfleet.operator.trial_engine import (
+    TRIAL_EXTENSION,
+    TrialSubject,
+    count_stable,
+    measured_gain,
+    pending_seconds,
+    verdict,
 )
+from specfleet.operator.trial_stats import totals_add, totals_merge, totals_rate
 from specfleet.operator.windows import (
     Judged,
     judge_collected,
@@ -46,10 +48,6 @@ from specfleet.operator.windows import (
     stable_failing,
     timed_k0_band,
 )
-
-# A trial whose measured gain clears minImprovement while its lower bound does not yet
-# runs on, up to this many times canaryWindows: a sequential test, not a fixed length.
-TRIAL_EXTENSION = 3
 
 
 def start_trial(
@@ -262,13 +260,12 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
     place."""
     sp, spec, trial = run.sp, run.spec, run.sp.trial
     assert trial is not None
-    pending = observation.canary_pending_since
-    limit = run.seconds(spec.tuning.canary_pending_timeout).total_seconds()
-    if pending is None or run.now.timestamp() - pending < limit:
+    pending = pending_seconds(run, observation)
+    if pending is None:
         return False
     waiting = observation.canary_pending_reason
     message = (
-        f"the canary pod has been Pending for {run.now.timestamp() - pending:.0f}s "
+        f"the canary pod has been Pending for {pending:.0f}s "
         f"(> {spec.tuning.canary_pending_timeout})"
         + (f", the scheduler says: {waiting}" if waiting else "")
         + f"; trying K={trial.tokens} in place instead"
@@ -289,13 +286,9 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
 def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
     """Add both tracks' windows to a canary trial's totals; False when the canary's
     failed the floor and ended the trial."""
-    sp, spec, trial = run.sp, run.spec, run.sp.trial
+    spec, trial = run.spec, run.sp.trial
     assert trial is not None
-    # Every stable window of the trial is its comparison: the same hours, the same mix.
-    # Plain stable pods (a re-probe) have no acceptance to judge: their speed counts.
-    plain = sp.off is not None and stable.window is not None and stable.window.generation_tokens > 0
-    if (stable.conclusive or plain or timed_k0_band(stable)) and stable.window is not None:
-        trial.stable = totals_add(trial.stable, stable.window)
+    trial.stable = count_stable(run, trial.stable, stable, k0_band=True)
     if canary.window is None or not (canary.conclusive or timed_k0_band(canary)):
         return True
     if canary.conclusive and floor_caps_k(spec) and stable_failing(run, canary):
@@ -365,58 +358,41 @@ def _compare(run: Run, stable: Judged) -> None:
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
     tried, before = _trial_schedules(run)
-    if tried is not None or before is not None:
-        if not (trial.stable.timed_windows and trial.canary.timed_windows):
-            end_trial(
-                run,
-                promote=False,
-                reason=TrialOutcome.NO_STEP_TIMES,
-                message="a schedule is judged on the step times its pods measure; they export none",
-                reject=False,
-            )
-            return
-        after = tried or [ScheduledBand(tokens=trial.tokens)]
-        gain, basis = schedule_gain(trial.stable, trial.canary, after, run.cost)
-    else:
-        gain, basis = goodput_gain(
-            trial.stable, before_k, trial.canary, trial.tokens, batch, run.cost
+    if (tried is not None or before is not None) and not (
+        trial.stable.timed_windows and trial.canary.timed_windows
+    ):
+        end_trial(
+            run,
+            promote=False,
+            reason=TrialOutcome.NO_STEP_TIMES,
+            message="a schedule is judged on the step times its pods measure; they export none",
+            reject=False,
         )
+        return
+    subject = TrialSubject(
+        tokens=trial.tokens,
+        tried=tried,
+        before_tokens=before_k,
+        before=before,
+        tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
+        before_words=schedule.describe(before) if before else f"K={before_k}",
+        # In place the restart is paid, and going back costs another: the candidate
+        # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
+        # it must repay that restart too.
+        required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
+        windows=TRIAL_EXTENSION * spec.tuning.canary_windows,
+        metric=None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary),
+        floor_caps=floor_caps_k(spec),
+        margin=run.margin,
+    )
+    gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
     projected = _over_load(run, gain, before_k, _measured_at(trial.stable, batch))
     if projected is not None:
         gain, over = projected
         basis += f"; {over}"
-    # In place the restart is paid, and going back costs another: the candidate stays
-    # on proof of minImprovement. A canary's promotion rolls the stable pods: it must
-    # repay that restart too.
-    required = spec.tuning.min_improvement if trial.in_place else run.required_gain()
-    metric = None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary)
-    tried_words = schedule.describe(tried) if tried else k_words(trial.tokens)
-    before_words = schedule.describe(before) if before else f"K={before_k}"
-    summary = (
-        f"{tried_words} vs {before_words}: goodput {gain.value:+.1%} "
-        f"(lower bound {gain.low:+.1%}, needs {required:+.1%}; {basis})"
-    )
-    reason = TrialOutcome.GOODPUT_GAIN
-    if metric is not None:
-        summary += (
-            f", {spec.rollback.metric.value} {metric.value:.3f} (lower bound {metric.low:.3f}, "
-            f"floor {run.floor:.3f} + margin {run.margin:.3f})"
-        )
-    if metric is not None and floor_caps_k(spec):
-        # The candidate was proposed on a prediction clearing floor + margin; the
-        # measurement must confirm it, or noise would promote Ks that sit on the floor.
-        if metric.low < run.floor:
-            reason = TrialOutcome.BELOW_FLOOR
-        elif metric.value < run.floor + run.margin:
-            reason = TrialOutcome.BELOW_MARGIN
-    if reason is TrialOutcome.GOODPUT_GAIN and gain.low < required:
-        reason = TrialOutcome.NO_GAIN
-        if (
-            gain.value >= required
-            and trial.canary.windows < TRIAL_EXTENSION * spec.tuning.canary_windows
-        ):
-            return  # promising but not proven: measure on
-    end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
+    reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)
+    if reason is not None:  # else promising but not proven: measure on
+        end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
 
 
 def _measured_at(stable: TrackTotals, batch: float) -> float:
