@@ -15,6 +15,7 @@ import pytest
 
 from specfleet.operator import podspec, render
 from specfleet.operator.api import INJECTED_RUNTIME_PATH, MODEL_CACHE_PATH, SpeculativeModel
+from specfleet.operator.children import TRACKS
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.fleet import FleetCache
 from specfleet.operator.status import summarize
@@ -84,7 +85,8 @@ def test_model_cache_sources(peagle_manifest: dict[str, Any]) -> None:
         model = _with_runtime(dict(peagle_manifest), modelCache=model_cache)
         return next(v for v in _pod_spec(model)["volumes"] if v["name"] == "model-cache")
 
-    assert cache_volume({}) == {"name": "model-cache", "emptyDir": {}}
+    assert cache_volume({}) == {"name": "model-cache", "emptyDir": {"sizeLimit": "100Gi"}}
+    assert cache_volume({"sizeLimit": "40Gi"})["emptyDir"] == {"sizeLimit": "40Gi"}
     assert cache_volume({"claimName": "hub", "readOnly": True}) == {
         "name": "model-cache",
         "persistentVolumeClaim": {"claimName": "hub", "readOnly": True},
@@ -333,3 +335,138 @@ def test_operator_owned_fields_cannot_be_set_in_pod(
     peagle_manifest["spec"]["runtime"]["pod"] = {field: value}
     errors = validation_errors(peagle_manifest)
     assert errors and all(f"spec.runtime.pod.{field}" in e for e in errors), errors
+
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(spec["containers"]) + list(spec.get("initContainers", []))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_renders_the_platform_defaults(path: Path) -> None:
+    """What a platform team's linters ask of a pod (kube-score's container-resources,
+    ephemeral-storage and pull policy checks), on both tracks of every example: no
+    BestEffort container, every scratch volume bounded, service links and the API token
+    off, the recommended labels."""
+    model = model_from(example(path))
+    for track in TRACKS:
+        deployment = render.deployment(model, track)
+        spec = deployment["spec"]["template"]["spec"]
+        for container in _containers(spec):
+            requests = container["resources"]["requests"]
+            assert {"cpu", "memory", "ephemeral-storage"} <= requests.keys(), container["name"]
+        for init in spec.get("initContainers", []):
+            assert init["imagePullPolicy"] == "IfNotPresent"
+            assert init["resources"]["limits"]["memory"] == "256Mi"
+        for volume in spec["volumes"]:
+            if "emptyDir" in volume:
+                assert "sizeLimit" in volume["emptyDir"], volume["name"]
+        assert spec["enableServiceLinks"] is False
+        assert spec["automountServiceAccountToken"] is False
+        for labels in (
+            deployment["metadata"]["labels"],
+            deployment["spec"]["template"]["metadata"]["labels"],
+        ):
+            assert labels["app.kubernetes.io/component"] == render.COMPONENT
+            assert labels["app.kubernetes.io/version"] == render.image_version(
+                model.spec.runtime.image
+            )
+
+
+def test_default_requests_follow_the_gpus_and_give_way_to_the_users(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    def resources(**runtime: Any) -> dict[str, Any]:
+        manifest = {**peagle_manifest, "spec": {**peagle_manifest["spec"]}}
+        manifest["spec"]["runtime"] = {**peagle_manifest["spec"]["runtime"], **runtime}
+        return dict(_pod_spec(model_from(manifest))["containers"][0]["resources"])
+
+    assert resources(gpus=4)["requests"] == {
+        "cpu": "8",
+        "memory": "32Gi",
+        "ephemeral-storage": "10Gi",
+        "nvidia.com/gpu": "4",
+    }
+    # No GPU: one GPU's worth, and no nvidia.com/gpu.
+    assert resources(gpus=0) == {
+        "requests": {"cpu": "2", "memory": "8Gi", "ephemeral-storage": "10Gi"}
+    }
+    # A resource the user names (a request or only a limit) takes none of the default: a
+    # default request of 8Gi above a 4Gi limit would be refused by the API server.
+    given = resources(gpus=0, resources={"requests": {"cpu": "500m"}, "limits": {"memory": "4Gi"}})
+    assert given == {
+        "requests": {"ephemeral-storage": "10Gi", "cpu": "500m"},
+        "limits": {"memory": "4Gi"},
+    }
+    # The ephemeral-storage request is /tmp's bound.
+    scratch = {"scratch": {"tmp": "30Gi", "sharedMemory": "16Gi"}}
+    manifest = {**peagle_manifest, "spec": {**peagle_manifest["spec"]}}
+    manifest["spec"]["runtime"] = {**peagle_manifest["spec"]["runtime"], "pod": scratch}
+    spec = _pod_spec(model_from(manifest))
+    assert spec["containers"][0]["resources"]["requests"]["ephemeral-storage"] == "30Gi"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": "30Gi"}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+
+
+def test_injected_runtime_container_is_bounded_and_overridable(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    inject = {
+        "image": "rt:1",
+        "imagePullPolicy": "Always",
+        "resources": {"limits": {"memory": "1Gi"}},
+    }
+    model = _with_runtime(peagle_manifest, image="vllm/vllm-openai:v0.33.0", injectRuntime=inject)
+    spec = _pod_spec(model)
+    (init,) = spec["initContainers"]
+    assert init["imagePullPolicy"] == "Always"
+    assert init["resources"] == {
+        "requests": {"cpu": "100m", "ephemeral-storage": "256Mi"},
+        "limits": {"cpu": "1", "memory": "1Gi"},
+    }
+    volume = next(v for v in spec["volumes"] if v["name"] == "specfleet-runtime")
+    assert volume["emptyDir"] == {"sizeLimit": podspec.INJECT_SIZE}
+
+
+def test_service_links_and_the_api_token_only_when_asked(peagle_manifest: dict[str, Any]) -> None:
+    model = _with_runtime(
+        peagle_manifest, pod={"enableServiceLinks": True, "automountServiceAccountToken": True}
+    )
+    spec = _pod_spec(model)
+    assert spec["enableServiceLinks"] is True
+    assert spec["automountServiceAccountToken"] is True
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("ghcr.io/specfleet/runtime:0.1.0", "0.1.0"),
+        ("vllm/vllm-openai:v0.33.0", "v0.33.0"),
+        ("registry:5000/vllm", None),
+        ("vllm/vllm-openai@sha256:" + "0" * 64, None),
+        ("vllm/vllm-openai:v0.33.0@sha256:" + "0" * 64, "v0.33.0"),
+        ("r/x:" + "a" * 62 + "-b", "a" * 62),
+        ("r/x:_", None),
+    ],
+)
+def test_the_version_label_is_the_image_tag(image: str, version: str | None) -> None:
+    assert render.image_version(image) == version
+
+
+def test_pod_labels_replace_the_recommended_ones(peagle_manifest: dict[str, Any]) -> None:
+    model = _with_runtime(
+        peagle_manifest,
+        pod={
+            "labels": {
+                "app.kubernetes.io/version": "llama-3.1",
+                "app.kubernetes.io/component": "chat",
+            }
+        },
+    )
+    labels = render.deployment(model, "stable")["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/version"] == "llama-3.1"
+    assert labels["app.kubernetes.io/component"] == "chat"
+    assert labels["app.kubernetes.io/name"] == "specfleet-runtime"

@@ -1422,6 +1422,21 @@ _POD_LABEL_KEYS: Rule[dict[str, str]] = Rule(
 )
 
 
+class Scratch(SpecModel):
+    """The size limits of the emptyDir volumes specfleet mounts for what vLLM writes."""
+
+    shared_memory: Quantity | None = Field(
+        default=None,
+        description="/dev/shm (in memory: NCCL and vLLM's processes share tensors there); "
+        "none: 2Gi per GPU, at least 2Gi.",
+    )
+    tmp: Quantity | None = Field(
+        default=None,
+        description="/tmp, HOME (vLLM's, torch's and triton's compile caches); none: "
+        "10Gi, also the container's default ephemeral-storage request.",
+    )
+
+
 class PodSettings(SpecModel):
     """What a platform team sets on the inference pods, passed to the pod template as
     Kubernetes defines it. The operator owns the container's command, args, port and
@@ -1556,6 +1571,21 @@ class PodSettings(SpecModel):
     termination_grace_period_seconds: int | None = Field(
         default=None, ge=0, le=3600, description="Time to drain in-flight requests (60s)."
     )
+    enable_service_links: bool = Field(
+        default=False,
+        description="Kubernetes' service environment variables in the pods (off: a Service "
+        "named vllm would set VLLM_PORT, which vLLM reads as its own setting).",
+    )
+    automount_service_account_token: bool = Field(
+        default=False,
+        description="Mount the ServiceAccount's API token into the pods (off: neither "
+        "specfleet-runtime nor vLLM calls the Kubernetes API; workload identity webhooks "
+        "add their own token).",
+    )
+    scratch: Scratch = Field(
+        default_factory=Scratch,
+        description="Size limits of the scratch volumes specfleet mounts (/dev/shm, /tmp).",
+    )
     labels: Annotated[
         dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _POD_LABEL_KEYS
     ] = Field(default_factory=dict, description="Extra labels on the pods (not on selectors).")
@@ -1579,6 +1609,19 @@ class ModelCache(SpecModel):
                 Refusal(
                     "model-cache-claim-and-host-path",
                     {"spec.runtime.modelCache": {"claimName": "hub", "hostPath": "/mnt/hub"}},
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.sizeLimit) || !(has(self.claimName) || has(self.hostPath))",
+            "runtime.modelCache.sizeLimit bounds the emptyDir cache only: a claim's size is "
+            "its PersistentVolumeClaim's, a hostPath's its node's disk",
+            lambda c: c.size_limit is None or (c.claim_name is None and c.host_path is None),
+            ".sizeLimit",
+            refusals=(
+                Refusal(
+                    "model-cache-size-limit-with-claim",
+                    {"spec.runtime.modelCache": {"claimName": "hub", "sizeLimit": "100Gi"}},
                 ),
             ),
         ),
@@ -1617,6 +1660,11 @@ class ModelCache(SpecModel):
     read_only: bool = Field(
         default=False, description="Mount read-only (a cache filled beforehand)."
     )
+    size_limit: Quantity | None = Field(
+        default=None,
+        description="The emptyDir cache's size limit (neither claimName nor hostPath): "
+        "the weights must fit; none: 100Gi per GPU, at least 100Gi.",
+    )
 
 
 class RuntimeInjection(SpecModel):
@@ -1626,6 +1674,15 @@ class RuntimeInjection(SpecModel):
 
     image: NonEmptyString = Field(
         default=DEFAULT_RUNTIME_IMAGE, description="The specfleet-runtime image to copy from."
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        default="IfNotPresent", description="The init container's image pull policy."
+    )
+    resources: Resources | None = Field(
+        default=None,
+        description="The init container's requests and limits; none: cpu 100m (limit 1), "
+        "memory 256Mi (limit 256Mi), ephemeral-storage 256Mi. A resource given here "
+        "(request or limit) replaces that resource's default.",
     )
 
 
@@ -1835,7 +1892,9 @@ class Runtime(SpecModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     resources: Resources = Field(
         default_factory=Resources,
-        description="CPU/memory; nvidia.com/gpu is set from `gpus`.",
+        description="CPU/memory; nvidia.com/gpu is set from `gpus`. A resource with neither "
+        "request nor limit here is requested by default: cpu 2 and memory 8Gi per GPU (at "
+        "least 2 and 8Gi), ephemeral-storage as pod.scratch.tmp (10Gi).",
     )
     hf_token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret with a hub token, exposed as HF_TOKEN."

@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from specfleet.operator.api import (
+    GPU_RESOURCE,
     INJECTED_ENV,
     INJECTED_RUNTIME_PATH,
     MODEL_CACHE_PATH,
     ProbeTimings,
+    Resources,
     SpeculativeModel,
 )
 
@@ -43,6 +45,23 @@ INJECT_CONTAINER = "specfleet-runtime"
 INJECTED_COMMAND = ["python3", "-m", "specfleet.runtime.cli", "serve"]
 RUNTIME_COMMAND = ["specfleet-runtime", "serve"]
 TERMINATION_GRACE_SECONDS = 60
+# What the serving container requests for each resource runtime.resources names neither a
+# request nor a limit of, per GPU (at least one GPU's worth): a floor for vLLM's API
+# server, engine core and tokenizer around the GPUs, so no pod is BestEffort; the real
+# figure for a model (its weights pass through host memory) belongs in runtime.resources.
+CPU_PER_GPU = 2
+MEMORY_PER_GPU_GI = 8
+# The scratch volumes' default size limits: /dev/shm per GPU (vLLM's own Kubernetes
+# guide gives 2Gi), /tmp (HOME: compile caches), the emptyDir model cache per GPU (the
+# weights fit in the GPUs' memory) and the injected runtime (a few megabytes).
+SHM_PER_GPU_GI = 2
+TMP_SIZE = "10Gi"
+CACHE_PER_GPU_GI = 100
+INJECT_SIZE = "256Mi"
+# The init container copying the runtime: requests and limits, so quotas that require
+# them admit the pod.
+INIT_REQUESTS = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": INJECT_SIZE}
+INIT_LIMITS = {"cpu": "1", "memory": "256Mi"}
 
 
 def _dump(value: Any) -> Any:
@@ -65,6 +84,60 @@ def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
     if runtime.inject_runtime:
         env.append({"name": INJECTED_ENV, "value": INJECTED_RUNTIME_PATH})
     return env
+
+
+def _gpus(model: SpeculativeModel) -> int:
+    return max(1, model.spec.runtime.gpus)
+
+
+def shm_size(model: SpeculativeModel) -> str:
+    given = model.spec.runtime.pod.scratch.shared_memory
+    return str(given) if given is not None else f"{SHM_PER_GPU_GI * _gpus(model)}Gi"
+
+
+def tmp_size(model: SpeculativeModel) -> str:
+    given = model.spec.runtime.pod.scratch.tmp
+    return str(given) if given is not None else TMP_SIZE
+
+
+def cache_size(model: SpeculativeModel) -> str:
+    given = model.spec.runtime.model_cache.size_limit
+    return str(given) if given is not None else f"{CACHE_PER_GPU_GI * _gpus(model)}Gi"
+
+
+def with_defaults(
+    given: Resources | None, requests: dict[str, str], limits: dict[str, str]
+) -> dict[str, dict[str, str]]:
+    """`given`'s requests and limits, and the defaults of each resource it names neither
+    a request nor a limit of (a default request could exceed the user's limit)."""
+    given_requests = {k: str(v) for k, v in given.requests.items()} if given else {}
+    given_limits = {k: str(v) for k, v in given.limits.items()} if given else {}
+    named = given_requests.keys() | given_limits.keys()
+    result: dict[str, dict[str, str]] = {}
+    for key, defaults, own in (
+        ("requests", requests, given_requests),
+        ("limits", limits, given_limits),
+    ):
+        merged = {k: v for k, v in defaults.items() if k not in named} | own
+        if merged:
+            result[key] = merged
+    return result
+
+
+def container_resources(model: SpeculativeModel) -> dict[str, Any]:
+    """The serving container's resources: runtime.resources over the default requests,
+    and the GPUs (an extended resource: its request equals its limit)."""
+    runtime = model.spec.runtime
+    defaults = {
+        "cpu": str(CPU_PER_GPU * _gpus(model)),
+        "memory": f"{MEMORY_PER_GPU_GI * _gpus(model)}Gi",
+        "ephemeral-storage": tmp_size(model),
+    }
+    resources = with_defaults(runtime.resources, defaults, {})
+    if runtime.gpus:
+        resources.setdefault("requests", {})[GPU_RESOURCE] = str(runtime.gpus)
+        resources.setdefault("limits", {})[GPU_RESOURCE] = str(runtime.gpus)
+    return resources
 
 
 def with_timings(default: dict[str, Any], timings: ProbeTimings | None) -> dict[str, Any]:
@@ -102,7 +175,7 @@ def _model_cache_volume(model: SpeculativeModel) -> dict[str, Any]:
             "name": "model-cache",
             "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"},
         }
-    return {"name": "model-cache", "emptyDir": {}}
+    return {"name": "model-cache", "emptyDir": {"sizeLimit": cache_size(model)}}
 
 
 def _init_containers(model: SpeculativeModel) -> list[dict[str, Any]]:
@@ -113,7 +186,9 @@ def _init_containers(model: SpeculativeModel) -> list[dict[str, Any]]:
         {
             "name": INJECT_CONTAINER,
             "image": inject.image,
+            "imagePullPolicy": inject.image_pull_policy,
             "command": ["specfleet-runtime", "inject", INJECTED_RUNTIME_PATH],
+            "resources": with_defaults(inject.resources, INIT_REQUESTS, INIT_LIMITS),
             "volumeMounts": [{"name": INJECT_VOLUME, "mountPath": INJECTED_RUNTIME_PATH}],
             "securityContext": container_security(model),
             "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -150,13 +225,17 @@ def pod_spec(
         if pod.termination_grace_period_seconds is not None
         else TERMINATION_GRACE_SECONDS
     )
+    # Off unless asked: a Service named vllm sets VLLM_PORT, which vLLM reads as its own;
+    # nothing in the pods calls the Kubernetes API.
+    spec["enableServiceLinks"] = pod.enable_service_links
+    spec["automountServiceAccountToken"] = pod.automount_service_account_token
     volumes = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-        {"name": "tmp", "emptyDir": {}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(model)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": tmp_size(model)}},
         _model_cache_volume(model),
     ]
     if runtime.inject_runtime:
-        volumes.append({"name": INJECT_VOLUME, "emptyDir": {}})
+        volumes.append({"name": INJECT_VOLUME, "emptyDir": {"sizeLimit": INJECT_SIZE}})
     spec["volumes"] = volumes + [_dump(v) for v in pod.volumes]
     if runtime.node_selector:
         spec["nodeSelector"] = dict(runtime.node_selector)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from specfleet.operator import hot_schedules, podspec, schedule
@@ -35,6 +36,7 @@ TRACK_LABEL = "specfleet.io/track"
 CONFIG_HASH_ANNOTATION = "specfleet.io/runtime-config-hash"
 TOKENS_ANNOTATION = "specfleet.io/speculative-tokens"
 CONTAINER_NAME = "runtime"
+COMPONENT = "inference-server"
 # vLLM loads weights before /health answers: allow up to 30 minutes for start-up.
 STARTUP_PERIOD_SECONDS = 5
 STARTUP_FAILURE_THRESHOLD = 360
@@ -44,7 +46,34 @@ def canary_name(model_name: str) -> str:
     return f"{model_name}-canary"
 
 
-def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
+def image_version(image: str) -> str | None:
+    """The tag of an image reference as a label value (at most 63 characters, starting
+    and ending with a letter or digit); None for an image without a tag (a digest)."""
+    reference = image.partition("@")[0]
+    name, _, tag = reference.rpartition(":")
+    if not name or "/" in tag:  # no tag, or the colon was a registry's port
+        return None
+    value = re.sub(r"[^A-Za-z0-9_.-]", "", tag)[:63].strip("_.-")
+    return value or None
+
+
+def recommended_labels(model: SpeculativeModel) -> dict[str, str]:
+    """Kubernetes' recommended labels besides the operator's own: what the pods are part
+    of, their role, the serving image's tag. runtime.pod.labels may replace them on the
+    pods."""
+    result = {
+        "app.kubernetes.io/component": COMPONENT,
+        "app.kubernetes.io/part-of": "specfleet",
+    }
+    version = image_version(model.spec.runtime.image)
+    if version:
+        result["app.kubernetes.io/version"] = version
+    return result
+
+
+def owned_labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
+    """The labels the operator selects and tells the pods apart by (api.OPERATOR_LABELS
+    and specfleet.io/*): runtime.pod.labels may not set them."""
     result = {
         "app.kubernetes.io/name": "specfleet-runtime",
         "app.kubernetes.io/instance": model.metadata.name,
@@ -54,6 +83,11 @@ def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str
     if track:
         result[TRACK_LABEL] = track
     return result
+
+
+def labels(model: SpeculativeModel, track: Track | None = None) -> dict[str, str]:
+    """Every child's labels: the recommended ones and the operator's own."""
+    return recommended_labels(model) | owned_labels(model, track)
 
 
 def pod_selector(model: SpeculativeModel, track: Track) -> dict[str, str]:
@@ -178,21 +212,6 @@ def _environment(model: SpeculativeModel) -> list[dict[str, Any]]:
     return env
 
 
-def _resources(model: SpeculativeModel) -> dict[str, Any]:
-    runtime = model.spec.runtime
-    requests = {k: str(v) for k, v in runtime.resources.requests.items()}
-    limits = {k: str(v) for k, v in runtime.resources.limits.items()}
-    if runtime.gpus:
-        # Extended resources must have requests equal to limits.
-        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(runtime.gpus)
-    resources: dict[str, Any] = {}
-    if requests:
-        resources["requests"] = requests
-    if limits:
-        resources["limits"] = limits
-    return resources
-
-
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": "http"},
@@ -218,7 +237,7 @@ def _container(
         "args": runtime_config(model, method, tokens, batch_schedule, hot).to_args(),
         "env": _environment(model),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
-        "resources": _resources(model),
+        "resources": podspec.container_resources(model),
         "startupProbe": podspec.with_timings(
             _probe("/health", STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD), probes.startup
         ),
@@ -276,6 +295,7 @@ def deployment(
     if hot and schedule_credential is not None:
         container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
     pod_labels = labels(model, track)
+    owned = owned_labels(model, track)
     pod = model.spec.runtime.pod
     pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
     return {
@@ -295,7 +315,8 @@ def deployment(
             "strategy": podspec.strategy(model),
             "template": {
                 "metadata": {
-                    "labels": pod.labels | pod_labels,
+                    # The user's labels over the recommended ones, under the operator's.
+                    "labels": recommended_labels(model) | pod.labels | owned,
                     "annotations": pod.annotations
                     | {
                         CONFIG_HASH_ANNOTATION: config,
