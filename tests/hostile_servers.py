@@ -1,12 +1,17 @@
 """Local HTTP servers that behave as a hostile tenant's would: a pod or a Prometheus that
 redirects the operator elsewhere, a server holding what the operator must never repeat,
-and a tarpit that accepts connections and never answers."""
+a tarpit that accepts connections and never answers, and pods serving /metrics pages that
+are costly to parse (in a process of their own: serving them must not load the loop that
+is measured)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 from aiohttp import web
 
@@ -75,3 +80,65 @@ async def tarpit(host: str = "127.0.0.1") -> AsyncIterator[tuple[str, list[async
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+# Pages within every cap of the reader before issue 42 (1 MiB kept, 4,096 lines, 64 KiB a
+# line), each costing prometheus_client's parser over half a second of CPU.
+_SERIES = "vllm:spec_decode_num_drafts_total"
+
+
+def escaped_page() -> bytes:
+    """15 lines, each one label value of 32,000 escaped quotes (0.65 s to parse)."""
+    line = f'{_SERIES}{{model_name="' + '\\"' * 32_000 + '"} 1\n'
+    return (line * 15).encode()
+
+
+def many_labels_page() -> bytes:
+    """31 lines of 32 labels, each value 512 escaped quotes: within the label caps of
+    metrics.check_labels, and 0.5 s to parse."""
+    labels = ",".join(f'l{i}="' + '\\"' * 512 + '"' for i in range(32))
+    return (f"{_SERIES}{{{labels}}} 1\n" * 31).encode()
+
+
+PAGES = {"escaped": escaped_page, "many-labels": many_labels_page}
+
+
+@contextmanager
+def hostile_pages(real_page: Path) -> Iterator[str]:
+    """A server in another process answering /escaped/<n> and /many-labels/<n> with the
+    pages above and /vllm/<n> with `real_page`; yields its base URL."""
+    server = subprocess.Popen(
+        [sys.executable, __file__, "pages", str(real_page)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _serve_pages(real_page: Path) -> None:
+    bodies = {name: make() for name, make in PAGES.items()}
+    bodies["vllm"] = real_page.read_bytes()
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(body=bodies[request.match_info["kind"]], content_type="text/plain")
+
+    async def main() -> None:
+        app = web.Application()
+        app.router.add_get("/{kind}/{n}", page)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        print(runner.addresses[0][1], flush=True)
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["pages"]:
+    _serve_pages(Path(sys.argv[2]))

@@ -6,19 +6,21 @@ into windows is `observations`' job, judging them `stats` and `tuner`'s.
 from __future__ import annotations
 
 import asyncio
+import io
 import ipaddress
 import json
 import re
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO, cast
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.parser import text_fd_to_metric_families
 
 from specfleet.operator.api import LeftOutReason
 from specfleet.operator.children import TRACKS, Track
@@ -41,6 +43,16 @@ MAX_BODY_BYTES = 8 * 2**20
 MAX_LINE_BYTES = 64 * 2**10  # held while a line arrives over several chunks
 MAX_KEPT_BYTES = 2**20
 READ_CHUNK = 64 * 2**10
+# What one sample line may carry, checked as the page arrives, before anything parses it
+# (Prometheus' label_limit and label_value_length_limit): vLLM's lines carry 2 to 4 labels
+# of a few dozen characters. prometheus_client's parser spends about 0.5 us of CPU on each
+# character of a label value and more on each escape: a page of escaped values within the
+# other caps cost 0.65 s.
+MAX_LABELS = 32
+MAX_LABEL_VALUE_BYTES = 1024  # as served, escapes included
+# The CPU one page's parsing may take, in the parser's thread (a real vLLM page: about
+# 1.2 ms): checked after each line, which the caps above keep to a few milliseconds.
+PARSE_CPU_SECONDS = 0.05
 # One model's Prometheus answer: about 15 KB of JSON per pod and engine.
 MAX_PROMETHEUS_BYTES = 32 * 2**20
 # What status may say of a failed request. The tenant chooses the address (a pod's port,
@@ -95,10 +107,48 @@ class NoMetadataResolver(AbstractResolver):
 _LINE_NAME = re.compile(rb"[ \t]*(?:#[ \t]+(?:TYPE|HELP)[ \t]+)?([a-zA-Z_:][a-zA-Z0-9_:]*)")
 
 
+# Pages are parsed here, one at a time, never on the event loop: a page the caps admit can
+# still cost up to PARSE_CPU_SECONDS, and on the loop that stalls every reconcile, watch
+# and the liveness endpoint. One thread: the parser is pure Python, so a second would only
+# take the GIL from the loop more often.
+_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specfleet-page-parser")
+
+
+def check_labels(line: bytes) -> None:
+    """Refuse a sample line with more than MAX_LABELS labels or a label value over
+    MAX_LABEL_VALUE_BYTES, in time linear in the line and without parsing it: escapes
+    (a backslash and the character it escapes) are masked at their length, so the quotes
+    left delimit the values."""
+    if line.lstrip().startswith(b"#"):
+        return  # HELP and TYPE carry no labels
+    masked = line.replace(b"\\\\", b"\0\0").replace(b'\\"', b"\0\0")
+    values = masked.split(b'"')[1::2]
+    if len(values) > MAX_LABELS:
+        raise BadMetrics(LeftOutReason.TOO_LARGE, f"a line has over {MAX_LABELS} labels")
+    if any(len(value) > MAX_LABEL_VALUE_BYTES for value in values):
+        raise BadMetrics(
+            LeftOutReason.TOO_LARGE, f"a label value is over {MAX_LABEL_VALUE_BYTES} bytes"
+        )
+
+
+def _budgeted_lines(text: str, budget: float) -> Iterator[str]:
+    """`text` line by line, refused once the thread reading it has spent `budget` seconds
+    of CPU since the first line."""
+    started = time.thread_time()
+    for line in io.StringIO(text):
+        if time.thread_time() - started > budget:
+            raise BadMetrics(
+                LeftOutReason.TOO_LARGE, f"the page took over {budget * 1000:g} ms of CPU to parse"
+            )
+        yield line
+
+
 class PageReader:
     """Reads a /metrics page as it arrives, keeping only the lines about the series read
     here: whatever a pod serves, a reading holds at most a chunk, a line being received
-    and MAX_KEPT_BYTES, and stops at MAX_BODY_BYTES or MAX_SERIES lines kept.
+    and MAX_KEPT_BYTES, and stops at MAX_BODY_BYTES or MAX_SERIES lines kept, or at a
+    line over the label caps (check_labels). `counters` parses what was kept, within
+    PARSE_CPU_SECONDS; `parse` does so in the parser's thread, off the event loop.
 
     A vLLM page is mostly histograms never used here; parsing all of it cost about 8 ms
     of CPU per pod. Lines of other series are skipped unparsed, so a malformed one
@@ -129,6 +179,7 @@ class PageReader:
         match = _LINE_NAME.match(line)
         if match is None or series_name(match.group(1).decode()) is None:
             return
+        check_labels(line)
         self._kept.append(line)
         self._kept_bytes += len(line) + 1
         if len(self._kept) > MAX_SERIES or self._kept_bytes > MAX_KEPT_BYTES:
@@ -145,14 +196,23 @@ class PageReader:
             text = b"\n".join(self._kept).decode() + "\n"
             series = [
                 (sample.name, sample.labels, float(sample.value))
-                for family in text_string_to_metric_families(text)
+                for family in text_fd_to_metric_families(
+                    # It only iterates over its lines.
+                    cast(TextIO, _budgeted_lines(text, PARSE_CPU_SECONDS))
+                )
                 for sample in family.samples
             ]
+        except BadMetrics:
+            raise  # over the CPU budget
         except ValueError:  # UnicodeDecodeError is one too; its words quote the page
             raise BadMetrics(LeftOutReason.UNPARSEABLE, "not Prometheus text") from None
         if not any(name.startswith("vllm:") for name, _, _ in series):
             raise BadMetrics(LeftOutReason.NO_VLLM_METRICS, "no vLLM metrics on the page")
         return counters_from_series(series)
+
+    async def parse(self) -> SpecDecodeCounters:
+        """`counters`, in the parser's thread: the event loop waits for it, never runs it."""
+        return await asyncio.get_running_loop().run_in_executor(_PARSER, self.counters)
 
 
 def parse_vllm_metrics(text: str) -> SpecDecodeCounters:
@@ -187,7 +247,7 @@ async def _read_page(
         reader = PageReader()
         async for chunk in response.content.iter_chunked(READ_CHUNK):
             reader.feed(chunk)
-    return reader.counters()
+    return await reader.parse()
 
 
 async def _scrape_one(
