@@ -470,3 +470,53 @@ def test_pod_labels_replace_the_recommended_ones(peagle_manifest: dict[str, Any]
     assert labels["app.kubernetes.io/version"] == "llama-3.1"
     assert labels["app.kubernetes.io/component"] == "chat"
     assert labels["app.kubernetes.io/name"] == "specfleet-runtime"
+
+
+def test_a_prestop_hook_drains_in_flight_requests(peagle_manifest: dict[str, Any]) -> None:
+    container = _pod_spec(model_from(peagle_manifest))["containers"][0]
+    assert container["lifecycle"] == {
+        "preStop": {
+            "exec": {"command": ["specfleet-runtime", "drain", "--port", "8000", "--seconds", "50"]}
+        }
+    }
+    # The injected runtime drains with the image's Python, within the grace period given.
+    injected = _with_runtime(
+        peagle_manifest,
+        image="vllm/vllm-openai:v0.33.0",
+        injectRuntime={},
+        port=9000,
+        pod={"terminationGracePeriodSeconds": 300},
+    )
+    spec = _pod_spec(injected)
+    assert spec["terminationGracePeriodSeconds"] == 300
+    assert spec["containers"][0]["lifecycle"]["preStop"]["exec"]["command"] == [
+        *podspec.INJECTED_CLI,
+        "drain",
+        "--port",
+        "9000",
+        "--seconds",
+        "290",
+    ]
+    # A grace period that leaves vLLM no time to drain: no hook.
+    short = _with_runtime(peagle_manifest, pod={"terminationGracePeriodSeconds": 10})
+    assert "lifecycle" not in _pod_spec(short)["containers"][0]
+
+
+def test_the_pods_spread_across_nodes_unless_told_otherwise(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    model = model_from(peagle_manifest)
+    for track in TRACKS:
+        spec = render.deployment(model, track)["spec"]["template"]["spec"]
+        # Both tracks' pods, as one set: a canary lands beside the stable pods' least.
+        assert spec["topologySpreadConstraints"] == [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {"matchLabels": {render.MODEL_LABEL: "llama-8b"}},
+            }
+        ]
+    # [] spreads nothing.
+    none = _with_runtime(dict(peagle_manifest), pod={"topologySpreadConstraints": []})
+    assert "topologySpreadConstraints" not in _pod_spec(none)

@@ -1560,9 +1560,14 @@ class PodSettings(SpecModel):
         description="A core/v1 Affinity (node, pod and anti-affinity), passed through: too "
         "large to inline in the CRD, the API server checks it when the pods are created.",
     )
-    topology_spread_constraints: Annotated[
-        list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX)
-    ] = Field(default_factory=list, description="How the pods spread across nodes or zones.")
+    topology_spread_constraints: (
+        Annotated[list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX)] | None
+    ) = Field(
+        default=None,
+        description="How the pods spread across nodes or zones; none: the model's pods "
+        "spread across nodes where they can (maxSkew 1 by kubernetes.io/hostname, "
+        "ScheduleAnyway); [] spreads nothing.",
+    )
     priority_class_name: ObjectName | None = None
     runtime_class_name: ObjectName | None = Field(
         default=None, description="A RuntimeClass (e.g. nvidia for the GPU container runtime)."

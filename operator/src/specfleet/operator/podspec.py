@@ -41,10 +41,14 @@ CONTAINER_SECURITY_DEFAULT: dict[str, Any] = {
 DEFAULT_ENV = {"HOME": "/tmp", "USER": "vllm"}
 INJECT_VOLUME = "specfleet-runtime"
 INJECT_CONTAINER = "specfleet-runtime"
-# The serving container's command when the runtime is injected: the image's Python.
-INJECTED_COMMAND = ["python3", "-m", "specfleet.runtime.cli", "serve"]
-RUNTIME_COMMAND = ["specfleet-runtime", "serve"]
+# The runtime's CLI in the serving container: the image's Python when it is injected.
+INJECTED_CLI = ["python3", "-m", "specfleet.runtime.cli"]
+RUNTIME_CLI = ["specfleet-runtime"]
+INJECTED_COMMAND = [*INJECTED_CLI, "serve"]
+RUNTIME_COMMAND = [*RUNTIME_CLI, "serve"]
 TERMINATION_GRACE_SECONDS = 60
+# What the preStop drain leaves of the grace period for vLLM to stop after SIGTERM.
+STOP_SECONDS = 10
 # What the serving container requests for each resource runtime.resources names neither a
 # request nor a limit of, per GPU (at least one GPU's worth): a floor for vLLM's API
 # server, engine core and tokenizer around the GPUs, so no pod is BestEffort; the real
@@ -62,6 +66,11 @@ INJECT_SIZE = "256Mi"
 # them admit the pod.
 INIT_REQUESTS = {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": INJECT_SIZE}
 INIT_LIMITS = {"cpu": "1", "memory": "256Mi"}
+DEFAULT_SPREAD: dict[str, Any] = {
+    "maxSkew": 1,
+    "topologyKey": "kubernetes.io/hostname",
+    "whenUnsatisfiable": "ScheduleAnyway",
+}
 
 
 def _dump(value: Any) -> Any:
@@ -70,6 +79,24 @@ def _dump(value: Any) -> Any:
 
 def command(model: SpeculativeModel) -> list[str]:
     return INJECTED_COMMAND if model.spec.runtime.inject_runtime else RUNTIME_COMMAND
+
+
+def termination_grace(model: SpeculativeModel) -> int:
+    given = model.spec.runtime.pod.termination_grace_period_seconds
+    return given if given is not None else TERMINATION_GRACE_SECONDS
+
+
+def lifecycle(model: SpeculativeModel) -> dict[str, Any] | None:
+    """The preStop hook that lets in-flight requests finish before vLLM gets SIGTERM
+    (`specfleet-runtime drain`): for the grace period less STOP_SECONDS; none when the
+    grace period leaves no time for it."""
+    budget = termination_grace(model) - STOP_SECONDS
+    if budget <= 0:
+        return None
+    cli = INJECTED_CLI if model.spec.runtime.inject_runtime else RUNTIME_CLI
+    port = model.spec.runtime.port
+    drain = [*cli, "drain", "--port", str(port), "--seconds", str(budget)]
+    return {"preStop": {"exec": {"command": drain}}}
 
 
 def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
@@ -198,10 +225,14 @@ def _init_containers(model: SpeculativeModel) -> list[dict[str, Any]]:
 
 def _spread(model: SpeculativeModel, selector: dict[str, str]) -> list[dict[str, Any]]:
     """The topology spread constraints; one without a labelSelector spreads the model's
-    pods."""
+    pods. None given: spread them across nodes where the scheduler can (a node lost or
+    drained then takes one replica, not all), never leaving a pod Pending for it."""
+    given = model.spec.runtime.pod.topology_spread_constraints
+    if given is None:
+        return [DEFAULT_SPREAD | {"labelSelector": {"matchLabels": selector}}]
     return [
         _dump(c) if c.label_selector else _dump(c) | {"labelSelector": {"matchLabels": selector}}
-        for c in model.spec.runtime.pod.topology_spread_constraints
+        for c in given
     ]
 
 
@@ -220,11 +251,7 @@ def pod_spec(
     spec["securityContext"] = POD_SECURITY_DEFAULT | (
         _dump(pod.security_context) if pod.security_context else {}
     )
-    spec["terminationGracePeriodSeconds"] = (
-        pod.termination_grace_period_seconds
-        if pod.termination_grace_period_seconds is not None
-        else TERMINATION_GRACE_SECONDS
-    )
+    spec["terminationGracePeriodSeconds"] = termination_grace(model)
     # Off unless asked: a Service named vllm sets VLLM_PORT, which vLLM reads as its own;
     # nothing in the pods calls the Kubernetes API.
     spec["enableServiceLinks"] = pod.enable_service_links
@@ -243,8 +270,9 @@ def pod_spec(
         spec["tolerations"] = [_dump(t) for t in runtime.tolerations]
     if pod.affinity:
         spec["affinity"] = pod.affinity
-    if pod.topology_spread_constraints:
-        spec["topologySpreadConstraints"] = _spread(model, selector)
+    spread = _spread(model, selector)
+    if spread:
+        spec["topologySpreadConstraints"] = spread
     if pod.image_pull_secrets:
         spec["imagePullSecrets"] = [_dump(s) for s in pod.image_pull_secrets]
     optional = {

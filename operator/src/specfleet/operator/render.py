@@ -243,6 +243,7 @@ def _container(
         ),
         "readinessProbe": podspec.with_timings(_probe("/health", 5, 3), probes.readiness),
         "livenessProbe": podspec.with_timings(_probe("/health", 10, 6), probes.liveness),
+        **({"lifecycle": hook} if (hook := podspec.lifecycle(model)) else {}),
         # The runtime writes a one-line preflight failure here; the operator shows it.
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",

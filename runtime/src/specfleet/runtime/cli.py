@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from specfleet.runtime import preflight
+from specfleet.runtime import drain, preflight
 from specfleet.runtime.config import (
     DEFAULT_TERMINATION_LOG,
     ConfigError,
@@ -49,7 +49,8 @@ from specfleet.runtime.vllm_args import ITERATION_DETAILS_FLAG, refuse_collision
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 USAGE = (
     "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]\n"
-    "       specfleet-runtime inject DIR"
+    "       specfleet-runtime inject DIR\n"
+    "       specfleet-runtime drain --port PORT --seconds N"
 )
 # vLLM's plugin groups that VLLM_PLUGINS filters, but for endpoints (opt-in, one by one).
 VLLM_PLUGIN_GROUPS = (
@@ -249,6 +250,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args[0] == "inject":
         return inject_into(args[1:])
+    if args[0] == "drain":
+        return drain.main(args[1:], os.environ)
     if args[0] != "serve":
         _log(f"specfleet-runtime: unknown command {args[0]!r}\n{USAGE}")
         return EXIT_USAGE
