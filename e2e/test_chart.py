@@ -180,6 +180,8 @@ NEEDED = [
     ("patch", "services"),
     ("list", "pods"),
     ("watch", "pods"),
+    ("list", "replicasets.apps"),
+    ("watch", "replicasets.apps"),
     ("create", "events"),
 ]
 # What it must not do.

@@ -91,6 +91,51 @@ class FakeCluster:
         body["metadata"].setdefault("generation", 1)
         return self._store(body, "ADDED")
 
+    def run_pods(self, deployment: str, ips: list[str]) -> list[str]:
+        """The Deployment controller's part: a ReplicaSet controlled by the Deployment
+        `deployment`, and one Ready pod of its template for each address, controlled by
+        the ReplicaSet; returns the pods' names."""
+        owner = self.objects[("Deployment", "team", deployment)]
+        template = owner["spec"]["template"]["metadata"]
+        replica_set = f"{deployment}-{len(self.objects)}"
+        self.create(
+            {
+                "kind": "ReplicaSet",
+                "metadata": {
+                    "name": replica_set,
+                    "namespace": "team",
+                    "uid": f"uid-ReplicaSet-{replica_set}",
+                    "labels": template["labels"],
+                    "ownerReferences": [_controller(owner)],
+                },
+            }
+        )
+        names = []
+        for index, ip in enumerate(ips):
+            name = f"{replica_set}-{index}"
+            self.create(
+                {
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": name,
+                        "namespace": "team",
+                        "uid": f"uid-Pod-{name}",
+                        "labels": template["labels"],
+                        "annotations": template.get("annotations", {}),
+                        "ownerReferences": [
+                            _controller(self.objects[("ReplicaSet", "team", replica_set)])
+                        ],
+                    },
+                    "status": {
+                        "phase": "Running",
+                        "podIP": ip,
+                        "conditions": [{"type": "Ready", "status": "True"}],
+                    },
+                }
+            )
+            names.append(name)
+        return names
+
     def set_child_status(self, kind: str, name: str, status: dict[str, Any]) -> None:
         """A controller's status write on a child (the Deployment's replicas, a pod's)."""
         body = copy.deepcopy(self.objects[(kind, "team", name)])
@@ -189,6 +234,9 @@ class FakeCluster:
         body["metadata"]["generation"] = (before or {"metadata": {}})["metadata"].get(
             "generation", 0
         ) + 1
+        body["metadata"]["uid"] = (before or {"metadata": {}})["metadata"].get(
+            "uid", f"uid-{manifest['kind']}-{manifest['metadata']['name']}"
+        )
         body["status"] = (before or {}).get("status", {})
         return self._store(body, "MODIFIED" if before else "ADDED")
 
@@ -235,6 +283,11 @@ class FakeCluster:
         deployment = self.objects[("Deployment", "team", name)]
         args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
         return args
+
+
+def _controller(owner: dict[str, Any]) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {"kind": owner["kind"], "name": meta["name"], "uid": meta["uid"], "controller": True}
 
 
 class ScriptedEvaluator(Evaluator):

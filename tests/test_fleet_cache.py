@@ -97,7 +97,7 @@ def test_children_wake_their_model_once_per_version() -> None:
 def test_children_are_cached_without_spec_or_managed_fields() -> None:
     cache = FleetCache()
     cache.remember_child(child("Pod", "m-abc", "5"))
-    (pod,) = cache.observed(KEY).pods
+    pod = cache.children[KEY][("Pod", "m-abc")]
     assert set(pod) == {"kind", "metadata", "status"}
     assert "managedFields" not in pod["metadata"]
 

@@ -129,6 +129,15 @@ and every kind not listed here.
     # tuning and no rollback.
     - list
     - watch
+# The ReplicaSets of the model's Deployments: read-only.
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs:
+    # list, watch: which pods the model's Deployments made (pod -> ReplicaSet ->
+    # Deployment -> model). Without them no pod is the model's: none is scraped, and a
+    # pod anyone labels as the model's would otherwise be read as one of its own.
+    - list
+    - watch
 # core/v1 Events: the operator reports each decision (promote, rollback, ...) and each
 # runtime failure as a new Event (never patched: each post creates one).
 - apiGroups: [""]

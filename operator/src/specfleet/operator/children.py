@@ -3,8 +3,11 @@ from this one registry, so a new kind cannot be applied without also being watch
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
+
+from specfleet.operator.api import KIND
 
 # A model's two Deployments: the stable pods (the K in effect) and the canary (a candidate).
 Track = Literal["stable", "canary"]
@@ -41,8 +44,46 @@ class ChildKind:
 DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", True, "generation")
 SERVICE = ChildKind("Service", "v1", "services", True, "resourceVersion")
 POD = ChildKind("Pod", "v1", "pods", False)
-CHILD_KINDS = (DEPLOYMENT, SERVICE, POD)
+# Observed only to tell the model's pods from others with its labels (`owned_pods`).
+REPLICA_SET = ChildKind("ReplicaSet", "apps/v1", "replicasets", False)
+CHILD_KINDS = (DEPLOYMENT, SERVICE, POD, REPLICA_SET)
 _BY_KIND = {child.kind: child for child in CHILD_KINDS}
+
+
+def controller_uid(body: dict[str, Any], kind: str) -> str | None:
+    """The uid of the object's controller (its ownerReference with controller: true),
+    if that is of `kind`."""
+    for ref in body["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid")) if ref.get("kind") == kind and ref.get("uid") else None
+    return None
+
+
+def owned_pods(
+    model_uid: str | None,
+    deployments: Iterable[dict[str, Any] | None],
+    replica_sets: Iterable[dict[str, Any]],
+    pods: Iterable[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The pods whose owner chain leads to the model: each controlled by a ReplicaSet
+    that one of `deployments` controls, which the model controls. Labels and the config
+    hash are anyone's to copy (`specfleet render` prints them); a pod with them and no
+    such chain is another's, neither scraped nor counted."""
+    ours = {
+        deployment["metadata"].get("uid")
+        for deployment in deployments
+        if deployment is not None
+        and model_uid is not None
+        and controller_uid(deployment, KIND) == model_uid
+    }
+    ours.discard(None)
+    sets = {
+        replica_set["metadata"].get("uid")
+        for replica_set in replica_sets
+        if controller_uid(replica_set, DEPLOYMENT.kind) in ours
+    }
+    sets.discard(None)
+    return [pod for pod in pods if controller_uid(pod, REPLICA_SET.kind) in sets]
 
 
 def child_kind(kind: str) -> ChildKind:

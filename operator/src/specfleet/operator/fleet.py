@@ -37,7 +37,14 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SpeculativeModelStatus,
 )
-from specfleet.operator.children import CHILD_KINDS, DEPLOYMENT, POD, child_kind
+from specfleet.operator.children import (
+    CHILD_KINDS,
+    DEPLOYMENT,
+    POD,
+    REPLICA_SET,
+    child_kind,
+    owned_pods,
+)
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
@@ -263,13 +270,27 @@ class FleetCache:
         )
 
     def observed(self, key: Key) -> ObservedChildren:
+        """The model's Deployments and its own pods (`owned_pods`): a pod someone else
+        labelled as the model's is neither scraped nor counted in status."""
         name = key[1]
         children = self.children.get(key, {})
+        stable = children.get((DEPLOYMENT.kind, name))
+        canary = children.get((DEPLOYMENT.kind, render.canary_name(name)))
+        model = self.body(key)
+        pods = owned_pods(
+            None if model is None else model["metadata"].get("uid"),
+            (stable, canary),
+            [body for (kind, _), body in children.items() if kind == REPLICA_SET.kind],
+            [body for (kind, _), body in children.items() if kind == POD.kind],
+        )
+        starts = self.starts.get(key, {})
         return ObservedChildren(
-            stable=children.get((DEPLOYMENT.kind, name)),
-            canary=children.get((DEPLOYMENT.kind, render.canary_name(name))),
-            pods=[body for (kind, _), body in children.items() if kind == POD.kind],
-            starts=list(self.starts.get(key, {}).values()),
+            stable=stable,
+            canary=canary,
+            pods=pods,
+            starts=[
+                starts[uid] for pod in pods if (uid := str(pod["metadata"].get("uid"))) in starts
+            ],
         )
 
 
