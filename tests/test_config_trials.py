@@ -303,3 +303,138 @@ def test_a_canary_pending_too_long_goes_on_in_place() -> None:
         fleet.step()
     assert "SwitchConfigInPlace" in fleet.kinds and "PromoteConfig" in fleet.kinds
     assert _draft_arg(render.deployment(fleet.model(), "stable")) == "d2"
+
+
+VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
+
+
+def _committed(spec: SpeculativeModelSpec, edit: Any) -> SpeculativeModelSpec:
+    """The spec of a commit: `edit` changes its manifest (fields may go)."""
+    body = spec.model_dump(by_alias=True, exclude_none=True)
+    edit(body)
+    return SpeculativeModelSpec.model_validate(body)
+
+
+def _pod(deployment: dict[str, Any]) -> tuple[str, list[str], list[str]]:
+    """A Deployment's serving image, command and init containers."""
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    return (
+        container["image"],
+        container["command"],
+        [c["name"] for c in pod.get("initContainers", [])],
+    )
+
+
+def _model_and_draft(deployment: dict[str, Any]) -> tuple[str, str]:
+    args: list[str] = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args[args.index("--model") + 1], args[args.index("--draft-model") + 1]
+
+
+def test_a_trial_from_vllms_image_with_the_runtime_injected_holds_the_whole_pod_back() -> None:
+    """Issue 41, item 3: one commit goes from vLLM's own image with injectRuntime to the
+    runtime image. The stable pods keep the whole pod they ran (vLLM's image, the runtime
+    injected by an init container, run with its Python), the canary runs the commit's
+    whole: never vLLM's image told to run specfleet-runtime with nothing injected."""
+    old = make_spec(tuning={"enabled": False}, runtime={"image": VLLM_IMAGE, "injectRuntime": {}})
+    fleet = ConfigFleet(old, {"d": CODE})
+    for _ in range(3):
+        fleet.step()
+    before = render.deployment(fleet.model(), "stable")["spec"]["template"]
+    assert _pod(render.deployment(fleet.model(), "stable"))[2] == ["specfleet-runtime"]
+
+    def to_runtime_image(body: dict[str, Any]) -> None:
+        body["runtime"]["image"] = "ghcr.io/specfleet/runtime:0.2.0"
+        del body["runtime"]["injectRuntime"]
+
+    fleet.spec = _committed(old, to_runtime_image)
+    assert fleet.sync() == ["StartConfigTrial"]
+    model = fleet.model()
+    stable, canary = render.deployment(model, "stable"), render.deployment(model, "canary")
+    assert stable["spec"]["template"] == before  # the whole pod, not four fields of it
+    assert _pod(canary) == ("ghcr.io/specfleet/runtime:0.2.0", ["specfleet-runtime", "serve"], [])
+    # Rejected, the stable pods still run the whole old pod.
+    fleet.now += timedelta(hours=3)
+    fleet.step()
+    assert fleet.status.config is not None and fleet.status.config.rejected is not None
+    assert render.deployment(fleet.model(), "stable")["spec"]["template"] == before
+
+
+def test_a_commit_moving_target_and_head_is_a_new_config_end_to_end() -> None:
+    """Issue 41, item 3: target and head from 8B to 70B in one commit. No trial compares
+    two target models' goodput, and no pod loads the 70B target with the 8B head (which
+    preflight refuses): every pod runs the commit, at once, K learned anew."""
+    old = make_spec(
+        tuning={"enabled": False},
+        model={"name": "meta-llama/Llama-3.1-8B-Instruct"},
+        draft={"model": "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"},
+    )
+    fleet = ConfigFleet(old, {"RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3": CODE})
+    for _ in range(3):
+        fleet.step()
+    assert fleet.status.step_cost is not None
+
+    def to_70b(body: dict[str, Any]) -> None:
+        body["model"]["name"] = "meta-llama/Llama-3.3-70B-Instruct"
+        body["draft"]["model"] = "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3"
+        body["runtime"]["tensorParallelSize"] = 4
+        body["runtime"]["gpus"] = 4
+
+    fleet.spec = _committed(old, to_70b)
+    assert fleet.sync() == ["AdoptConfig"]
+    config = fleet.status.config
+    assert config is not None and config.trial is None and config.rejected is None
+    assert config.running.hash == config_of(fleet.spec).hash
+    assert condition_status(fleet.status.conditions, ConditionType.CONFIG_REJECTED) == "False"
+    reason = next(c for c in fleet.status.conditions if c.type is ConditionType.CONFIG_REJECTED)
+    assert reason.reason == "TargetChanged" and "Llama-3.3-70B" in reason.message
+    assert fleet.status.step_cost is None  # measured on the 8B target
+    model = fleet.model()
+    stable = render.deployment(model, "stable")
+    assert _model_and_draft(stable) == (
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3",
+    )
+    assert "--tensor-parallel-size" in stable["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert render.deployment(model, "canary")["spec"]["replicas"] == 0
+
+
+def test_a_target_change_during_a_trial_ends_it_and_runs_the_commit_everywhere() -> None:
+    """A head on trial against the 8B target, then a commit moving the target: the trial
+    ends unjudged and the commit runs end to end, never the old head on the new target."""
+    fleet = _settled({"d": CHAT, "d2": CODE})
+    fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
+    assert fleet.sync() == ["StartConfigTrial"]
+    fleet.spec = _with(fleet.spec, **{"model.name": "t-70b"})
+    assert fleet.sync() == ["CancelConfigTrial", "AdoptConfig"]
+    model = fleet.model()
+    assert _model_and_draft(render.deployment(model, "stable")) == ("t-70b", "d2")
+    assert model.status.canary_run is None
+
+
+def test_other_fields_of_a_trials_commit_reach_the_stable_pods_with_it() -> None:
+    """An env var and the pods' resources change in the commit of a new head: held back
+    with it on the stable pods until it is promoted; alone, a commit's env var reaches
+    every pod at once, as before."""
+    fleet = _settled({"d": CHAT, "d2": CODE})
+    fleet.spec = _with(fleet.spec, **{"runtime.env": [{"name": "A", "value": "1"}]})
+    fleet.sync()
+    env = render.deployment(fleet.model(), "stable")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "A", "value": "1"} in env["env"]
+    fleet.spec = _with(
+        fleet.spec,
+        **{"draft.model": "d2", "runtime.env": [{"name": "A", "value": "2"}]},
+    )
+    assert fleet.sync() == ["StartConfigTrial"]
+    model = fleet.model()
+    stable = render.deployment(model, "stable")["spec"]["template"]["spec"]["containers"][0]
+    canary = render.deployment(model, "canary")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "A", "value": "1"} in stable["env"]
+    assert {"name": "A", "value": "2"} in canary["env"]
+    for _ in range(8):
+        fleet.step()
+    assert "PromoteConfig" in fleet.kinds
+    stable = render.deployment(fleet.model(), "stable")["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "A", "value": "2"} in stable["env"] and _draft_arg(
+        render.deployment(fleet.model(), "stable")
+    ) == "d2"

@@ -26,6 +26,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -2739,15 +2740,41 @@ class StepCostStatus(ApiModel):
     )
 
 
-class RunningConfig(ApiModel):
-    """The part of the spec a config change is named by, as the stable pods run it:
-    enough to render them while the spec already says the next one."""
+class PodsConfig(ApiModel):
+    """The spec's fields a model's pods are rendered from, K and replicas aside: the
+    target model, the draft and the runtime (image, args, pod settings, injection...)."""
 
-    hash: str = Field(description="Names the config: a hash of the fields below.")
+    model: TargetModel
+    draft: DraftModel
+    runtime: Runtime
+
+
+# The spec's own fields, as the API server checked them in spec: status does not
+# describe them again (their schema, CEL rules and defaults are spec's).
+_SPEC_FIELDS: dict[str, Any] = {
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+    "nullable": True,
+}
+
+
+class RunningConfig(ApiModel):
+    """The part of the spec a config change is named by, as the stable pods run it, and
+    the rest of what their pods are rendered from: enough to render them, whole, while
+    the spec already says the next one."""
+
+    hash: str = Field(description="Names the config: a hash of the fields below but pods.")
     method: DraftMethod
     draft_model: str | None = None
     image: str
     args: list[str] = Field(default_factory=list)
+    pods: Annotated[PodsConfig | None, WithJsonSchema(_SPEC_FIELDS)] = Field(
+        default=None,
+        description="spec.model, spec.draft and spec.runtime as they were when this config "
+        "last ran: while a new config is on trial or rejected, the stable pods are rendered "
+        "from them whole, never from a mix of two commits. Absent from a trial's config (the "
+        "canary runs the spec), and from a status written before issue 41.",
+    )
 
 
 class ConfigTrial(ApiModel):

@@ -22,7 +22,12 @@ from specfleet.operator.api import (
     RunningConfig,
     ScheduledBand,
 )
-from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, changes, config_of
+from specfleet.operator.configs import (
+    FORCE_CONFIG_ANNOTATION,
+    changes,
+    config_of,
+    target_changes,
+)
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.reprobes import enable
@@ -51,8 +56,14 @@ def sync(run: Run) -> None:
     if state is None:
         run.status.config = ConfigState(running=wanted)
         return
+    target = target_changes(run.spec, state.running)
+    if target is not None:
+        _new_target(run, wanted, target)
+        return
     trial = state.trial
     if wanted.hash == state.running.hash:
+        # What else the pods are rendered from is in force on every pod at once.
+        state.running = wanted
         if trial is not None:
             _cancel(run, f"the spec is back at the running config {wanted.hash}")
         if state.rejected is not None:
@@ -71,6 +82,25 @@ def sync(run: Run) -> None:
     if trial is not None:
         _cancel(run, f"config {wanted.hash} replaces config {trial.config.hash} on trial")
     _start(run, wanted)
+
+
+def _new_target(run: Run, wanted: RunningConfig, target: str) -> None:
+    """A commit that changes the target model is a new config end to end: it runs on
+    every pod at once, without a trial (the goodput of two target models is not
+    compared, and no pod runs one commit's target with another's draft or runtime)."""
+    state = run.status.config
+    assert state is not None
+    what = f"the target model changes ({target})"
+    if wanted.hash != state.running.hash:
+        what += f", with {changes(state.running, wanted)}"
+    if state.trial is not None:
+        _cancel(run, f"{what}: config {wanted.hash} is a new config end to end")
+    _end_k_trial(run, f"{what}: config {wanted.hash} is a new config end to end")
+    message = (
+        f"{what}: config {wanted.hash} runs on every pod at once, without a trial (the "
+        "goodput of two target models is not compared)"
+    )
+    _adopt(run, wanted, ActionKind.ADOPT_CONFIG, "TargetChanged", message)
 
 
 def force(run: Run, forced: str | None) -> None:
@@ -162,7 +192,7 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     # Plain stable pods (speculation disabled) have no windows before to switch from.
     in_place = strategy is RolloutStrategy.IN_PLACE and sp.off is None
     state.trial = ConfigTrial(
-        config=wanted,
+        config=wanted.model_copy(update={"pods": None}),  # the canary runs the spec
         tokens=k,
         schedule=None if in_place else bands,
         in_place=in_place,
@@ -340,6 +370,9 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
     sp, state = run.sp, run.status.config
     trial = state.trial if state is not None else None
     rate = totals_rate(trial.canary).value if trial is not None and trial.canary.windows else None
+    spec_config = config_of(run.spec)
+    if spec_config.hash == wanted.hash:
+        wanted = spec_config  # with what the spec's pods are rendered from
     previous = sp.tokens
     if state is None:
         run.status.config = ConfigState(running=wanted)

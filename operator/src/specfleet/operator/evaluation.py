@@ -21,6 +21,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.configs import as_track_runs
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.keys import Key, key_of_model
 from specfleet.operator.metrics import ScrapeTarget, query_prometheus, scrape
@@ -96,7 +97,9 @@ def scrape_targets(model: SpeculativeModel, current: CurrentPods) -> list[Scrape
             ip = (pod.get("status") or {}).get("podIP")
             if not ip or not pod_ready(pod) or pod["metadata"].get("deletionTimestamp"):
                 continue
-            url = f"http://{ip}:{model.spec.runtime.port}/metrics"
+            # The port of the config the track's pods run (the running one on trial).
+            port = as_track_runs(model, track).spec.runtime.port
+            url = f"http://{ip}:{port}/metrics"
             targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
     return targets
 

@@ -110,6 +110,9 @@ REASONS: dict[api.ConditionType, dict[str, str]] = {
         "spec.rollout.minGain and its acceptance the floor.",
         "Immediate": "The stable pods switched to the new config with no trial "
         "(spec.rollout.strategy Immediate, or plain decoding on either side).",
+        "TargetChanged": "The spec changes the target model (model.name or servedName): a new "
+        "config end to end, on every pod at once without a trial (the goodput of two target "
+        "models is not compared); K and the step cost are learned anew.",
         "Forced": "The annotation specfleet.io/force-config named the spec's config: the "
         "stable pods run it without a trial.",
         "SpecReverted": "The spec names the running config again: the rejection is cleared.",
