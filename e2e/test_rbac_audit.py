@@ -110,6 +110,16 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     their_deployment = yaml.safe_load(
         cluster.kubectl("get", "deployment", canary, "-n", NAMESPACE, "-o", "yaml").stdout
     )
+    # And a user's PodDisruptionBudget with the model's name.
+    cluster.kubectl(
+        "create",
+        "poddisruptionbudget",
+        MODEL_NAME,
+        "--selector=app=theirs",
+        "--max-unavailable=1",
+        "-n",
+        NAMESPACE,
+    )
 
     operator = OperatorProcess(
         [NAMESPACE],
@@ -144,6 +154,7 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         degraded = wait_for("Degraded: ChildNotOwned", refused_service, timeout=60)
         assert f"Service {NAMESPACE}/{MODEL_NAME}" in degraded["message"]
         assert f"Deployment {NAMESPACE}/{canary}" in degraded["message"]
+        assert f"PodDisruptionBudget {NAMESPACE}/{MODEL_NAME}" in degraded["message"]
         wait_for(
             "the Warning Event",
             lambda: (
@@ -173,6 +184,11 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     assert deployment["metadata"].get("labels") == their_deployment["metadata"].get("labels")
     managers = {m["manager"] for m in deployment["metadata"]["managedFields"]}
     assert "specfleet-operator" not in managers, managers
+    budget = yaml.safe_load(
+        cluster.kubectl("get", "pdb", MODEL_NAME, "-n", NAMESPACE, "-o", "yaml").stdout
+    )
+    assert "ownerReferences" not in budget["metadata"]
+    assert budget["spec"]["selector"] == {"matchLabels": {"app": "theirs"}}
 
     used, refused = used_by(f"system:serviceaccount:{NAMESPACE}:{account}")
     assert used, (

@@ -219,7 +219,8 @@ def test_standard_input_and_a_kind_list_are_read(
         assert result.exit_code == 0, result.output
         if command == "render":
             kinds = [d["kind"] for d in yaml.safe_load_all(result.stdout)]
-            assert kinds == ["Deployment", "Deployment", "Service"], result.output
+            kinds_rendered = ["Deployment", "Deployment", "Service", "PodDisruptionBudget"]
+            assert kinds == kinds_rendered, result.output
 
 
 @pytest.mark.parametrize("command", ["validate", "render"])

@@ -469,6 +469,7 @@ def test_a_new_models_children_cost_one_request_each_and_no_read(
     assert sorted(children) == [
         ("patch", "Deployment", "llama"),
         ("patch", "Deployment", "llama-canary"),
+        ("patch", "PodDisruptionBudget", "llama"),
         ("patch", "Service", "llama"),
     ]
 

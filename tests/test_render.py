@@ -60,7 +60,7 @@ def _arg(container: dict[str, Any], flag: str) -> str | None:
 
 
 def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> None:
-    stable, canary, service = render.manifests(model_from(peagle_manifest))
+    stable, canary, service, budget = render.manifests(model_from(peagle_manifest))
     container = _container(stable)
     assert container["command"] == ["specfleet-runtime", "serve"]
     assert _arg(container, "--method") == "peagle"
@@ -71,17 +71,25 @@ def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> Non
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
-    for child in (stable, canary, service):
+    for child in (stable, canary, service, budget):
         assert child["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         assert child["metadata"]["ownerReferences"][0]["controller"] is True
     assert stable["spec"]["replicas"] == 2 and canary["spec"]["replicas"] == 0
     assert service["spec"]["selector"] == {render.MODEL_LABEL: "llama-8b"}
+    # A drain evicts one stable pod at a time, and any pod not Ready.
+    assert budget["kind"] == "PodDisruptionBudget" and budget["apiVersion"] == "policy/v1"
+    assert budget["metadata"]["name"] == "llama-8b"
+    assert budget["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": render.pod_selector(model_from(peagle_manifest), "stable")},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
 
 
 def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -> None:
     trial = {"tokens": 5, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
     model = model_from(peagle_manifest, speculation={"tokens": 3, "trial": trial})
-    stable, canary, _ = render.manifests(model)
+    stable, canary, *_ = render.manifests(model)
     assert canary["metadata"]["name"] == "llama-8b-canary"
     assert canary["spec"]["replicas"] == 1
     assert _arg(_container(canary), "--num-speculative-tokens") == "5"
@@ -92,7 +100,7 @@ def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -
 def test_a_canary_of_plain_decoding_runs_without_a_draft(peagle_manifest: dict[str, Any]) -> None:
     trial = {"tokens": 0, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
     model = model_from(peagle_manifest, speculation={"tokens": 3, "trial": trial})
-    stable, canary, _ = render.manifests(model)
+    stable, canary, *_ = render.manifests(model)
     assert canary["spec"]["replicas"] == 1
     container = _container(canary)
     assert _arg(container, "--method") == "none"
@@ -146,4 +154,4 @@ def test_render_cli_prints_children() -> None:
     result = CliRunner().invoke(app, ["render", str(REPO / "examples/llama-peagle.yaml")])
     assert result.exit_code == 0, result.output
     kinds = [d["kind"] for d in yaml.safe_load_all(result.output)]
-    assert kinds == ["Deployment", "Deployment", "Service"]
+    assert kinds == ["Deployment", "Deployment", "Service", "PodDisruptionBudget"]

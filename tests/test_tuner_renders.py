@@ -118,7 +118,12 @@ def test_every_decided_status_renders(
         now += timedelta(minutes=1)
         status = decide(spec, status, Observation(stable, canary), now).status
         manifests = render.manifests(_model(spec, status))
-        assert [m["kind"] for m in manifests] == ["Deployment", "Deployment", "Service"]
+        assert [m["kind"] for m in manifests] == [
+            "Deployment",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+        ]
 
 
 @settings(max_examples=200, deadline=None)

@@ -120,6 +120,20 @@ and every kind not listed here.
     # without them clients have no stable address. No delete (garbage collector).
     - create
     - patch
+# The PodDisruptionBudget of each model's stable pods.
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs:
+    # list, watch: the model's budget, put back when deleted or edited by hand.
+    - list
+    - watch
+    # get: who owns an object with a child's name when a create-only apply finds the
+    # name taken, or the watch saw it as another's.
+    - get
+    # create, patch: server-side apply of the budget (an apply may create); without
+    # them a node drain may evict every replica at once. No delete (garbage collector).
+    - create
+    - patch
 # The inference pods: read-only.
 - apiGroups: [""]
   resources: [pods]

@@ -1727,6 +1727,18 @@ def _zero(value: str | int) -> bool:
     return value in (0, "0%")
 
 
+class DisruptionBudget(SpecModel):
+    """The model's PodDisruptionBudget: how many stable pods a voluntary disruption (a
+    node drain, a cluster upgrade, the autoscaler) may take at once. Pods not Ready are
+    always evictable, so a crash-looping or starting pod never blocks a drain."""
+
+    max_unavailable: CountOrPercent = Field(
+        default=1,
+        description="Stable pods a drain may evict at once (1: one at a time; '100%': no "
+        "protection).",
+    )
+
+
 class Runtime(SpecModel):
     """The inference pods: image, GPUs and what the runtime passes on to vLLM."""
 
@@ -1924,6 +1936,10 @@ class Runtime(SpecModel):
         default_factory=RollingUpdate,
         description="Surge and unavailability of the Deployments' rollouts (a K change "
         "rolls the stable pods).",
+    )
+    disruption_budget: DisruptionBudget = Field(
+        default_factory=DisruptionBudget,
+        description="The PodDisruptionBudget of the stable pods (named as the model).",
     )
 
 

@@ -43,10 +43,14 @@ class ChildKind:
 
 DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", True, "generation")
 SERVICE = ChildKind("Service", "v1", "services", True, "resourceVersion")
+# The stable pods' disruption budget; its spec changes move its generation.
+DISRUPTION_BUDGET = ChildKind(
+    "PodDisruptionBudget", "policy/v1", "poddisruptionbudgets", True, "generation"
+)
 POD = ChildKind("Pod", "v1", "pods", False)
 # Observed only to tell the model's pods from others with its labels (`owned_pods`).
 REPLICA_SET = ChildKind("ReplicaSet", "apps/v1", "replicasets", False)
-CHILD_KINDS = (DEPLOYMENT, SERVICE, POD, REPLICA_SET)
+CHILD_KINDS = (DEPLOYMENT, SERVICE, DISRUPTION_BUDGET, POD, REPLICA_SET)
 _BY_KIND = {child.kind: child for child in CHILD_KINDS}
 
 

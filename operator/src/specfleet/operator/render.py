@@ -1,8 +1,9 @@
 """Render a SpeculativeModel's children: a pure function of the model and its status.
 
 For a model `m`: Deployment `m` (track=stable, the K in effect), Deployment
-`m-canary` (track=canary, the candidate K, 0 replicas without a candidate) and
-Service `m` selecting both tracks, so the canary sees the stable pods' traffic mix.
+`m-canary` (track=canary, the candidate K, 0 replicas without a candidate),
+Service `m` selecting both tracks, so the canary sees the stable pods' traffic mix, and
+PodDisruptionBudget `m` for the stable pods.
 Every child carries an owner reference to `m`; the garbage collector deletes them.
 """
 
@@ -22,7 +23,7 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SuffixDecoding,
 )
-from specfleet.operator.children import DEPLOYMENT, SERVICE, TRACKS, Track
+from specfleet.operator.children import DEPLOYMENT, DISRUPTION_BUDGET, SERVICE, TRACKS, Track
 from specfleet.operator.configs import as_track_runs
 from specfleet.runtime.config import Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
@@ -349,6 +350,27 @@ def service(model: SpeculativeModel) -> Manifest:
     }
 
 
+def disruption_budget(model: SpeculativeModel) -> Manifest:
+    """The stable pods' PodDisruptionBudget: a drain evicts at most maxUnavailable of them
+    at once, and any that is not Ready (AlwaysAllow), so a pod that cannot start never
+    blocks a drain. The canary is left out: a trial it ends is tried again."""
+    return {
+        "apiVersion": DISRUPTION_BUDGET.api_version,
+        "kind": DISRUPTION_BUDGET.kind,
+        "metadata": {
+            "name": model.metadata.name,
+            "namespace": model.metadata.namespace,
+            "labels": labels(model),
+            "ownerReferences": owner_references(model),
+        },
+        "spec": {
+            "maxUnavailable": model.spec.runtime.disruption_budget.max_unavailable,
+            "selector": {"matchLabels": pod_selector(model, "stable")},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
+
+
 def manifests(model: SpeculativeModel, schedule_credential: str | None = None) -> list[Manifest]:
     """Every child the model should have, in the order they are applied. The canary Deployment
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
@@ -356,4 +378,5 @@ def manifests(model: SpeculativeModel, schedule_credential: str | None = None) -
         deployment(model, "stable", schedule_credential),
         deployment(model, "canary"),
         service(model),
+        disruption_budget(model),
     ]
