@@ -37,12 +37,14 @@ from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
     TrialSubject,
+    candidate_rate,
     count_stable,
     measured_gain,
     pending_seconds,
+    ready,
     verdict,
 )
-from specfleet.operator.trial_stats import totals_add, totals_rate
+from specfleet.operator.trial_stats import totals_add
 from specfleet.operator.trials import end_trial
 from specfleet.operator.windows import Judged, judge_collected
 
@@ -211,7 +213,7 @@ def _start(run: Run, wanted: RunningConfig) -> None:
 
 def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
     sp = run.sp
-    pending = pending_seconds(run, observation)
+    pending = pending_seconds(run, observation.canary_pending_since)
     if pending is not None and sp.off is None:
         # No node for the canary pod: the trial goes on in place, as a K trial's would;
         # the stable windows so far are its windows before.
@@ -238,7 +240,7 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
     trial.canary = totals_add(trial.canary, canary.window)
     if _clearly_below_floor(run, trial):
         return
-    if trial.canary.windows >= run.spec.rollout.windows and trial.stable.windows >= 1:
+    if ready(trial.stable, trial.canary, run.spec.rollout.windows):
         batch = stable.window.batch_per_pod if stable.window is not None else 1.0
         off = sp.off is not None
         before = None if off else sp.schedule
@@ -309,7 +311,7 @@ def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
     trial.canary = totals_add(trial.canary, stable.window)
     if _clearly_below_floor(run, trial):
         return
-    if trial.canary.windows >= run.spec.rollout.windows:
+    if ready(trial.stable, trial.canary, run.spec.rollout.windows):
         before_k = trial.previous_tokens or 0
         before, tried = trial.previous_schedule, sp.schedule
         _compare(run, trial, before_k, before, tried, stable.window.batch_per_pod)
@@ -369,7 +371,7 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
     step cost and every memory of K are learned anew for it."""
     sp, state = run.sp, run.status.config
     trial = state.trial if state is not None else None
-    rate = totals_rate(trial.canary).value if trial is not None and trial.canary.windows else None
+    rate = candidate_rate(trial.canary) if trial is not None else None
     spec_config = config_of(run.spec)
     if spec_config.hash == wanted.hash:
         wanted = spec_config  # with what the spec's pods are rendered from
@@ -421,7 +423,7 @@ def _reject(run: Run, reason: TrialOutcome, message: str) -> None:
     state = run.status.config
     assert state is not None and state.trial is not None
     trial = state.trial
-    rate = totals_rate(trial.canary).value if trial.canary.windows else None
+    rate = candidate_rate(trial.canary)
     _end(run, trial)
     state.rejected = ConfigRejection(
         hash=trial.config.hash, reason=reason.value, message=message, at=run.now

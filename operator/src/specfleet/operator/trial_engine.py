@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specfleet.operator.api import FittedStepCost, ScheduledBand, TrackTotals
-from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
-from specfleet.operator.trial_stats import goodput_gain, schedule_gain, totals_add
+from specfleet.operator.trial_stats import goodput_gain, schedule_gain, totals_add, totals_rate
 from specfleet.operator.windows import Judged, timed_k0_band
 
 # A trial whose measured gain clears its required gain while its lower bound does not yet
@@ -57,14 +56,24 @@ def count_stable(run: Run, totals: TrackTotals, stable: Judged, *, k0_band: bool
     return totals
 
 
-def pending_seconds(run: Run, observation: Observation) -> float | None:
-    """How long the canary pod has been Pending, once past canaryPendingTimeout (no node
-    for it: the trial goes on in place); None before."""
-    pending = observation.canary_pending_since
+def pending_seconds(run: Run, pending: float | None) -> float | None:
+    """How long the canary pod has been Pending since `pending` (a timestamp), once past
+    canaryPendingTimeout (no node for it: the trial goes on in place); None before."""
     limit = run.seconds(run.spec.tuning.canary_pending_timeout).total_seconds()
     if pending is None or run.now.timestamp() - pending < limit:
         return None
     return run.now.timestamp() - pending
+
+
+def ready(stable: TrackTotals, canary: TrackTotals, windows: int) -> bool:
+    """The candidate has its `windows`, and the stable pods one at least to compare with."""
+    return canary.windows >= windows and stable.windows >= 1
+
+
+def candidate_rate(canary: TrackTotals) -> float | None:
+    """The acceptance rate the candidate's windows measured, for the history; None where
+    they drafted nothing (plain decoding, or no window in yet)."""
+    return totals_rate(canary).value if canary.counts.drafts else None
 
 
 def measured_gain(

@@ -35,12 +35,14 @@ from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
     TrialSubject,
+    candidate_rate,
     count_stable,
     measured_gain,
     pending_seconds,
+    ready,
     verdict,
 )
-from specfleet.operator.trial_stats import totals_add, totals_merge, totals_rate
+from specfleet.operator.trial_stats import totals_add, totals_merge
 from specfleet.operator.windows import (
     Judged,
     judge_collected,
@@ -221,10 +223,8 @@ def _advance_trial(
         after = canary
         if not _add_windows(run, stable, canary):
             return
-    if (
-        (after.conclusive or timed_k0_band(after))
-        and trial.canary.windows >= spec.tuning.canary_windows
-        and trial.stable.windows >= 1
+    if (after.conclusive or timed_k0_band(after)) and ready(
+        trial.stable, trial.canary, spec.tuning.canary_windows
     ):
         _compare(run, stable)
     else:
@@ -260,7 +260,7 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
     place."""
     sp, spec, trial = run.sp, run.spec, run.sp.trial
     assert trial is not None
-    pending = pending_seconds(run, observation)
+    pending = pending_seconds(run, observation.canary_pending_since)
     if pending is None:
         return False
     waiting = observation.canary_pending_reason
@@ -473,8 +473,9 @@ def end_trial(
     anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
-    rate = totals_rate(trial.canary).value if trial.canary.counts.drafts else None
-    ended = _Ended(trial, _trial_baseline(run), *_trial_schedules(run), rate)
+    ended = _Ended(
+        trial, _trial_baseline(run), *_trial_schedules(run), candidate_rate(trial.canary)
+    )
     sp.trial = None
     failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
     if not trial.in_place and not trial.plain and ended.tried is None and not failed_floor:
