@@ -23,6 +23,7 @@ from specfleet.operator.evaluation import (
     runtime_failures,
     scrape_targets,
 )
+from specfleet.operator.metrics import scrape
 from specfleet.operator.status import ObservedChildren
 from tests.test_runtime_sim_server import PEAGLE, sim
 
@@ -208,3 +209,31 @@ def test_prometheus_that_cannot_answer_makes_an_inconclusive_window(
     assert available.reason == "PrometheusUnavailable"
     assert "127.0.0.1" in available.message
     assert _scrape_errors(model, "PrometheusUnavailable") == before + 1
+
+
+def test_an_ipv6_pod_is_scraped_at_its_bracketed_address(peagle_manifest: dict[str, Any]) -> None:
+    """On an IPv6 cluster every pod IP has colons: unbracketed, the URL's host ended at
+    the first one and every scrape was Unreachable (issue 42)."""
+    from tests.hostile_servers import serving
+    from tests.test_metrics import page
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=page(100, [80, 60, 30], generation=500))
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+
+    async def main() -> list[Any]:
+        async with serving(app, "::1") as url:
+            manifest = {**peagle_manifest, "spec": {**peagle_manifest["spec"]}}
+            port = int(url.rsplit(":", 1)[1])
+            manifest["spec"]["runtime"] = {**manifest["spec"]["runtime"], "port": port}
+            model = _model(manifest, tokens=3)
+            pod = _pod("v6", model, "stable", podIP="::1")
+            targets = scrape_targets(model, current_pods(model, ObservedChildren(pods=[pod])))
+            assert [t.url for t in targets] == [f"http://[::1]:{port}/metrics"]
+            return await scrape(targets, timeout=5, concurrency=1)
+
+    (sample,) = asyncio.run(main())
+    assert sample.error is None and sample.counters is not None
+    assert sample.counters.drafts == 100

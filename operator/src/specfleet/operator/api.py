@@ -26,6 +26,7 @@ from pydantic import (
     GetJsonSchemaHandler,
     Strict,
     StringConstraints,
+    ValidationError,
     WithJsonSchema,
     model_validator,
 )
@@ -2791,6 +2792,32 @@ class RunningConfig(ApiModel):
         "from them whole, never from a mix of two commits. Absent from a trial's config (the "
         "canary runs the spec), and from a status written before issue 41.",
     )
+
+    @model_validator(mode="after")
+    def _within_the_spec_s_rules(self) -> RunningConfig:
+        """The stable pods (and a trial's canary) are rendered from this, not from the
+        spec: whoever may patch status must not run an image or arguments that
+        spec.runtime refuses (an operator-owned flag, an older speculative flag, too
+        many or too long arguments, an empty image), judged with the rest of the runtime
+        they run with (`pods`; a status from before it: the arguments alone). Read as an
+        invalid spec is."""
+        runtime: dict[str, Any] = {"args": self.args}
+        if self.pods is not None:
+            runtime = self.pods.runtime.model_dump(by_alias=True, mode="json") | runtime
+            runtime["image"] = self.image
+        elif not self.image:
+            raise ValueError("breaks spec.runtime's rules: image: an empty image")
+        try:
+            Runtime.model_validate(runtime)
+        except ValidationError as error:
+            raise ValueError(
+                "breaks spec.runtime's rules: "
+                + "; ".join(
+                    (f"{'.'.join(map(str, e['loc']))}: " if e["loc"] else "") + e["msg"]
+                    for e in error.errors()
+                )
+            ) from None
+        return self
 
 
 class ConfigTrial(ApiModel):

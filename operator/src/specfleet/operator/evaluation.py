@@ -88,6 +88,12 @@ def current_pods(model: SpeculativeModel, children: ObservedChildren) -> Current
     return current
 
 
+def url_host(ip: str) -> str:
+    """A pod IP as a URL's host: an IPv6 address in brackets (RFC 3986), where its colons
+    would otherwise read as a port."""
+    return f"[{ip}]" if ":" in ip else ip
+
+
 def scrape_targets(model: SpeculativeModel, current: CurrentPods) -> list[ScrapeTarget]:
     """Every ready pod of the current config (`current_pods`): old pods are left out
     rather than blamed on the new K."""
@@ -99,7 +105,7 @@ def scrape_targets(model: SpeculativeModel, current: CurrentPods) -> list[Scrape
                 continue
             # The port of the config the track's pods run (the running one on trial).
             port = as_track_runs(model, track).spec.runtime.port
-            url = f"http://{ip}:{port}/metrics"
+            url = f"http://{url_host(ip)}:{port}/metrics"
             targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
     return targets
 

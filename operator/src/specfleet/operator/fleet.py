@@ -42,11 +42,12 @@ from specfleet.operator.children import (
     DEPLOYMENT,
     POD,
     REPLICA_SET,
+    TRACKS,
     child_kind,
     owned_pods,
 )
 from specfleet.operator.conditions import set_condition
-from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, as_track_runs
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator, current_pods, scrape_targets
@@ -447,9 +448,7 @@ class Fleet:
         failure: ReconcileFailure | None = None
         in_status = False  # the decision is written
         try:
-            refused = self.pod_policy.refusals(model.spec)
-            if refused:
-                raise PodPolicyRefused(_one_line("; ".join(refused)))
+            self._check_pod_policy(model)
             manifests = render.manifests(model, credential)
             if new_schedule or self._changes_children(key, recorded, model, manifests, credential):
                 # Record the decision before acting on it: children applied from a
@@ -467,6 +466,7 @@ class Fleet:
                     actions += more
                     model = self._keyed(model)
                     credential = self._credential(model)
+                    self._check_pod_policy(model)
                     manifests = render.manifests(model, credential)
                     written = await self._write_status(record, written, model.status)
                     if written is None:  # status written in between: the next reconcile
@@ -661,6 +661,23 @@ class Fleet:
             if cached is None or _edit_marker(cached) != marker:
                 return False
         return True
+
+    def _check_pod_policy(self, model: SpeculativeModel) -> None:
+        """PodPolicyRefused if a track's pods would hold what the install does not allow:
+        as the spec says, or as the last good config status keeps says (the stable pods
+        are rendered from status.config.running.pods while a new config is on trial or
+        rejected, and whoever may patch status could put anything there)."""
+        refused = self.pod_policy.refusals(model.spec)
+        for track in TRACKS:
+            runs = as_track_runs(model, track)
+            if runs is not model:
+                refused += [
+                    f"status.config.running.pods ({track} pods): {words}"
+                    for words in self.pod_policy.refusals(runs.spec)
+                    if words not in refused
+                ]
+        if refused:
+            raise PodPolicyRefused(_one_line("; ".join(dict.fromkeys(refused))))
 
     async def _refuse(self, record: ModelRecord, body: dict[str, Any], now: datetime) -> Outcome:
         """A spec the API server admitted but the models refuse (e.g. an older CRD):
