@@ -14,6 +14,7 @@ from specfleet.operator.api import LEFT_OUT_MESSAGE_LIMIT, LeftOutReason
 from specfleet.operator.children import Track
 from specfleet.operator.counts import Counts
 from specfleet.runtime.config import MAX_SPECULATIVE_TOKENS
+from specfleet.runtime.hot_schedule import BATCH_BUCKETS
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -35,6 +36,11 @@ PROCESS_START = "process_start_time_seconds"
 # when it took effect.
 SCHEDULE_GENERATION = "specfleet:schedule_generation"
 SCHEDULE_APPLIED = "specfleet:schedule_applied_timestamp_seconds"
+# specfleet-runtime's step-stats plugin (on pods that take K hot): engine step time by
+# batch-size bucket, K verified and phase; the decode-only steps at each K are read.
+STEP_SECONDS = "specfleet:step_duration_seconds_sum"
+STEP_COUNT = "specfleet:step_duration_seconds_count"
+_STEP_SERIES = (STEP_SECONDS, STEP_COUNT)
 # A hot change lands milliseconds after the decision that made it, at the start of the
 # next window: a window whose pod says its new generation took effect within this share
 # of the window from its start ran that generation (nearly) all along, and counts.
@@ -51,7 +57,7 @@ COUNTER_FIELDS = {
     ENGINE_STEPS: "engine_steps",
 }
 _VLLM = (*COUNTER_FIELDS, ACCEPTED_PER_POS, REQUESTS_RUNNING, REQUESTS_WAITING)
-SERIES_READ = (*_VLLM, PROCESS_START, SCHEDULE_GENERATION, SCHEDULE_APPLIED)
+SERIES_READ = (*_VLLM, PROCESS_START, SCHEDULE_GENERATION, SCHEDULE_APPLIED, *_STEP_SERIES)
 MAX_SERIES = 4096  # samples of the series read: about 40 per engine
 # The verdict and scrape-error reason of a window Prometheus gave nothing for.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
@@ -95,6 +101,51 @@ class SourceUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class StepTally:
+    """Decode-only engine steps that verified K=k at batch sizes in one bucket, up to
+    `batch` from the bucket before (the step-stats histogram's buckets), and their
+    seconds: cumulative on a pod, or a window's difference."""
+
+    batch: int
+    k: int
+    steps: float
+    seconds: float
+
+
+def _tallies(
+    totals: Mapping[tuple[int, int], tuple[float, float]],
+) -> tuple[StepTally, ...]:
+    return tuple(
+        StepTally(batch, k, steps, seconds)
+        for (batch, k), (steps, seconds) in sorted(totals.items())
+        if steps > 0
+    )
+
+
+def tallies_sum(groups: Iterable[Sequence[StepTally]]) -> tuple[StepTally, ...]:
+    totals: dict[tuple[int, int], tuple[float, float]] = {}
+    for tallies in groups:
+        for t in tallies:
+            steps, seconds = totals.get((t.batch, t.k), (0.0, 0.0))
+            totals[t.batch, t.k] = (steps + t.steps, seconds + t.seconds)
+    return _tallies(totals)
+
+
+def tallies_since(earlier: Sequence[StepTally], now: Sequence[StepTally]) -> tuple[StepTally, ...]:
+    """The steps counted since `earlier`, a previous reading of the same process."""
+    before = {(t.batch, t.k): t for t in earlier}
+    totals: dict[tuple[int, int], tuple[float, float]] = {}
+    for t in now:
+        old = before.get((t.batch, t.k))
+        steps, seconds = (
+            (t.steps - old.steps, t.seconds - old.seconds) if old else (t.steps, t.seconds)
+        )
+        if steps > 0 and seconds >= 0:
+            totals[t.batch, t.k] = (steps, seconds)
+    return _tallies(totals)
+
+
+@dataclass(frozen=True)
 class SpecDecodeCounters(Counts):
     """The cumulative counters (and two gauges) of one pod, summed over engines, and the
     start time of the process that serves them."""
@@ -105,6 +156,18 @@ class SpecDecodeCounters(Counts):
     process_start_time: float | None = None
     schedule_generation: int | None = None
     schedule_applied_at: float | None = None
+    step_tallies: tuple[StepTally, ...] = ()
+
+
+def _step_key(labels: Mapping[str, str]) -> tuple[int, int] | None:
+    """(batch bucket, K) of a decode-only step series; None for other phases, mixed Ks,
+    the open last bucket and anything that is not a K an engine drafts."""
+    batch, k = labels.get("batch", ""), labels.get("k", "")
+    if labels.get("phase") != "decode" or not (batch.isdigit() and k.isdigit()):
+        return None
+    if not 0 <= int(k) <= MAX_SPECULATIVE_TOKENS or int(batch) not in BATCH_BUCKETS:
+        return None
+    return int(batch), int(k)
 
 
 def series_name(sample_name: str) -> str | None:
@@ -145,6 +208,7 @@ def counters_from_series(
     started: float | None = None
     generation: int | None = None
     applied: float | None = None
+    steps: dict[tuple[int, int], tuple[float, float]] = {}
     read = 0
     for sample_name, labels, value in series:
         name = series_name(sample_name)
@@ -164,6 +228,14 @@ def counters_from_series(
         if name == SCHEDULE_APPLIED:
             applied = value if applied is None else max(applied, value)
             continue
+        if name in _STEP_SERIES:
+            key = _step_key(labels)
+            if key is not None:
+                count, seconds = steps.get(key, (0.0, 0.0))
+                steps[key] = (
+                    (count + value, seconds) if name == STEP_COUNT else (count, seconds + value)
+                )
+            continue
         exported = exported or name.startswith(_SPEC_DECODE_PREFIX)
         if name == ACCEPTED_PER_POS:
             position = _position(labels)
@@ -180,6 +252,7 @@ def counters_from_series(
         process_start_time=started,
         schedule_generation=generation,
         schedule_applied_at=applied,
+        step_tallies=_tallies(steps),
     )
 
 
@@ -220,6 +293,8 @@ class TrackWindow(Counts):
     # The Ks its pods drafted with when a schedule gave more than one (set by the tuner,
     # which knows what it rendered): acceptance per position depends on it.
     ks: tuple[int, ...] = ()
+    # Its decode steps by batch bucket and K, where the pods export them (hot pods).
+    step_tallies: tuple[StepTally, ...] = ()
 
     @property
     def step_seconds(self) -> float | None:
@@ -355,9 +430,10 @@ def _restarted(previous: PodSample, current: PodSample) -> bool:
 
 
 def _difference(previous: SpecDecodeCounters, current: SpecDecodeCounters) -> SpecDecodeCounters:
-    return SpecDecodeCounters(speculation_exported=current.speculation_exported).with_counts(
-        current - previous
-    )
+    return SpecDecodeCounters(
+        speculation_exported=current.speculation_exported,
+        step_tallies=tallies_since(previous.step_tallies, current.step_tallies),
+    ).with_counts(current - previous)
 
 
 def _window_delta(previous: PodSample, current: PodSample, k: int) -> SpecDecodeCounters:
@@ -387,6 +463,7 @@ def _aggregate(deltas: list[_PodDelta]) -> TrackWindow | None:
         pods=len(deltas),
         running_requests=sum(d.running for d in deltas),
         waiting_requests=sum(d.waiting for d in deltas),
+        step_tallies=tallies_sum(d.counters.step_tallies for d in deltas),
     ).with_counts(Counts.sum(d.counters for d in deltas))
 
 

@@ -43,12 +43,15 @@ from specfleet.operator.observations import (
     Observation,
     PodSample,
     SpecDecodeCounters,
+    StepTally,
     WindowTracker,
+    tallies_sum,
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.tuner import Decided, decide
 from specfleet.runtime.config import Drafting, Method
+from specfleet.runtime.hot_schedule import batch_bucket
 from specfleet.runtime.sim_model import (
     Seconds,
     SimProfile,
@@ -496,10 +499,15 @@ def _engine_window(
     )
     if k and not hot:  # vLLM counts the positions of the K it drafts now
         total = replace(total, accepted_per_position=total.accepted_per_position[:k])
+    tallies, bound = previous.step_tallies, batch_bucket(batch)
+    if hot and engine_steps and bound.isdigit():  # the runtime's step statistics (hot pods)
+        steps = StepTally(int(bound), k, engine_steps, engine_steps * step)
+        tallies = tallies_sum([tallies, [steps]])
     return replace(
         previous.with_counts(total),
         requests_running=batch,
         speculation_exported=k > 0 or configured,
+        step_tallies=tallies,
     )
 
 

@@ -41,6 +41,7 @@ from specfleet.operator.observations import TrackWindow
 from specfleet.operator.stats import Z_ONE_SIDED_95
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import PUBLISHED_STEP_COST
+from specfleet.runtime.hot_schedule import batch_bucket, bucket_middle
 
 # The step cost the tuner predicts with before any pod has measured one (see
 # PUBLISHED_STEP_COST); each measurement pulls the fit away from it.
@@ -464,6 +465,16 @@ def _refreshed(
     ]
 
 
+@dataclass(frozen=True)
+class StepMeasurement:
+    """A step time measured at K=tokens and a batch, over `steps` decoding steps."""
+
+    tokens: int
+    ms: float
+    batch: float
+    steps: float
+
+
 def record(
     status: StepCostStatus | None,
     k: int,
@@ -473,35 +484,90 @@ def record(
 ) -> StepCostStatus:
     """Status with a window's step time at K=k added (if it has one), samples past
     MAX_AGE dropped and the fit redone."""
-    samples = [s for s in status.samples if now - s.measured_at <= MAX_AGE] if status else []
     point = measured(window)
-    if point is not None and window is not None:
-        ms, batch = point
-        match = matching(samples, k, batch)
+    found = (
+        [StepMeasurement(k, point[0], point[1], window.decode_steps)]
+        if point is not None and window is not None
+        else []
+    )
+    return _recorded(status, found, now, drafting)
+
+
+def by_k(window: TrackWindow | None) -> list[StepMeasurement]:
+    """The step time at each K of a window that ran several (a schedule on hot pods), from
+    its step tallies: each K's decode steps at each batch bucket, a bucket's batch its
+    middle (the window's own batch when every step was in that bucket). The tallies time
+    the engine's step; the window's inter-token latency, what the fit is made of, also
+    holds what the engine does between steps: each K's time is scaled by the window's
+    ratio of the two. A K=0 band is the tax's (`record_k0_band`)."""
+    if window is None or window.step_seconds is None or not window.step_tallies:
+        return []
+    tallies = [t for t in window.step_tallies if t.steps > 0 and t.seconds > 0]
+    buckets = {t.batch for t in tallies}
+
+    def batch(bound: int) -> float:
+        mean = window.batch_per_pod
+        if len(buckets) == 1 and mean > 0 and batch_bucket(math.ceil(mean)) == str(bound):
+            return mean
+        return bucket_middle(bound)
+
+    weighted = sum(t.steps * batch(t.batch) for t in tallies)
+    if weighted <= 0:
+        return []
+    engine = sum(t.seconds * batch(t.batch) for t in tallies) / weighted
+    scale = window.step_seconds / engine
+    found = [
+        StepMeasurement(
+            t.k, t.seconds / t.steps * scale * 1000.0, batch(t.batch), t.steps * batch(t.batch)
+        )
+        for t in tallies
+        if t.k > 0 and t.steps >= MIN_ENGINE_STEPS
+    ]
+    return [m for m in found if MIN_STEP_MS <= m.ms <= MAX_STEP_MS]
+
+
+def record_by_k(
+    status: StepCostStatus | None, window: TrackWindow | None, now: datetime, drafting: Drafting
+) -> StepCostStatus | None:
+    """Status with each K's step time in a window that ran several (`by_k`) added."""
+    found = by_k(window)
+    return _recorded(status, found, now, drafting) if found else status
+
+
+def _recorded(
+    status: StepCostStatus | None,
+    found: Sequence[StepMeasurement],
+    now: datetime,
+    drafting: Drafting,
+) -> StepCostStatus:
+    samples = [s for s in status.samples if now - s.measured_at <= MAX_AGE] if status else []
+    for m in found:
+        match = matching(samples, m.tokens, m.batch)
         if match is None:
             samples.append(
                 StepTimeSample(
-                    tokens=k,
-                    batch=round(batch, 3),
-                    step_ms=round(ms, 4),
-                    steps=window.decode_steps,
+                    tokens=m.tokens,
+                    batch=round(m.batch, 3),
+                    step_ms=round(m.ms, 4),
+                    steps=m.steps,
                     windows=1,
                     measured_at=now,
                 )
             )
         else:
             old = samples[match]
-            if status is not None and confirms(old, ms):
-                samples = _refreshed(samples, batch, now, status.fitted)
+            if status is not None and confirms(old, m.ms):
+                samples = _refreshed(samples, m.batch, now, status.fitted)
             weight = min(old.windows, WINDOW_WEIGHT_CAP - 1)
             samples[match] = StepTimeSample(
-                tokens=k,
-                batch=round((old.batch * weight + batch) / (weight + 1), 3),
-                step_ms=round((old.step_ms * weight + ms) / (weight + 1), 4),
-                steps=old.steps + window.decode_steps,
+                tokens=m.tokens,
+                batch=round((old.batch * weight + m.batch) / (weight + 1), 3),
+                step_ms=round((old.step_ms * weight + m.ms) / (weight + 1), 4),
+                steps=old.steps + m.steps,
                 windows=old.windows + 1,
                 measured_at=now,
             )
+    if found:
         # The least recently measured go first: they say least about the engine now.
         samples = sorted(samples, key=lambda s: s.measured_at)[-MAX_SAMPLES:]
         samples.sort(key=lambda s: (s.tokens, s.batch))

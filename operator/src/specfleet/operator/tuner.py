@@ -250,7 +250,8 @@ def _learn_speed(run: Run, observation: Observation) -> None:
     candidate."""
     sp, window = run.sp, observation.stable
     # A track under a schedule ran several Ks in one window: no single K to learn it at,
-    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax).
+    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax) or its pods
+    # timed their steps by K.
     flat = sp.decoding_plainly or sp.schedule is None
     settled = window is not None and (
         sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
@@ -259,6 +260,12 @@ def _learn_speed(run: Run, observation: Observation) -> None:
         run.learn_speed(sp.stable_k, window)
     elif settled and window is not None and window.drafts == 0:
         run.status.step_cost = speed.record_k0_band(run.status.step_cost, window, run.drafting)
+        run.cost = speed.cost_in(run.status.step_cost, run.drafting)
+    elif settled and window is not None:
+        # Where the pods time their steps by K (hot pods), each K of the schedule.
+        run.status.step_cost = speed.record_by_k(
+            run.status.step_cost, window, run.now, run.drafting
+        )
         run.cost = speed.cost_in(run.status.step_cost, run.drafting)
     trial = sp.trial
     if trial is not None and not trial.in_place and trial.schedule is None:

@@ -37,6 +37,22 @@ GENERAL_PLUGINS = ("specfleet_cpu_fix", "specfleet_hot_schedule", "specfleet_par
 STAT_LOGGER_PLUGIN = "specfleet_step_stats"
 ENDPOINT_PLUGIN = "specfleet_schedule"
 PATH = "/specfleet/schedule"
+# Upper bounds of the step statistics' batch-size buckets (vllm_step_stats: the label is
+# the bound, "+Inf" beyond the last); the operator reads a bucket as the batches between
+# the bound before and its own.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def batch_bucket(batch: int) -> str:
+    return next((str(bound) for bound in BATCH_BUCKETS if batch <= bound), "+Inf")
+
+
+def bucket_middle(bound: int) -> float:
+    """The middle batch of the bucket up to `bound` (one of BATCH_BUCKETS)."""
+    before = max((b for b in BATCH_BUCKETS if b < bound), default=0)
+    return (before + 1 + bound) / 2
+
+
 # Set by the runtime when it turned vLLM's per-step details on for the step-stats plugin
 # (not the user): the plugin then silences vLLM's per-step log lines.
 ENV_STEP_STATS = "SPECFLEET_STEP_STATS"

@@ -29,20 +29,14 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from specfleet.runtime.hot_schedule import ENV_STEP_STATS
+from specfleet.runtime.hot_schedule import ENV_STEP_STATS, batch_bucket
 
-# Upper bounds of the batch-size buckets; beyond the last, "+Inf".
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 # Step times from a CPU toy (milliseconds) to a large model's prefill (seconds).
 STEP_SECONDS = (
     0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2,
     0.3, 0.5, 1.0, 2.0, 5.0,
 )  # fmt: skip
 ITERATION_LOGGER = "vllm.v1.metrics.loggers"
-
-
-def batch_bucket(batch: int) -> str:
-    return next((str(bound) for bound in BATCH_BUCKETS if batch <= bound), "+Inf")
 
 
 def verified_k(generation_requests: int, generation_tokens: int) -> str:
