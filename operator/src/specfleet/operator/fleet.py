@@ -906,12 +906,54 @@ def _stranger(body: dict[str, Any], model: str) -> str:
     return f"{what} belongs to {owner}: left untouched"
 
 
+# What the fleet reads of a child, and all it keeps: the watches take any object with the
+# model label, which anyone who may create one in a namespace can set, so whatever else
+# it carries (250 KiB of annotations, thousands of labels, managedFields) is dropped
+# before it is cached, model or no model. The rendered spec is recomputed from the model,
+# never read back.
+_KEPT_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
+_KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0])
+_KEPT_ANNOTATIONS = (render.CONFIG_HASH_ANNOTATION,)
+_KEPT_OWNER_FIELDS = ("kind", "name", "uid", "controller")
+# Pods' (phase, podIP, conditions, containerStatuses) and Deployments' (replicas...).
+_KEPT_STATUS = (
+    "phase",
+    "podIP",
+    "conditions",
+    "containerStatuses",
+    "replicas",
+    "readyReplicas",
+    "updatedReplicas",
+    "observedGeneration",
+)
+
+
+def _kept(mapping: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: mapping[k] for k in keys if k in mapping} if isinstance(mapping, dict) else {}
+
+
 def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
-    """What the fleet reads of a child: kind, metadata without managedFields, status.
-    Whole Deployments and pods (pod templates, managedFields) would cost memory per
-    model for nothing: the rendered spec is recomputed from the model, never read back."""
-    metadata = {k: v for k, v in body["metadata"].items() if k != "managedFields"}
-    return {"kind": body["kind"], "metadata": metadata, "status": body.get("status") or {}}
+    """What the fleet reads of a child (the _KEPT_ fields above): its controller among
+    its owners, the operator's labels, the config hash, a few status fields."""
+    source = body["metadata"]
+    metadata = _kept(source, _KEPT_METADATA)
+    metadata["labels"] = _kept(source.get("labels"), _KEPT_LABELS)
+    annotations = _kept(source.get("annotations"), _KEPT_ANNOTATIONS)
+    if annotations:
+        metadata["annotations"] = annotations
+    controller = _controller(body)
+    if controller is not None:
+        metadata["ownerReferences"] = [_kept(controller, _KEPT_OWNER_FIELDS)]
+    status = _kept(body.get("status"), _KEPT_STATUS)
+    return {"kind": body["kind"], "metadata": metadata, "status": status}
 
 
 def _version_of(body: dict[str, Any] | None) -> str | None:
