@@ -13,6 +13,7 @@ from pydantic import TypeAdapter, ValidationError
 from specfleet.operator import api, crd, logs, manifests, render
 from specfleet.operator.errors import describe, validation_errors
 from specfleet.operator.pod_policy import PodPolicy
+from specfleet.runtime import vllm_flags
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 
@@ -72,9 +73,9 @@ def validate_command(
     """Validate SpeculativeModel manifests offline; print each error with its field path.
 
     Exits 1 when any file is unreadable, holds no SpeculativeModel or a misspelt kind,
-    or a model is invalid or asks for more than the pod policy allows (the operator's
-    install: its --allow-* flags); models of all the files whose children would share a
-    name are refused too."""
+    or a model is invalid, asks for more than the pod policy allows (the operator's
+    install: its --allow-* flags) or has runtime.args vLLM 0.33's parser would refuse;
+    models of all the files whose children would share a name are refused too."""
     policy = _pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache)
     invalid = 0
     valid: list[tuple[str, api.SpeculativeModel]] = []
@@ -95,7 +96,8 @@ def validate_command(
             name = _name(document, index)
             errors = validation_errors(document)
             if not errors:
-                errors = policy.refusals(api.SpeculativeModel.model_validate(document).spec)
+                spec = api.SpeculativeModel.model_validate(document).spec
+                errors = policy.refusals(spec) + _vllm_refusals(spec.runtime.args)
             for message in errors:
                 typer.echo(f"{path} ({name}): {message}", err=True)
             if errors:
@@ -107,6 +109,15 @@ def validate_command(
         typer.echo(message, err=True)
         invalid += 1
     raise typer.Exit(1 if invalid else 0)
+
+
+def _vllm_refusals(args: list[str]) -> list[str]:
+    """What vLLM 0.33's parser would refuse in runtime.args (its flags' table: the
+    operator's image has no vLLM), each naming the arg."""
+    return [
+        f"spec.runtime.args[{index}]: {why} (vLLM stops at start on it)"
+        for index, why in vllm_flags.Flags().refusals(args)
+    ]
 
 
 def _name(document: Any, index: int) -> str:
@@ -132,7 +143,8 @@ def render_command(
         str, typer.Option(help="Namespace if the manifest has none.", callback=_namespace_name)
     ] = "default",
 ) -> None:
-    """Print the Deployments and Service the operator would create, without a cluster."""
+    """Print the Deployments, Service and PodDisruptionBudget the operator would create,
+    without a cluster."""
     try:
         found = manifests.sort_documents(manifests.read_documents(file))
     except manifests.ManifestError as error:

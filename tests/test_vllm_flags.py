@@ -1,0 +1,160 @@
+"""`spec.runtime.args` against vLLM 0.33's own parser, without vLLM: the table of its
+flags (runtime/vllm_flags.json) that `specfleet validate` reads, and, where vLLM 0.33 is
+at hand (SPECFLEET_VLLM_PYTHON, as the contract test), that the table is what vLLM's
+parser has and that the check refuses exactly the argvs vLLM's parser refuses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from specfleet.operator.cli import app
+from specfleet.runtime import vllm_flags
+from tests.conftest import REPO
+from tests.test_runtime_vllm_contract import vllm_python
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+# Accepted by vLLM 0.33's parser (each checked against it below where vLLM is at hand).
+ACCEPTED = [
+    ["--max-model-len", "8192"],
+    ["--max_model_len=8192"],
+    ["--max-model", "8192"],
+    ["--enforce-eager", "--gpu-memory-utilization", "0.9"],
+    ["--scheduling-policy", "priority"],
+    ["--compilation-config.mode", "3"],
+    ["-O3"],
+    ["--cudagraph-capture-sizes", "1", "2", "4", "--enforce-eager"],
+    ["--enable-prefix-caching"],
+    ["--disable-prefix-caching"],
+    ["--no-enable-prefix-caching"],
+    ["--kv-cache-dtype", "fp8"],
+    ["--max-num-seqs=64", "--max-num-batched-tokens", "8192"],
+]
+# Refused by it: the index of the first arg the check names, and a word of why.
+REFUSED: list[tuple[list[str], int, str]] = [
+    (["--max-model-lenn", "8192"], 0, "not an option"),
+    (["--max-model-len", "8192", "--enable-prefix-cache"], 2, "not an option"),
+    (["--no-prefix-caching"], 0, "not an option"),
+    (["--max", "1"], 0, "ambiguous"),
+    (["--scheduling-policy", "lifo"], 1, "takes one of fcfs, priority"),
+    (["--max-model-len"], 0, "takes a value"),
+    (["--enforce-eager", "yes"], 1, "a value no flag"),
+    (["--gpu-memory-utilisation", "0.9"], 0, "not an option"),
+]
+
+
+def test_the_table_is_vllm_033s() -> None:
+    table = vllm_flags.load()
+    assert table["vllm"] == "0.33.0"
+    assert {"--max-model-len", "--enforce-eager", "--speculative-config", "-tp"} <= set(
+        table["flags"]
+    )
+
+
+@pytest.mark.parametrize("args", ACCEPTED, ids=" ".join)
+def test_what_vllm_accepts_passes(args: list[str]) -> None:
+    assert vllm_flags.Flags().refusals(args) == []
+
+
+@pytest.mark.parametrize(("args", "index", "why"), REFUSED, ids=lambda v: str(v))
+def test_what_vllm_refuses_is_named_with_its_index(args: list[str], index: int, why: str) -> None:
+    refusals = vllm_flags.Flags().refusals(args)
+    assert refusals and refusals[0][0] == index and why in refusals[0][1], refusals
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_examples_args_pass(path: Path) -> None:
+    manifest: dict[str, Any] = yaml.safe_load(path.read_text())
+    assert vllm_flags.Flags().refusals(manifest["spec"].get("runtime", {}).get("args", [])) == []
+
+
+def test_validate_refuses_a_misspelt_flag_naming_field_and_index(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    peagle_manifest["spec"]["runtime"]["args"] = [
+        "--max-model-len",
+        "8192",
+        "--gpu-memory-utilisation",
+        "0.9",
+    ]
+    result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
+    assert result.exit_code == 1, result.output
+    assert "spec.runtime.args[2]: '--gpu-memory-utilisation': not an option of vLLM 0.33.0" in (
+        result.output
+    )
+    peagle_manifest["spec"]["runtime"]["args"] = ["--gpu-memory-utilization", "0.9"]
+    result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
+    assert result.exit_code == 0, result.output
+
+
+# ------------------------------------------------------- against vLLM 0.33 itself
+
+needs_vllm = pytest.mark.skipif(
+    vllm_python() is None,
+    reason="vLLM 0.33 is not at hand (SPECFLEET_VLLM_PYTHON, as the contract test)",
+)
+
+# Runs in vLLM's Python: parses each argv with `vllm serve`'s parser, says which it refuses.
+PARSE = r"""
+import argparse, json, sys
+from vllm import platforms
+from vllm.platforms.cpu import CpuPlatform
+platforms.current_platform = CpuPlatform()
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+class ParseError(Exception):
+    pass
+
+def error(self, message):
+    raise ParseError(message)
+
+argparse.ArgumentParser.error = error
+parser = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+refused = []
+for args in json.load(sys.stdin):
+    try:
+        parser.parse_args(["serve", "some/model", *args])
+        refused.append(None)
+    except BaseException as error:
+        refused.append(repr(error))
+print(json.dumps(refused))
+"""
+
+
+@needs_vllm
+def test_the_committed_table_is_what_vllms_parser_has() -> None:
+    """Stale when vLLM's pin moves: regenerate with the command in vllm_flags.py."""
+    python = vllm_python()
+    assert python is not None
+    assert vllm_flags.generate(python) == vllm_flags.TABLE.read_text(), (
+        "runtime/src/specfleet/runtime/vllm_flags.json is stale: run "
+        "SPECFLEET_VLLM_PYTHON=... .venv/bin/python -m specfleet.runtime.vllm_flags"
+    )
+
+
+@needs_vllm
+def test_the_check_refuses_exactly_what_vllms_parser_refuses() -> None:
+    python = vllm_python()
+    assert python is not None
+    argvs = ACCEPTED + [args for args, _, _ in REFUSED]
+    result = subprocess.run(
+        [python, "-c", PARSE],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    verdicts = json.loads(result.stdout.strip().splitlines()[-1])
+    flags = vllm_flags.Flags()
+    for args, refused in zip(argvs, verdicts, strict=True):
+        assert bool(flags.refusals(args)) == (refused is not None), (args, refused)
