@@ -44,9 +44,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # The tests that start vLLM without a cluster: one unit of work, the other worker's
-# first, while the e2e worker starts the cluster and runs the tests without vLLM.
+# first, while the e2e worker starts the cluster and runs the tests without vLLM. Split
+# across workers, a module's vLLM server would start on each.
 VLLM_TESTS = (
     "tests/test_real_engine.py",
+    "tests/test_real_engine_hot_schedule.py",
     "tests/test_vllm_speculative_config.py",
     "tests/test_runtime_vllm_contract.py",
 )
