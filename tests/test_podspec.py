@@ -213,6 +213,7 @@ def _pod(
             "namespace": "serving",
             "labels": {render.MODEL_LABEL: "llama-8b"},
             "creationTimestamp": created.isoformat(),
+            "ownerReferences": [{"kind": "ReplicaSet", "uid": "uid-rs", "controller": True}],
         },
         "status": {
             "conditions": conditions,
@@ -222,7 +223,25 @@ def _pod(
 
 
 def _startup(cache: FleetCache, model: SpeculativeModel) -> float | None:
-    return summarize(model, cache.observed(("serving", "llama-8b")), NOW).startup_seconds
+    """The startup status says, from the pods `_pod` made: the model's own (through a
+    ReplicaSet of its Deployment), as only those count."""
+    key = ("serving", "llama-8b")
+    if key not in cache.models:
+        meta = {"name": "llama-8b", "namespace": "serving", "resourceVersion": "1"}
+        cache.remember_model({"kind": "SpeculativeModel", "metadata": {**meta, "uid": "uid-m"}})
+        for kind, name, uid, owner in (
+            ("Deployment", "llama-8b", "uid-d", ("SpeculativeModel", "uid-m")),
+            ("ReplicaSet", "llama-8b-1", "uid-rs", ("Deployment", "uid-d")),
+        ):
+            metadata = {
+                **meta,
+                "name": name,
+                "uid": uid,
+                "labels": {render.MODEL_LABEL: "llama-8b"},
+                "ownerReferences": [{"kind": owner[0], "uid": owner[1], "controller": True}],
+            }
+            cache.remember_child({"kind": kind, "metadata": metadata, "status": {}})
+    return summarize(model, cache.observed(key), NOW).startup_seconds
 
 
 def test_a_readiness_flap_leaves_the_startup_measured_at_the_first_ready(
