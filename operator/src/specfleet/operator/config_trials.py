@@ -36,6 +36,7 @@ from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
+    Sides,
     TrialSubject,
     candidate_rate,
     count_stable,
@@ -242,9 +243,11 @@ def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Obse
         return
     if ready(trial.stable, trial.canary, run.spec.rollout.windows):
         batch = stable.window.batch_per_pod if stable.window is not None else 1.0
+        # Beside plain stable pods (speculation off) the new config is compared with plain
+        # decoding, not with what ran before.
         off = sp.off is not None
-        before = None if off else sp.schedule
-        _compare(run, trial, 0 if off else (sp.tokens or 0), before, trial.schedule, batch)
+        before_k, before = (0, None) if off else (sp.tokens or 0, sp.schedule)
+        _compare(run, trial, Sides(trial.tokens, trial.schedule, before_k, before), batch)
 
 
 def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
@@ -313,8 +316,8 @@ def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
         return
     if ready(trial.stable, trial.canary, run.spec.rollout.windows):
         before_k = trial.previous_tokens or 0
-        before, tried = trial.previous_schedule, sp.schedule
-        _compare(run, trial, before_k, before, tried, stable.window.batch_per_pod)
+        sides = Sides(trial.tokens, sp.schedule, before_k, trial.previous_schedule)
+        _compare(run, trial, sides, stable.window.batch_per_pod)
 
 
 def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
@@ -332,26 +335,16 @@ def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
     return True
 
 
-def _compare(
-    run: Run,
-    trial: ConfigTrial,
-    before_k: int,
-    before: list[ScheduledBand] | None,
-    tried: list[ScheduledBand] | None,
-    batch: float,
-) -> None:
+def _compare(run: Run, trial: ConfigTrial, sides: Sides, batch: float) -> None:
     """The K trial's evidence standard: promoted when the lower bound of the goodput gain
     clears rollout.minGain and the acceptance clears the floor; measured on while the gain
     is promising but not proven, up to TRIAL_EXTENSION times the windows."""
     spec = run.spec
     running = run.status.config.running.hash if run.status.config else "?"
     subject = TrialSubject(
-        tokens=trial.tokens,
-        tried=tried,
-        before_tokens=before_k,
-        before=before,
+        sides=sides,
         tried_words=f"config {trial.config.hash} at K={trial.tokens}",
-        before_words=f"{running} at K={before_k}",
+        before_words=f"{running} at K={sides.before_tokens}",
         required=spec.rollout.min_gain,
         windows=TRIAL_EXTENSION * spec.rollout.windows,
         metric=rollback_metric_of(spec).of_totals(trial.canary),

@@ -23,13 +23,20 @@ TRIAL_EXTENSION = 3
 
 
 @dataclass(frozen=True)
-class TrialSubject:
-    """What a trial tries against what, and how its evidence is held up."""
+class Sides:
+    """What a trial's candidate runs, and what it is compared with."""
 
     tokens: int  # the K the candidate runs (a schedule's largest)
     tried: list[ScheduledBand] | None  # the candidate's schedule (None: one K)
     before_tokens: int  # the K it is compared with (0: plain decoding)
     before: list[ScheduledBand] | None  # the schedule it is compared with
+
+
+@dataclass(frozen=True)
+class TrialSubject:
+    """What a trial tries against what, and how its evidence is held up."""
+
+    sides: Sides
     tried_words: str
     before_words: str
     required: float  # the goodput gain its lower bound must clear
@@ -86,11 +93,12 @@ def measured_gain(
     """The goodput gain of the candidate's windows over the stable ones, and what it rests
     on: per-request speed where either side runs a schedule and both timed their steps
     (a schedule has no single K), else goodput at `batch`."""
-    schedules = subject.tried is not None or subject.before is not None
+    sides = subject.sides
+    schedules = sides.tried is not None or sides.before is not None
     if schedules and stable.timed_windows and canary.timed_windows:
-        after = subject.tried or [ScheduledBand(tokens=subject.tokens)]
+        after = sides.tried or [ScheduledBand(tokens=sides.tokens)]
         return schedule_gain(stable, canary, after, cost)
-    return goodput_gain(stable, subject.before_tokens, canary, subject.tokens, batch, cost)
+    return goodput_gain(stable, sides.before_tokens, canary, sides.tokens, batch, cost)
 
 
 def verdict(

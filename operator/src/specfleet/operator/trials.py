@@ -34,6 +34,7 @@ from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
+    Sides,
     TrialSubject,
     candidate_rate,
     count_stable,
@@ -329,35 +330,29 @@ def _end_if_overdue(run: Run) -> None:
         )
 
 
-def _trial_baseline(run: Run) -> int | None:
-    """The K a trial is compared with: plain decoding (0) for a re-probe, the K before an
-    in-place trial, else the stable K."""
-    trial = run.sp.trial
-    assert trial is not None
-    if run.sp.off is not None:
-        return 0
-    return trial.in_place.previous_tokens if trial.in_place else run.sp.tokens
-
-
-def _trial_schedules(run: Run) -> tuple[list[ScheduledBand] | None, list[ScheduledBand] | None]:
-    """The schedule a trial tries and the one it is compared with (None: one K)."""
-    trial = run.sp.trial
+def _sides(run: Run) -> Sides:
+    """The running trial's candidate against what it is compared with: plain decoding
+    (K=0) for a re-probe, the K before an in-place trial, else the stable K; the schedule
+    before an in-place trial, none for a re-probe (plain decoding, not what ran before),
+    else the stable pods'."""
+    sp, trial = run.sp, run.sp.trial
     assert trial is not None
     if trial.in_place:
-        return trial.schedule, trial.in_place.previous_schedule
-    if run.sp.off is not None:
-        return trial.schedule, None  # a re-probe: against plain decoding, not what ran before
-    return trial.schedule, run.sp.schedule
+        before_k = 0 if sp.off is not None else trial.in_place.previous_tokens
+        return Sides(trial.tokens, trial.schedule, before_k, trial.in_place.previous_schedule)
+    if sp.off is not None:
+        return Sides(trial.tokens, trial.schedule, 0, None)
+    assert sp.tokens is not None
+    return Sides(trial.tokens, trial.schedule, sp.tokens, sp.schedule)
 
 
 def _compare(run: Run, stable: Judged) -> None:
     spec, trial = run.spec, run.sp.trial
     assert trial is not None
-    before_k = _trial_baseline(run)
-    assert before_k is not None
+    sides = _sides(run)
+    tried, before, before_k = sides.tried, sides.before, sides.before_tokens
     window = stable.window
     batch = window.batch_per_pod if window is not None else 1.0
-    tried, before = _trial_schedules(run)
     if (tried is not None or before is not None) and not (
         trial.stable.timed_windows and trial.canary.timed_windows
     ):
@@ -370,10 +365,7 @@ def _compare(run: Run, stable: Judged) -> None:
         )
         return
     subject = TrialSubject(
-        tokens=trial.tokens,
-        tried=tried,
-        before_tokens=before_k,
-        before=before,
+        sides=sides,
         tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
         before_words=schedule.describe(before) if before else f"K={before_k}",
         # In place the restart is paid, and going back costs another: the candidate
@@ -386,7 +378,7 @@ def _compare(run: Run, stable: Judged) -> None:
         margin=run.margin,
     )
     gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
-    projected = _over_load(run, gain, before_k, _measured_at(trial.stable, batch))
+    projected = _over_load(run, gain, sides, _measured_at(trial.stable, batch))
     if projected is not None:
         gain, over = projected
         basis += f"; {over}"
@@ -402,9 +394,7 @@ def _measured_at(stable: TrackTotals, batch: float) -> float:
     return timed.decode_steps / timed.engine_steps if timed.engine_steps else batch
 
 
-def _over_load(
-    run: Run, gain: Estimate, before_k: int, batch: float
-) -> tuple[Estimate, str] | None:
+def _over_load(run: Run, gain: Estimate, sides: Sides, batch: float) -> tuple[Estimate, str] | None:
     """Under a learned schedule a trial is proposed for the load the pods lived through,
     not for its own windows' (load moves faster than a trial): its windows check the
     prediction at the batch they ran, and the prediction, scaled by what they found,
@@ -426,10 +416,10 @@ def _over_load(
         scheduled=sp.schedule is not None or trial.schedule is not None,
     ):
         return None
-    tried, before = _trial_schedules(run)
-    after = None if trial.plain else (tried or [ScheduledBand(tokens=trial.tokens)])
-    if before is None and before_k > 0:
-        before = [ScheduledBand(tokens=before_k)]
+    before = sides.before
+    after = None if trial.plain else (sides.tried or [ScheduledBand(tokens=trial.tokens)])
+    if before is None and sides.before_tokens > 0:
+        before = [ScheduledBand(tokens=sides.before_tokens)]
 
     def ratio(load: list[float]) -> float:
         was = schedule.tokens_over(before, load, conditional, run.cost)
@@ -454,9 +444,7 @@ class _Ended:
     """A trial as it ended: what it tried against what, and the acceptance it measured."""
 
     trial: Trial
-    previous: int | None
-    tried: list[ScheduledBand] | None
-    before: list[ScheduledBand] | None
+    sides: Sides
     rate: float | None
 
 
@@ -473,12 +461,10 @@ def end_trial(
     anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
-    ended = _Ended(
-        trial, _trial_baseline(run), *_trial_schedules(run), candidate_rate(trial.canary)
-    )
+    ended = _Ended(trial, _sides(run), candidate_rate(trial.canary))
     sp.trial = None
     failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
-    if not trial.in_place and not trial.plain and ended.tried is None and not failed_floor:
+    if not trial.in_place and not trial.plain and ended.sides.tried is None and not failed_floor:
         # What the canary measured at its K predicts that K (and deeper ones) next time,
         # as the stable windows after an in-place switch were remembered as they came;
         # not under the floor, as they were not (the re-probe's "what a draft does").
@@ -500,7 +486,7 @@ def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> Non
         ActionKind.PROMOTE,
         reason,
         message,
-        from_tokens=ended.previous,
+        from_tokens=ended.sides.before_tokens,
         to_tokens=candidate,
         acceptance=ended.rate,
     )
@@ -510,9 +496,10 @@ def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> Non
             ConditionType.SPECULATION_ACTIVE, "True", "Reprobed", f"drafting K={candidate}"
         )
         return
-    assert ended.previous is not None
-    sp.last_known_good = LastKnownGood(tokens=ended.previous, schedule=ended.before)
-    sp.schedule = ended.tried
+    sp.last_known_good = LastKnownGood(
+        tokens=ended.sides.before_tokens, schedule=ended.sides.before
+    )
+    sp.schedule = ended.sides.tried
     failing = sp.failing_windows
     run.changed(candidate)
     if ended.trial.in_place:  # the stable pods ran it through the trial: its failures count on
@@ -534,8 +521,8 @@ def _abort(
         else:
             later = run.now + run.seconds(run.spec.tuning.cooldown)
             sp.off = sp.off.model_copy(update={"reprobe_at": later})
-    if reject and ended.tried is not None:  # the schedule failed, not its largest K
-        remember_rejected(run, schedule=ended.tried)
+    if reject and ended.sides.tried is not None:  # the schedule failed, not its largest K
+        remember_rejected(run, schedule=ended.sides.tried)
     elif reject:
         remember_rejected(run, tokens=[candidate])
     run.act(
@@ -544,12 +531,12 @@ def _abort(
         message,
         warning=reason is TrialOutcome.BELOW_FLOOR,
         from_tokens=candidate,
-        to_tokens=ended.previous,
+        to_tokens=ended.sides.before_tokens,
         acceptance=ended.rate,
     )
-    if ended.trial.in_place and ended.previous and ended.trial.in_place.switched:
-        sp.schedule = ended.before
-        run.changed(ended.previous)
+    if ended.trial.in_place and ended.sides.before_tokens and ended.trial.in_place.switched:
+        sp.schedule = ended.sides.before
+        run.changed(ended.sides.before_tokens)
     else:
         sp.changed_at = run.now
 
