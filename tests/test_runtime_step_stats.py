@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 from prometheus_client import CollectorRegistry
 
-from specfleet.runtime.vllm_step_stats import StepMetrics, batch_bucket, verified_k
+from specfleet.runtime.hot_schedule import batch_bucket
+from specfleet.runtime.vllm_step_stats import StepMetrics, verified_k
 
 LABELS = {"model_name": "tiny", "engine": "0"}
 
