@@ -353,10 +353,16 @@ def _compare(run: Run, trial: ConfigTrial, sides: Sides, batch: float) -> None:
     )
     gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
     reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)
+    # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
+    # from the code (reference.condition_reasons), and no margin applies here.
     if reason is TrialOutcome.GOODPUT_GAIN:
-        _adopt(run, trial.config, ActionKind.PROMOTE_CONFIG, reason, summary)
-    elif reason is not None:  # else promising but not proven: measure on
-        _reject(run, reason, summary)
+        _adopt(run, trial.config, ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN, summary)
+    elif reason is TrialOutcome.NO_GAIN:
+        _reject(run, TrialOutcome.NO_GAIN, summary)
+    elif reason is TrialOutcome.BELOW_FLOOR:
+        _reject(run, TrialOutcome.BELOW_FLOOR, summary)
+    else:  # promising but not proven: measure on
+        assert reason is None, reason
 
 
 def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:
