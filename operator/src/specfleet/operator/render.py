@@ -282,6 +282,16 @@ def config_hashes(model: SpeculativeModel) -> dict[Track, str]:
     }
 
 
+def _child_metadata(model: SpeculativeModel, name: str, child_labels: dict[str, str]) -> Manifest:
+    """A child's metadata: its name and labels, in the model's namespace, owned by it."""
+    return {
+        "name": name,
+        "namespace": model.metadata.namespace,
+        "labels": child_labels,
+        "ownerReferences": owner_references(model),
+    }
+
+
 def deployment(
     model: SpeculativeModel, track: Track, schedule_credential: str | None = None
 ) -> Manifest:
@@ -303,12 +313,11 @@ def deployment(
     return {
         "apiVersion": DEPLOYMENT.api_version,
         "kind": DEPLOYMENT.kind,
-        "metadata": {
-            "name": model.metadata.name if track == "stable" else canary_name(model.metadata.name),
-            "namespace": model.metadata.namespace,
-            "labels": pod_labels,
-            "ownerReferences": owner_references(model),
-        },
+        "metadata": _child_metadata(
+            model,
+            model.metadata.name if track == "stable" else canary_name(model.metadata.name),
+            pod_labels,
+        ),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": pod_selector(model, track)},
@@ -335,12 +344,7 @@ def service(model: SpeculativeModel) -> Manifest:
     return {
         "apiVersion": SERVICE.api_version,
         "kind": SERVICE.kind,
-        "metadata": {
-            "name": model.metadata.name,
-            "namespace": model.metadata.namespace,
-            "labels": labels(model),
-            "ownerReferences": owner_references(model),
-        },
+        "metadata": _child_metadata(model, model.metadata.name, labels(model)),
         "spec": {
             "selector": {MODEL_LABEL: model.metadata.name},
             "ports": [
@@ -357,12 +361,7 @@ def disruption_budget(model: SpeculativeModel) -> Manifest:
     return {
         "apiVersion": DISRUPTION_BUDGET.api_version,
         "kind": DISRUPTION_BUDGET.kind,
-        "metadata": {
-            "name": model.metadata.name,
-            "namespace": model.metadata.namespace,
-            "labels": labels(model),
-            "ownerReferences": owner_references(model),
-        },
+        "metadata": _child_metadata(model, model.metadata.name, labels(model)),
         "spec": {
             "maxUnavailable": model.spec.runtime.disruption_budget.max_unavailable,
             "selector": {"matchLabels": pod_selector(model, "stable")},
