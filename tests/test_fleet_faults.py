@@ -491,6 +491,30 @@ def test_after_a_relist_the_model_is_confirmed_before_its_children_are_created(
     assert KEY not in fleet.cache.models
 
 
+def test_after_a_relist_a_child_the_cache_still_holds_is_not_applied_for_a_model_gone(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """A watch gap: the model and its children were deleted; only the Service's DELETED
+    arrived. The Deployments the cache still holds would be applied, which creates them
+    (CI saw the operator re-create a gone model's Deployment 35 ms before the listing
+    forgot it): after a relist the model is confirmed first, whatever the cache holds."""
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    reconcile(fleet)
+    cluster.deliver(fleet)
+    cluster.delete_model("llama")
+    cluster.deliver(fleet, kinds=("Service",))
+    cluster.lose_watch()
+    fleet.relisted()
+    cluster.requests.clear()
+    reconcile(fleet)
+    assert ("get", "SpeculativeModel", "llama") in cluster.requests
+    assert not [r for r in cluster.requests if r[0] == "patch"], cluster.requests
+    assert ("Deployment", "team", "llama") not in cluster.objects
+    assert KEY not in fleet.cache.models
+
+
 def test_a_listing_after_the_relist_confirms_the_model_again(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:

@@ -600,11 +600,14 @@ class Fleet:
                 if found is not None and not _ours(found, uid, key[1]):
                     strangers.append(_stranger(found, key[1]))
                     continue
-            if found is None and not confirmed and self._may_be_gone(record):
+            relisted = record.seen_at_relist < self.cache.relists
+            if not confirmed and (relisted or (found is None and self._may_be_gone(record))):
                 # About to create, and the cache cannot say the model is still there (a
                 # relist since it was last seen, or a child it had is missing: deleted by
                 # the collector after a lost DELETED?): children of a model that is
-                # gone would only feed the collector.
+                # gone would only feed the collector. After a relist even a child the
+                # cache still holds may be gone (the listing not taken yet), and applying
+                # it would create it.
                 await self._confirm_exists(record, key, uid)
                 confirmed = True
             if record.gone:
