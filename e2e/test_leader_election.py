@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from e2e import cluster, operator_pods
@@ -18,6 +19,9 @@ from e2e.operator_pods import Replica
 from e2e.story import MODEL, install_chart, story_model
 from e2e.waiting import wait_for
 from specfleet.operator.kube import user_agent
+
+# Leases and fences on deadlines of seconds: run without real vLLM beside them.
+pytestmark = pytest.mark.cluster_alone
 
 # Shorter than the chart's defaults (15/10/2 s, measured by benchmarks/failover.py) to keep
 # the test quick; the same ratios: the renew deadline well before the Lease runs out.
@@ -129,7 +133,7 @@ def test_the_charts_replicas_through_a_killed_then_a_frozen_leader(
 
     wait_for("the thawed replica to exit (1) and run again", exited_and_back, timeout=60)
     assert not writes(namespace, successor.name, other_took_over)
-    assert other.leading()
+    wait_for("the other replica leading on", other.leading, timeout=30)
     print(
         f"failover: SIGKILL -> first write by {successor.name} "
         f"({'restarted' if successor.name == first.name else 'standby'}) "
