@@ -5,6 +5,8 @@ recovering above it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     BelowFloorPolicy,
@@ -15,6 +17,7 @@ from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.plain import measure_first
 from specfleet.operator.prediction import (
+    Prediction,
     fastest_and_plain,
     window_conditional,
 )
@@ -86,9 +89,8 @@ def rollback(run: Run, judged: Judged) -> None:
         )
         run.changed(lkg)
         return
-    lower = [k for k, p in predicted.items() if k < current and p.metric >= run.floor + run.margin]
-    if lower:
-        k = max(lower)
+    k = _largest_clearing_below(run, predicted, current)
+    if k is not None:
         run.act(
             ActionKind.STEP_DOWN,
             "BelowFloor",
@@ -104,6 +106,12 @@ def rollback(run: Run, judged: Judged) -> None:
         run.changed(k)
         return
     below_floor(run, judged, why)
+
+
+def _largest_clearing_below(run: Run, predicted: Mapping[int, Prediction], k: int) -> int | None:
+    """The largest K under k predicted to clear the floor with the margin, if any."""
+    clearing = [j for j, p in predicted.items() if j < k and p.metric >= run.floor + run.margin]
+    return max(clearing, default=None)
 
 
 def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
@@ -126,13 +134,11 @@ def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
         predicted = run.predictions(judged.window)
         if k in predicted and predicted[k].metric < run.floor:
             fails = f"K={k} is predicted {predicted[k].metric:.3f}"
-            lower = [
-                j for j, p in predicted.items() if j < k and p.metric >= run.floor + run.margin
-            ]
-            if not lower:
+            lower = _largest_clearing_below(run, predicted, k)
+            if lower is None:
                 below_floor(run, judged, f"{why}; {fails}")
                 return
-            k = max(lower)
+            k = lower
             target = f"K={k} at every load ({fails}; K={k} {predicted[k].metric:.3f})"
             sp.last_known_good = LastKnownGood(tokens=k)
         else:
