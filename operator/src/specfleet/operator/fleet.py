@@ -591,6 +591,8 @@ class Fleet:
         markers: dict[ChildRef, Any] = {}
         strangers: list[str] = []
         confirmed = False
+        # A relist since the model was last seen: its DELETED may be lost.
+        relisted = record.seen_at_relist < self.cache.relists
         for manifest in manifests:
             ref = (manifest["kind"], manifest["metadata"]["name"])
             found = self.cache.children.get(key, {}).get(ref)
@@ -600,14 +602,13 @@ class Fleet:
                 if found is not None and not _ours(found, uid, key[1]):
                     strangers.append(_stranger(found, key[1]))
                     continue
-            relisted = record.seen_at_relist < self.cache.relists
-            if not confirmed and (relisted or (found is None and self._may_be_gone(record))):
-                # About to create, and the cache cannot say the model is still there (a
-                # relist since it was last seen, or a child it had is missing: deleted by
-                # the collector after a lost DELETED?): children of a model that is
-                # gone would only feed the collector. After a relist even a child the
-                # cache still holds may be gone (the listing not taken yet), and applying
-                # it would create it.
+            missing = found is None and record.applied is not None
+            if not confirmed and (relisted or missing):
+                # The cache cannot say the model is still there (a relist since it was
+                # last seen, or a child it had is missing: deleted by the collector after
+                # a lost DELETED?): children of a model that is gone would only feed the
+                # collector. After a relist even a child the cache still holds may be
+                # gone (the listing not taken yet), and applying it would create it.
                 await self._confirm_exists(record, key, uid)
                 confirmed = True
             if record.gone:
@@ -636,11 +637,6 @@ class Fleet:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
         record.applied = AppliedChildren(_digest(manifests), markers)
         return None
-
-    def _may_be_gone(self, record: ModelRecord) -> bool:
-        """Whether the model may be gone with its DELETED lost: a watch relisted since
-        it was last seen, or children were applied and one is missing now."""
-        return record.seen_at_relist < self.cache.relists or record.applied is not None
 
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
         current = await asyncio.to_thread(self.cluster.get_model, *key)
