@@ -6,7 +6,6 @@ waits saying why; it is never rejected for Timeout as if it had run."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,8 +15,8 @@ from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.status import ObservedChildren
 from tests.fake_cluster import FakeCluster
+from tests.test_fleet import KEY, settle
 
-KEY = ("team", "llama")
 QUOTA = (
     'pods "llama-canary-5d8f9c7b6-x2k4q" is forbidden: exceeded quota: gpu, requested: '
     "requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=8, limited: "
@@ -39,21 +38,12 @@ class ClockedEvaluator(Evaluator):
         return await super().evaluate(model, children, self.now)
 
 
-def _settle(cluster: FakeCluster, fleet: Fleet) -> None:
-    for _ in range(10):
-        cluster.deliver(fleet)
-        asyncio.run(fleet.reconcile(KEY))
-        if not cluster.watch:
-            return
-    raise AssertionError("the fleet kept writing")
-
-
 def _evaluate_at(cluster: FakeCluster, fleet: Fleet, at: datetime) -> None:
     evaluator = fleet.evaluator
     assert isinstance(evaluator, ClockedEvaluator)
     evaluator.now = at
     fleet.cache.models[KEY].next_evaluation = 0.0  # an evaluation is due
-    _settle(cluster, fleet)
+    settle(cluster, fleet)
 
 
 def _quota_blocked_trial(cluster: FakeCluster, manifest: dict[str, Any]) -> tuple[Fleet, datetime]:
@@ -62,9 +52,9 @@ def _quota_blocked_trial(cluster: FakeCluster, manifest: dict[str, Any]) -> tupl
     fleet = Fleet(cluster, ClockedEvaluator())  # type: ignore[arg-type]
     manifest["metadata"]["name"] = "llama"
     cluster.create_model(manifest)
-    _settle(cluster, fleet)
+    settle(cluster, fleet)
     cluster.edit_spec("llama", lambda spec: spec["draft"].update(model="team/retrained-head"))
-    _settle(cluster, fleet)
+    settle(cluster, fleet)
     assert [e["reason"] for e in cluster.events] == ["StartConfigTrial"]
     canary = cluster.objects[("Deployment", "team", "llama-canary")]
     assert canary["spec"]["replicas"] == 1

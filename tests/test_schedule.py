@@ -417,25 +417,35 @@ def test_positions_no_draft_reached_are_unknown_not_zero() -> None:
     assert deep.mean_length > 3.0
 
 
-def test_a_failing_fixed_schedule_rolls_back_to_its_smallest_k() -> None:
-    """Not to its largest K at every load (where acceptance is lowest) before stepping down."""
-    spec = make_spec(
+def _k7_then_k2_schedule() -> SpeculativeModelSpec:
+    """A Fixed schedule, K=7 up to 2 requests and K=2 above, failing after 2 windows."""
+    return make_spec(
         speculation={
             "tokens": 7,
             "schedule": {"mode": "Fixed", "bands": [{"upToBatch": 2, "tokens": 7}, {"tokens": 2}]},
         },
         rollback={**DAR, "failureLimit": 2},
     )
+
+
+def _failing_k7_then_k2(conditional: list[float]) -> TrackWindow:
+    """A window of that schedule at K=7 whose drafts are accepted with `conditional`."""
+    per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(conditional, 7))
+    return replace(
+        _window(7, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos), ks=(2, 7)
+    )
+
+
+def test_a_failing_fixed_schedule_rolls_back_to_its_smallest_k() -> None:
+    """Not to its largest K at every load (where acceptance is lowest) before stepping down."""
+    spec = _k7_then_k2_schedule()
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
     assert status.speculation.tokens == 7
     good = status.speculation.last_known_good
     assert good is not None and good.tokens == 2 and good.schedule == status.speculation.schedule
     # Failing at K=7, K=2 predicted to clear the floor (0.95).
     bad = [0.97, 0.95, 0.9, 0.2, 0.2, 0.2]
-    per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 7))
-    failing = replace(
-        _window(7, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos), ks=(2, 7)
-    )
+    failing = _failing_k7_then_k2(bad)
     for minute in (1, 2):
         status = decide(
             spec, status, Observation(failing, None), T0 + timedelta(minutes=minute)
@@ -447,19 +457,10 @@ def test_a_failing_fixed_schedule_never_rolls_back_to_a_k_predicted_to_fail() ->
     """Issue 41, item 8: the schedule's smallest K, K=2, predicted 0.675 under the 0.75
     floor, is not where it goes (as rollback() would not go there for one K): the largest
     smaller K predicted to clear the floor with the margin, K=1 (0.9), is."""
-    spec = make_spec(
-        speculation={
-            "tokens": 7,
-            "schedule": {"mode": "Fixed", "bands": [{"upToBatch": 2, "tokens": 7}, {"tokens": 2}]},
-        },
-        rollback={**DAR, "failureLimit": 2},
-    )
+    spec = _k7_then_k2_schedule()
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
     bad = [0.9, 0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
-    per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 7))
-    failing = replace(
-        _window(7, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos), ks=(2, 7)
-    )
+    failing = _failing_k7_then_k2(bad)
     actions: list[Action] = []
     for minute in (1, 2):
         decided = decide(spec, status, Observation(failing, None), T0 + timedelta(minutes=minute))
@@ -474,19 +475,10 @@ def test_a_failing_fixed_schedule_never_rolls_back_to_a_k_predicted_to_fail() ->
 def test_a_failing_fixed_schedule_with_no_k_predicted_to_clear_goes_below_the_floor() -> None:
     """No K of the spec's range is predicted to clear the floor: what below_floor does
     for one K (keep the fastest, flagged, here), never a roll back to a failing K."""
-    spec = make_spec(
-        speculation={
-            "tokens": 7,
-            "schedule": {"mode": "Fixed", "bands": [{"upToBatch": 2, "tokens": 7}, {"tokens": 2}]},
-        },
-        rollback={**DAR, "failureLimit": 2},
-    )
+    spec = _k7_then_k2_schedule()
     status = decide(spec, SpeculativeModelStatus(), Observation(None, None), T0).status
     bad = [0.5, 0.4, 0.3, 0.2, 0.2, 0.2]
-    per_pos = tuple(20_000 * r for r in decoding.cumulative_acceptance(bad, 7))
-    failing = replace(
-        _window(7, 1), accepted_per_position=per_pos, accepted_tokens=sum(per_pos), ks=(2, 7)
-    )
+    failing = _failing_k7_then_k2(bad)
     kinds: list[str] = []
     for minute in (1, 2):
         decided = decide(spec, status, Observation(failing, None), T0 + timedelta(minutes=minute))
