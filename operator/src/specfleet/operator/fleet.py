@@ -641,7 +641,7 @@ class Fleet:
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
         current = await asyncio.to_thread(self.cluster.get_model, *key)
         if current is None or current["metadata"].get("uid") != uid:
-            log.info("%s/%s: gone (found before creating its children); forgetting it", *key)
+            log.info("%s/%s: gone (found before applying its children); forgetting it", *key)
             self._forget_record(key, record)
         if record.gone:
             raise Forgotten
