@@ -96,22 +96,30 @@ def test_no_write_reaches_a_slow_accepting_api_server_after_the_fence_closes(
 ) -> None:
     """The API server's accept queue is full when the write leaves (the fence open), the
     fence closes 0.25 s later, the queue opens at 0.75 s. The write times out once and is
-    not sent again: nothing reaches the server (urllib3's own retries sent it at ~1 s)."""
+    not sent again: nothing reaches the server (urllib3's own retries sent it at ~1 s).
+    The clock starts at the fence's first check, so a slow machine cannot close the fence
+    before the write leaves."""
     server = FullAcceptQueue()
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setattr(
         kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig(server.url, tmp_path / "k"))
     )
-    started = time.monotonic()
-    fence = started + 0.25
-    cluster = Cluster(api_client("test"), "test", lambda: time.monotonic() < fence, TIMEOUT)
-    request = dict(calls(cluster))[write]
     opener = threading.Timer(0.75, server.open)
-    opener.start()
+    checks: list[float] = []
+
+    def holds_lease() -> bool:
+        if not checks:
+            opener.start()
+        checks.append(time.monotonic())
+        return checks[-1] < checks[0] + 0.25
+
+    cluster = Cluster(api_client("test"), "test", holds_lease, TIMEOUT)
+    request = dict(calls(cluster))[write]
     try:
         with pytest.raises(Exception, match=r"(?i)timed out"):
             request()
-        time.sleep(2.5 - (time.monotonic() - started))  # past 3 more tries' worth
+        time.sleep(max(0.0, 2.5 - (time.monotonic() - checks[0])))  # past 3 more tries
+        fence = checks[0] + 0.25
         after_fence = [round(at - fence, 2) for at, _ in server.arrived if at > fence]
         assert after_fence == []
     finally:
