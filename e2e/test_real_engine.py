@@ -388,7 +388,7 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
         body = real_engine.real_model(NAME, target, head, floor=CONFIG_FLOOR)
         body["spec"]["tuning"]["enabled"] = False  # K stays 3: the trial compares heads
         body["spec"]["rollback"]["failureLimit"] = 10_000
-        body["spec"]["rollout"] = {"strategy": strategy, "windows": 2, "timeout": "20m"}
+        body["spec"]["rollout"] = {"strategy": strategy, "windows": 4, "timeout": "20m"}
         return body
 
     def model() -> dict[str, Any]:
@@ -429,8 +429,23 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
             found = [h for h in history(model()) if h["action"] == action]
             return found[-1] if found else None
 
-        wait_for("the trained head promoted", lambda: decided("PromoteConfig"), timeout=900)
-        assert decided("RejectConfig") is None, history(model())
+        def trial_state() -> dict[str, Any]:
+            status = model().get("status") or {}
+            pods = track_pods(api_client, model_namespace, "stable")
+            return {
+                "config": status.get("config"),
+                "conditions": status.get("conditions"),
+                "history": (status.get("history") or [])[-4:],
+                "pods": [(running_draft(p), pod_ready(p)) for p in pods],
+            }
+
+        wait_for(
+            "the trained head's trial ended",
+            lambda: decided("PromoteConfig") or decided("RejectConfig"),
+            timeout=900,
+            context=trial_state,
+        )
+        assert decided("RejectConfig") is None, trial_state()
         assert config()["running"]["draftModel"] == str(trained)
         said = condition(model(), "ConfigRejected")
         assert said is not None and said["reason"] == "GoodputGain", said
