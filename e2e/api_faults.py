@@ -4,16 +4,21 @@ and a TCP proxy between the operator and the API server that can turn bad: pass 
 through, delay them, blackhole them (connections stay open, nothing arrives either way),
 reset every connection and refuse new ones, or reset every connection and accept no new
 one (its accept queue full: a connect hangs until it times out). TLS passes through
-untouched (the API server's certificate names 127.0.0.1, where the proxy listens too)."""
+untouched (the API server's certificate names 127.0.0.1, where the proxy listens too).
+And an HTTPS proxy that reads each request, to answer one kind of request late after the
+API server has committed it."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -22,6 +27,7 @@ from enum import Enum
 from pathlib import Path
 
 import yaml
+from aiohttp import ClientSession, TCPConnector, web
 
 from e2e import cluster, podnet
 from tests.api_servers import fill_accept_queue
@@ -176,3 +182,108 @@ class TcpProxy:
                 target.sendall(data)
             except OSError:
                 return
+
+
+# Headers of one hop (RFC 9110 7.6.1) and the framing aiohttp sets itself.
+_HOP_HEADERS = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade"}
+)
+
+
+class LateAnswers:
+    """An HTTPS proxy in front of the API server: it presents the API server's own
+    certificate (the test PKI's, which names 127.0.0.1), forwards each request as the
+    kubeconfig's user, user agent and all, and streams the answers back (watches too).
+    Requests whose method and path match `answer_late` are sent on at once, so the API
+    server commits them, and answered `delay` seconds later: an answer lost in a slow
+    network, which a TCP proxy cannot single out inside TLS."""
+
+    def __init__(self, admin: Path) -> None:
+        config = yaml.safe_load(admin.read_text())
+        user = config["users"][0]["user"]
+        ca = config["clusters"][0]["cluster"]["certificate-authority"]
+        self.upstream = config["clusters"][0]["cluster"]["server"]
+        self.to_server = ssl.create_default_context(cafile=ca)
+        self.to_server.load_cert_chain(user["client-certificate"], user["client-key"])
+        pki = Path(ca).parent
+        self.to_clients = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.to_clients.load_cert_chain(pki / "apiserver.crt", pki / "apiserver.key")
+        self.late: tuple[str, re.Pattern[str], float] | None = None
+        self.answered_late: list[tuple[float, int]] = []  # (monotonic, status) each
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stopped: asyncio.Event | None = None
+
+    def answer_late(self, method: str, path: str, delay: float) -> None:
+        """From now on, answer `method` requests whose path matches `path` (a regular
+        expression) `delay` seconds after the API server did."""
+        self.late = (method, re.compile(path), delay)
+
+    def answer_at_once(self) -> None:
+        self.late = None
+
+    def kubeconfig(self, admin: Path, into: Path) -> Path:
+        """A copy of `admin` that reaches the API server through this proxy."""
+        config = yaml.safe_load(admin.read_text())
+        for entry in config["clusters"]:
+            entry["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
+        into.write_text(yaml.safe_dump(config))
+        return into
+
+    def start(self) -> LateAnswers:
+        threading.Thread(
+            target=self._loop.run_until_complete, args=(self._serve(),), daemon=True
+        ).start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("the HTTPS proxy did not start in 30 s")
+        return self
+
+    def stop(self) -> None:
+        if self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+
+    async def _serve(self) -> None:
+        self._stopped = asyncio.Event()
+        async with ClientSession(
+            connector=TCPConnector(ssl=self.to_server), auto_decompress=False
+        ) as session:
+            app = web.Application(client_max_size=64 * 1024 * 1024)
+
+            async def forward(request: web.Request) -> web.StreamResponse:
+                return await self._forward(session, request)
+
+            app.router.add_route("*", "/{path:.*}", forward)
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self.to_clients)
+            await site.start()
+            self.port = runner.addresses[0][1]
+            self._ready.set()
+            await self._stopped.wait()
+            await runner.cleanup()
+
+    async def _forward(self, session: ClientSession, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        late = self.late
+        async with session.request(
+            request.method,
+            self.upstream + request.path_qs,
+            headers=headers,
+            data=body or None,
+            allow_redirects=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        ) as answer:
+            kept = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_HEADERS}
+            if late and late[0] == request.method and late[1].search(request.path):
+                content = await answer.read()  # committed on the server
+                await asyncio.sleep(late[2])
+                self.answered_late.append((time.monotonic(), answer.status))
+                return web.Response(status=answer.status, body=content, headers=kept)
+            response = web.StreamResponse(status=answer.status, headers=kept)
+            await response.prepare(request)
+            async for chunk in answer.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response

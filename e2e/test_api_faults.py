@@ -2,11 +2,13 @@
 server restarted mid-canary; a watch forced to expire (etcd compacted, the API server
 restarted) while a model and another model's child are deleted; a proxy between a leader
 and the API server that delays, then blackholes, then resets its connections, or that
-accepts no new connection (issue 41); a /scale writer during evaluations. The numbers
+accepts no new connection, or that answers the leader's Lease renewals late (issue 41); a
+/scale writer during evaluations. The numbers
 printed here are the ones in docs/reliability.md."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from e2e import cluster
-from e2e.api_faults import Mode, TcpProxy, compact_etcd, restart_api_server
+from e2e.api_faults import LateAnswers, Mode, TcpProxy, compact_etcd, restart_api_server
 from e2e.models import apply, canary_running, condition, get_model, history, sim_model
 from e2e.operator_process import OperatorProcess, replica
 from e2e.story import MODEL, story_model
@@ -181,6 +183,70 @@ def test_a_leader_whose_api_server_stops_accepting_writes_nothing_after_its_fenc
     finally:
         first.stop()
         second.stop()
+
+
+LATE_ANSWER = 5.0  # seconds: past QUICK_ELECTION's request timeout and renew deadline
+
+
+def test_a_leader_whose_lease_renewals_are_answered_late_keeps_leading(
+    crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path
+) -> None:
+    """An HTTPS proxy in front of the leader answers each of its Lease renewals 5 s after
+    the API server committed it: every renewal times out on the leader's side. It reads
+    the Lease back, finds its own renewal and keeps leading: it puts back a Service
+    deleted meanwhile; the standby never leads nor writes. Before issue 41, urllib3 sent
+    the PUT again with the old resourceVersion, got 409, and the leader quit holding the
+    Lease it had just renewed."""
+    namespace = ha_namespace
+    admin = cluster.kubeconfig_path()
+    proxy = LateAnswers(admin).start()
+    first = replica(
+        namespace,
+        tmp_path,
+        "op-a",
+        *QUICK_ELECTION,
+        kubeconfig=proxy.kubeconfig(admin, tmp_path / "proxied.kubeconfig"),
+    )
+    second = replica(namespace, tmp_path, "op-b", *QUICK_ELECTION)
+    try:
+        first.start()
+        wait_for("op-a to lead", first.leading, timeout=30)
+        second.start()
+        apply(story_model(), namespace)
+        wait_for(
+            "op-a's status writes",
+            lambda: cluster.accepted_writes(user_agent("op-a"), namespace),
+            timeout=60,
+        )
+        late_from = datetime.now(UTC)
+        proxy.answer_late("PUT", r"/leases/[^/]+$", LATE_ANSWER)
+        wait_for("2 renewals answered late", lambda: len(proxy.answered_late) >= 2, 60)
+        deleted = datetime.now(UTC)  # a child gone: the leader must write to put it back
+        cluster.kubectl("delete", "service", MODEL, "-n", namespace)
+        cluster.first_accepted_write(user_agent("op-a"), namespace, deleted, "services")
+        wait_for("6 renewals answered late", lambda: len(proxy.answered_late) >= 6, 120)
+        late_until = datetime.now(UTC)
+        proxy.answer_at_once()
+
+        assert first.process is not None and first.process.poll() is None, first.log_tail()
+        assert first.leading() and not second.leading()
+        assert "lost leadership" not in (tmp_path / "op-a.log").read_text()
+        assert all(status == 200 for _, status in proxy.answered_late), proxy.answered_late
+        a_writes = cluster.accepted_writes(user_agent("op-a"), namespace, late_from)
+        renewals = [w.received for w in a_writes if w.resource == "leases"]
+        others = [w.received for w in a_writes if w.resource != "leases"]
+        assert not cluster.accepted_writes(user_agent("op-b"), namespace, late_from)
+        gaps = [(b - a).total_seconds() for a, b in itertools.pairwise(renewals)]
+        print(
+            f"late renewals: {len(proxy.answered_late)} answered {LATE_ANSWER:g} s late in "
+            f"{(late_until - late_from).total_seconds():.0f} s; op-a renewed "
+            f"{len(renewals)} times (longest gap {max(gaps, default=0):.1f} s), wrote "
+            f"{len(others)} times more, led throughout; op-b wrote nothing"
+        )
+    finally:
+        first.stop()
+        second.stop()
+        proxy.stop()
 
 
 def test_a_watch_gap_hides_neither_a_deleted_model_nor_a_deleted_child(
