@@ -18,7 +18,7 @@ from pydantic import Field
 
 from specfleet.operator import api, crd, reference
 from specfleet.operator.errors import validation_errors
-from specfleet.runtime.vllm_args import OWNED_ARG_PATTERN
+from specfleet.runtime.vllm_args import OWNED_ARG_PATTERNS, OWNED_FLAGS
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, apply_changes
 
@@ -94,12 +94,15 @@ def test_every_cross_field_rule_has_a_cel_rule() -> None:
     for fragment in [
         "speculation.tokens must be between",
         "speculation.minTokens must not exceed speculation.maxTokens",
-        "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
+        "draft.tensorParallelSize must be 1 or the target's tensor parallel size",
         "runtime.nodeSelector keys must be label keys",
         "draft.model is required",
         "runtime.args may not set a flag specfleet renders",
         "runtime.args may not start with a positional argument",
-        "tensorParallelSize must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
+        "must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
+        "runtime.parallelism.nodesPerReplica must be 1",
+        "speculation.switching Hot needs runtime.parallelism.data 1",
+        "draft.adaptiveVerification needs runtime.parallelism.pipeline 1",
         "metrics.prometheus.url is required",
         "metadata.name must be a DNS-1035 label",
     ]:
@@ -183,9 +186,11 @@ def test_no_cel_rule_has_a_backslash() -> None:
         assert "\\" not in rule["rule"], path
 
 
-def test_the_args_rule_is_the_runtimes_pattern() -> None:
+def test_the_args_rules_are_the_runtimes_patterns_for_every_owned_flag() -> None:
     rules = [rule["rule"] for path, rule in crd._validations(crd.open_api_schema(), "")]
-    assert f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))" in rules
+    for pattern in OWNED_ARG_PATTERNS.values():
+        assert f"self.args.all(a, !a.matches('{pattern}'))" in rules
+    assert [o for group in OWNED_ARG_PATTERNS for o in group] == list(OWNED_FLAGS)
 
 
 # ------------------------------------------- the API server's own checks, run offline

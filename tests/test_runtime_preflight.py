@@ -252,6 +252,19 @@ def test_too_large_tensor_parallel_size_fails() -> None:
     assert "skipped" in check(args)[-1]
 
 
+def test_pipeline_and_data_parallel_sizes_multiply_the_gpus_needed() -> None:
+    args = ["--model", "org/m", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2"]
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2"}
+    with pytest.raises(preflight.PreflightError, match="x pipeline 2 x data 1 needs 4 GPUs"):
+        check(args, env=env)
+    assert (
+        "4 GPU(s) visible"
+        in check(
+            [*args[:-2], "--data-parallel-size", "2"], env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+        )[-1]
+    )
+
+
 def run_runtime(
     args: list[str], tmp_path: Path, env: dict[str, str] | None = None
 ) -> tuple[subprocess.CompletedProcess[str], str]:

@@ -96,6 +96,21 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
          _spec(method="eagle3", model=DRAFT, num_speculative_tokens=3,
                draft_tensor_parallel_size=4)],
     ),
+    "pipeline and data parallel": (
+        ["--model", TARGET, "--method", "mtp", "--num-speculative-tokens", "2",
+         "--tensor-parallel-size", "4", "--pipeline-parallel-size", "2",
+         "--data-parallel-size", "1"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "4",
+         "--pipeline-parallel-size", "2", "--speculative-config",
+         _spec(method="mtp", num_speculative_tokens=2)],
+    ),
+    "data parallel": (
+        ["--model", TARGET, "--method", "eagle3", "--draft-model", DRAFT,
+         "--num-speculative-tokens", "3", "--tensor-parallel-size", "2",
+         "--data-parallel-size", "4"],
+        ["vllm", "serve", TARGET, "--tensor-parallel-size", "2", "--data-parallel-size", "4",
+         "--speculative-config", _spec(method="eagle3", model=DRAFT, num_speculative_tokens=3)],
+    ),
     "draft_model with probabilistic draft sampling": (
         ["--model", TARGET, "--method", "draft_model", "--draft-model",
          "meta-llama/Llama-3.2-1B-Instruct", "--num-speculative-tokens", "4",
@@ -221,6 +236,10 @@ COLLIDING: list[tuple[list[str], str]] = [
     (["--tensor-parallel-size", "8"], "--tensor-parallel-size"),
     (["--tensor-parallel", "8"], "--tensor-parallel-size"),
     (["--tensor_parallel_size", "8"], "--tensor-parallel-size"),
+    (["-pp", "2"], "--pipeline-parallel-size"),
+    (["--pipeline_parallel", "2"], "--pipeline-parallel-size"),
+    (["-dp4"], "--data-parallel-size"),
+    (["--data-parallel-size=4"], "--data-parallel-size"),
     (["-tp", "8"], "--tensor-parallel-size"),
     (["-tp=8"], "--tensor-parallel-size"),
     (["-tp8"], "--tensor-parallel-size"),
@@ -258,6 +277,8 @@ def test_extra_args_that_only_look_similar_pass() -> None:
         "--hosted-thing", "1", "--max-model-len", "4096", "--portability", "--dtype", "auto",
         "--enforce-eager", "--model-impl", "vllm", "--specialize-active-lora", "--seed", "-1",
         "--max-num-seqs=8", "--compilation-config.level", "3", "--tokenizer", "tiny-model",
+        # vLLM's other data parallel flags, which go on from -dp in letters
+        "-dpl", "1", "--data-parallel-size-local", "1", "-dpb", "mp",
     ]  # fmt: skip
     config, _ = parse_serve_args(["--model", TARGET, "--", *extra], env={})
     assert vllm_argv(config)[-len(extra) :] == extra
@@ -307,6 +328,15 @@ def test_the_pattern_refuses_exactly_what_some_owned_flag_refuses(arg: str) -> N
         (["--method", "suffix", "--suffix-min-token-prob", "1.5"], "less than or equal to 1"),
         (["--method", "peagle", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
           "--draft-sample-method", "random"], "invalid choice"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--data-parallel-size", "2", "--batch-schedule", "1:8:3"],
+         "--batch-schedule and --hot-schedule need --data-parallel-size 1"),
+        (["--method", "eagle3", "--draft-model", DRAFT, "--num-speculative-tokens", "3",
+          "--data-parallel-size", "2", "--hot-schedule"],
+         "--batch-schedule and --hot-schedule need --data-parallel-size 1"),
+        (["--method", "dspark", "--num-speculative-tokens", "3", "--adaptive-verification",
+          "--pipeline-parallel-size", "2"], "--adaptive-verification needs --pipeline-parallel"),
+        (["--pipeline-parallel-size", "0"], "greater than or equal to 1"),
         (["--method", "medusa"], "invalid choice"),
         (["--port", "0"], "greater than or equal to 1"),
         (["--bogus"], "unrecognized arguments"),

@@ -50,7 +50,7 @@ from specfleet.runtime.config import (
 from specfleet.runtime.vllm_args import (
     OLDER_SPECULATIVE_FLAGS,
     OLDER_SPECULATIVE_PATTERN,
-    OWNED_ARG_PATTERN,
+    OWNED_ARG_PATTERNS,
     OWNED_FLAGS,
     older_speculative_flag,
     owned_flag,
@@ -1740,6 +1740,127 @@ class DisruptionBudget(SpecModel):
     )
 
 
+# One per spelling class that vLLM 0.33's parser reads as an owned flag (the runtime's
+# contract test checks them against vLLM).
+_OWNED_ARGS_REFUSED = [
+    ("speculative-config", ["--speculative-config", "{}"]),
+    ("speculative-config-equals", ['--speculative-config={"method":"ngram"}']),
+    ("speculative-abbreviated", ["--speculative", '{"method":"ngram"}']),
+    ("speculative-underscore", ["--speculative_config", "{}"]),
+    ("speculative-key", ["--speculative-config.num_speculative_tokens", "9"]),
+    ("speculative-short", ["-sc", "{}"]),
+    ("speculative-short-equals", ["-sc={}"]),
+    ("speculative-short-key", ["-sc.method", "ngram"]),
+    ("speculative-short-abbreviated", ["-s", "{}"]),
+    ("spec-method", ["--spec-method", "ngram"]),
+    ("spec-model", ["--spec-model", "other/draft"]),
+    ("spec-tokens-abbreviated", ["--spec-t", "9"]),
+    ("spec-ambiguous", ["--spec", "9"]),
+    ("config-file", ["--config", "/etc/serve.yaml"]),
+    ("model", ["--model", "other/model"]),
+    ("model-equals", ["--model=other/model"]),
+    ("served-abbreviated", ["--served", "x"]),
+    ("served-underscore-abbreviated", ["--served_model", "x"]),
+    ("tensor-parallel-abbreviated", ["--tensor-parallel", "8"]),
+    ("tp-short", ["-tp", "8"]),
+    ("tp-glued", ["-tp8"]),
+    ("tp-short-abbreviated", ["-t", "8"]),
+    ("pipeline-parallel-short", ["-pp", "2"]),
+    ("pipeline-parallel-underscore", ["--pipeline_parallel_size=2"]),
+    ("data-parallel-short-glued", ["-dp2"]),
+    ("data-parallel-abbreviated", ["--data-parallel-si", "2"]),
+    ("host-abbreviated", ["--hos", "0.0.0.0"]),
+    ("host-key", ["--host.x", "1"]),
+    ("port-after-others", ["--max-model-len", "8192", "--port=9000"]),
+    ("end-of-options", ["--max-model-len", "8192", "--", "other/model"]),
+]
+
+
+def _owned(args: list[str], pattern: str) -> tuple[str, str] | None:
+    """The first arg a group's pattern refuses (it may set a flag the runtime renders),
+    and the flag."""
+    return next(
+        ((a, owned_flag(a) or "") for a in args if re.fullmatch(pattern, a) is not None), None
+    )
+
+
+def _owned_flags_rule(pattern: str) -> Rule[Runtime]:
+    """The rule over runtime.args for one group of owned flags (OWNED_ARG_PATTERNS says
+    why in groups): its pattern in CEL and in Python; each says every owned flag."""
+    first = next(iter(OWNED_ARG_PATTERNS.values()))
+    return Rule(
+        f"self.args.all(a, !a.matches('{pattern}'))",
+        "runtime.args may not set a flag specfleet renders, in any spelling vLLM reads (a "
+        "prefix, '_' for '-', =value, .key): "
+        + ", ".join(" or ".join(s) for s in OWNED_FLAGS.values()),
+        lambda r: _owned(r.args, pattern) is None,
+        ".args",
+        found=lambda r: "{!r}, which sets {}".format(*_owned(r.args, pattern) or ("", "")),
+        # Each case under the first group's rule that refuses it.
+        refusals=tuple(
+            Refusal(f"args-{name}", {"spec.runtime.args": args})
+            for name, args in _OWNED_ARGS_REFUSED
+            if _owned(args, pattern) and (pattern == first or not _owned(args, first))
+        ),
+    )
+
+
+class Parallelism(SpecModel):
+    """How one replica's engine spreads the target over GPUs: vLLM's parallel sizes."""
+
+    rules: ClassVar[tuple[Rule[Parallelism], ...]] = (
+        Rule(
+            "self.nodesPerReplica == 1",
+            "runtime.parallelism.nodesPerReplica must be 1: replicas that span nodes "
+            "(LeaderWorkerSet groups) are not supported yet; fit a replica on one node "
+            "(tensor x pipeline x data at most runtime.gpus)",
+            lambda p: p.nodes_per_replica == 1,
+            ".nodesPerReplica",
+            found=lambda p: str(p.nodes_per_replica),
+            refusals=(
+                Refusal("multi-node-replica", {"spec.runtime.parallelism": {"nodesPerReplica": 2}}),
+            ),
+        ),
+    )
+
+    tensor: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="Tensor parallel size (vLLM's --tensor-parallel-size): GPUs each layer "
+        "is split over. Unset: runtime.tensorParallelSize, its older name, else 1.",
+    )
+    pipeline: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pipeline parallel size (--pipeline-parallel-size): stages the layers "
+        "are cut into, each on its own tensor parallel group.",
+    )
+    data: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Data parallel size (--data-parallel-size): engines in the pod, each "
+        "with tensor x pipeline GPUs. Above 1 the pods run one K at every batch size: vLLM "
+        "drops per-batch K schedules (speculation.schedule) with data parallel ranks.",
+    )
+    nodes_per_replica: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Nodes one replica spans: 1 (replicas spanning nodes are not supported yet).",
+    )
+
+
+# The tensor parallel size of a Runtime in CEL: parallelism.tensor, else its older name.
+_CEL_TENSOR = (
+    "(has(self.parallelism.tensor) ? self.parallelism.tensor : "
+    "(has(self.tensorParallelSize) ? self.tensorParallelSize : 1))"
+)
+_CEL_GPUS_PER_REPLICA = f"({_CEL_TENSOR} * self.parallelism.pipeline * self.parallelism.data)"
+
+
 class Runtime(SpecModel):
     """The inference pods: image, GPUs and what the runtime passes on to vLLM."""
 
@@ -1791,12 +1912,39 @@ class Runtime(SpecModel):
             ),
         ),
         Rule(
-            "self.tensorParallelSize == 1 || self.tensorParallelSize <= self.gpus",
-            "runtime.tensorParallelSize must not exceed runtime.gpus (and must be 1 when "
-            "runtime.gpus is 0)",
-            lambda r: r.tensor_parallel_size <= max(r.gpus, 1),
+            "!has(self.tensorParallelSize) || !has(self.parallelism.tensor) || "
+            "self.tensorParallelSize == 1 || self.tensorParallelSize == self.parallelism.tensor",
+            "runtime.tensorParallelSize is the older name of runtime.parallelism.tensor: set "
+            "parallelism.tensor alone (a tensorParallelSize of 1, the default older versions "
+            "wrote, is ignored)",
+            lambda r: (
+                r.tensor_parallel_size in (None, 1, r.parallelism.tensor)
+                or r.parallelism.tensor is None
+            ),
             ".tensorParallelSize",
-            found=lambda r: f"{r.tensor_parallel_size} > {r.gpus}",
+            found=lambda r: f"{r.tensor_parallel_size} and {r.parallelism.tensor}",
+            refusals=(
+                Refusal(
+                    "tp-under-both-names",
+                    {
+                        "spec.runtime.gpus": 4,
+                        "spec.runtime.tensorParallelSize": 4,
+                        "spec.runtime.parallelism": {"tensor": 2},
+                    },
+                ),
+            ),
+        ),
+        # At most, not exactly: specs admitted before parallelism asked for more GPUs than
+        # their tensor parallel size, and the operator cannot rewrite them.
+        Rule(
+            f"{_CEL_GPUS_PER_REPLICA} == 1 || {_CEL_GPUS_PER_REPLICA} <= self.gpus",
+            "runtime.parallelism: tensor x pipeline x data, the GPUs one replica's engine "
+            "uses, must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
+            lambda r: r.gpus_per_replica <= max(r.gpus, 1),
+            ".parallelism",
+            found=lambda r: (
+                f"{r.tensor} x {r.parallelism.pipeline} x {r.parallelism.data} > {r.gpus}"
+            ),
             refusals=(
                 Refusal(
                     "tp-above-gpus",
@@ -1805,6 +1953,17 @@ class Runtime(SpecModel):
                 Refusal(
                     "tp-without-gpus",
                     {"spec.runtime.tensorParallelSize": 2, "spec.runtime.gpus": 0},
+                ),
+                Refusal(
+                    "parallel-product-above-gpus",
+                    {
+                        "spec.runtime.gpus": 4,
+                        "spec.runtime.parallelism": {"tensor": 2, "pipeline": 2, "data": 2},
+                    },
+                ),
+                Refusal(
+                    "data-parallel-without-gpus",
+                    {"spec.runtime.gpus": 0, "spec.runtime.parallelism": {"data": 2}},
                 ),
             ),
         ),
@@ -1817,48 +1976,7 @@ class Runtime(SpecModel):
             found=lambda r: repr(r.args[0]),
             refusals=(Refusal("args-positional-model", {"spec.runtime.args": ["other/model"]}),),
         ),
-        Rule(
-            f"self.args.all(a, !a.matches('{OWNED_ARG_PATTERN}'))",
-            "runtime.args may not set a flag specfleet renders, in any spelling vLLM reads (a "
-            "prefix, '_' for '-', =value, .key): "
-            + ", ".join(" or ".join(s) for s in OWNED_FLAGS.values()),
-            lambda r: _owned(r.args) is None,
-            ".args",
-            found=lambda r: "{!r}, which sets {}".format(*_owned(r.args) or ("", "")),
-            # One per spelling class that vLLM 0.33's parser reads as an owned flag (the
-            # runtime's contract test checks them against vLLM).
-            refusals=tuple(
-                Refusal(f"args-{name}", {"spec.runtime.args": args})
-                for name, args in [
-                    ("speculative-config", ["--speculative-config", "{}"]),
-                    ("speculative-config-equals", ['--speculative-config={"method":"ngram"}']),
-                    ("speculative-abbreviated", ["--speculative", '{"method":"ngram"}']),
-                    ("speculative-underscore", ["--speculative_config", "{}"]),
-                    ("speculative-key", ["--speculative-config.num_speculative_tokens", "9"]),
-                    ("speculative-short", ["-sc", "{}"]),
-                    ("speculative-short-equals", ["-sc={}"]),
-                    ("speculative-short-key", ["-sc.method", "ngram"]),
-                    ("speculative-short-abbreviated", ["-s", "{}"]),
-                    ("spec-method", ["--spec-method", "ngram"]),
-                    ("spec-model", ["--spec-model", "other/draft"]),
-                    ("spec-tokens-abbreviated", ["--spec-t", "9"]),
-                    ("spec-ambiguous", ["--spec", "9"]),
-                    ("config-file", ["--config", "/etc/serve.yaml"]),
-                    ("model", ["--model", "other/model"]),
-                    ("model-equals", ["--model=other/model"]),
-                    ("served-abbreviated", ["--served", "x"]),
-                    ("served-underscore-abbreviated", ["--served_model", "x"]),
-                    ("tensor-parallel-abbreviated", ["--tensor-parallel", "8"]),
-                    ("tp-short", ["-tp", "8"]),
-                    ("tp-glued", ["-tp8"]),
-                    ("tp-short-abbreviated", ["-t", "8"]),
-                    ("host-abbreviated", ["--hos", "0.0.0.0"]),
-                    ("host-key", ["--host.x", "1"]),
-                    ("port-after-others", ["--max-model-len", "8192", "--port=9000"]),
-                    ("end-of-options", ["--max-model-len", "8192", "--", "other/model"]),
-                ]
-            ),
-        ),
+        *(_owned_flags_rule(pattern) for pattern in OWNED_ARG_PATTERNS.values()),
         Rule(
             f"self.args.all(a, !a.matches('{OLDER_SPECULATIVE_PATTERN}'))",
             "runtime.args may not use the speculative decoding flags of vLLM before 0.8 ("
@@ -1891,7 +2009,16 @@ class Runtime(SpecModel):
         "vllm/vllm-openai:v0.33.0) with injectRuntime.",
     )
     gpus: int = Field(default=1, ge=0, le=64, description="nvidia.com/gpu per pod.")
-    tensor_parallel_size: int = Field(default=1, ge=1, le=64, description="Target TP size.")
+    tensor_parallel_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=64,
+        description="The older name of parallelism.tensor, still read where that is unset.",
+    )
+    parallelism: Parallelism = Field(
+        default_factory=Parallelism,
+        description="vLLM's tensor, pipeline and data parallel sizes within one replica.",
+    )
     args: Annotated[
         list[Annotated[str, StringConstraints(max_length=MAX_ARG_LENGTH)]],
         Field(max_length=MAX_ARGS),
@@ -1943,6 +2070,16 @@ class Runtime(SpecModel):
         description="The PodDisruptionBudget of the stable pods (named as the model).",
     )
 
+    @property
+    def tensor(self) -> int:
+        """The target's tensor parallel size, under either name."""
+        return self.parallelism.tensor or self.tensor_parallel_size or 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica's engine uses: a tensor x pipeline group per data rank."""
+        return self.tensor * self.parallelism.pipeline * self.parallelism.data
+
 
 def _older(args: list[str]) -> tuple[str, str] | None:
     """The first arg that is an older vLLM speculative flag, and what replaced it."""
@@ -1954,11 +2091,6 @@ def _older(args: list[str]) -> tuple[str, str] | None:
         ),
         None,
     )
-
-
-def _owned(args: list[str]) -> tuple[str, str] | None:
-    """The first arg that may set a flag the runtime renders, and that flag."""
-    return next(((a, owner) for a in args if (owner := owned_flag(a)) is not None), None)
 
 
 # http(s), a host, a path: no user:password@ (credentials in a spec anyone may read) and
@@ -2024,13 +2156,12 @@ class SpeculativeModelSpec(SpecModel):
     rules: ClassVar[tuple[Rule[SpeculativeModelSpec], ...]] = (
         Rule(
             "!has(self.draft.tensorParallelSize) || self.draft.tensorParallelSize == 1 || "
-            "self.draft.tensorParallelSize == self.runtime.tensorParallelSize",
-            "draft.tensorParallelSize must be 1 or runtime.tensorParallelSize",
-            lambda s: s.draft.tensor_parallel_size in (None, 1, s.runtime.tensor_parallel_size),
+            "self.draft.tensorParallelSize == " + _CEL_TENSOR.replace("self.", "self.runtime."),
+            "draft.tensorParallelSize must be 1 or the target's tensor parallel size "
+            "(runtime.parallelism.tensor)",
+            lambda s: s.draft.tensor_parallel_size in (None, 1, s.runtime.tensor),
             ".draft.tensorParallelSize",
-            found=lambda s: (
-                f"{s.draft.tensor_parallel_size}, not 1 or {s.runtime.tensor_parallel_size}"
-            ),
+            found=lambda s: f"{s.draft.tensor_parallel_size}, not 1 or {s.runtime.tensor}",
             refusals=(
                 Refusal(
                     "draft-tp-neither-one-nor-target",
@@ -2038,6 +2169,48 @@ class SpeculativeModelSpec(SpecModel):
                         "spec.runtime.gpus": 4,
                         "spec.runtime.tensorParallelSize": 4,
                         "spec.draft.tensorParallelSize": 2,
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "self.speculation.switching != 'Hot' || self.runtime.parallelism.data == 1",
+            "speculation.switching Hot needs runtime.parallelism.data 1: a hot K is a per-batch "
+            "schedule, which vLLM 0.33 drops with data parallel ranks (they could pick "
+            "different Ks and deadlock); use Restart",
+            lambda s: (
+                s.speculation.switching is not KSwitching.HOT or s.runtime.parallelism.data == 1
+            ),
+            ".speculation.switching",
+            found=lambda s: f"data {s.runtime.parallelism.data}",
+            refusals=(
+                Refusal(
+                    "hot-switching-with-data-parallel",
+                    {
+                        "spec.speculation.switching": "Hot",
+                        "spec.runtime.gpus": 2,
+                        "spec.runtime.parallelism": {"data": 2},
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.draft.adaptiveVerification) || !self.draft.adaptiveVerification || "
+            "self.runtime.parallelism.pipeline == 1",
+            "draft.adaptiveVerification needs runtime.parallelism.pipeline 1: vLLM 0.33 refuses "
+            "adaptive verification with pipeline parallelism",
+            lambda s: not s.draft.adaptive_verification or s.runtime.parallelism.pipeline == 1,
+            ".draft.adaptiveVerification",
+            found=lambda s: f"pipeline {s.runtime.parallelism.pipeline}",
+            refusals=(
+                Refusal(
+                    "adaptive-verification-with-pipeline-parallel",
+                    {
+                        "spec.draft.method": "dspark",
+                        "spec.draft.model": DELETE,
+                        "spec.draft.adaptiveVerification": True,
+                        "spec.runtime.gpus": 2,
+                        "spec.runtime.parallelism": {"pipeline": 2},
                     },
                 ),
             ),
@@ -2160,6 +2333,36 @@ class SpeculativeModelSpec(SpecModel):
     )
     runtime: Runtime = Field(default_factory=Runtime)
     metrics: Metrics = Field(default_factory=Metrics)
+
+    @property
+    def schedule_in_effect(self) -> Schedule:
+        """The K-by-batch schedule the tuner and the pods follow: speculation.schedule, or
+        one K (mode Off) with data parallel ranks, where vLLM 0.33 drops per-batch
+        schedules (ranks could pick different Ks and deadlock) and runs one K."""
+        if self.runtime.parallelism.data > 1:
+            return Schedule(mode=ScheduleMode.OFF)
+        return self.speculation.schedule
+
+    def warnings(self) -> list[str]:
+        """What an admissible spec asks for that does not run as written, one
+        `field: why` a line: `specfleet validate` prints them and still passes the spec,
+        as the API server admits it."""
+        found = []
+        written, data = self.speculation.schedule, self.runtime.parallelism.data
+        if data > 1 and written.mode in (ScheduleMode.LEARNED, ScheduleMode.FIXED):
+            found.append(
+                f"spec.speculation.schedule: mode {written.mode.value} is not followed with "
+                f"spec.runtime.parallelism.data {data}: vLLM 0.33 drops per-batch K schedules "
+                "with data parallel ranks, so the pods run one K (speculation.tokens, tuned)"
+            )
+        runtime = self.runtime
+        if runtime.gpus > runtime.gpus_per_replica:
+            found.append(
+                f"spec.runtime.gpus: {runtime.gpus} per pod, and the engine uses "
+                f"{runtime.gpus_per_replica} (parallelism tensor x pipeline x data): the "
+                "others stay idle"
+            )
+        return found
 
 
 # ---------------------------------------------------------------------------- status
@@ -2661,7 +2864,9 @@ class SpeculationState(ApiModel):
         "at every load.",
     )
     requested_schedule: Schedule | None = Field(
-        default=None, description="spec.speculation.schedule as last seen (a change resets)."
+        default=None,
+        description="spec.speculation.schedule as last seen (a change resets); mode Off "
+        "with runtime.parallelism.data above 1 (one K).",
     )
     load: list[float] = Field(
         default_factory=list,
@@ -3105,6 +3310,7 @@ RULES: list[Rule[Any]] = [
     *Schedule.rules,
     *Speculation.rules,
     *Runtime.rules,
+    *Parallelism.rules,
     *Resources.rules,
     _NODE_SELECTOR_KEYS,
     *PodSettings.rules,

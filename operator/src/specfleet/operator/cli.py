@@ -104,6 +104,8 @@ def validate_command(
                 invalid += 1
             else:
                 typer.echo(f"{path} ({name}): valid")
+                for warning in spec.warnings():
+                    typer.echo(f"{path} ({name}): warning: {warning}", err=True)
                 valid.append((str(path), api.SpeculativeModel.model_validate(document)))
     for message in manifests.collisions(valid):
         typer.echo(message, err=True)

@@ -27,7 +27,7 @@ from specfleet.operator.windows import Judged
 
 def propose(run: Run, judged: Judged) -> None:
     """Pick the best candidate K (or schedule) and start a canary (or an in-place trial)."""
-    mode = run.spec.speculation.schedule.mode
+    mode = run.spec.schedule_in_effect.mode
     if mode is ScheduleMode.FIXED:
         return  # the spec's schedule runs as written
     assert judged.window is not None

@@ -184,12 +184,18 @@ def runtime_config(
         suffix_max_cached_requests=suffix.max_cached_requests,
         suffix_max_spec_factor=suffix.max_spec_factor,
         suffix_min_token_prob=suffix.min_token_prob,
-        tensor_parallel_size=spec.runtime.tensor_parallel_size,
+        tensor_parallel_size=spec.runtime.tensor,
+        pipeline_parallel_size=spec.runtime.parallelism.pipeline,
+        data_parallel_size=spec.runtime.parallelism.data,
         host="$(POD_IP)",
         port=spec.runtime.port,
         extra_args=tuple(spec.runtime.args),
+        # With data parallel ranks vLLM runs one K: a schedule left in status from before
+        # (until the tuner restarts from the spec) is not rendered, its largest K is.
         batch_schedule=(
-            schedule.entries(batch_schedule) if batch_schedule and runtime.speculates else ()
+            schedule.entries(batch_schedule)
+            if batch_schedule and runtime.speculates and spec.runtime.parallelism.data == 1
+            else ()
         ),
         hot_schedule=hot,
     )

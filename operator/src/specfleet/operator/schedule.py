@@ -99,7 +99,7 @@ def learning(
     samples of it), not for the load of the moment (one K): mode Learned; mode Auto
     while the lightest and the heaviest load seen have different best choices, or a
     schedule runs (`scheduled`: what replaces it is learned, one K or plain pods)."""
-    mode = spec.speculation.schedule.mode
+    mode = spec.schedule_in_effect.mode
     if len(load) < MIN_LOAD_SAMPLES or not spec.tuning.enabled or not spec.draft.method.tuned:
         return False
     if mode is ScheduleMode.LEARNED:
@@ -121,7 +121,7 @@ def _best_at(
 
 def fixed(spec: SpeculativeModelSpec) -> Bands | None:
     """The schedule a spec writes out (mode Fixed), else None."""
-    written = spec.speculation.schedule
+    written = spec.schedule_in_effect
     if written.mode is not ScheduleMode.FIXED:
         return None
     return [ScheduledBand(up_to_batch=b.up_to_batch, tokens=b.tokens or 0) for b in written.bands]
@@ -182,7 +182,7 @@ def _spec_layout(spec: SpeculativeModelSpec) -> Layout:
 
     return [
         (band.up_to_batch, allowed(band.min_tokens, band.max_tokens))
-        for band in speculation.schedule.bands
+        for band in spec.schedule_in_effect.bands
     ]
 
 

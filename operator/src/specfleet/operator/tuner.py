@@ -193,7 +193,7 @@ def _tune(run: Run, stable: Judged, observation: Observation) -> None:
         and _cooled(run)
         # A schedule decides per load where drafting stops; no switch for the whole model.
         and (
-            spec.speculation.schedule.mode in (ScheduleMode.FIXED, ScheduleMode.LEARNED)
+            spec.schedule_in_effect.mode in (ScheduleMode.FIXED, ScheduleMode.LEARNED)
             or _learning(run, stable)
             or not stop_if_plain_is_faster(run, stable)
         )
@@ -300,11 +300,11 @@ def _sync_with_spec(run: Run) -> None:
     sp.drafting = run.drafting
     # A status from before schedules existed saw the default then, Off: no change.
     requested = sp.requested_schedule or Schedule(mode=ScheduleMode.OFF)
-    schedule_changed = requested != spec.speculation.schedule
+    schedule_changed = requested != spec.schedule_in_effect
     if schedule_changed and _one_k_either_way(requested, spec, sp.schedule is None):
         # Off (the default before Auto) and Auto both run the K that runs: an upgrade of
         # the operator restarts no model's tuning.
-        sp.requested_schedule = spec.speculation.schedule
+        sp.requested_schedule = spec.schedule_in_effect
         schedule_changed = False
     if (
         sp.tokens is None
@@ -323,16 +323,21 @@ def _sync_with_spec(run: Run) -> None:
 def _one_k_either_way(requested: Schedule, spec: SpeculativeModelSpec, one_k_runs: bool) -> bool:
     """Whether a change between schedule modes Off and Auto finds one K running, which
     both keep."""
-    modes = {requested.mode, spec.speculation.schedule.mode}
+    modes = {requested.mode, spec.schedule_in_effect.mode}
     return one_k_runs and modes == {ScheduleMode.OFF, ScheduleMode.AUTO}
 
 
 def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
     """The spec's K (or schedule) replaces the tuner's, and every memory of the old one."""
     spec, sp = run.spec, run.sp
-    requested, written = spec.speculation.tokens, spec.speculation.schedule
+    requested, written = spec.speculation.tokens, spec.schedule_in_effect
     if sp.tokens is not None and sp.requested_tokens is not None:
-        if schedule_changed:
+        if schedule_changed and written != spec.speculation.schedule:
+            what = (
+                f"spec.runtime.parallelism.data is now {spec.runtime.parallelism.data}: one K "
+                "(vLLM drops per-batch schedules with data parallel ranks)"
+            )
+        elif schedule_changed:
             what = f"spec.speculation.schedule is now {written.mode.value}"
         else:
             what = f"spec.speculation.tokens is now {requested}"

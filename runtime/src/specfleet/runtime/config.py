@@ -182,6 +182,8 @@ class RuntimeConfig(BaseModel):
     # else that K for every batch size), and exports per-step statistics.
     hot_schedule: bool = False
     tensor_parallel_size: PositiveInt = 1
+    pipeline_parallel_size: PositiveInt = 1
+    data_parallel_size: PositiveInt = 1
     host: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
     termination_log: str = DEFAULT_TERMINATION_LOG
@@ -230,8 +232,25 @@ class RuntimeConfig(BaseModel):
                 "--draft-tensor-parallel-size must be 1 or the --tensor-parallel-size "
                 f"({self.tensor_parallel_size})"
             )
+        # vLLM 0.33 drops per-batch schedules with data parallel > 1 (ranks could pick
+        # different Ks and deadlock): refused, so no schedule is believed in force.
+        if self.data_parallel_size > 1 and (self.batch_schedule or self.hot_schedule):
+            raise ValueError(
+                "--batch-schedule and --hot-schedule need --data-parallel-size 1: vLLM "
+                "drops per-batch K schedules with data parallel ranks"
+            )
+        if self.adaptive_verification and self.pipeline_parallel_size > 1:
+            raise ValueError(
+                "--adaptive-verification needs --pipeline-parallel-size 1 (vLLM refuses it "
+                "with pipeline parallelism)"
+            )
         self._check_schedule()
         return self
+
+    @property
+    def gpus_needed(self) -> int:
+        """GPUs one engine uses: a tensor x pipeline group per data parallel rank."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
 
     def _check_schedule(self) -> None:
         if not self.batch_schedule or not self.method.speculates:
@@ -313,6 +332,8 @@ class RuntimeConfig(BaseModel):
             ("--suffix-min-token-prob", self.suffix_min_token_prob),
             *(("--batch-schedule", entry) for entry in self.batch_schedule),
             ("--tensor-parallel-size", self.tensor_parallel_size),
+            *_above_one("--pipeline-parallel-size", self.pipeline_parallel_size),
+            *_above_one("--data-parallel-size", self.data_parallel_size),
             ("--host", self.host),
             ("--port", self.port),
             ("--sim-profile", self.sim_profile),
@@ -332,6 +353,11 @@ class RuntimeConfig(BaseModel):
         if self.extra_args:
             args += ["--", *self.extra_args]
         return args
+
+
+def _above_one(flag: str, size: int) -> list[tuple[str, object]]:
+    """A parallel size's option, left out at 1 (the default) so older args stay as they were."""
+    return [(flag, size)] if size > 1 else []
 
 
 class _Parser(argparse.ArgumentParser):
@@ -439,6 +465,20 @@ def _parser() -> _Parser:
         "the operator's credential only), K up to --num-speculative-tokens",
     )
     add("--tensor-parallel-size", type=int, metavar="N", default=1, help="the target's (default 1)")
+    add(
+        "--pipeline-parallel-size",
+        type=int,
+        metavar="N",
+        default=1,
+        help="the target's pipeline stages (default 1)",
+    )
+    add(
+        "--data-parallel-size",
+        type=int,
+        metavar="N",
+        default=1,
+        help="engine replicas in the pod (default 1); no per-batch schedules above 1",
+    )
     add("--host", help="where to listen (vLLM's default: every interface)")
     add("--port", type=int, metavar="N", help="where to listen (vLLM's default: 8000)")
     add(
@@ -536,6 +576,8 @@ def parse_serve_args(
             batch_schedule=schedule,
             hot_schedule=namespace.hot_schedule,
             tensor_parallel_size=namespace.tensor_parallel_size,
+            pipeline_parallel_size=namespace.pipeline_parallel_size,
+            data_parallel_size=namespace.data_parallel_size,
             host=namespace.host,
             port=namespace.port,
             termination_log=termination_log_path(argv, env),

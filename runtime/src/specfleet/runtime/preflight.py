@@ -417,12 +417,12 @@ def check_gpus(config: RuntimeConfig, gpus: int | None) -> str:
         return (
             "GPU count unknown (no torch, no CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES): skipped"
         )
-    if config.tensor_parallel_size > gpus:
-        raise PreflightError(
-            f"tensor parallel size {config.tensor_parallel_size} needs "
-            f"{config.tensor_parallel_size} GPUs, {gpus} visible"
-        )
-    return f"{gpus} GPU(s) visible for tensor parallel size {config.tensor_parallel_size}"
+    sizes = f"tensor parallel size {config.tensor_parallel_size}"
+    if config.pipeline_parallel_size > 1 or config.data_parallel_size > 1:
+        sizes += f" x pipeline {config.pipeline_parallel_size} x data {config.data_parallel_size}"
+    if config.gpus_needed > gpus:
+        raise PreflightError(f"{sizes} needs {config.gpus_needed} GPUs, {gpus} visible")
+    return f"{gpus} GPU(s) visible for {sizes}"
 
 
 def check_engine_supports(config: RuntimeConfig, use_torch: bool) -> None:

@@ -19,6 +19,8 @@ OWNED_FLAGS: dict[str, tuple[str, ...]] = {
     "--model": ("--model",),
     "--served-model-name": ("--served-model-name",),
     "--tensor-parallel-size": ("--tensor-parallel-size", "-tp"),
+    "--pipeline-parallel-size": ("--pipeline-parallel-size", "-pp"),
+    "--data-parallel-size": ("--data-parallel-size", "-dp"),
     "--host": ("--host",),
     "--port": ("--port",),
     "--speculative-config": ("--speculative-config", "-sc"),
@@ -116,14 +118,39 @@ def _prefixes(spellings: list[str], depth: int = 0) -> str:
 def _owned_pattern(spellings: list[str]) -> str:
     """Args vLLM's parser may read as one of the spellings: any prefix of one (argparse
     takes an unambiguous prefix, and an ambiguous one fails inside vLLM anyway), alone or
-    with `=value` or `.key` (vLLM's JSON keys); or a short option with anything glued on.
-    Anchored, with no backslash or quote, so CEL's matches() reads it as Python does."""
+    with `=value` or `.key` (vLLM's JSON keys); or a short option with a value glued on
+    that starts with no letter (vLLM's short options go on in letters: -dpl, -dpn... are
+    flags of their own). Anchored, with no backslash or quote, so CEL's matches() reads
+    it as Python does."""
     shorts = [s for s in spellings if not s.startswith("--")]
-    glued = [f"|({'|'.join(shorts)})(?s:.)*"] if shorts else []
+    glued = [f"|({'|'.join(shorts)})[^A-Za-z](?s:.)*"] if shorts else []
     return f"^({_prefixes(spellings)}([=.](?s:.)*)?{''.join(glued)})$"
 
 
 OWNED_ARG_PATTERN = _owned_pattern([s for spellings in OWNED_FLAGS.values() for s in spellings])
+# The API server costs a CEL matches() at the arg's length times the pattern's and stops
+# a rule past its per-call limit: over MAX_ARGS args of MAX_ARG_LENGTH (the API's) the
+# one pattern above would, so admission checks the owned flags in groups, one rule each,
+# whose patterns are at most this long (as long as the one pattern was when it passed).
+OWNED_PATTERN_MAX = 414
+
+
+def _owned_groups() -> tuple[tuple[str, ...], ...]:
+    """OWNED_FLAGS in order, cut into groups whose patterns are at most OWNED_PATTERN_MAX."""
+    groups: list[list[str]] = [[]]
+    for owner in OWNED_FLAGS:
+        spellings = [s for o in [*groups[-1], owner] for s in OWNED_FLAGS[o]]
+        if groups[-1] and len(_owned_pattern(spellings)) > OWNED_PATTERN_MAX:
+            groups.append([])
+        groups[-1].append(owner)
+    return tuple(tuple(group) for group in groups)
+
+
+# Each group of owned flags and its pattern: the CRD's rules over runtime.args.
+OWNED_ARG_PATTERNS: dict[tuple[str, ...], str] = {
+    group: _owned_pattern([s for owner in group for s in OWNED_FLAGS[owner]])
+    for group in _owned_groups()
+}
 _OWNED_BY = {owner: re.compile(_owned_pattern(list(s))) for owner, s in OWNED_FLAGS.items()}
 
 
@@ -205,6 +232,11 @@ def vllm_argv(config: RuntimeConfig) -> list[str]:
     if config.served_model_name:
         argv += ["--served-model-name", config.served_model_name]
     argv += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    # Left out at 1, vLLM's default: argv of single-GPU and TP-only configs stay as before.
+    if config.pipeline_parallel_size > 1:
+        argv += ["--pipeline-parallel-size", str(config.pipeline_parallel_size)]
+    if config.data_parallel_size > 1:
+        argv += ["--data-parallel-size", str(config.data_parallel_size)]
     if config.host is not None:
         argv += ["--host", config.host]
     if config.port is not None:
