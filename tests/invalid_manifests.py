@@ -46,6 +46,8 @@ def apply_changes(manifest: dict[str, Any], changes: dict[str, Any]) -> dict[str
 
 
 INVALID_CASES = [
+    # An extended resource needs its domain (the API server refuses the pods otherwise).
+    InvalidCase("accelerator-without-domain", {"spec.runtime.accelerator": "gpu"}, "accelerator"),
     # Names of other objects, as the API server checks them.
     InvalidCase("secret-name", {"spec.runtime.hfTokenSecretRef": {"name": "HF_Token"}}, "name"),
     InvalidCase(

@@ -238,6 +238,8 @@ def test_hub_names_skip_the_file_checks_and_say_so() -> None:
         ({"NVIDIA_VISIBLE_DEVICES": "void"}, 0),
         ({"NVIDIA_VISIBLE_DEVICES": "all"}, None),
         ({"CUDA_VISIBLE_DEVICES": "3", "NVIDIA_VISIBLE_DEVICES": "all"}, 1),
+        ({"ROCR_VISIBLE_DEVICES": "0,1,2,3"}, 4),
+        ({"HIP_VISIBLE_DEVICES": "1"}, 1),
         ({}, None),
     ],
 )

@@ -1034,9 +1034,9 @@ class Toleration(SpecModel):
 
 # Resource names as the API server takes them: cpu, memory, ephemeral-storage,
 # hugepages-<size>, or an extended resource (a domain-prefixed name: nvidia.com/gpu).
+EXTENDED_RESOURCE = "[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 RESOURCE_NAME = (
-    "^(cpu|memory|ephemeral-storage|hugepages-[0-9]+([KMGTPE]i|[kMGTPE])?|"
-    "[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$"
+    f"^(cpu|memory|ephemeral-storage|hugepages-[0-9]+([KMGTPE]i|[kMGTPE])?|{EXTENDED_RESOURCE})$"
 )
 RESOURCES_MAX = 16
 
@@ -1140,7 +1140,11 @@ OPERATOR_MOUNT_PATHS = ("/dev/shm", "/tmp", MODEL_CACHE_PATH, INJECTED_RUNTIME_P
 DEFAULT_RUNTIME_IMAGE = "ghcr.io/specfleet/runtime:0.1.0"
 # vLLM's own images (vllm/vllm-openai and its variants), which lack specfleet-runtime.
 VLLM_IMAGE_PATTERN = "^(docker[.]io/)?vllm/vllm-openai(-[a-z0-9]+)*([:@].*)?$"
-GPU_RESOURCE = "nvidia.com/gpu"
+# The extended resource runtime.gpus counts when runtime.accelerator is unset.
+DEFAULT_ACCELERATOR = "nvidia.com/gpu"
+AMD_ACCELERATOR = "amd.com/gpu"
+# vLLM's own image for AMD GPUs (ROCm); DEFAULT_RUNTIME_IMAGE is built on its CUDA one.
+ROCM_VLLM_IMAGE = "vllm/vllm-openai-rocm:v0.33.0"
 # The variable render sets to load the injected runtime (runtime.injectRuntime).
 INJECTED_ENV = "PYTHONPATH"
 POD_LIST_MAX = 32
@@ -1859,6 +1863,8 @@ _CEL_TENSOR = (
     "(has(self.tensorParallelSize) ? self.tensorParallelSize : 1))"
 )
 _CEL_GPUS_PER_REPLICA = f"({_CEL_TENSOR} * self.parallelism.pipeline * self.parallelism.data)"
+# The resource runtime.gpus counts, in CEL.
+_CEL_ACCELERATOR = f"(has(self.accelerator) ? self.accelerator : '{DEFAULT_ACCELERATOR}')"
 
 
 class Runtime(SpecModel):
@@ -1900,15 +1906,43 @@ class Runtime(SpecModel):
             ),
         ),
         Rule(
-            f"!('{GPU_RESOURCE}' in self.resources.requests) && "
-            f"!('{GPU_RESOURCE}' in self.resources.limits)",
-            f"runtime.resources may not set {GPU_RESOURCE}: the operator sets it from runtime.gpus",
+            f"!({_CEL_ACCELERATOR} in self.resources.requests) && "
+            f"!({_CEL_ACCELERATOR} in self.resources.limits)",
+            "runtime.resources may not set the accelerator's resource (runtime.accelerator, "
+            f"else {DEFAULT_ACCELERATOR}): the operator sets it from runtime.gpus",
             lambda r: (
-                GPU_RESOURCE not in r.resources.requests and GPU_RESOURCE not in r.resources.limits
+                r.accelerator_resource not in r.resources.requests
+                and r.accelerator_resource not in r.resources.limits
             ),
             ".resources",
+            found=lambda r: r.accelerator_resource,
             refusals=(
-                Refusal("resources-gpu", {"spec.runtime.resources": {"limits": {GPU_RESOURCE: 2}}}),
+                Refusal(
+                    "resources-gpu",
+                    {"spec.runtime.resources": {"limits": {DEFAULT_ACCELERATOR: 2}}},
+                ),
+                Refusal(
+                    "resources-amd-gpu",
+                    {
+                        "spec.runtime.accelerator": AMD_ACCELERATOR,
+                        "spec.runtime.image": ROCM_VLLM_IMAGE,
+                        "spec.runtime.injectRuntime": {},
+                        "spec.runtime.resources": {"requests": {AMD_ACCELERATOR: 1}},
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            f"!has(self.accelerator) || self.accelerator != '{AMD_ACCELERATOR}' || "
+            f"self.image != '{DEFAULT_RUNTIME_IMAGE}'",
+            f"runtime.image {DEFAULT_RUNTIME_IMAGE} is built on vLLM's CUDA image, which does "
+            f"not run on runtime.accelerator {AMD_ACCELERATOR}: set runtime.image to vLLM's "
+            f"ROCm image, {ROCM_VLLM_IMAGE}, with runtime.injectRuntime: {{}} (or to a runtime "
+            f"image built on it: runtime/Dockerfile's BASE)",
+            lambda r: r.accelerator != AMD_ACCELERATOR or r.image != DEFAULT_RUNTIME_IMAGE,
+            ".image",
+            refusals=(
+                Refusal("amd-with-the-cuda-image", {"spec.runtime.accelerator": AMD_ACCELERATOR}),
             ),
         ),
         Rule(
@@ -2008,7 +2042,29 @@ class Runtime(SpecModel):
         description="Serving image: vLLM plus specfleet-runtime, or vLLM alone (e.g. "
         "vllm/vllm-openai:v0.33.0) with injectRuntime.",
     )
-    gpus: int = Field(default=1, ge=0, le=64, description="nvidia.com/gpu per pod.")
+    gpus: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description=f"GPUs per pod: requests and limits of runtime.accelerator's resource "
+        f"({DEFAULT_ACCELERATOR} unless set).",
+    )
+    accelerator: (
+        Annotated[
+            str,
+            StringConstraints(max_length=253),
+            Matching(
+                f"^{EXTENDED_RESOURCE}$",
+                "an extended resource name with its domain, such as nvidia.com/gpu or amd.com/gpu",
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description=f"The extended resource `gpus` counts: {DEFAULT_ACCELERATOR} (unset), "
+        f"{AMD_ACCELERATOR} (with vLLM's ROCm image, {ROCM_VLLM_IMAGE}, and injectRuntime), "
+        "or another vendor's device plugin's name.",
+    )
     tensor_parallel_size: int | None = Field(
         default=None,
         ge=1,
@@ -2038,9 +2094,9 @@ class Runtime(SpecModel):
     tolerations: list[Toleration] = Field(default_factory=list)
     resources: Resources = Field(
         default_factory=Resources,
-        description="CPU/memory; nvidia.com/gpu is set from `gpus`. A resource with neither "
-        "request nor limit here is requested by default: cpu 2 and memory 8Gi per GPU (at "
-        "least 2 and 8Gi), ephemeral-storage as pod.scratch.tmp (10Gi).",
+        description="CPU/memory; the accelerator's resource is set from `gpus`. A resource "
+        "with neither request nor limit here is requested by default: cpu 2 and memory 8Gi "
+        "per GPU (at least 2 and 8Gi), ephemeral-storage as pod.scratch.tmp (10Gi).",
     )
     hf_token_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Secret with a hub token, exposed as HF_TOKEN."
@@ -2069,6 +2125,11 @@ class Runtime(SpecModel):
         default_factory=DisruptionBudget,
         description="The PodDisruptionBudget of the stable pods (named as the model).",
     )
+
+    @property
+    def accelerator_resource(self) -> str:
+        """The extended resource runtime.gpus counts."""
+        return self.accelerator or DEFAULT_ACCELERATOR
 
     @property
     def tensor(self) -> int:

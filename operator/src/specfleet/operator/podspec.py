@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from specfleet.operator.api import (
-    GPU_RESOURCE,
     INJECTED_ENV,
     INJECTED_RUNTIME_PATH,
     MODEL_CACHE_PATH,
@@ -162,8 +161,8 @@ def container_resources(model: SpeculativeModel) -> dict[str, Any]:
     }
     resources = with_defaults(runtime.resources, defaults, {})
     if runtime.gpus:
-        resources.setdefault("requests", {})[GPU_RESOURCE] = str(runtime.gpus)
-        resources.setdefault("limits", {})[GPU_RESOURCE] = str(runtime.gpus)
+        resources.setdefault("requests", {})[runtime.accelerator_resource] = str(runtime.gpus)
+        resources.setdefault("limits", {})[runtime.accelerator_resource] = str(runtime.gpus)
     return resources
 
 

@@ -387,7 +387,13 @@ def visible_gpus(env: Mapping[str, str], use_torch: bool) -> int | None:
     if use_torch and importlib.util.find_spec("torch") is not None:
         torch = importlib.import_module("torch")
         return int(torch.cuda.device_count())
-    for variable in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+    # NVIDIA's, then ROCm's (AMD GPUs): torch counts either kind as cuda devices.
+    for variable in (
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "ROCR_VISIBLE_DEVICES",
+    ):
         value = env.get(variable)
         if value is None:
             continue
@@ -415,7 +421,7 @@ def is_vllm_cpu_build() -> bool:
 def check_gpus(config: RuntimeConfig, gpus: int | None) -> str:
     if gpus is None:
         return (
-            "GPU count unknown (no torch, no CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES): skipped"
+            "GPU count unknown (no torch, no CUDA_, NVIDIA_, HIP_ or ROCR_VISIBLE_DEVICES): skipped"
         )
     sizes = f"tensor parallel size {config.tensor_parallel_size}"
     if config.pipeline_parallel_size > 1 or config.data_parallel_size > 1:
