@@ -128,6 +128,11 @@ def build_keda() -> Path:
     return _built("build-keda.sh")
 
 
+def build_linters() -> Path:
+    """kubeconform v0.8.0 and kube-score v1.20.0 from their Go modules: bin/."""
+    return _built("build-linters.sh")
+
+
 def install_keda_crds() -> None:
     """KEDA's CRDs, of the version e2e/keda pins."""
     _install_crds(build_keda() / "crds")

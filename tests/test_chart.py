@@ -535,8 +535,8 @@ def test_operator_deployment_follows_the_contract() -> None:
         "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
     } in main["env"]
     assert main["resources"] == {
-        "requests": {"cpu": "100m", "memory": "256Mi"},
-        "limits": {"memory": "512Mi"},
+        "requests": {"cpu": "100m", "memory": "256Mi", "ephemeral-storage": "64Mi"},
+        "limits": {"memory": "512Mi", "ephemeral-storage": "256Mi"},
     }
 
 
