@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,8 @@ from typer.testing import CliRunner
 
 from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel
+from specfleet.runtime.config import parse_serve_args
+from specfleet.runtime.vllm_args import vllm_argv
 from tests.conftest import REPO
 
 GOLDEN = REPO / "tests" / "golden" / "render"
@@ -59,13 +63,53 @@ def _arg(container: dict[str, Any], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
+def _vllm_listener(host: str | None) -> socket.socket:
+    """The socket vLLM 0.33's API server listens on for `--host` (None: not given), as
+    vllm/entrypoints/launchers/launcher.py makes it (setup_server, create_server_socket):
+    one socket, IPv6 if the host is an IPv6 address, bound to (host or "", port)."""
+    address = host or ""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((address, 0))
+    listener.listen()
+    return listener
+
+
+@pytest.mark.parametrize(
+    ("pod_ip", "loopback"), [("198.51.100.7", "127.0.0.1"), ("2001:db8::7", "::1")]
+)
+def test_vllm_listens_on_the_pods_loopback_for_port_forward(
+    peagle_manifest: dict[str, Any], pod_ip: str, loopback: str
+) -> None:
+    """`kubectl port-forward` connects to localhost in the pod's network namespace (the
+    container runtime tries 127.0.0.1, then ::1): vLLM must listen there, not only on the
+    pod's IP. The rendered container, its $(VAR)s expanded from POD_IP as the kubelet does,
+    gives vLLM a --host (or none) whose listener takes the loopback of the pod's family;
+    with `--host $(POD_IP)`, as rendered before, the bind alone fails here (the pod's IP
+    is no address of this machine)."""
+    stable, *_ = render.manifests(model_from(peagle_manifest))
+    container = _container(stable)
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in (
+        container["env"]
+    )
+    env = {"POD_IP": pod_ip}
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env.get(m[1], m[0]), a) for a in container["args"]]
+    argv = vllm_argv(parse_serve_args(args, env)[0])
+    host = argv[argv.index("--host") + 1] if "--host" in argv else None
+    with _vllm_listener(host) as listener:
+        port = listener.getsockname()[1]
+        with socket.create_connection((loopback, port), timeout=5):
+            pass
+
+
 def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> None:
     stable, canary, service, budget = render.manifests(model_from(peagle_manifest))
     container = _container(stable)
     assert container["command"] == ["specfleet-runtime", "serve"]
     assert _arg(container, "--method") == "peagle"
     assert _arg(container, "--num-speculative-tokens") == "3"
-    assert _arg(container, "--host") == "$(POD_IP)"
+    assert _arg(container, "--host") is None  # every address of the pod: see below
     assert container["args"][-3:] == ["--", "--max-model-len", "8192"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"

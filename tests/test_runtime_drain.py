@@ -4,6 +4,7 @@ endpoints to propagate, then while vLLM holds requests, within its budget."""
 from __future__ import annotations
 
 import http.server
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -69,9 +70,21 @@ def test_drain_ends_when_the_engine_does_not_answer() -> None:
     assert clock.slept == [drain.PROPAGATION_SECONDS]
 
 
-@pytest.fixture
-def engine() -> Iterator[tuple[int, list[str]]]:
-    """A stand-in for vLLM's /metrics: one request in flight, then none."""
+# (the loopback the stand-in listens on, the pod's IP): the pod's IP is not this
+# machine's, so only a read on the loopback of the pod's family reaches the engine.
+FAMILIES = {
+    "ipv4": ("127.0.0.1", "198.51.100.7"),
+    "ipv6": ("::1", "2001:db8::7"),
+}
+
+
+class IPv6Server(http.server.HTTPServer):
+    address_family = socket.AF_INET6
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def engine(request: pytest.FixtureRequest) -> Iterator[tuple[int, list[str]]]:
+    """A stand-in for vLLM's /metrics on the loopback: one request in flight, then none."""
     pages = [_page(1, 0), _page(0, 0)]
     served: list[str] = []
 
@@ -87,14 +100,17 @@ def engine() -> Iterator[tuple[int, list[str]]]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    loopback, pod_ip = FAMILIES[request.param]
+    server_class = IPv6Server if ":" in loopback else http.server.HTTPServer
+    server = server_class((loopback, 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    request.getfixturevalue("monkeypatch").setenv("POD_IP", pod_ip)
     yield server.server_address[1], served
     server.shutdown()
 
 
-def test_the_drain_command_reads_vllms_metrics_on_the_pods_ip(
+def test_the_drain_command_reads_vllms_metrics_on_the_pods_loopback(
     engine: tuple[int, list[str]],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -102,7 +118,6 @@ def test_the_drain_command_reads_vllms_metrics_on_the_pods_ip(
     port, served = engine
     monkeypatch.setattr(drain, "PROPAGATION_SECONDS", 0.0)
     monkeypatch.setattr(drain, "POLL_SECONDS", 0.01)
-    monkeypatch.setenv("POD_IP", "127.0.0.1")
     assert cli.main(["drain", "--port", str(port), "--seconds", "5"]) == 0
     assert served == ["/metrics", "/metrics"]
     assert "drain: no request in flight" in capsys.readouterr().err

@@ -181,7 +181,7 @@ CASES: dict[str, tuple[list[str], list[str]]] = {
         ["vllm", "serve", TARGET, "--tensor-parallel-size", "1", "--speculative-config",
          _spec(method="suffix")],
     ),
-    "host and port given last win (a pod re-binds with --host $(POD_IP))": (
+    "host and port given last win": (
         ["--model", TARGET, "--host", "0.0.0.0", "--port", "8000", "--method", "eagle3",
          "--draft-model", DRAFT, "--num-speculative-tokens", "32",
          "--host", "127.0.0.7", "--port", "18001"],

@@ -41,6 +41,7 @@ from specfleet.operator.rules import DELETE, CheckedAnnotation, Refusal, Rule, R
 # The runtime's config is the contract the operator renders; the API shares its
 # vocabulary rather than keeping a second copy.
 from specfleet.runtime.config import (
+    ENV_POD_IP,
     MAX_SPECULATIVE_TOKENS,
     Drafting,
     DraftSampleMethod,
@@ -955,7 +956,8 @@ class SecretKeyRef(SpecModel):
 # The environment render gives every runtime container, each with why a user's entry
 # of that name may not replace it (an entry later in the list would win).
 RENDERED_ENV = {
-    "POD_IP": "the pod's IP, which vLLM binds to (--host $(POD_IP))",
+    ENV_POD_IP: "the pod's IP, from whose family the runtime picks where vLLM listens (every "
+    "address of the pod)",
     "HF_TOKEN": "set from runtime.hfTokenSecretRef: name the Secret there",
     "HF_HOME": "the model cache (runtime.modelCache)",
 }

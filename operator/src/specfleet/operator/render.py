@@ -25,7 +25,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import DEPLOYMENT, DISRUPTION_BUDGET, SERVICE, TRACKS, Track
 from specfleet.operator.configs import as_track_runs
-from specfleet.runtime.config import Method, RuntimeConfig
+from specfleet.runtime.config import ENV_POD_IP, Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
 
 Manifest = dict[str, Any]
@@ -162,7 +162,8 @@ def runtime_config(
     batch_schedule: list[ScheduledBand] | None = None,
     hot: bool = False,
 ) -> RuntimeConfig:
-    """The runtime's config contract for one track; pods bind their own IP. `hot`: the
+    """The runtime's config contract for one track; pods listen on every address they
+    have (no --host: the runtime's config.listen_host, from POD_IP's family). `hot`: the
     engine takes K hot, so `tokens` is its ceiling and `batch_schedule` the startup one."""
     spec = model.spec
     draft = spec.draft
@@ -187,7 +188,6 @@ def runtime_config(
         tensor_parallel_size=spec.runtime.tensor,
         pipeline_parallel_size=spec.runtime.parallelism.pipeline,
         data_parallel_size=spec.runtime.parallelism.data,
-        host="$(POD_IP)",
         port=spec.runtime.port,
         extra_args=tuple(spec.runtime.args),
         # With data parallel ranks vLLM runs one K: a schedule left in status from before
@@ -203,7 +203,7 @@ def runtime_config(
 
 def _environment(model: SpeculativeModel) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
     secret = model.spec.runtime.hf_token_secret_ref
     if secret:

@@ -2,13 +2,14 @@
 
 The operator renders a `RuntimeConfig` into the container's args (`to_args`), and the
 pod parses them back (`parse_serve_args`). Parsing follows vLLM's own CLI: the last
-occurrence of a flag wins, so args appended after the rendered ones (`--host
-$(POD_IP)`) re-bind the server.
+occurrence of a flag wins, so args appended after the rendered ones (`--port 9000`)
+override them.
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import itertools
 import os
 from collections.abc import Mapping, Sequence
@@ -26,6 +27,8 @@ ENV_ENGINE = "SPECFLEET_ENGINE"
 ENV_TERMINATION_LOG = "SPECFLEET_TERMINATION_LOG"
 ENV_SIM_PROFILE = "SPECFLEET_SIM_PROFILE"
 ENV_SIM_SEED = "SPECFLEET_SIM_SEED"
+# The pod's IP (the operator renders it from status.podIP): its family is the pod's.
+ENV_POD_IP = "POD_IP"
 
 
 class ConfigError(ValueError):
@@ -479,7 +482,11 @@ def _parser() -> _Parser:
         default=1,
         help="engine replicas in the pod (default 1); no per-batch schedules above 1",
     )
-    add("--host", help="where to listen (vLLM's default: every interface)")
+    add(
+        "--host",
+        help=f"where to listen (default: every address of the pod: :: where {ENV_POD_IP} is "
+        "an IPv6 address, else vLLM's default, every IPv4 address)",
+    )
     add("--port", type=int, metavar="N", help="where to listen (vLLM's default: 8000)")
     add(
         "--termination-log",
@@ -542,6 +549,31 @@ def one_line(error: ValidationError) -> str:
     return "; ".join(messages)
 
 
+def ipv6_pod(env: Mapping[str, str]) -> bool:
+    """The pod's IP (POD_IP) is an IPv6 address: an IPv6 or IPv6-first dual-stack pod."""
+    try:
+        return ipaddress.ip_address(env.get(ENV_POD_IP, "").split("%")[0]).version == 6
+    except ValueError:
+        return False
+
+
+def listen_host(env: Mapping[str, str]) -> str | None:
+    """Where the engine listens when --host is not given: every address of the pod, the
+    loopback included, so that `kubectl port-forward` (which connects to localhost in the
+    pod's network namespace) reaches it as the Service and the operator do. vLLM 0.33
+    binds one socket of --host's family (launchers/launcher.py, create_server_socket):
+    with none, every IPv4 address; with `::` every IPv6 address, and on Linux the IPv4
+    ones too (it sets no IPV6_V6ONLY, and net.ipv6.bindv6only is 0 unless changed).
+    `::` only on an IPv6 pod: a node may have IPv6 off, where `::` cannot be bound."""
+    return "::" if ipv6_pod(env) else None
+
+
+def loopback_url(env: Mapping[str, str], port: int, path: str) -> str:
+    """A URL of the engine from inside its pod, on the loopback of the pod's family."""
+    host = "[::1]" if ipv6_pod(env) else "127.0.0.1"
+    return f"http://{host}:{port}{path}"
+
+
 def parse_serve_args(
     argv: Sequence[str], env: Mapping[str, str] | None = None
 ) -> tuple[RuntimeConfig, bool]:
@@ -578,7 +610,7 @@ def parse_serve_args(
             tensor_parallel_size=namespace.tensor_parallel_size,
             pipeline_parallel_size=namespace.pipeline_parallel_size,
             data_parallel_size=namespace.data_parallel_size,
-            host=namespace.host,
+            host=namespace.host if namespace.host is not None else listen_host(env),
             port=namespace.port,
             termination_log=termination_log_path(argv, env),
             engine=Engine(namespace.engine or env.get(ENV_ENGINE) or Engine.VLLM.value),

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specfleet.runtime.config import loopback_url
+
 # vLLM's gauges of the requests it holds.
 IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 # How long endpoints take to reach kube-proxy and load balancers after the pod is marked
@@ -79,9 +81,8 @@ def main(args: Sequence[str], env: Mapping[str, str]) -> int:
         "--seconds", type=float, required=True, help="the longest wait for requests in flight"
     )
     options = parser.parse_args(list(args))
-    # vLLM binds the pod's IP (render passes --host $(POD_IP)), not the loopback.
-    host = env.get("POD_IP") or "127.0.0.1"
-    url = f"http://{host}:{options.port}/metrics"
+    # vLLM listens on every address of the pod (config.listen_host), the loopback too.
+    url = loopback_url(env, options.port, "/metrics")
     outcome = drain(_fetcher(url), max(0.0, options.seconds))
     print(f"specfleet-runtime: drain: {outcome}", file=sys.stderr)
     return 0
