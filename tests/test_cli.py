@@ -129,6 +129,29 @@ def test_validate_refuses_a_key_given_twice(tmp_path: Path) -> None:
     ), result.output
 
 
+@pytest.mark.parametrize("budget", [0, "0%"])
+def test_validate_warns_of_a_disruption_budget_that_blocks_every_drain(
+    tmp_path: Path, peagle_manifest: dict[str, Any], budget: int | str
+) -> None:
+    """maxUnavailable 0 is admitted (a team may want drains to wait for it) and rendered
+    as written; validate passes it with a warning naming the field."""
+    changes = {"spec.runtime.disruptionBudget": {"maxUnavailable": budget}}
+    path = write(tmp_path, "m.yaml", apply_changes(peagle_manifest, changes))
+    result = specfleet("validate", path)
+    assert result.exit_code == 0, result.output
+    assert f"{path} (llama-8b): valid" in result.stdout
+    assert (
+        f"{path} (llama-8b): warning: spec.runtime.disruptionBudget.maxUnavailable: "
+        f"{budget!r} lets no drain evict a Ready stable pod"
+    ) in result.stderr
+    for fine in (1, "1%"):  # a percentage rounds up: 1% of any count evicts one
+        changes = {"spec.runtime.disruptionBudget": {"maxUnavailable": fine}}
+        path = write(tmp_path, "m.yaml", apply_changes(peagle_manifest, changes))
+        result = specfleet("validate", path)
+        assert result.exit_code == 0, result.output
+        assert "warning" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("apart", [False, True], ids=["one-file", "two-files"])
 def test_validate_refuses_models_whose_children_collide(
     tmp_path: Path, peagle_manifest: dict[str, Any], apart: bool

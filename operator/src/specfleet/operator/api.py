@@ -2425,6 +2425,13 @@ class SpeculativeModelSpec(SpecModel):
                 f"{runtime.gpus_per_replica} (parallelism tensor x pipeline x data): the "
                 "others stay idle"
             )
+        budget = runtime.disruption_budget.max_unavailable
+        if _zero(budget):
+            found.append(
+                f"spec.runtime.disruptionBudget.maxUnavailable: {budget!r} lets no drain "
+                "evict a Ready stable pod: a node drain (an upgrade, the cluster autoscaler) "
+                "waits until the pod goes another way; 1 evicts one at a time"
+            )
         return found
 
 
