@@ -49,6 +49,36 @@ REFUSED: list[tuple[list[str], int, str]] = [
     (["--gpu-memory-utilisation", "0.9"], 0, "not an option"),
 ]
 
+# Taken by vLLM's parser, but a flag sets what an earlier one set: the index the check
+# names, and the args less the earlier one, which vLLM 0.33 parses to the same values.
+WHOLE = '{"cudagraph_capture_sizes": [1, 2]}'
+DUPLICATES: list[tuple[list[str], int, list[str]]] = [
+    (["--max-model-len", "8192", "--max-model-len", "4096"], 2, ["--max-model-len", "4096"]),
+    (["--max_model_len=8192", "--max-model", "4096"], 1, ["--max-model", "4096"]),
+    (["--enable-prefix-caching", "--no-enable-prefix-caching"], 1, ["--no-enable-prefix-caching"]),
+    (["--enable-prefix-caching", "--disable-prefix-caching"], 1, ["--disable-prefix-caching"]),
+    (["--enable-expert-parallel", "--dtype", "auto", "-ep"], 3, ["--dtype", "auto", "-ep"]),
+    (["-O3", "--optimization-level", "2"], 1, ["--optimization-level", "2"]),
+    (
+        ["--compilation-config.mode", "3", "--compilation-config.mode", "2"],
+        2,
+        ["--compilation-config.mode", "2"],
+    ),
+    # Keys given apart replace the whole value, even before it.
+    (
+        ["--compilation-config.mode", "3", "--compilation-config", WHOLE],
+        2,
+        ["--compilation-config.mode", "3"],
+    ),
+    (["--api-key", "a", "b", "--api-key", "c"], 3, ["--api-key", "c"]),
+]
+# Repeats that are not duplicates: each value reaches vLLM (removing one changes what it
+# parses).
+REPEATS = [
+    ["--middleware", "a.b", "--middleware", "c.d"],
+    ["--compilation-config.mode", "3", "--compilation-config.cudagraph_capture_sizes", "[1]"],
+]
+
 
 def test_the_table_is_vllm_033s() -> None:
     table = vllm_flags.load()
@@ -69,10 +99,28 @@ def test_what_vllm_refuses_is_named_with_its_index(args: list[str], index: int, 
     assert refusals and refusals[0][0] == index and why in refusals[0][1], refusals
 
 
+@pytest.mark.parametrize(("args", "index", "alone"), DUPLICATES, ids=lambda v: str(v))
+def test_a_flag_setting_what_an_earlier_one_set_is_named(
+    args: list[str], index: int, alone: list[str]
+) -> None:
+    flags = vllm_flags.Flags()
+    assert flags.refusals(args) == []
+    [(named, why)] = flags.duplicates(args)
+    assert named == index, why
+    assert f"{args[index].partition('=')[0]!r} sets what " in why
+
+
+@pytest.mark.parametrize("args", REPEATS, ids=" ".join)
+def test_repeats_that_add_up_are_no_duplicates(args: list[str]) -> None:
+    assert vllm_flags.Flags().duplicates(args) == []
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_examples_args_pass(path: Path) -> None:
     manifest: dict[str, Any] = yaml.safe_load(path.read_text())
-    assert vllm_flags.Flags().refusals(manifest["spec"].get("runtime", {}).get("args", [])) == []
+    args = manifest["spec"].get("runtime", {}).get("args", [])
+    assert vllm_flags.Flags().refusals(args) == []
+    assert vllm_flags.Flags().duplicates(args) == []
 
 
 def test_validate_refuses_a_misspelt_flag_naming_field_and_index(
@@ -92,6 +140,23 @@ def test_validate_refuses_a_misspelt_flag_naming_field_and_index(
     peagle_manifest["spec"]["runtime"]["args"] = ["--gpu-memory-utilization", "0.9"]
     result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
     assert result.exit_code == 0, result.output
+
+
+def test_validate_refuses_a_flag_given_twice_naming_field_and_flags(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    peagle_manifest["spec"]["runtime"]["args"] = [
+        "--enable-prefix-caching",
+        "--max-model-len",
+        "8192",
+        "--disable-prefix-caching",
+    ]
+    result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
+    assert result.exit_code == 1, result.output
+    assert (
+        "spec.runtime.args[3]: '--disable-prefix-caching' sets what '--enable-prefix-caching' "
+        "(args[0]) set: vLLM keeps only the last; give it once"
+    ) in result.output
 
 
 # ------------------------------------------------------- against vLLM 0.33 itself
@@ -129,6 +194,24 @@ for args in json.load(sys.stdin):
 print(json.dumps(refused))
 """
 
+# Runs in vLLM's Python: each argv's parsed values (what reaches vLLM), as JSON text.
+VALUES = r"""
+import json, sys
+from vllm import platforms
+from vllm.platforms.cpu import CpuPlatform
+platforms.current_platform = CpuPlatform()
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+parser = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+print(json.dumps([
+    json.dumps(vars(parser.parse_args(["serve", "some/model", *args])), default=str,
+               sort_keys=True)
+    for args in json.load(sys.stdin)
+]))
+"""
+
 
 @needs_vllm
 def test_the_committed_table_is_what_vllms_parser_has() -> None:
@@ -158,3 +241,28 @@ def test_the_check_refuses_exactly_what_vllms_parser_refuses() -> None:
     flags = vllm_flags.Flags()
     for args, refused in zip(argvs, verdicts, strict=True):
         assert bool(flags.refusals(args)) == (refused is not None), (args, refused)
+
+
+@needs_vllm
+def test_of_each_duplicate_only_one_value_reaches_vllm() -> None:
+    """vLLM's parser takes each case of DUPLICATES to the same values as the args less the
+    earlier flag (it was dead text), and each of REPEATS to other values than its first
+    half (both reach vLLM)."""
+    python = vllm_python()
+    assert python is not None
+    pairs = [(args, alone) for args, _, alone in DUPLICATES]
+    pairs += [(args, args[:2]) for args in REPEATS]
+    argvs = [argv for pair in pairs for argv in pair]
+    result = subprocess.run(
+        [python, "-c", VALUES],
+        input=json.dumps(argvs),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    values = json.loads(result.stdout.strip().splitlines()[-1])
+    same = [values[2 * i] == values[2 * i + 1] for i in range(len(pairs))]
+    assert same == [True] * len(DUPLICATES) + [False] * len(REPEATS), list(
+        zip(pairs, same, strict=True)
+    )

@@ -115,11 +115,13 @@ def validate_command(
 
 def _vllm_refusals(args: list[str]) -> list[str]:
     """What vLLM 0.33's parser would refuse in runtime.args (its flags' table: the
-    operator's image has no vLLM), each naming the arg."""
+    operator's image has no vLLM), and flags that set what an earlier one set (of two
+    values only one reaches vLLM), each naming the arg."""
+    flags = vllm_flags.Flags()
     return [
         f"spec.runtime.args[{index}]: {why} (vLLM stops at start on it)"
-        for index, why in vllm_flags.Flags().refusals(args)
-    ]
+        for index, why in flags.refusals(args)
+    ] + [f"spec.runtime.args[{index}]: {why}" for index, why in flags.duplicates(args)]
 
 
 def _name(document: Any, index: int) -> str:

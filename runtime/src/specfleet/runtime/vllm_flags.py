@@ -26,7 +26,7 @@ TABLE = Path(__file__).with_name("vllm_flags.json")
 
 # Runs in vLLM's Python: prints the table (one entry per option string).
 DUMP = r"""
-import json, sys
+import argparse, json, sys
 from vllm import platforms
 from vllm.platforms.cpu import CpuPlatform
 platforms.current_platform = CpuPlatform()  # no GPU here; parsing needs a platform
@@ -36,7 +36,10 @@ from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 serve = ServeSubcommand().subparser_init(FlexibleArgumentParser().add_subparsers(dest="s"))
 flags = {}
-# Every option string the parser matches (EnableDisableAction's --no- forms included).
+# Every option string the parser matches (EnableDisableAction's --no- forms included),
+# with the destination it sets (an alias and a --no- form share their option's) and
+# whether a repeat adds to it (append, extend, count) instead of replacing it.
+adds = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction)
 for option, action in serve._option_string_actions.items():
     if action.nargs == 0:
         value = "none"
@@ -49,7 +52,8 @@ for option, action in serve._option_string_actions.items():
     # Choices are checked only where the parser compares the value as written.
     plain = action.type in (None, str)
     choices = sorted(map(str, action.choices)) if action.choices and plain else None
-    flags[option] = {"value": value, "choices": choices}
+    flags[option] = {"value": value, "choices": choices, "dest": action.dest,
+                     "repeats": isinstance(action, adds)}
 json.dump({"vllm": vllm.__version__, "allow_abbrev": serve.allow_abbrev,
            "flags": dict(sorted(flags.items()))}, sys.stdout, indent=1, sort_keys=True)
 sys.stdout.write("\n")
@@ -60,6 +64,8 @@ sys.stdout.write("\n")
 class Flag:
     value: str  # none, one, optional, many
     choices: tuple[str, ...] | None
+    dest: str = ""  # the parser's destination: an alias and a --no- form share it
+    repeats: bool = False  # a repeat adds to the value (append) instead of replacing it
 
 
 def load() -> dict[str, Any]:
@@ -84,7 +90,12 @@ class Flags:
         self.version = str(table["vllm"])
         self.abbreviations = bool(table.get("allow_abbrev", True))
         self.flags = {
-            name: Flag(entry["value"], tuple(entry["choices"]) if entry["choices"] else None)
+            name: Flag(
+                entry["value"],
+                tuple(entry["choices"]) if entry["choices"] else None,
+                entry["dest"],
+                entry["repeats"],
+            )
             for name, entry in table["flags"].items()
         }
 
@@ -117,7 +128,44 @@ class Flags:
         """(index, why) of each arg vLLM's parser would refuse: an unknown or ambiguous
         flag, a value not among a flag's choices, a flag's value missing, a value no flag
         takes."""
+        return self._read(args)[0]
+
+    def duplicates(self, args: list[str]) -> list[tuple[int, str]]:
+        """(index, why) of each flag that sets what an earlier one set: the same option in
+        any spelling (an alias, a prefix, `_` for `-`), its --no- or --disable- form, the
+        same key of a JSON option twice, or a key beside the whole option (each as vLLM
+        0.33's parser reads it: tests/test_vllm_flags.py checks the cases against it). vLLM 0.33's
+        parser takes them (the last value wins; keys given apart replace the whole value,
+        wherever it stands) and only one reaches vLLM. Options whose repeats add up
+        (--middleware) are left alone."""
         found: list[tuple[int, str]] = []
+        earlier: list[_Setting] = []
+        for setting in self._read(args)[1]:
+            if setting.repeats:
+                continue
+            for first in earlier:
+                if first.dest != setting.dest or not _overlap(first.key, setting.key):
+                    continue
+                if (first.key is None) == (setting.key is None):
+                    why = "vLLM keeps only the last"
+                else:
+                    why = "vLLM replaces the whole value with the keys given apart"
+                found.append(
+                    (
+                        setting.index,
+                        f"{setting.spelt!r} sets what {first.spelt!r} (args[{first.index}]) set: "
+                        f"{why}; give it once",
+                    )
+                )
+                break
+            earlier.append(setting)
+        return found
+
+    def _read(self, args: list[str]) -> tuple[list[tuple[int, str]], list[_Setting]]:
+        """The args as vLLM's parser reads them: what it would refuse, (index, why), and
+        each flag it takes, in order."""
+        found: list[tuple[int, str]] = []
+        settings: list[_Setting] = []
         index = 0
         while index < len(args):
             arg = args[index]
@@ -135,6 +183,8 @@ class Flags:
                 continue
             flag = self.flags.get(name, Flag("one", None))
             dotted = spelt.startswith("--") and "." in spelt
+            key = spelt.split(".", 1)[1] if dotted else None
+            settings.append(_Setting(index, spelt, key, flag.dest or name, flag.repeats))
             index += 1
             if equals or flag.value == "none" or (not spelt.startswith("--") and spelt != name):
                 pass  # the value is in the arg itself, or there is none
@@ -156,7 +206,25 @@ class Flags:
             if flag.choices and value and not dotted and value not in flag.choices:
                 shown = ", ".join(flag.choices[:12]) + (", ..." if len(flag.choices) > 12 else "")
                 found.append((index - 1, f"{name} takes one of {shown}, not {value!r}"))
-        return found
+        return found, settings
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """A flag in the args: where, as spelt (without =value), the key of a JSON option it
+    sets (--name.key), the parser's destination it sets, and whether a repeat adds to it."""
+
+    index: int
+    spelt: str
+    key: str | None
+    dest: str
+    repeats: bool
+
+
+def _overlap(first: str | None, second: str | None) -> bool:
+    """Two settings of one option meet: the whole value (None) meets anything, a key the
+    same key (vLLM merges the others into one dict, as written: no `_` for `-` there)."""
+    return first is None or second is None or first == second
 
 
 def _number(arg: str) -> bool:
