@@ -74,8 +74,9 @@ def validate_command(
 
     Exits 1 when any file is unreadable, holds no SpeculativeModel or a misspelt kind,
     or a model is invalid, asks for more than the pod policy allows (the operator's
-    install: its --allow-* flags) or has runtime.args vLLM 0.33's parser would refuse;
-    models of all the files whose children would share a name are refused too."""
+    install: its --allow-* flags) or has runtime.args vLLM 0.33's parser would refuse or
+    that set one of its options twice; models of all the files whose children would share
+    a name are refused too."""
     policy = _pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache)
     invalid = 0
     valid: list[tuple[str, api.SpeculativeModel]] = []
