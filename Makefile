@@ -16,7 +16,7 @@ UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
 STAGES := $(CURDIR)/build/stages.tsv
 STAGE := e2e/stage.sh
 
-.PHONY: demo demo-vllm test stages-start lint typecheck pytest real-engine real-engine-tools images crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
+.PHONY: demo demo-vllm test stages-start lint typecheck pytest real-engine real-engine-tools images locks crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
 
 test: stages-start lint typecheck tools real-engine-tools images pytest
 test: export SPECFLEET_STAGES := $(STAGES)
@@ -78,6 +78,12 @@ real-engine: $(INSTALLED) tools real-engine-tools
 # Debian packages) into a cached OCI layout, smoke-run with runc, sizes printed.
 images: $(INSTALLED) cluster-tools
 	$(STAGE) images $(BIN)/python -m e2e.images
+
+# The images' hashed locks (operator/requirements.lock, runtime/requirements.lock) from the
+# pyproject files, for the images' Python (e2e/locks.py); existing pins are kept unless
+# `make locks UPGRADE=1`. tests/test_locks.py fails when one no longer fits.
+locks: $(INSTALLED)
+	$(BIN)/python -m e2e.locks $(if $(UPGRADE),--upgrade)
 
 crds: $(INSTALLED)
 	$(BIN)/specfleet crds
