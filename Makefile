@@ -75,7 +75,8 @@ real-engine: $(INSTALLED) tools real-engine-tools
 	SPECFLEET_REAL_ENGINE=1 $(BIN)/pytest -m real_engine tests/test_real_engine.py e2e/test_real_engine.py
 
 # The operator and runtime images, built without a Docker daemon (buildah, umoci, runc:
-# Debian packages) into a cached OCI layout, smoke-run with runc, sizes printed.
+# Debian packages) into a cached OCI layout, smoke-run with runc, sizes and digests printed
+# (the base's too, recorded in images.json), a CycloneDX SBOM of each written beside it.
 images: $(INSTALLED) cluster-tools
 	$(STAGE) images $(BIN)/python -m e2e.images
 

@@ -9,7 +9,13 @@
 - `buildah push` into a cached OCI layout (~/.cache/specfleet/images/oci), each image
   under its full name, where the node agent and the tests find it;
 - a smoke run of each entrypoint with runc (`--help`; the runtime also serves the
-  simulated engine and answers /metrics), and the sizes.
+  simulated engine and answers /metrics), and the sizes;
+- the base passed to the Dockerfiles by its digest, as a release passes its own, and
+  recorded with each image's digest in images.json beside the layout (the images also
+  carry it as the OCI annotation org.opencontainers.image.base.digest);
+- a CycloneDX SBOM of each image from its unpacked contents (e2e/sbom.py), in sbom/
+  beside the layout. Nothing is signed here: that needs a key and a registry
+  (docs/security.md#supply-chain).
 
 Unchanged inputs rebuild from buildah's layer cache in seconds. One build at a time per
 cache (a flock), as for the control plane. Progress goes to stderr.
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import subprocess
@@ -29,8 +36,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from e2e import oci
+from e2e import oci, sbom
 from e2e.real_engine import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -39,6 +47,8 @@ REGISTRY = "ghcr.io/specfleet"
 CACHE = Path(os.environ.get("SPECFLEET_CACHE", Path.home() / ".cache" / "specfleet")) / "images"
 LAYOUT = CACHE / "oci"
 UNPACKED = CACHE / "unpacked"
+SBOMS = CACHE / "sbom"
+RECORD = CACHE / "images.json"
 BASE_SUITE = "bookworm"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 BASE_IMAGE = f"localhost/specfleet/base:{BASE_SUITE}"
@@ -61,6 +71,10 @@ class Image:
     @property
     def dockerfile(self) -> Path:
         return REPO / self.name / "Dockerfile"
+
+    @property
+    def sbom(self) -> Path:
+        return SBOMS / f"{self.name}.cdx.json"
 
 
 OPERATOR = Image("operator")
@@ -100,8 +114,24 @@ def _label(ref: str, name: str) -> str | None:
     return result.stdout.strip() or None if result.returncode == 0 else None
 
 
-def base() -> None:
-    """The Debian base in buildah's storage, from a cached mmdebstrap root filesystem."""
+def base_digest() -> str:
+    """The digest of the base's manifest in buildah's storage (sha256:...)."""
+    digest = _run(
+        "buildah", "images", "--digests", "--no-trunc", "--format", "{{.Digest}}", BASE_IMAGE
+    ).split()
+    if len(digest) != 1 or not digest[0].startswith("sha256:"):
+        raise RuntimeError(f"no single digest for {BASE_IMAGE}: {digest}")
+    return digest[0]
+
+
+def base_ref(digest: str) -> str:
+    """The base by digest, as the Dockerfiles' BASE: what a release passes for its own."""
+    return f"{BASE_IMAGE.rpartition(':')[0]}@{digest}"
+
+
+def base() -> str:
+    """The Debian base in buildah's storage, from a cached mmdebstrap root filesystem;
+    returns its digest."""
     recipe = f"mmdebstrap --variant=apt {BASE_SUITE} {','.join(BASE_PACKAGES)}"
     key = hashlib.sha256(recipe.encode()).hexdigest()[:12]
     tarball = CACHE / f"base-{BASE_SUITE}-{key}.tar"
@@ -124,7 +154,7 @@ def base() -> None:
         partial.rename(tarball)
         log(f"base: root filesystem in {time.monotonic() - started:.0f} s")
     if _label(BASE_IMAGE, BASE_KEY_LABEL) == key:
-        return
+        return base_digest()
     log(f"base: importing {tarball.name} as {BASE_IMAGE}")
     container = _run("buildah", "from", "scratch").strip()
     try:
@@ -133,9 +163,10 @@ def base() -> None:
         _run("buildah", "commit", "--quiet", container, BASE_IMAGE)
     finally:
         subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+    return base_digest()
 
 
-def build(image: Image) -> None:
+def build(image: Image, base_digest: str) -> None:
     """Build `image` into buildah's storage and put it in the OCI layout if it changed."""
     started = time.monotonic()
     log(f"{image.name}: buildah bud -f {image.dockerfile.relative_to(REPO)} -> {image.ref}")
@@ -149,7 +180,11 @@ def build(image: Image) -> None:
         "--force-rm",
         "--pull=never",
         "--build-arg",
-        f"BASE={BASE_IMAGE}",
+        f"BASE={base_ref(base_digest)}",
+        "--annotation",
+        f"org.opencontainers.image.base.name={BASE_IMAGE}",
+        "--annotation",
+        f"org.opencontainers.image.base.digest={base_digest}",
         "--volume",
         f"{HOST_CA}:{HOST_CA}:ro",
         "--file",
@@ -160,14 +195,15 @@ def build(image: Image) -> None:
     for name, value in {**image.build_args, **_bound_source_keys(image)}.items():
         argv += ["--build-arg", f"{name}={value}"]
     _run(*argv, str(REPO))
-    image_id = _image_id(image.ref)
+    # The base's digest too: the annotations naming it are in the manifest, not the image.
+    pushed = f"{_image_id(image.ref)} {base_digest}"
     stamp = CACHE / "pushed" / image.name
-    if stamp.exists() and stamp.read_text() == image_id and _in_layout(image.ref):
+    if stamp.exists() and stamp.read_text() == pushed and _in_layout(image.ref):
         log(f"{image.name}: unchanged ({time.monotonic() - started:.1f} s)")
         return
     _run("buildah", "push", "--quiet", image.ref, f"oci:{LAYOUT}:{image.ref}")
     stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(image_id or "")
+    stamp.write_text(pushed)
     log(f"{image.name}: built and stored in {time.monotonic() - started:.0f} s")
 
 
@@ -325,17 +361,45 @@ def sizes() -> list[tuple[str, int, int]]:
     return rows
 
 
+def record(base_digest: str) -> dict[str, Any]:
+    """What `make images` made, by digest: the base and each image with its SBOM. Written
+    to images.json beside the layout."""
+    built = {
+        "base": {"ref": BASE_IMAGE, "digest": base_digest, "packages": list(BASE_PACKAGES)},
+        "images": {
+            image.name: {
+                "ref": image.ref,
+                "digest": oci.manifest_digest(LAYOUT, image.ref),
+                "sbom": str(image.sbom),
+            }
+            for image in IMAGES
+        },
+    }
+    RECORD.write_text(json.dumps(built, indent=2) + "\n")
+    return built
+
+
+def write_sboms() -> None:
+    """Each image's SBOM from its unpacked root filesystem (e2e/sbom.py)."""
+    for image in IMAGES:
+        rootfs = oci.unpacked(LAYOUT, image.ref, UNPACKED) / "rootfs"
+        sbom.write(rootfs, image.ref, oci.manifest_digest(LAYOUT, image.ref), image.sbom)
+
+
 def build_all() -> Path:
-    """Both images, built (or found unchanged) and in the OCI layout; returns the layout."""
+    """Both images, built (or found unchanged) and in the OCI layout, each with its SBOM,
+    recorded by digest in images.json; returns the layout."""
     with oci.locked(CACHE / ".lock"):
         missing = [
             tool for tool in ("buildah", "mmdebstrap", "umoci", "runc") if not shutil.which(tool)
         ]
         if missing:
             subprocess.run([str(REPO / "e2e" / "install-debian-packages.sh")], check=True)
-        base()
+        digest = base()
         for image in IMAGES:
-            build(image)
+            build(image, digest)
+        write_sboms()
+        record(digest)
     return LAYOUT
 
 
@@ -350,7 +414,12 @@ def main() -> None:
     print(f"{'image':<40} {'compressed':>11} {'unpacked':>10}")
     for ref, compressed, unpacked in sizes():
         print(f"{ref:<40} {compressed / 1e6:>8.0f} MB {unpacked / 1e6:>7.0f} MB")
-    print(f"OCI layout: {LAYOUT} ({time.monotonic() - started:.0f} s)")
+    built = json.loads(RECORD.read_text())
+    print(f"{'base ' + BASE_IMAGE:<40} {built['base']['digest']}")
+    for image in IMAGES:
+        print(f"{image.ref:<40} {built['images'][image.name]['digest']}")
+        print(f"{'':<40} SBOM: {image.sbom}")
+    print(f"OCI layout: {LAYOUT}; record: {RECORD} ({time.monotonic() - started:.0f} s)")
 
 
 if __name__ == "__main__":

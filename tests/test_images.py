@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.utils import canonicalize_name
 
-from e2e import images, oci
+from e2e import images, locks, oci, sbom
 from specfleet.operator.api import Runtime
 from tests.conftest import REPO
 
@@ -124,3 +125,60 @@ def test_skopeo_copies_from_the_layout_as_docs_install_says(layout: Path, tmp_pa
     )
     copied = json.loads((destination / "manifest.json").read_text())
     assert copied["layers"] == oci.manifest(layout, images.OPERATOR.ref)["layers"]
+
+
+def _venv_distributions(layout: Path, image: images.Image) -> dict[str, str]:
+    rootfs = oci.unpacked(layout, image.ref, images.UNPACKED) / "rootfs"
+    return {
+        str(canonicalize_name(d.name)): d.version
+        for d in sbom.python_distributions(rootfs)
+        if d.location.startswith("/opt/specfleet/")
+    }
+
+
+@pytest.mark.parametrize("image", images.IMAGES, ids=lambda image: image.name)
+def test_the_image_holds_what_its_lock_pins_and_nothing_else(
+    layout: Path, image: images.Image
+) -> None:
+    """The venv holds each pin of the image's lock at its version; beside them only the
+    projects themselves (from source) and the pip the venv came with."""
+    lock = {str(name): pin.version for name, pin in locks.read(_lock(image)).items()}
+    installed = _venv_distributions(layout, image)
+    assert {name: installed.get(name) for name in lock} == lock
+    ours = {str(locks.distribution(project)) for project in _lock(image).projects}
+    assert set(installed) - set(lock) == ours | {"pip"}
+
+
+def _lock(image: images.Image) -> locks.Lock:
+    return {lock.image: lock for lock in locks.LOCKS}[image.name]
+
+
+@pytest.mark.parametrize("image", images.IMAGES, ids=lambda image: image.name)
+def test_the_sbom_lists_the_image_as_built(layout: Path, image: images.Image) -> None:
+    """Its SBOM (beside the layout) is of this very image, by digest, and lists its
+    Python distributions at the lock's versions and Debian's python3 with the rest of
+    the base's packages."""
+    document = json.loads(image.sbom.read_text())
+    digest = oci.manifest_digest(layout, image.ref)
+    assert document["bomFormat"] == "CycloneDX"
+    assert document["metadata"]["component"]["version"] == digest
+    listed = {(c["purl"].split("/")[0], c["name"]): c["version"] for c in document["components"]}
+    pins = locks.read(_lock(image))
+    assert listed[("pkg:pypi", "aiohttp")] == pins[canonicalize_name("aiohttp")].version
+    python3 = listed[("pkg:deb", "python3")]
+    assert python3.startswith("3.11."), python3
+    assert ("pkg:deb", "libc6") in listed and ("pkg:deb", "ca-certificates") in listed
+    assert ("pkg:pypi", "specfleet-runtime") in listed
+
+
+def test_images_are_recorded_with_the_base_by_digest(layout: Path) -> None:
+    """images.json names the base by the digest the builds used; each image carries it as
+    the OCI annotation of its base, and is recorded by its own digest."""
+    record = json.loads(images.RECORD.read_text())
+    base = record["base"]["digest"]
+    assert base == images.base_digest()
+    for image in images.IMAGES:
+        manifest = oci.manifest(layout, image.ref)
+        annotations = manifest.get("annotations", {})
+        assert annotations.get("org.opencontainers.image.base.digest") == base
+        assert record["images"][image.name]["digest"] == oci.manifest_digest(layout, image.ref)
