@@ -2697,6 +2697,11 @@ class InPlace(ApiModel):
         description="Interleaved: the last window measured, waiting for the other side's "
         "next one at a matched batch (else it is dropped).",
     )
+    unpaired_load: float | None = Field(
+        default=None,
+        description="The unpaired window's requests in flight per pod, averaged over its "
+        "time: what a pair is matched by.",
+    )
 
 
 class Trial(ApiModel):

@@ -78,6 +78,10 @@ class EnginePart:
     drafted: int
 
 
+# A pod's window by load: (share of the window's time, the phase at that load, how its
+# engine ran it), one per slice of the phase's load.
+PodWindow = list[tuple[float, "Phase", list[EnginePart]]]
+
 # How an engine runs the K its pod was started with (`configured`) for one window: the
 # engine's own per-step rule (the peers in `specfleet.operator.peers`). Called with the
 # pod's name, that K, the phase and the run's random source; None: the configured K all along.
@@ -90,10 +94,27 @@ class _Strict(BaseModel):
 
 class LoadStep(_Strict):
     """From `after` seconds on, each pod runs `concurrency` requests at a time (0: no
-    requests at all, an idle fleet)."""
+    requests at all, an idle fleet), or, with `mix`, load that moves inside every window:
+    each concurrency for its share of the window's time."""
 
     after: Seconds
-    concurrency: int = Field(ge=0)
+    concurrency: int | None = Field(None, ge=0)
+    mix: dict[int, float] | None = Field(
+        None,
+        description="requests in flight (at `replicas` stable pods, as `concurrency`) -> "
+        "the share of each window's time at it; the shares sum to 1",
+    )
+
+    @model_validator(mode="after")
+    def _one_load(self) -> LoadStep:
+        if (self.concurrency is None) == (self.mix is None):
+            raise ValueError("a load step sets `concurrency` or `mix`, one of them")
+        if self.mix is not None:
+            if any(c < 1 or share <= 0 for c, share in self.mix.items()):
+                raise ValueError("a load step's `mix` maps concurrencies >= 1 to shares > 0")
+            if abs(sum(self.mix.values()) - 1) > 1e-6:
+                raise ValueError("a load step's `mix` shares must sum to 1")
+        return self
 
 
 class Slowdown(_Strict):
@@ -339,8 +360,17 @@ def scenario_spec(scenario: Scenario) -> SpeculativeModelSpec:
 class Phase:
     start: float
     acceptance: list[float]
-    concurrency: int  # per pod
+    concurrency: int  # per pod (with a mix: its time-weighted mean, rounded)
     replicas: int  # stable pods
+    # Load moving inside each window: (concurrency per pod, share of the time); empty:
+    # `concurrency` all along.
+    mix: tuple[tuple[int, float], ...] = ()
+
+    def slices(self) -> list[tuple[float, Phase]]:
+        """The window's time by load: (share, this phase at one concurrency)."""
+        if not self.mix:
+            return [(1.0, self)]
+        return [(share, replace(self, concurrency=c, mix=())) for c, share in self.mix]
 
 
 def phases(scenario: Scenario) -> list[Phase]:
@@ -357,17 +387,24 @@ def phases(scenario: Scenario) -> list[Phase]:
     result = []
     for start in starts:
         acceptance, _ = scenario.engine.at(start)
-        concurrency = scenario.concurrency
+        mix: dict[int, float] = {scenario.concurrency: 1.0}
         for step in scenario.load:
             if step.after <= start:
-                concurrency = step.concurrency
+                mix = step.mix if step.mix is not None else {step.concurrency or 0: 1.0}
         replicas = scenario.replicas
         for scale in scenario.scale:
             if scale.after <= start:
                 replicas = scale.replicas
+
         # Idle stays idle; any load gives each pod at least one request.
-        per_pod = concurrency and max(1, round(concurrency * scenario.replicas / replicas))
-        result.append(Phase(start, list(acceptance), per_pod, replicas))
+        shares = tuple(
+            (c and max(1, round(c * scenario.replicas / replicas)), share)
+            for c, share in mix.items()
+        )
+        mean = round(sum(c * share for c, share in shares))
+        result.append(
+            Phase(start, list(acceptance), mean, replicas, shares if len(shares) > 1 else ())
+        )
     return result
 
 
@@ -596,7 +633,11 @@ class _Simulation:
         self.status = decider(spec, self.status, observation, START).status
 
     def good(self, p: Phase, k: int) -> float:
-        return goodput(self.cost, p.acceptance, k, p.concurrency, self.drafting)
+        """K held all window: its goodput, time-weighted over the window's load."""
+        return sum(
+            share * goodput(self.cost, at.acceptance, k, at.concurrency, self.drafting)
+            for share, at in p.slices()
+        )
 
     def new_head(self, track: Track) -> bool:
         """Whether a track's pods run the config change's new head (the config status
@@ -620,25 +661,26 @@ class _Simulation:
             return [EnginePart(k, 1.0, k)]
         return self.engine_rule(name, k, p, self.rng)
 
-    def good_parts(
-        self, track: Track, p: Phase, parts: list[EnginePart], configured: bool
-    ) -> float:
+    def good_parts(self, track: Track, window: PodWindow, configured: bool) -> float:
         """A pod's goodput over a window of parts, each weighted by its share of the time,
         on the engine its track runs (`configured`: started to speculate, so K=0 is taxed)."""
-        cost, on = self.engine_of(track, p)
-        return sum(
-            part.share
-            * goodput(
-                cost,
-                on.acceptance,
-                part.k,
-                on.concurrency,
-                self.drafting,
-                part.drafted,
-                configured=configured,
+        total = 0.0
+        for load_share, at, parts in window:
+            cost, on = self.engine_of(track, at)
+            total += load_share * sum(
+                part.share
+                * goodput(
+                    cost,
+                    on.acceptance,
+                    part.k,
+                    on.concurrency,
+                    self.drafting,
+                    part.drafted,
+                    configured=configured,
+                )
+                for part in parts
             )
-            for part in parts
-        )
+        return total
 
     def pays(self, p: Phase, k: int) -> bool:
         return k > 0 and self.good(p, k) > self.good(p, 0)
@@ -669,15 +711,20 @@ class _Simulation:
             draft = self.spec.draft.model_copy(update={"model": NEW_HEAD})
             self.spec = self.spec.model_copy(update={"draft": draft})
         running = self.pods(phase.replicas)
-        parts = {
-            name: self.parts(name, _k_in_window(k, bands, phase.concurrency), phase)
+        parts: dict[str, PodWindow] = {
+            name: [
+                (share, at, self.parts(name, _k_in_window(k, bands, at.concurrency), at))
+                for share, at in phase.slices()
+            ]
             for name, _, k, bands in running
         }
         observation = self._run_engines(running, phase, start, parts)
         now = START + timedelta(seconds=start + self.interval)
-        stable_k = _k_in_window(running[0][2], running[0][3], phase.concurrency)
+        # The K a record shows: the one in effect for most of the window.
+        most = max(phase.slices(), key=lambda s: s[0])[1].concurrency
+        stable_k = _k_in_window(running[0][2], running[0][3], most)
         canary_k = (
-            _k_in_window(running[-1][2], running[-1][3], phase.concurrency)
+            _k_in_window(running[-1][2], running[-1][3], most)
             if running[-1][1] == "canary"
             else None
         )
@@ -731,7 +778,7 @@ class _Simulation:
         running: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]],
         phase: Phase,
         start: float,
-        parts: Mapping[str, list[EnginePart]],
+        parts: Mapping[str, PodWindow],
     ) -> Observation:
         """Each pod's counters after one more interval (part by part), cut into windows by
         the tracker."""
@@ -756,7 +803,8 @@ class _Simulation:
             served = max(0.0, end - max(start, self.ready_at[name]))
             self.serving[name] = served / self.interval
             # Smallest K first: vLLM's per-position counts end at the last K drafted.
-            for part in sorted(parts[name], key=lambda part: part.k):
+            by_k = [(part, share, at) for share, at, ps in parts[name] for part in ps]
+            for part, load_share, at in sorted(by_k, key=lambda run: run[0].k):
                 self.counters[name] = _engine_window(
                     self.rng,
                     self.scenario.engine,
@@ -764,8 +812,8 @@ class _Simulation:
                     self.counters[name],
                     on.acceptance,
                     part.k,
-                    phase.concurrency,
-                    served * part.share,
+                    at.concurrency,
+                    served * load_share * part.share,
                     self.drafting,
                     k > 0,
                     part.drafted,
@@ -817,7 +865,7 @@ class _Simulation:
         phase_index: int,
         start: float,
         running: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]],
-        parts: Mapping[str, list[EnginePart]],
+        parts: Mapping[str, PodWindow],
     ) -> dict[str, float]:
         """This window's goodput: achieved (each pod on the engine its track's config runs,
         part by part, for the share of the window it served), the oracles', and each K's
@@ -828,7 +876,7 @@ class _Simulation:
             return self.good(phase, k) * share
 
         achieved = sum(
-            self.good_parts(track, phase, parts[name], k > 0) * share * self.serving[name]
+            self.good_parts(track, parts[name], k > 0) * share * self.serving[name]
             for name, track, k, _ in running
         ) / len(running)
         values = {
@@ -952,7 +1000,7 @@ def scaled_drafting(cost: StepCost, scale: float) -> StepCost:
 
 
 def _k_in_window(k: int, bands: tuple[ScheduledBand, ...], concurrency: int) -> int:
-    # A window runs at one concurrency, so a schedule gives it one K.
+    # A slice of a window runs at one concurrency, so a schedule gives it one K.
     return schedule.k_at(bands, concurrency) if bands else k
 
 

@@ -493,6 +493,20 @@ def record(
     return _recorded(status, found, now, drafting)
 
 
+def time_load(window: TrackWindow) -> float:
+    """The window's requests in flight per pod averaged over its time, from the step
+    tallies where the pods export them (each bucket's seconds at its middle batch; one
+    bucket: the window's own batch). Not its mean over steps: when load moves inside a
+    window, a K slower at high load takes fewer steps there, so the per-step mean of a
+    window depends on the K that ran it, and two sides of a trial at the same load would
+    never match. Without tallies: the per-step mean (one load all along: the same)."""
+    tallies = [t for t in window.step_tallies if t.steps > 0 and t.seconds > 0]
+    seconds = sum(t.seconds for t in tallies)
+    if len({t.batch for t in tallies}) < 2 or seconds <= 0:
+        return window.batch_per_pod
+    return sum(t.seconds * bucket_middle(t.batch) for t in tallies) / seconds
+
+
 def by_k(window: TrackWindow | None) -> list[StepMeasurement]:
     """The step time at each K of a window that ran several (a schedule on hot pods), from
     its step tallies: each K's decode steps at each batch bucket, a bucket's batch its

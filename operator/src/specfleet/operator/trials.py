@@ -155,14 +155,15 @@ def _alternate(run: Run, stable: Judged) -> None:
         return
     place = trial.in_place
     measured = totals_add(TrackTotals(), stable.window)
+    load = speed.time_load(stable.window)
     other = place.unpaired
-    if other is not None and _matched(other, measured):
+    if other is not None and _matched(other, place.unpaired_load, measured, load):
         candidate, previous = (measured, other) if place.switched else (other, measured)
         trial.canary = totals_merge(trial.canary, candidate)
         trial.stable = totals_merge(trial.stable, previous)
-        place.unpaired = None
+        place.unpaired = place.unpaired_load = None
     else:
-        place.unpaired = measured
+        place.unpaired, place.unpaired_load = measured, load
     if place.switched:
         sp.schedule = place.previous_schedule
         run.changed(place.previous_tokens)
@@ -172,12 +173,14 @@ def _alternate(run: Run, stable: Judged) -> None:
     place.switched = not place.switched
 
 
-def _matched(one: TrackTotals, other: TrackTotals) -> bool:
-    """Two single windows with step times at batches within a bucket of each other."""
+def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load: float) -> bool:
+    """Two single windows with step times, at loads (requests in flight averaged over
+    their time) within a bucket of each other. A window left unpaired by an older
+    operator has no load recorded: its per-step mean stands for it."""
     if not (one.timed_windows and other.timed_windows):
         return False
-    a, b = (t.timed.decode_steps / t.timed.engine_steps for t in (one, other))
-    return max(a, b) <= min(a, b) * speed.BATCH_BUCKET
+    a = one_load if one_load is not None else one.timed.decode_steps / one.timed.engine_steps
+    return max(a, load) <= min(a, load) * speed.BATCH_BUCKET
 
 
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:

@@ -154,7 +154,12 @@ def judge_collected(
     grown = _collect(collected, window, tokens, run.now)
     # Its acceptance per position depends on the Ks the schedule drafted with.
     ks = schedule.drafting_ks(running) if running else ()
-    judged = judge(run.spec, dataclasses.replace(_window_of(grown), ks=ks), baseline)
+    # One interval's window keeps its step tallies (a grown one's older intervals have
+    # none kept: it goes without).
+    tallies = window.step_tallies if collected is None else ()
+    judged = judge(
+        run.spec, dataclasses.replace(_window_of(grown), ks=ks, step_tallies=tallies), baseline
+    )
     age = run.now - grown.since
     if judged.reason is WindowVerdict.TOO_FEW_DRAFT_TOKENS and age < max_age:
         run.keep_collecting(track, grown)
