@@ -22,7 +22,7 @@ namespaces (`bench-scale-*`, deleted afterwards):
 An extra ServiceCIDR `specfleet-bench` (10.100.0.0/20) gives the 1,000 Services their
 ClusterIPs (the test cluster's own range is a /24); it is deleted at the end.
 Pods run nowhere: a second node agent (`e2e.node_agent --no-process`) registers 4
-nodes `bench-node-*` (1,000 GPUs, 1,100 pods each) that are tainted
+nodes `bench-node-*` (1,000 GPUs, 1,100 pods, room for their requests each) that are tainted
 `specfleet.io/bench=true:NoSchedule` before they turn Ready, and marks the pods bound to
 them Running and Ready. The models (1 replica, 1 GPU) carry the toleration and a
 nodeSelector for those nodes, so the real agent's nodes never get them. The agent and
@@ -107,6 +107,11 @@ def bench_nodes(state_dir: Path) -> Iterator[None]:
             f"--node-prefix={NODE_PREFIX}",
             "--gpus=1000",
             "--max-pods=1100",
+            # Room for 1,100 inference pods a node at their default requests (2 CPUs,
+            # 8Gi and 10Gi of ephemeral storage a GPU): at 64 CPUs most stayed Pending.
+            "--cpus=2400",
+            "--memory=10Ti",
+            "--ephemeral-storage=12Ti",
             "--no-process",
             f"--label={NODE_LABEL}=true",
             f"--taint={TAINT_KEY}=true:NoSchedule",

@@ -244,10 +244,10 @@ class Agent:
     def _node_status(self, index: int) -> dict[str, Any]:
         capacity = {
             "cpu": str(self.args.cpus),
-            "memory": "512Gi",
+            "memory": self.args.memory,
             "pods": str(self.args.max_pods),
             "nvidia.com/gpu": str(self.args.gpus),
-            "ephemeral-storage": "1Ti",
+            "ephemeral-storage": self.args.ephemeral_storage,
         }
         heartbeat = now()
         return {
@@ -1179,6 +1179,8 @@ def main() -> None:
     parser.add_argument("--node-prefix", default="gpu-node")
     parser.add_argument("--gpus", type=int, default=8, help="nvidia.com/gpu per node")
     parser.add_argument("--cpus", type=int, default=64)
+    parser.add_argument("--memory", default="512Gi", help="memory per node (a quantity)")
+    parser.add_argument("--ephemeral-storage", default="1Ti", help="per node (a quantity)")
     parser.add_argument("--max-pods", type=int, default=1100)
     parser.add_argument("--health-port", type=int, default=0)
     parser.add_argument("--no-process", action="store_true", help="mark pods Running, run nothing")
