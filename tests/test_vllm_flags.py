@@ -123,8 +123,9 @@ def test_every_examples_args_pass(path: Path) -> None:
     assert vllm_flags.Flags().duplicates(args) == []
 
 
-def test_validate_refuses_a_misspelt_flag_naming_field_and_index(
-    peagle_manifest: dict[str, Any],
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_validate_and_render_refuse_a_misspelt_flag_naming_field_and_index(
+    command: str, peagle_manifest: dict[str, Any]
 ) -> None:
     peagle_manifest["spec"]["runtime"]["args"] = [
         "--max-model-len",
@@ -132,18 +133,19 @@ def test_validate_refuses_a_misspelt_flag_naming_field_and_index(
         "--gpu-memory-utilisation",
         "0.9",
     ]
-    result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
+    result = CliRunner().invoke(app, [command, "-"], input=yaml.safe_dump(peagle_manifest))
     assert result.exit_code == 1, result.output
     assert "spec.runtime.args[2]: '--gpu-memory-utilisation': not an option of vLLM 0.33.0" in (
         result.output
     )
     peagle_manifest["spec"]["runtime"]["args"] = ["--gpu-memory-utilization", "0.9"]
-    result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
+    result = CliRunner().invoke(app, [command, "-"], input=yaml.safe_dump(peagle_manifest))
     assert result.exit_code == 0, result.output
 
 
-def test_validate_refuses_a_flag_given_twice_naming_field_and_flags(
-    peagle_manifest: dict[str, Any],
+@pytest.mark.parametrize("command", ["validate", "render"])
+def test_validate_and_render_refuse_a_flag_given_twice_naming_field_and_flags(
+    command: str, peagle_manifest: dict[str, Any]
 ) -> None:
     peagle_manifest["spec"]["runtime"]["args"] = [
         "--enable-prefix-caching",
@@ -151,7 +153,7 @@ def test_validate_refuses_a_flag_given_twice_naming_field_and_flags(
         "8192",
         "--disable-prefix-caching",
     ]
-    result = CliRunner().invoke(app, ["validate", "-"], input=yaml.safe_dump(peagle_manifest))
+    result = CliRunner().invoke(app, [command, "-"], input=yaml.safe_dump(peagle_manifest))
     assert result.exit_code == 1, result.output
     assert (
         "spec.runtime.args[3]: '--disable-prefix-caching' sets what '--enable-prefix-caching' "

@@ -149,7 +149,11 @@ def render_command(
     ] = "default",
 ) -> None:
     """Print the Deployments, Service and PodDisruptionBudget the operator would create,
-    without a cluster."""
+    without a cluster.
+
+    Refuses what `specfleet validate` refuses, but for the pod policy (that is the
+    install's): an invalid model, runtime.args vLLM 0.33's parser would refuse or that
+    set one of its options twice, models whose children would share a name."""
     try:
         found = manifests.sort_documents(manifests.read_documents(file))
     except manifests.ManifestError as error:
@@ -161,9 +165,12 @@ def render_command(
     models = []
     for index, document in found.ours:
         errors = validation_errors(document)
+        if not errors:
+            model = api.SpeculativeModel.model_validate(document)
+            errors = _vllm_refusals(model.spec.runtime.args)
         problems += [f"{_name(document, index)}: {message}" for message in errors]
         if not errors:
-            models.append(api.SpeculativeModel.model_validate(document))
+            models.append(model)
     for model in models:
         model.metadata.namespace = model.metadata.namespace or namespace
     for message in problems:
