@@ -187,3 +187,28 @@ def test_the_chart_passes_its_pod_policy_to_the_operator() -> None:
         "--allow-host-path-cache",
     ]
     assert not any(a.startswith("--allow") for a in container(rendered())["args"])
+
+
+@pytest.mark.parametrize(
+    ("changes", "refused"),
+    [
+        ({"spec.runtime.pod.securityContext": {"runAsUser": 0}}, True),
+        ({"spec.runtime.pod.containerSecurityContext": {"runAsUser": 0}}, True),
+        (
+            {
+                "spec.runtime.pod.securityContext": {"runAsUser": 0},
+                "spec.runtime.pod.containerSecurityContext": {"runAsUser": 1000},
+            },
+            False,
+        ),
+        ({"spec.runtime.pod.securityContext": {"runAsUser": 0, "runAsNonRoot": False}}, False),
+    ],
+)
+def test_validate_refuses_root_with_the_default_run_as_non_root(
+    peagle_manifest: dict[str, Any], changes: dict[str, Any], refused: bool
+) -> None:
+    """The kubelet refuses to start a container whose user is 0 under runAsNonRoot, which
+    render sets unless told otherwise (issue 43)."""
+    errors = validation_errors(apply_changes(peagle_manifest, changes))
+    expected = ["spec.runtime.pod: runtime.pod security contexts may not set runAsUser 0"]
+    assert [e[: len(expected[0])] for e in errors] == (expected if refused else []), errors

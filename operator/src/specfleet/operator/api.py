@@ -1445,6 +1445,15 @@ class Scratch(SpecModel):
     )
 
 
+def _effective(pod: PodSettings, name: str, default: Any = None) -> Any:
+    """A field of the container's security context, else of the pod's, else the default."""
+    contexts = (pod.container_security_context, pod.security_context)
+    return next(
+        (getattr(c, name) for c in contexts if c is not None and getattr(c, name) is not None),
+        default,
+    )
+
+
 class PodSettings(SpecModel):
     """What a platform team sets on the inference pods, passed to the pod template as
     Kubernetes defines it. The operator owns the container's command, args, port and
@@ -1534,6 +1543,29 @@ class PodSettings(SpecModel):
                 Refusal(
                     "pod-mount-without-volume",
                     {"spec.runtime.pod.volumeMounts": [{"name": "nowhere", "mountPath": "/x"}]},
+                ),
+            ),
+        ),
+        Rule(
+            # The container's field wins over the pod's; runAsNonRoot is true by default.
+            "!((has(self.containerSecurityContext) && "
+            "has(self.containerSecurityContext.runAsNonRoot) ? "
+            "self.containerSecurityContext.runAsNonRoot : !has(self.securityContext) || "
+            "!has(self.securityContext.runAsNonRoot) || self.securityContext.runAsNonRoot) && "
+            "(has(self.containerSecurityContext) && has(self.containerSecurityContext.runAsUser) "
+            "? self.containerSecurityContext.runAsUser == 0 : has(self.securityContext) && "
+            "has(self.securityContext.runAsUser) && self.securityContext.runAsUser == 0))",
+            "runtime.pod security contexts may not set runAsUser 0 (root) with runAsNonRoot, "
+            "which is true unless set: the kubelet refuses to start the container; set "
+            "another runAsUser",
+            lambda p: (
+                not (_effective(p, "run_as_non_root", True) and _effective(p, "run_as_user") == 0)
+            ),
+            refusals=(
+                Refusal("pod-root-user", {"spec.runtime.pod.securityContext": {"runAsUser": 0}}),
+                Refusal(
+                    "container-root-user",
+                    {"spec.runtime.pod.containerSecurityContext": {"runAsUser": 0}},
                 ),
             ),
         ),
