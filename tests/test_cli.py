@@ -152,9 +152,14 @@ def test_validate_warns_of_a_disruption_budget_that_blocks_every_drain(
         assert "warning" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("apart", [False, True], ids=["one-file", "two-files"])
-def test_validate_refuses_models_whose_children_collide(
-    tmp_path: Path, peagle_manifest: dict[str, Any], apart: bool
+# render takes one file.
+@pytest.mark.parametrize(
+    ("command", "apart"),
+    [("validate", False), ("validate", True), ("render", False)],
+    ids=["validate-one-file", "validate-two-files", "render"],
+)
+def test_validate_and_render_refuse_models_whose_children_collide(
+    tmp_path: Path, peagle_manifest: dict[str, Any], apart: bool, command: str
 ) -> None:
     llama = apply_changes(peagle_manifest, {"metadata.name": "llama"})
     canary = apply_changes(peagle_manifest, {"metadata.name": "llama-canary"})
@@ -163,15 +168,20 @@ def test_validate_refuses_models_whose_children_collide(
         if apart
         else [write(tmp_path, "a.yaml", llama, canary)]
     )
-    result = specfleet("validate", *paths)
+    result = specfleet(command, *paths)
     assert result.exit_code == 1
     assert "(llama-canary): its Deployment llama-canary is also one of model llama's" in (
         result.output
     )
+    assert "kind: Deployment" not in result.output
     # In other namespaces they do not meet.
     canary["metadata"]["namespace"] = "elsewhere"
-    paths = [write(tmp_path, "a.yaml", llama), write(tmp_path, "b.yaml", canary)]
-    assert specfleet("validate", *paths).exit_code == 0
+    paths = (
+        [write(tmp_path, "a.yaml", llama), write(tmp_path, "b.yaml", canary)]
+        if apart
+        else [write(tmp_path, "a.yaml", llama, canary)]
+    )
+    assert specfleet(command, *paths).exit_code == 0
 
 
 def test_render_of_a_file_without_a_model_says_so(tmp_path: Path) -> None:
