@@ -421,3 +421,34 @@ def test_quantities_compare_as_the_kubernetes_client_reads_them(quantity: str | 
     from kubernetes.utils.quantity import parse_quantity
 
     assert api.quantity_value(quantity) == parse_quantity(quantity)
+
+
+LABEL_KEY = "must be a label key"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("metadata.labels", {"team": "ml"}, None),
+        ("metadata.labels", {"example.com/team": "ml-2"}, None),
+        ("metadata.labels", {"team": "a b"}, "metadata.labels.team: must be a label value"),
+        ("metadata.labels", {"a b": "ml"}, f"metadata.labels.a b: {LABEL_KEY}"),
+        ("metadata.labels", {"Team.com/x": "ml"}, f"metadata.labels.Team.com/x: {LABEL_KEY}"),
+        ("metadata.annotations", {"Example.com/Note": "any text"}, None),
+        ("metadata.annotations", {"a b": "x"}, "metadata.annotations.a b: must be an annotation"),
+        ("spec.runtime.pod.annotations", {"Example.com/Note": "any text"}, None),
+        (
+            "spec.runtime.pod.annotations",
+            {"a b": "x"},
+            "spec.runtime.pod.annotations: runtime.pod.annotations keys must be annotation keys",
+        ),
+    ],
+)
+def test_labels_and_annotations_are_checked_as_the_api_server_checks_them(
+    peagle_manifest: dict[str, Any], field: str, value: dict[str, str], error: str | None
+) -> None:
+    """The model's own (refused when it is created) and the pods' (refused when its
+    Deployments are): validate said valid to both."""
+    errors = validation_errors(apply_changes(peagle_manifest, {field: value}))
+    expected = [error] if error else []
+    assert [e[: len(error or "")] for e in errors] == expected, errors

@@ -175,6 +175,21 @@ _LABEL_KEY_WORDS = (
 )
 
 
+def _label_key(key: str) -> str:
+    if not _is_label_key(key):
+        raise ValueError(f"must be a label key: {_LABEL_KEY_WORDS}")
+    return key
+
+
+def _annotation_key(key: str) -> str:
+    # The API server checks an annotation's key in lower case.
+    if not _is_label_key(key.lower()):
+        raise ValueError(f"must be an annotation key: {_LABEL_KEY_WORDS}")
+    return key
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+AnnotationKey = Annotated[str, AfterValidator(_annotation_key)]
 NonEmptyString = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 Quantity = Annotated[
     str | int,
@@ -1429,6 +1444,19 @@ _POD_LABEL_KEYS: Rule[dict[str, str]] = Rule(
     refusals=(Refusal("pod-label-key-with-space", {"spec.runtime.pod.labels": {"a b": "c"}}),),
 )
 
+_POD_ANNOTATION_KEYS: Rule[dict[str, str]] = Rule(
+    f"self.all(k, k.lowerAscii().matches('{LABEL_KEY_PATTERN}') && "
+    f"k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
+    f"runtime.pod.annotations keys must be annotation keys: {_LABEL_KEY_WORDS}",
+    lambda annotations: all(_is_label_key(key.lower()) for key in annotations),
+    found=lambda annotations: repr(
+        next(key for key in annotations if not _is_label_key(key.lower()))
+    ),
+    refusals=(
+        Refusal("pod-annotation-key-with-space", {"spec.runtime.pod.annotations": {"a b": "c"}}),
+    ),
+)
+
 
 class Scratch(SpecModel):
     """The size limits of the emptyDir volumes specfleet mounts for what vLLM writes."""
@@ -1634,9 +1662,9 @@ class PodSettings(SpecModel):
     labels: Annotated[
         dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _POD_LABEL_KEYS
     ] = Field(default_factory=dict, description="Extra labels on the pods (not on selectors).")
-    annotations: Annotated[dict[str, str], Field(max_length=NODE_SELECTOR_MAX)] = Field(
-        default_factory=dict, description="Extra annotations on the pods."
-    )
+    annotations: Annotated[
+        dict[str, str], Field(max_length=NODE_SELECTOR_MAX), _POD_ANNOTATION_KEYS
+    ] = Field(default_factory=dict, description="Extra annotations on the pods.")
     probes: Probes = Field(default_factory=Probes, description="The /health probes' timings.")
 
 
@@ -3365,7 +3393,8 @@ NamespaceName = Annotated[
 
 
 class ObjectMeta(BaseModel):
-    """The parts of metadata the operator reads; the rest is kept as given."""
+    """The parts of metadata the operator reads; the rest is kept as given. Labels and
+    annotations are checked as the API server checks any object's."""
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -3373,8 +3402,8 @@ class ObjectMeta(BaseModel):
     namespace: NamespaceName | None = None
     uid: str | None = None
     generation: int | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    annotations: dict[AnnotationKey, str] = Field(default_factory=dict)
 
 
 class SpeculativeModel(ApiModel, RuledModel):
@@ -3422,6 +3451,7 @@ RULES: list[Rule[Any]] = [
     _NODE_SELECTOR_KEYS,
     *PodSettings.rules,
     _POD_LABEL_KEYS,
+    _POD_ANNOTATION_KEYS,
     _MOUNT_PATH,
     *Volume.rules,
     *SecurityContext.rules,

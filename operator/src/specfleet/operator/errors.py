@@ -96,6 +96,8 @@ def describe(error: ErrorDetails, root: type[BaseModel] | None = SpeculativeMode
     unknown field gets the nearest of its siblings in `root`'s tree, if one is close."""
     path = ""
     for part in error["loc"]:
+        if part == "[key]":  # pydantic's mark of a map's key: the message says it is one
+            continue
         path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
     if error["type"] == RULE_ERROR and error.get("ctx", {}).get("blames"):
         path += error["ctx"]["blames"]
