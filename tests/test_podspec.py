@@ -539,3 +539,34 @@ def test_the_pods_spread_across_nodes_unless_told_otherwise(
     # [] spreads nothing.
     none = _with_runtime(dict(peagle_manifest), pod={"topologySpreadConstraints": []})
     assert "topologySpreadConstraints" not in _pod_spec(none)
+
+
+def test_install_md_quotes_the_defaults_render_uses() -> None:
+    """docs/install.md's table of the inference pods' defaults says render's figures."""
+    from specfleet.runtime.drain import PROPAGATION_SECONDS
+
+    doc = (REPO / "docs" / "install.md").read_text()
+    table = doc.split("### Defaults of the inference pods", 1)[1].split("\n### ", 1)[0]
+    table = " ".join(table.split())
+    init_requests, init_limits = podspec.INIT_REQUESTS, podspec.INIT_LIMITS
+    spread = podspec.DEFAULT_SPREAD
+    quoted = [
+        f"`cpu` {podspec.CPU_PER_GPU} and `memory` {podspec.MEMORY_PER_GPU_GI}Gi per GPU",
+        f"`ephemeral-storage` requested as `/tmp`'s bound ({podspec.TMP_SIZE})",
+        f"a {podspec.CACHE_PER_GPU_GI}Gi-per-GPU request",
+        f"`/dev/shm` (in memory) bounded at {podspec.SHM_PER_GPU_GI}Gi per GPU",
+        f"caches) bounded at {podspec.TMP_SIZE}",
+        f"model cache bounded at {podspec.CACHE_PER_GPU_GI}Gi per GPU",
+        f"requests `cpu` {init_requests['cpu']}, `memory` {init_requests['memory']} and "
+        f"`ephemeral-storage` {init_requests['ephemeral-storage']}, limited to `cpu` "
+        f"{init_limits['cpu']} and `memory` {init_limits['memory']}",
+        f"its volume bounded at {podspec.INJECT_SIZE}",
+        f"it waits {PROPAGATION_SECONDS:g} s for the pod's removal",
+        f"the grace period ({podspec.TERMINATION_GRACE_SECONDS} s) less {podspec.STOP_SECONDS} s",
+        f"{podspec.STOP_SECONDS} or less: no hook",
+        f"`maxSkew: {spread['maxSkew']}` by `{spread['topologyKey']}`, "
+        f"`whenUnsatisfiable: {spread['whenUnsatisfiable']}`",
+        f"`component` (`{render.COMPONENT}`)",
+    ]
+    missing = [text for text in quoted if text not in table]
+    assert not missing, f"docs/install.md's defaults no longer say {missing}"
