@@ -360,6 +360,60 @@ def test_schema_takes_the_kubernetes_fields_it_closes() -> None:
     )
 
 
+# The chart's values passed to the operator's pod as their Kubernetes types.
+KUBERNETES_TYPES = {
+    "securityContext": "io.k8s.api.core.v1.SecurityContext",
+    "podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
+    "resources": "io.k8s.api.core.v1.ResourceRequirements",
+}
+
+
+def test_schema_closes_the_kubernetes_types_on_exactly_their_fields() -> None:
+    """Each object of those values, nested ones too, takes exactly the fields of
+    Kubernetes' own JSON schema for it (kubernetes-validate's) and refuses any other key."""
+    import kubernetes_validate
+
+    from tests.test_linters import KUBERNETES_VERSION
+
+    schemas = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
+    definitions = json.loads(
+        (schemas / f"v{KUBERNETES_VERSION}-local-strict" / "_definitions.json").read_text()
+    )["$defs"]
+
+    def resolved(node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node or len(node.get("allOf", [])) == 1:
+            ref = node["$ref"] if "$ref" in node else node["allOf"][0]["$ref"]
+            node = definitions[ref.rsplit("/", 1)[1]]
+        return node
+
+    def compare(path: str, ours: dict[str, Any], theirs: dict[str, Any]) -> Iterator[str]:
+        if ours.get("type") == "array":  # an array with no items (maxItems 0) refuses any
+            yield from compare(f"{path}[]", ours.get("items", {}), resolved(theirs)["items"])
+            return
+        if ours.get("type") != "object":
+            return
+        fields = resolved(theirs).get("properties")
+        if fields is None:  # a map (requests, limits): any key, each value typed
+            if not isinstance(ours.get("additionalProperties"), dict):
+                yield f"{path} takes any value"
+            return
+        if ours.get("additionalProperties") is not False:
+            yield f"{path} takes any key"
+        given = ours.get("properties", {})
+        if set(given) != set(fields):
+            yield f"{path}: {sorted(given)} != Kubernetes' {sorted(fields)}"
+        for name in set(given) & set(fields):
+            yield from compare(f"{path}.{name}", given[name], fields[name])
+
+    schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
+    found = [
+        difference
+        for key, kind in KUBERNETES_TYPES.items()
+        for difference in compare(key, schema[key], definitions[kind])
+    ]
+    assert not found, found
+
+
 def test_schema_documents_every_default_value() -> None:
     """values.yaml and values.schema.json describe the same keys (no undocumented value);
     the Kubernetes types the schema closes take fields the defaults leave unset."""
