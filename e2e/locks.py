@@ -5,7 +5,8 @@
 - runtime/requirements.lock: what runtime/Dockerfile installs on a base without vLLM (as
   `make images` builds it), the dependencies of specfleet-runtime.
 
-Each also pins the projects' build backend (`[build-system] requires`): the Dockerfiles
+Each also pins the projects' build backend (`[build-system] requires`) and the installer,
+pip (INSTALLER; the venv's own is Debian's 23.0.1, below known fixes): the Dockerfiles
 install the lock with `pip install --require-hashes --no-deps` and then the project's own
 source with `--no-deps --no-build-isolation`, so nothing in the build is resolved or
 downloaded unchecked. The two projects themselves are never in a lock (`--no-emit-package`):
@@ -33,6 +34,12 @@ REPO = Path(__file__).resolve().parent.parent
 UV = REPO / ".venv" / "bin" / "uv"
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_36"
+
+
+# The venvs' installer, replaced by the lock's first: pip 25.3 fixes GHSA-4xh5-x5gv-qwph
+# (CVE-2025-8869, its fallback tar extraction writing outside the target on Pythons
+# without PEP 706, bookworm's 3.11.2 among them) and 23.3 CVE-2023-5752.
+INSTALLER = (Requirement("pip>=25.3"),)
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,8 @@ def build_requirements(project: str) -> list[Requirement]:
 
 def roots(lock: Lock) -> dict[NormalizedName, list[Requirement]]:
     """What the image needs directly: each project's dependencies other than the projects
-    themselves, and their build backend; several requirements on one name all hold."""
+    themselves, their build backend and the installer; several requirements on one name
+    all hold."""
     local = {distribution(project) for project in lock.projects}
     needed: dict[NormalizedName, list[Requirement]] = {}
     for project in lock.projects:
@@ -99,14 +107,17 @@ def roots(lock: Lock) -> dict[NormalizedName, list[Requirement]]:
             name = canonicalize_name(requirement.name)
             if name not in local:
                 needed.setdefault(name, []).append(requirement)
+    for requirement in INSTALLER:
+        needed.setdefault(canonicalize_name(requirement.name), []).append(requirement)
     return needed
 
 
 def inputs(lock: Lock) -> str:
-    """uv's input: the projects by path, and the build requirements."""
+    """uv's input: the projects by path, the build requirements and the installer."""
     lines = [f"{distribution(project)} @ ./{project}" for project in lock.projects]
     for project in lock.projects:
         lines += [str(requirement) for requirement in build_requirements(project)]
+    lines += [str(requirement) for requirement in INSTALLER]
     return "\n".join(dict.fromkeys(lines)) + "\n"
 
 

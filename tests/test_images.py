@@ -140,13 +140,13 @@ def _venv_distributions(layout: Path, image: images.Image) -> dict[str, str]:
 def test_the_image_holds_what_its_lock_pins_and_nothing_else(
     layout: Path, image: images.Image
 ) -> None:
-    """The venv holds each pin of the image's lock at its version; beside them only the
-    projects themselves (from source) and the pip the venv came with."""
+    """The venv holds each pin of the image's lock at its version (pip included, replacing
+    the venv's own); beside them only the projects themselves, from source."""
     lock = {str(name): pin.version for name, pin in locks.read(_lock(image)).items()}
     installed = _venv_distributions(layout, image)
     assert {name: installed.get(name) for name in lock} == lock
     ours = {str(locks.distribution(project)) for project in _lock(image).projects}
-    assert set(installed) - set(lock) == ours | {"pip"}
+    assert set(installed) - set(lock) == ours
 
 
 def _lock(image: images.Image) -> locks.Lock:
