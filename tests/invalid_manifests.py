@@ -202,6 +202,17 @@ INVALID_CASES += [
         "pod-volume-name", {"spec.runtime.pod.volumes": [{"name": "Cache"}]}, "volumes[0].name"
     ),
     InvalidCase(
+        "pod-volume-name-twice",
+        {
+            "spec.runtime.pod.volumes": [
+                {"name": "a", "emptyDir": {}},
+                {"name": "a", "emptyDir": {}},
+            ]
+        },
+        "volumes",
+        duplicate_key=True,
+    ),
+    InvalidCase(
         "pod-service-account-name",
         {"spec.runtime.pod.serviceAccountName": "Weights Reader"},
         "serviceAccountName",

@@ -452,3 +452,21 @@ def test_labels_and_annotations_are_checked_as_the_api_server_checks_them(
     errors = validation_errors(apply_changes(peagle_manifest, {field: value}))
     expected = [error] if error else []
     assert [e[: len(error or "")] for e in errors] == expected, errors
+
+
+@pytest.mark.parametrize(
+    ("volume", "found"),
+    [
+        ({"name": "a"}, "none"),
+        ({"name": "a", "emptyDir": {}, "persistentVolumeClaim": {"claimName": "c"}}, "emptyDir, "),
+    ],
+)
+def test_a_pod_volume_has_exactly_one_source(
+    peagle_manifest: dict[str, Any], volume: dict[str, Any], found: str
+) -> None:
+    """The API server refuses the pods otherwise; admission cannot see the sources (the
+    CRD preserves them), so validate checks them."""
+    manifest = apply_changes(peagle_manifest, {"spec.runtime.pod.volumes": [volume]})
+    (error,) = validation_errors(manifest)
+    assert error.startswith("spec.runtime.pod.volumes[0]: must have exactly one volume source")
+    assert f"(found {found}" in error

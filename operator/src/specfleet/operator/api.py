@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -1404,8 +1404,9 @@ class VolumeMount(SpecModel):
 
 
 class Volume(SpecModel):
-    """A core/v1 Volume, passed through as written: its name is checked here, its
-    source (one of some thirty kinds) by the API server when the pods are created."""
+    """A core/v1 Volume, passed through as written: its name is checked here, and offline
+    that it has one source; the source (one of some thirty kinds) by the API server when
+    the pods are created."""
 
     # The Volume type is too large to inline in the CRD (a field per volume source,
     # each with its own schema): the schema keeps `name` and preserves the rest.
@@ -1434,6 +1435,21 @@ class Volume(SpecModel):
     host_path: dict[str, Any] | None = Field(
         default=None, description="Refused: a hostPath volume holds the node's files."
     )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        """As the API server checks the pods (offline only: CEL cannot see the preserved
+        fields): a volume is its name and exactly one source."""
+        sources = list(self.model_extra or {})
+        if self.host_path is not None:
+            sources.append("hostPath")
+        if len(sources) != 1:
+            found = ", ".join(sorted(sources)) or "none"
+            raise ValueError(
+                "must have exactly one volume source (emptyDir, persistentVolumeClaim, "
+                f"configMap, ...), as the API server requires of the pods (found {found})"
+            )
+        return self
 
 
 _POD_LABEL_KEYS: Rule[dict[str, str]] = Rule(
@@ -1599,7 +1615,7 @@ class PodSettings(SpecModel):
         ),
     )
 
-    volumes: Annotated[list[Volume], Field(max_length=POD_LIST_MAX)] = Field(
+    volumes: Annotated[list[Volume], Field(max_length=POD_LIST_MAX), UniqueNames("volume")] = Field(
         default_factory=list,
         description="core/v1 Volumes added to the pods (each as Kubernetes defines it).",
     )
