@@ -470,3 +470,31 @@ def test_a_pod_volume_has_exactly_one_source(
     (error,) = validation_errors(manifest)
     assert error.startswith("spec.runtime.pod.volumes[0]: must have exactly one volume source")
     assert f"(found {found}" in error
+
+
+TWO_MOUNTS = {
+    "spec.runtime.pod.volumes": [{"name": "a", "emptyDir": {}}, {"name": "b", "emptyDir": {}}],
+    "spec.runtime.pod.volumeMounts": [
+        {"name": "a", "mountPath": "/data"},
+        {"name": "b", "mountPath": "/data"},
+    ],
+}
+FIELD_REF = {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        (TWO_MOUNTS, "spec.runtime.pod.volumeMounts: runtime.pod.volumeMounts may not mount two"),
+        (
+            {"spec.runtime.env": [{"name": "A", "value": "1", "valueFrom": FIELD_REF}]},
+            "spec.runtime.env[0].valueFrom: runtime.env: a variable takes value or valueFrom",
+        ),
+        ({"spec.runtime.env": [{"name": "A", "value": "", "valueFrom": FIELD_REF}]}, None),
+    ],
+)
+def test_mounts_and_env_the_api_server_refuses_in_the_pods_are_refused(
+    peagle_manifest: dict[str, Any], changes: dict[str, Any], error: str | None
+) -> None:
+    errors = validation_errors(apply_changes(peagle_manifest, changes))
+    assert [e[: len(error or "")] for e in errors] == ([error] if error else []), errors

@@ -1002,6 +1002,28 @@ class EnvVar(SpecModel):
                 ),
             ),
         ),
+        Rule(
+            "!has(self.valueFrom) || !has(self.value) || self.value == ''",
+            "runtime.env: a variable takes value or valueFrom, not both (the API server "
+            "refuses the pods)",
+            lambda var: var.value_from is None or not var.value,
+            ".valueFrom",
+            found=lambda var: var.name,
+            refusals=(
+                Refusal(
+                    "env-value-and-value-from",
+                    {
+                        "spec.runtime.env": [
+                            {
+                                "name": "A",
+                                "value": "1",
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
     )
 
     name: Annotated[
@@ -1570,6 +1592,33 @@ class PodSettings(SpecModel):
                         "spec.runtime.pod.volumes": [{"name": "models", "emptyDir": {}}],
                         "spec.runtime.pod.volumeMounts": [
                             {"name": "models", "mountPath": MODEL_CACHE_PATH}
+                        ],
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "self.volumeMounts.all(m, self.volumeMounts.exists_one(n, n.mountPath == m.mountPath))",
+            "runtime.pod.volumeMounts may not mount two volumes at one mountPath (the API "
+            "server refuses the pods)",
+            lambda p: len({m.mount_path for m in p.volume_mounts}) == len(p.volume_mounts),
+            ".volumeMounts",
+            found=lambda p: next(
+                m.mount_path
+                for m in p.volume_mounts
+                if [n.mount_path for n in p.volume_mounts].count(m.mount_path) > 1
+            ),
+            refusals=(
+                Refusal(
+                    "pod-mount-path-twice",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {"name": "a", "emptyDir": {}},
+                            {"name": "b", "emptyDir": {}},
+                        ],
+                        "spec.runtime.pod.volumeMounts": [
+                            {"name": "a", "mountPath": "/data"},
+                            {"name": "b", "mountPath": "/data"},
                         ],
                     },
                 ),
