@@ -498,3 +498,26 @@ def test_mounts_and_env_the_api_server_refuses_in_the_pods_are_refused(
 ) -> None:
     errors = validation_errors(apply_changes(peagle_manifest, changes))
     assert [e[: len(error or "")] for e in errors] == ([error] if error else []), errors
+
+
+@pytest.mark.parametrize(
+    ("toleration", "error"),
+    [
+        ({"operator": "Exists"}, None),
+        ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, None),
+        ({"key": "a", "value": "b", "effect": "NoExecute", "tolerationSeconds": 60}, None),
+        ({"value": "x"}, "[0].operator: runtime.tolerations: a toleration without a key"),
+        ({"key": "a", "operator": "Exists", "value": "x"}, "[0].value: runtime.tolerations:"),
+        ({"key": "a", "tolerationSeconds": 5}, "[0].tolerationSeconds: runtime.tolerations:"),
+        ({"key": "a b"}, "[0].key: must be empty or a label key"),
+        ({"key": "a", "value": "x y"}, "[0].value: must be a label value"),
+    ],
+)
+def test_tolerations_are_checked_as_the_api_server_checks_the_pods(
+    peagle_manifest: dict[str, Any], toleration: dict[str, Any], error: str | None
+) -> None:
+    errors = validation_errors(
+        apply_changes(peagle_manifest, {"spec.runtime.tolerations": [toleration]})
+    )
+    expected = f"spec.runtime.tolerations{error}" if error else ""
+    assert [e[: len(expected)] for e in errors] == ([expected] if error else []), errors

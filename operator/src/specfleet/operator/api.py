@@ -1063,10 +1063,56 @@ class UniqueNames(CheckedAnnotation):
         return json_schema
 
 
+def _toleration_refusal(id: str, toleration: dict[str, Any]) -> Refusal:
+    return Refusal(id, {"spec.runtime.tolerations": [toleration]})
+
+
 class Toleration(SpecModel):
-    key: str | None = None
+    """A core/v1 Toleration, checked as the API server checks the pods'."""
+
+    rules: ClassVar[tuple[Rule[Toleration], ...]] = (
+        Rule(
+            "has(self.key) && self.key != '' || has(self.operator) && self.operator == 'Exists'",
+            "runtime.tolerations: a toleration without a key (it matches every taint) needs "
+            "operator Exists",
+            lambda t: bool(t.key) or t.operator == "Exists",
+            ".operator",
+            refusals=(_toleration_refusal("toleration-no-key-equal", {"value": "x"}),),
+        ),
+        Rule(
+            "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || "
+            "self.value == ''",
+            "runtime.tolerations: a toleration with operator Exists takes no value",
+            lambda t: t.operator != "Exists" or not t.value,
+            ".value",
+            refusals=(
+                _toleration_refusal(
+                    "toleration-exists-with-value", {"key": "a", "operator": "Exists", "value": "x"}
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.tolerationSeconds) || has(self.effect) && self.effect == 'NoExecute'",
+            "runtime.tolerations: tolerationSeconds needs effect NoExecute",
+            lambda t: t.toleration_seconds is None or t.effect == "NoExecute",
+            ".tolerationSeconds",
+            refusals=(
+                _toleration_refusal(
+                    "toleration-seconds-without-no-execute",
+                    {"key": "a", "effect": "NoSchedule", "tolerationSeconds": 5},
+                ),
+            ),
+        ),
+    )
+
+    key: (
+        Annotated[
+            str, Matching(f"^$|{LABEL_KEY_PATTERN}", f"empty or a label key: {_LABEL_KEY_WORDS}")
+        ]
+        | None
+    ) = None
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
+    value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
 
@@ -3513,6 +3559,7 @@ RULES: list[Rule[Any]] = [
     *Runtime.rules,
     *Parallelism.rules,
     *Resources.rules,
+    *Toleration.rules,
     _NODE_SELECTOR_KEYS,
     *PodSettings.rules,
     _POD_LABEL_KEYS,
