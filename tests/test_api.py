@@ -521,3 +521,46 @@ def test_tolerations_are_checked_as_the_api_server_checks_the_pods(
     )
     expected = f"spec.runtime.tolerations{error}" if error else ""
     assert [e[: len(expected)] for e in errors] == ([expected] if error else []), errors
+
+
+SPREAD = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+POD = "spec.runtime.pod."
+
+
+@pytest.mark.parametrize(
+    ("changes", "error"),
+    [
+        (
+            {
+                f"{POD}topologySpreadConstraints": [
+                    SPREAD,
+                    {**SPREAD, "whenUnsatisfiable": "ScheduleAnyway"},
+                ]
+            },
+            None,
+        ),
+        ({f"{POD}topologySpreadConstraints": [{**SPREAD, "minDomains": 2}]}, None),
+        (
+            {
+                f"{POD}topologySpreadConstraints": [
+                    {**SPREAD, "whenUnsatisfiable": "ScheduleAnyway", "minDomains": 2}
+                ]
+            },
+            f"{POD}topologySpreadConstraints[0].minDomains: runtime.pod.topologySpreadConstraints",
+        ),
+        (
+            {f"{POD}topologySpreadConstraints": [SPREAD, {**SPREAD, "maxSkew": 2}]},
+            f"{POD}topologySpreadConstraints: runtime.pod.topologySpreadConstraints may not repeat",
+        ),
+        (
+            {f"{POD}topologySpreadConstraints": [{**SPREAD, "topologyKey": "a b"}]},
+            f"{POD}topologySpreadConstraints[0].topologyKey: must be a label key",
+        ),
+        ({f"{POD}schedulerName": "a b"}, f"{POD}schedulerName: must be an object's name"),
+    ],
+)
+def test_spread_and_scheduler_are_checked_as_the_api_server_checks_the_pods(
+    peagle_manifest: dict[str, Any], changes: dict[str, Any], error: str | None
+) -> None:
+    errors = validation_errors(apply_changes(peagle_manifest, changes))
+    assert [e[: len(error or "")] for e in errors] == ([error] if error else []), errors

@@ -1421,14 +1421,68 @@ class TopologySpreadConstraint(SpecModel):
     """core/v1 TopologySpreadConstraint. Without labelSelector, the model's pods (both
     tracks) are the ones spread."""
 
+    rules: ClassVar[tuple[Rule[TopologySpreadConstraint], ...]] = (
+        Rule(
+            "!has(self.minDomains) || self.whenUnsatisfiable == 'DoNotSchedule'",
+            "runtime.pod.topologySpreadConstraints: minDomains needs whenUnsatisfiable "
+            "DoNotSchedule (the API server refuses the pods)",
+            lambda c: c.min_domains is None or c.when_unsatisfiable == "DoNotSchedule",
+            ".minDomains",
+            refusals=(
+                Refusal(
+                    "spread-min-domains-schedule-anyway",
+                    {
+                        "spec.runtime.pod.topologySpreadConstraints": [
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "zone",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "minDomains": 2,
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
     max_skew: int = Field(ge=1)
-    topology_key: NonEmptyString
+    topology_key: Annotated[
+        str, StringConstraints(max_length=317), Matching(LABEL_KEY_PATTERN, "a label key")
+    ]
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
     label_selector: LabelSelector | None = None
     match_label_keys: list[str] | None = None
     min_domains: int | None = Field(default=None, ge=1)
     node_affinity_policy: Literal["Honor", "Ignore"] | None = None
     node_taints_policy: Literal["Honor", "Ignore"] | None = None
+
+
+def _spread_pair(c: TopologySpreadConstraint) -> tuple[str, str]:
+    return c.topology_key, c.when_unsatisfiable
+
+
+_SPREAD_PAIRS: Rule[list[TopologySpreadConstraint]] = Rule(
+    "self.all(c, self.exists_one(d, d.topologyKey == c.topologyKey && "
+    "d.whenUnsatisfiable == c.whenUnsatisfiable))",
+    "runtime.pod.topologySpreadConstraints may not repeat a topologyKey with the same "
+    "whenUnsatisfiable (the API server refuses the pods)",
+    lambda cs: len({_spread_pair(c) for c in cs}) == len(cs),
+    found=lambda cs: next(
+        c.topology_key for c in cs if [_spread_pair(d) for d in cs].count(_spread_pair(c)) > 1
+    ),
+    refusals=(
+        Refusal(
+            "spread-pair-twice",
+            {
+                "spec.runtime.pod.topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                    {"maxSkew": 2, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"},
+                ]
+            },
+        ),
+    ),
+)
 
 
 # A path as the container runtime resolves it: `/dev/shm/` is `/dev/shm`, which the
@@ -1740,7 +1794,8 @@ class PodSettings(SpecModel):
         "large to inline in the CRD, the API server checks it when the pods are created.",
     )
     topology_spread_constraints: (
-        Annotated[list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX)] | None
+        Annotated[list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX), _SPREAD_PAIRS]
+        | None
     ) = Field(
         default=None,
         description="How the pods spread across nodes or zones; none: the model's pods "
@@ -1751,7 +1806,7 @@ class PodSettings(SpecModel):
     runtime_class_name: ObjectName | None = Field(
         default=None, description="A RuntimeClass (e.g. nvidia for the GPU container runtime)."
     )
-    scheduler_name: NonEmptyString | None = None
+    scheduler_name: ObjectName | None = None
     termination_grace_period_seconds: int | None = Field(
         default=None, ge=0, le=3600, description="Time to drain in-flight requests (60s)."
     )
@@ -3560,6 +3615,8 @@ RULES: list[Rule[Any]] = [
     *Parallelism.rules,
     *Resources.rules,
     *Toleration.rules,
+    *TopologySpreadConstraint.rules,
+    _SPREAD_PAIRS,
     _NODE_SELECTOR_KEYS,
     *PodSettings.rules,
     _POD_LABEL_KEYS,
