@@ -8,8 +8,8 @@ namespaces (`bench-scale-*`, deleted afterwards):
 
 - baseline: the N models are applied with no operator watching, their children are
   rendered with `specfleet.operator.render.children` (with the models' real UIDs in the
-  owner references) and `kubectl apply --server-side -f children.yaml` applies the 3N
-  objects; the figure is kubectl's wall time.
+  owner references) and `kubectl apply --server-side -f children.yaml` applies their
+  children (4 a model); the figure is kubectl's wall time.
 - operator: `specfleet operator --namespace NS` (its default 5 s period) is running;
   `kubectl apply --server-side -f models.yaml` applies the N models; the figure is the
   time from the start of that apply until every model has its three children and a

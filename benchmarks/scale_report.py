@@ -65,7 +65,7 @@ def scale_table(data: dict[str, Any]) -> str:
     header = [
         "models",
         "runs",
-        "baseline: kubectl apply of 3N children (s)",
+        "baseline: kubectl apply of the N models' children (s)",
         "operator: apply N models -> all reconciled (s)",
         "ratio",
         "models alone, no operator (s)",
@@ -150,7 +150,7 @@ def docs_scale_table(data: dict[str, Any]) -> str:
     header = [
         "models",
         "runs",
-        "kubectl apply of the 3N children (s)",
+        "kubectl apply of the N models' children (s)",
         "operator: apply N models -> all reconciled (s)",
         "ratio",
         "models' apply, operator running (s)",
