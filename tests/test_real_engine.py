@@ -66,8 +66,9 @@ def rendered_args(
     model = SpeculativeModel.model_validate(manifest)
     args = render.runtime_config(model, model.spec.draft.method, tokens, bands).to_args()
     for flag in ("--host", "--port", "--served-model-name"):
-        index = args.index(flag)
-        del args[index : index + 2]
+        if flag in args:  # render passes no --host: vLLM listens on every address
+            index = args.index(flag)
+            del args[index : index + 2]
     return args[: args.index("--")] if "--" in args else args
 
 
