@@ -88,6 +88,16 @@ def _reset(connection: socket.socket) -> None:
         connection.close()
 
 
+def _through(admin: Path, into: Path, port: int) -> Path:
+    """A copy of kubeconfig `admin`, written to `into`, whose clusters are reached on
+    127.0.0.1:`port` (a proxy in front of the API server)."""
+    config = yaml.safe_load(admin.read_text())
+    for entry in config["clusters"]:
+        entry["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    into.write_text(yaml.safe_dump(config))
+    return into
+
+
 class TcpProxy:
     def __init__(self, upstream_port: int) -> None:
         self.upstream = (str(podnet.HOST_ADDRESS), upstream_port)
@@ -131,11 +141,7 @@ class TcpProxy:
 
     def kubeconfig(self, admin: Path, into: Path) -> Path:
         """A copy of `admin` that reaches the API server through this proxy."""
-        config = yaml.safe_load(admin.read_text())
-        for entry in config["clusters"]:
-            entry["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
-        into.write_text(yaml.safe_dump(config))
-        return into
+        return _through(admin, into, self.port)
 
     def _accept(self) -> None:
         while not self.closed:
@@ -225,11 +231,7 @@ class LateAnswers:
 
     def kubeconfig(self, admin: Path, into: Path) -> Path:
         """A copy of `admin` that reaches the API server through this proxy."""
-        config = yaml.safe_load(admin.read_text())
-        for entry in config["clusters"]:
-            entry["cluster"]["server"] = f"https://127.0.0.1:{self.port}"
-        into.write_text(yaml.safe_dump(config))
-        return into
+        return _through(admin, into, self.port)
 
     def start(self) -> LateAnswers:
         threading.Thread(
