@@ -2948,6 +2948,12 @@ class Trial(ApiModel):
         description="spec.replicas when the trial started: a trial whose fleet is scaled "
         "ends unjudged (FleetScaled), its windows no longer at matched load."
     )
+    explores: bool = Field(
+        default=False,
+        description="An exploration (started for Explore): one of the few Ks the fit does "
+        "not favour tried in a row, so its gain is held to a one-sided 97.5% bound, the "
+        "exploration budget sharing one 5% chance of a false promotion.",
+    )
     stable: TrackTotals = Field(
         default_factory=TrackTotals,
         description="The windows it is compared with (in place: those before the switch).",

@@ -45,7 +45,7 @@ from specfleet.operator.trial_engine import (
     ready,
     verdict,
 )
-from specfleet.operator.trial_stats import totals_add
+from specfleet.operator.trial_stats import ONE_SIDED_95, totals_add
 from specfleet.operator.trials import end_trial
 from specfleet.operator.windows import Judged, judge_collected
 
@@ -350,6 +350,7 @@ def _compare(run: Run, trial: ConfigTrial, sides: Sides, batch: float) -> None:
         metric=rollback_metric_of(spec).of_totals(trial.canary),
         floor_caps=True,
         margin=None,
+        confidence=ONE_SIDED_95,
     )
     gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
     reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)

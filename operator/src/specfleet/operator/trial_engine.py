@@ -14,7 +14,13 @@ from specfleet.operator.api import FittedStepCost, ScheduledBand, TrackTotals
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
-from specfleet.operator.trial_stats import goodput_gain, schedule_gain, totals_add, totals_rate
+from specfleet.operator.trial_stats import (
+    Confidence,
+    goodput_gain,
+    schedule_gain,
+    totals_add,
+    totals_rate,
+)
 from specfleet.operator.windows import Judged, timed_k0_band
 
 # A trial whose measured gain clears its required gain while its lower bound does not yet
@@ -47,6 +53,7 @@ class TrialSubject:
     metric: Estimate | None
     floor_caps: bool
     margin: float | None
+    confidence: Confidence  # the one-sided level of the gain's bounds
 
 
 def count_stable(run: Run, totals: TrackTotals, stable: Judged, *, k0_band: bool) -> TrackTotals:
@@ -97,8 +104,10 @@ def measured_gain(
     schedules = sides.tried is not None or sides.before is not None
     if schedules and stable.timed_windows and canary.timed_windows:
         after = sides.tried or [ScheduledBand(tokens=sides.tokens)]
-        return schedule_gain(stable, canary, after, cost)
-    return goodput_gain(stable, sides.before_tokens, canary, sides.tokens, batch, cost)
+        return schedule_gain(stable, canary, after, cost, subject.confidence)
+    return goodput_gain(
+        stable, sides.before_tokens, canary, sides.tokens, batch, cost, subject.confidence
+    )
 
 
 def verdict(

@@ -43,7 +43,7 @@ from specfleet.operator.trial_engine import (
     ready,
     verdict,
 )
-from specfleet.operator.trial_stats import totals_add, totals_merge
+from specfleet.operator.trial_stats import ONE_SIDED_95, ONE_SIDED_97_5, totals_add, totals_merge
 from specfleet.operator.windows import (
     Judged,
     judge_collected,
@@ -78,6 +78,7 @@ def start_trial(
             started_at=run.now,
             in_place=InPlace(previous_tokens=sp.tokens, previous_schedule=sp.schedule),
             stable_replicas=spec.replicas,
+            explores=why is TrialStart.EXPLORE,
         )
         run.act(
             ActionKind.START_IN_PLACE,
@@ -91,7 +92,11 @@ def start_trial(
         )
         return
     sp.trial = Trial(
-        tokens=k, schedule=candidate, started_at=run.now, stable_replicas=spec.replicas
+        tokens=k,
+        schedule=candidate,
+        started_at=run.now,
+        stable_replicas=spec.replicas,
+        explores=why is TrialStart.EXPLORE,
     )
     run.act(
         ActionKind.START_CANARY,
@@ -130,6 +135,7 @@ def _interleave(
             interleaved=True,
         ),
         stable_replicas=run.spec.replicas,
+        explores=why is TrialStart.EXPLORE,
     )
     run.act(
         ActionKind.START_IN_PLACE,
@@ -375,10 +381,13 @@ def _compare(run: Run, stable: Judged) -> None:
         # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
         # it must repay that restart too.
         required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
-        windows=TRIAL_EXTENSION * spec.tuning.canary_windows,
+        # An exploration is a fixed-length test: each look of a sequential one is another
+        # chance of a false promotion, and an exploration is already one of several tries.
+        windows=(1 if trial.explores else TRIAL_EXTENSION) * spec.tuning.canary_windows,
         metric=None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary),
         floor_caps=floor_caps_k(spec),
         margin=run.margin,
+        confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
     )
     gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
     projected = _over_load(run, gain, sides, _measured_at(trial.stable, batch))
