@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -570,3 +571,20 @@ def test_spread_and_scheduler_are_checked_as_the_api_server_checks_the_pods(
 ) -> None:
     errors = validation_errors(apply_changes(peagle_manifest, changes))
     assert [e[: len(error or "")] for e in errors] == ([error] if error else []), errors
+
+
+def _kubernetes_local_path(path: str) -> bool:
+    """ValidateLocalNonReservedPath of Kubernetes 1.37 (pkg/apis/core/validation), as it
+    judges a file's path in a configMap, secret, downwardAPI or projected volume."""
+    return (
+        path != ""
+        and not path.startswith("/")
+        and ".." not in path.split("/")
+        and not path.startswith("..")
+    )
+
+
+@given(st.text(alphabet="./ab", max_size=12))
+def test_a_volume_files_path_is_refused_as_kubernetes_refuses_it(path: str) -> None:
+    """The schema's pattern (RE2: no lookahead) says what Kubernetes' code says."""
+    assert bool(re.fullmatch(api.RELATIVE_PATH_PATTERN, path)) == _kubernetes_local_path(path)

@@ -20,9 +20,9 @@ from yamllint.config import YamlLintConfig
 from specfleet.operator import api
 from specfleet.operator.cli import app
 from tests.conftest import REPO
+from tests.kubernetes_schemas import KUBERNETES_VERSION
 from tests.test_chart import CHART, render
 
-KUBERNETES_VERSION = "1.37.0"
 PRODUCTION_VALUES = CHART / "ci" / "production-values.yaml"
 EXCEPTIONS = yaml.safe_load((REPO / "tests" / "linter-exceptions.yaml").read_text())
 EXAMPLES = sorted(

@@ -1448,7 +1448,7 @@ class LabelSelectorRequirement(SpecModel):
         str, StringConstraints(max_length=317), Matching(LABEL_KEY_PATTERN, "a label key")
     ]
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: Annotated[list[LabelValue], Field(max_length=POD_LIST_MAX)] | None = None
+    values: list[LabelValue] | None = None
 
 
 class LabelSelector(SpecModel):
@@ -1768,7 +1768,7 @@ class NodeSelectorRequirement(SpecModel):
         str, StringConstraints(max_length=317), Matching(LABEL_KEY_PATTERN, "a label key")
     ]
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: Annotated[list[str], Field(max_length=POD_LIST_MAX)] | None = None
+    values: list[str] | None = None
 
 
 class NodeFieldSelectorRequirement(SpecModel):
@@ -1853,8 +1853,8 @@ class Affinity(SpecModel):
 
 
 # Sources passed through as written, which the API server checks when the pods are
-# created: the in-tree drivers Kubernetes keeps for compatibility (most deprecated for
-# CSI, some removed), and downwardAPI and projected (see docs/install.md).
+# created: the in-tree drivers Kubernetes keeps for compatibility (deprecated for CSI,
+# some removed), and two kinds of a projected volume's sources (see docs/install.md).
 PassedThrough = dict[str, Any] | None
 
 
@@ -1864,6 +1864,145 @@ def _untyped(alias: str | None = None) -> Any:
         alias=alias,
         description="Kept as written; the API server checks it with the pods.",
     )
+
+
+# A pod field a downwardAPI volume may write: as the API server's
+# validVolumeDownwardAPIFieldPathExpressions, or one label or annotation.
+FIELD_PATH_PATTERN = (
+    r"^metadata[.](name|namespace|uid|labels|annotations)$"
+    rf"|^metadata[.](labels|annotations)\['{LABEL_KEY_PATTERN[1:-1]}'\]$"
+)
+RESOURCE_FIELD_PATTERN = (
+    "^(limits|requests)[.](cpu|memory|ephemeral-storage)$|^(limits|requests)[.]hugepages-.+$"
+)
+
+
+class ObjectFieldSelector(SpecModel):
+    api_version: Literal["v1"] | None = None
+    field_path: Annotated[
+        str,
+        StringConstraints(max_length=1024),
+        Matching(
+            FIELD_PATH_PATTERN,
+            "metadata.name, namespace, uid, labels or annotations, or one label or "
+            "annotation (metadata.labels['key'])",
+        ),
+    ]
+
+
+class ResourceFieldSelector(SpecModel):
+    container_name: NonEmptyString  # required in a volume (the container it reads)
+    resource: Annotated[
+        str,
+        StringConstraints(max_length=317),
+        Matching(
+            RESOURCE_FIELD_PATTERN,
+            "limits. or requests. and cpu, memory, ephemeral-storage or hugepages-<size>",
+        ),
+    ]
+    divisor: Quantity | None = None
+
+
+class DownwardAPIVolumeFile(SpecModel):
+    rules: ClassVar[tuple[Rule[DownwardAPIVolumeFile], ...]] = (
+        Rule(
+            "has(self.fieldRef) != has(self.resourceFieldRef)",
+            "runtime.pod.volumes: a downwardAPI item takes fieldRef or resourceFieldRef, one "
+            "of them (the API server refuses the pods)",
+            lambda f: (f.field_ref is None) != (f.resource_field_ref is None),
+            refusals=(
+                Refusal(
+                    "downward-api-item-without-field",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {"name": "a", "downwardAPI": {"items": [{"path": "p"}]}}
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
+    path: RelativePath
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    mode: FileMode | None = None
+    user: UserId | None = None
+
+
+class DownwardAPIVolumeSource(SpecModel):
+    items: list[DownwardAPIVolumeFile] | None = None
+    default_mode: FileMode | None = None
+    default_user: UserId | None = None
+
+
+class ConfigMapProjection(SpecModel):
+    name: NonEmptyString
+    items: list[KeyToPath] | None = None
+    optional: bool | None = None
+
+
+class SecretProjection(SpecModel):
+    name: NonEmptyString
+    items: list[KeyToPath] | None = None
+    optional: bool | None = None
+
+
+class DownwardAPIProjection(SpecModel):
+    items: list[DownwardAPIVolumeFile] | None = None
+
+
+class ServiceAccountTokenProjection(SpecModel):
+    audience: str | None = None
+    expiration_seconds: int | None = Field(
+        default=None, ge=600, le=2**32, description="At least 10 minutes; none: 1h."
+    )
+    path: RelativePath
+    user: UserId | None = None
+
+
+PROJECTIONS = (
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "serviceAccountToken",
+    "clusterTrustBundle",
+    "podCertificate",
+)
+
+
+class VolumeProjection(SpecModel):
+    """One source of a projected volume; clusterTrustBundle and podCertificate (certificate
+    signers' names and key types, beta in 1.37) are kept as written."""
+
+    rules: ClassVar[tuple[Rule[VolumeProjection], ...]] = (
+        Rule(
+            "[" + ", ".join(f"has(self.{p})" for p in PROJECTIONS) + "].filter(p, p).size() == 1",
+            "runtime.pod.volumes: each of a projected volume's sources takes exactly one of "
+            + _words(list(PROJECTIONS))
+            + " (the API server refuses the pods)",
+            lambda p: len(p.model_dump(exclude_none=True)) == 1,
+            refusals=(
+                Refusal(
+                    "projected-source-empty",
+                    {"spec.runtime.pod.volumes": [{"name": "a", "projected": {"sources": [{}]}}]},
+                ),
+            ),
+        ),
+    )
+
+    config_map: ConfigMapProjection | None = None
+    secret: SecretProjection | None = None
+    downward_api: DownwardAPIProjection | None = Field(default=None, alias="downwardAPI")
+    service_account_token: ServiceAccountTokenProjection | None = None
+    cluster_trust_bundle: PassedThrough = _untyped()
+    pod_certificate: PassedThrough = _untyped()
+
+
+class ProjectedVolumeSource(SpecModel):
+    sources: Annotated[list[VolumeProjection], Field(max_length=POD_LIST_MAX)] | None = None
+    default_mode: FileMode | None = None
+    default_user: UserId | None = None
 
 
 # Every source of a core/v1 Volume, as Kubernetes 1.37 names them (tests/test_crd.py
@@ -1917,7 +2056,8 @@ class VolumeMount(SpecModel):
 class Volume(SpecModel):
     """A core/v1 Volume: its name and exactly one source, typed and checked as the API
     server checks the pods' (emptyDir, configMap, secret, persistentVolumeClaim,
-    ephemeral, csi, image, nfs); the other sources are kept as written."""
+    ephemeral, csi, image, nfs, downwardAPI, projected); the in-tree drivers are kept
+    as written."""
 
     rules: ClassVar[tuple[Rule[Volume], ...]] = (
         Rule(
@@ -1966,11 +2106,11 @@ class Volume(SpecModel):
     csi: CSIVolumeSource | None = None
     image: ImageVolumeSource | None = None
     nfs: NFSVolumeSource | None = None
+    downward_api: DownwardAPIVolumeSource | None = Field(default=None, alias="downwardAPI")
+    projected: ProjectedVolumeSource | None = None
     host_path: dict[str, Any] | None = Field(
         default=None, description="Refused: a hostPath volume holds the node's files."
     )
-    downward_api: PassedThrough = _untyped("downwardAPI")
-    projected: PassedThrough = _untyped()
     aws_elastic_block_store: PassedThrough = _untyped()
     azure_disk: PassedThrough = _untyped()
     azure_file: PassedThrough = _untyped()
@@ -4045,6 +4185,8 @@ RULES: list[Rule[Any]] = [
     _MOUNT_PATH,
     *Volume.rules,
     *VolumeResourceRequirements.rules,
+    *DownwardAPIVolumeFile.rules,
+    *VolumeProjection.rules,
     *LabelSelectorRequirement.rules,
     *NodeSelectorRequirement.rules,
     *SecurityContext.rules,
