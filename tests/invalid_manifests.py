@@ -348,6 +348,11 @@ INVALID_CASES += [
         "matchExpressions[0].key",
     ),
     InvalidCase(
+        "node-affinity-required-value",
+        _node_terms({"matchExpressions": [{**_IN_ZONE, "values": ["H100 80GB"]}]}),
+        "matchExpressions[0].values[0]",
+    ),
+    InvalidCase(
         "node-affinity-field-key",
         _node_terms({"matchFields": [{**_IN_ZONE, "key": "metadata.labels"}]}),
         "matchFields[0].key",

@@ -382,7 +382,13 @@ VALID_AFFINITY: dict[str, Any] = {
         "preferredDuringSchedulingIgnoredDuringExecution": [
             {
                 "weight": 50,
-                "preference": {"matchExpressions": [{"key": "spot", "operator": "DoesNotExist"}]},
+                "preference": {
+                    "matchExpressions": [
+                        {"key": "spot", "operator": "DoesNotExist"},
+                        # No label value: the API server leaves a preferred term's unchecked.
+                        {"key": "gpu", "operator": "NotIn", "values": ["H100 80GB"]},
+                    ]
+                },
             }
         ],
     },

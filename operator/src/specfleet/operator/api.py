@@ -1451,8 +1451,34 @@ class LabelSelectorRequirement(SpecModel):
     values: list[LabelValue] | None = None
 
 
+_MATCH_LABELS_KEYS: Rule[dict[str, str]] = Rule(
+    f"self.all(k, k.matches('{LABEL_KEY_PATTERN}') && k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
+    f"runtime.pod: a label selector's matchLabels keys must be label keys: {_LABEL_KEY_WORDS}",
+    lambda labels: all(_is_label_key(key) for key in labels),
+    found=lambda labels: repr(next(key for key in labels if not _is_label_key(key))),
+    refusals=(
+        Refusal(
+            "spread-match-labels-key-with-space",
+            {
+                "spec.runtime.pod.topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "zone",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"my app": "a"}},
+                    }
+                ]
+            },
+        ),
+    ),
+)
+
+
 class LabelSelector(SpecModel):
-    match_labels: dict[str, LabelValue] | None = None
+    match_labels: (
+        Annotated[dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _MATCH_LABELS_KEYS]
+        | None
+    ) = None
     match_expressions: (
         Annotated[list[LabelSelectorRequirement], Field(max_length=POD_LIST_MAX)] | None
     ) = None
@@ -1705,6 +1731,40 @@ class ClaimTemplateMeta(SpecModel):
 
 
 class PersistentVolumeClaimSpec(SpecModel):
+    rules: ClassVar[tuple[Rule[PersistentVolumeClaimSpec], ...]] = (
+        Rule(
+            "self.accessModes.all(m, m == 'ReadWriteOncePod') || "
+            "!self.accessModes.exists(m, m == 'ReadWriteOncePod')",
+            "runtime.pod.volumes: an ephemeral volume's claim may not take ReadWriteOncePod "
+            "with another access mode (the API server refuses the pods)",
+            lambda c: (
+                len(set(c.access_modes) | {"ReadWriteOncePod"}) == 1
+                or "ReadWriteOncePod" not in c.access_modes
+            ),
+            ".accessModes",
+            refusals=(
+                Refusal(
+                    "ephemeral-read-write-once-pod-and-more",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {
+                                "name": "scratch",
+                                "ephemeral": {
+                                    "volumeClaimTemplate": {
+                                        "spec": {
+                                            "accessModes": ["ReadWriteOncePod", "ReadWriteOnce"],
+                                            "resources": {"requests": {"storage": "1Gi"}},
+                                        }
+                                    }
+                                },
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
     access_modes: Annotated[
         list[Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]],
         Field(min_length=1, max_length=4),
@@ -1771,6 +1831,13 @@ class NodeSelectorRequirement(SpecModel):
     values: list[str] | None = None
 
 
+class RequiredNodeSelectorRequirement(NodeSelectorRequirement):
+    """In a required node affinity, values are label values (the API server lets a
+    preferred one's through: it may match no node and still schedule)."""
+
+    values: list[LabelValue] | None = None
+
+
 class NodeFieldSelectorRequirement(SpecModel):
     """The one node field a selector may match: the node's name, with one value."""
 
@@ -1786,9 +1853,16 @@ class NodeSelectorTerm(SpecModel):
     match_fields: list[NodeFieldSelectorRequirement] | None = None
 
 
+class RequiredNodeSelectorTerm(SpecModel):
+    match_expressions: (
+        Annotated[list[RequiredNodeSelectorRequirement], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
+    match_fields: list[NodeFieldSelectorRequirement] | None = None
+
+
 class NodeSelector(SpecModel):
     node_selector_terms: Annotated[
-        list[NodeSelectorTerm], Field(min_length=1, max_length=POD_LIST_MAX)
+        list[RequiredNodeSelectorTerm], Field(min_length=1, max_length=POD_LIST_MAX)
     ]
 
 
@@ -4189,6 +4263,8 @@ RULES: list[Rule[Any]] = [
     *VolumeProjection.rules,
     *LabelSelectorRequirement.rules,
     *NodeSelectorRequirement.rules,
+    *PersistentVolumeClaimSpec.rules,
+    _MATCH_LABELS_KEYS,
     *SecurityContext.rules,
     *Capabilities.rules,
     *WindowsSecurityContextOptions.rules,
