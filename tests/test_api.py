@@ -469,8 +469,9 @@ def test_labels_and_annotations_are_checked_as_the_api_server_checks_them(
 def test_a_pod_volume_has_exactly_one_source(
     peagle_manifest: dict[str, Any], volume: dict[str, Any], found: str
 ) -> None:
-    """The API server refuses the pods otherwise; every source is a field of the CRD's
-    schema (the untyped ones kept as written), so admission counts them too."""
+    """The API server refuses two, and makes a volume with none an emptyDir, which is
+    refused too (say emptyDir: {}); every source is a field of the CRD's schema (the
+    untyped ones kept as written), so admission counts them too."""
     manifest = apply_changes(peagle_manifest, {"spec.runtime.pod.volumes": [volume]})
     (error,) = validation_errors(manifest)
     assert error.startswith(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -225,6 +226,21 @@ def crdcheck(tmp_path: Path, *objects: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def podcheck(tmp_path: Path, *deployments: dict[str, Any]) -> list[list[str]]:
+    """Each Deployment's errors, as the API server judges one being created
+    (e2e/controlplane/podcheck: its strict decoding, defaulting and validation code)."""
+    source = (REPO / "e2e" / "controlplane" / "podcheck" / "main.go").read_bytes()
+    binary = crdcheck_binary().parent / f"podcheck-{hashlib.sha256(source).hexdigest()[:12]}"
+    paths = []
+    for index, deployment in enumerate(deployments):
+        paths.append(tmp_path / f"deployment-{index}.yaml")
+        paths[-1].write_text(yaml.safe_dump(deployment))
+    result = subprocess.run([binary, *paths], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    report: list[list[str]] = json.loads(result.stdout)
+    return report
+
+
 def test_the_api_server_accepts_the_crd(tmp_path: Path) -> None:
     assert crdcheck(tmp_path)["crdErrors"] == []
 
@@ -364,7 +380,14 @@ VALID_VOLUMES: list[dict[str, Any]] = [
             ]
         },
     },
-    {"name": "legacy", "iscsi": {"targetPortal": "10.0.0.1:3260", "iqn": "iqn.x", "lun": 0}},
+    {
+        "name": "legacy",
+        "iscsi": {
+            "targetPortal": "10.0.0.1:3260",
+            "iqn": "iqn.2001-04.com.example:weights",
+            "lun": 0,
+        },
+    },
 ]
 VALID_AFFINITY: dict[str, Any] = {
     "nodeAffinity": {
@@ -478,3 +501,53 @@ def test_a_volume_of_each_source_and_an_affinity_are_valid_admitted_and_rendered
     pod = deployment["spec"]["template"]["spec"]
     assert pod["affinity"] == VALID_AFFINITY
     assert pod["volumes"][-len(VALID_VOLUMES) :] == VALID_VOLUMES
+
+
+def _rendered_deployment(manifest: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    from typer.testing import CliRunner
+
+    from specfleet.operator.cli import app
+
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(manifest))
+    result = CliRunner().invoke(app, ["render", str(tmp_path / "model.yaml")])
+    assert result.exit_code == 0, result.output
+    (deployment, *_) = [d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Deployment"]
+    return dict(deployment)
+
+
+POD_FIELDS = {"spec.runtime.pod.volumes", "spec.runtime.pod.affinity"}
+# Refused by specfleet, not by Kubernetes: a pod holding the node's files, and a volume
+# with no source, which Kubernetes would quietly make an emptyDir.
+POLICY_CASES = {"pod-volume-host-path", "pod-volume-without-source"}
+
+
+def test_kubernetes_refuses_in_the_pods_what_validate_refuses_in_volumes_and_affinity(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    """Each invalid case of the pods' volumes or affinity (refused by validate and by
+    admission, above), written into a Deployment render makes, is refused by the API
+    server's own validation of a Deployment being created; the valid ones are not. So
+    validate and admission refuse what Kubernetes would, no more: they agree with it."""
+    cases = [
+        case
+        for case in INVALID_CASES
+        if set(case.changes) <= POD_FIELDS and case.id not in POLICY_CASES
+    ]
+    assert len(cases) >= 30
+    valid = apply_changes(
+        peagle_manifest,
+        {"spec.runtime.pod.volumes": VALID_VOLUMES, "spec.runtime.pod.affinity": VALID_AFFINITY},
+    )
+    rendered = _rendered_deployment(valid, tmp_path)
+    deployments = [rendered]
+    for case in cases:
+        deployment = copy.deepcopy(rendered)
+        pod = deployment["spec"]["template"]["spec"]
+        pod["volumes"] = pod["volumes"][: -len(VALID_VOLUMES)]
+        pod["volumes"] += case.changes.get("spec.runtime.pod.volumes", [])
+        pod["affinity"] = case.changes.get("spec.runtime.pod.affinity", VALID_AFFINITY)
+        deployments.append(deployment)
+    report = podcheck(tmp_path, *deployments)
+    assert report[0] == []
+    admitted = [case.id for case, errors in zip(cases, report[1:], strict=True) if not errors]
+    assert admitted == []

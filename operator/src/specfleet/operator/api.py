@@ -2047,19 +2047,30 @@ PROJECTIONS = (
 
 class VolumeProjection(SpecModel):
     """One source of a projected volume; clusterTrustBundle and podCertificate (certificate
-    signers' names and key types, beta in 1.37) are kept as written."""
+    signers' names and key types) are kept as written."""
 
     rules: ClassVar[tuple[Rule[VolumeProjection], ...]] = (
         Rule(
-            "[" + ", ".join(f"has(self.{p})" for p in PROJECTIONS) + "].filter(p, p).size() == 1",
-            "runtime.pod.volumes: each of a projected volume's sources takes exactly one of "
+            "[" + ", ".join(f"has(self.{p})" for p in PROJECTIONS) + "].filter(p, p).size() <= 1",
+            "runtime.pod.volumes: each of a projected volume's sources takes one of "
             + _words(list(PROJECTIONS))
-            + " (the API server refuses the pods)",
-            lambda p: len(p.model_dump(exclude_none=True)) == 1,
+            + ", not two (the API server refuses the pods)",
+            lambda p: len(p.model_dump(exclude_none=True)) <= 1,
             refusals=(
                 Refusal(
-                    "projected-source-empty",
-                    {"spec.runtime.pod.volumes": [{"name": "a", "projected": {"sources": [{}]}}]},
+                    "projected-source-two-kinds",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {
+                                "name": "a",
+                                "projected": {
+                                    "sources": [
+                                        {"configMap": {"name": "c"}, "secret": {"name": "s"}}
+                                    ]
+                                },
+                            }
+                        ]
+                    },
                 ),
             ),
         ),
@@ -2150,7 +2161,8 @@ class Volume(SpecModel):
             "[" + ", ".join(f"has(self.{s})" for s in VOLUME_SOURCES) + "]"
             ".filter(s, s).size() == 1",
             "runtime.pod.volumes must each have exactly one volume source (emptyDir, "
-            "persistentVolumeClaim, configMap, ...), as the API server requires of the pods",
+            "persistentVolumeClaim, configMap, ...): the API server refuses two, and makes a "
+            "volume with none an emptyDir (write emptyDir: {} if that is meant)",
             lambda v: len(v.sources()) == 1,
             found=lambda v: ", ".join(v.sources()) or "none",
             refusals=(
