@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane's binaries (etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, helm, and the CRD checker) from Go modules into a cache
-# outside the repo, keyed by the pinned versions. A second run builds nothing.
+# kube-controller-manager, kube-scheduler, helm, the CRD and pod checkers) from Go modules
+# into a cache outside the repo, keyed by the pinned versions. A second run builds nothing.
 # Prints the bin directory on stdout's last line; progress goes to stderr.
 set -euo pipefail
 
@@ -28,4 +28,6 @@ go_build helm helm.sh/helm/v4/cmd/helm "-s -w -X helm.sh/helm/v4/internal/versio
 # edit builds a new one instead of reusing a stale binary under the same key.
 go_build "crdcheck-$(sha256sum "$module/crdcheck/main.go" | cut -c1-12)" \
     specfleet.io/e2e/controlplane/crdcheck "-s -w"
+go_build "podcheck-$(sha256sum "$module/podcheck/main.go" | cut -c1-12)" \
+    specfleet.io/e2e/controlplane/podcheck "-s -w"
 echo "$bin"

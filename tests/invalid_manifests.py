@@ -236,3 +236,168 @@ INVALID_CASES += [
     for rule in RULES
     for refusal in rule.refusals
 ]
+
+
+def _volume(source: str, value: Any) -> dict[str, Any]:
+    return {"spec.runtime.pod.volumes": [{"name": "v", source: value}]}
+
+
+def _claim(**spec: Any) -> dict[str, Any]:
+    storage = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    return _volume("ephemeral", {"volumeClaimTemplate": {"spec": {**storage, **spec}}})
+
+
+def _affinity(value: dict[str, Any]) -> dict[str, Any]:
+    return {"spec.runtime.pod.affinity": value}
+
+
+def _node_terms(*terms: dict[str, Any]) -> dict[str, Any]:
+    required = {"nodeSelectorTerms": list(terms)}
+    return _affinity({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}})
+
+
+def _pod_terms(*terms: dict[str, Any]) -> dict[str, Any]:
+    terms_ = list(terms)
+    return _affinity(
+        {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": terms_}}
+    )
+
+
+_IN_ZONE = {"key": "zone", "operator": "In", "values": ["a"]}
+
+# What the API server refuses in the pods' volume sources and affinity (the Deployment's
+# pods, once created): the CRD types them, so admission refuses them too.
+INVALID_CASES += [
+    InvalidCase(
+        "empty-dir-size-limit",
+        _volume("emptyDir", {"sizeLimit": "lots"}),
+        "volumes[0].emptyDir.sizeLimit",
+    ),
+    InvalidCase(
+        "empty-dir-size-limit-negative",
+        _volume("emptyDir", {"sizeLimit": "-1Gi"}),
+        "volumes[0].emptyDir.sizeLimit",
+    ),
+    InvalidCase(
+        "empty-dir-unknown-field",
+        _volume("emptyDir", {"size": "1Gi"}),
+        "emptyDir.size",
+        unknown_field=True,
+    ),
+    # A misspelt source is no source: strict field validation names it, and without it the
+    # API server prunes it and the volume has none (the rule's message, at volumes[0]).
+    InvalidCase("volume-source-misspelt", _volume("emptydir", {}), "volumes[0]"),
+    InvalidCase("config-map-without-name", _volume("configMap", {}), "configMap.name"),
+    InvalidCase(
+        "config-map-item-path-up",
+        _volume("configMap", {"name": "c", "items": [{"key": "k", "path": "../etc/passwd"}]}),
+        "configMap.items[0].path",
+    ),
+    InvalidCase(
+        "config-map-item-path-absolute",
+        _volume("configMap", {"name": "c", "items": [{"key": "k", "path": "/etc/passwd"}]}),
+        "configMap.items[0].path",
+    ),
+    InvalidCase(
+        "secret-default-mode-decimal-777",
+        _volume("secret", {"secretName": "s", "defaultMode": 777}),
+        "secret.defaultMode",
+    ),
+    InvalidCase("secret-without-name", _volume("secret", {"optional": True}), "secret.secretName"),
+    InvalidCase(
+        "claim-name-empty", _volume("persistentVolumeClaim", {"claimName": ""}), "claimName"
+    ),
+    InvalidCase("nfs-relative-path", _volume("nfs", {"server": "nas", "path": "hub"}), "nfs.path"),
+    InvalidCase("csi-driver-name", _volume("csi", {"driver": "s3 csi"}), "csi.driver"),
+    InvalidCase(
+        "image-pull-policy",
+        _volume("image", {"reference": "r", "pullPolicy": "Sometimes"}),
+        "pullPolicy",
+    ),
+    InvalidCase("ephemeral-without-template", _volume("ephemeral", {}), "volumeClaimTemplate"),
+    InvalidCase("ephemeral-no-access-mode", _claim(accessModes=[]), "accessModes"),
+    InvalidCase("ephemeral-access-mode", _claim(accessModes=["ReadWrite"]), "accessModes[0]"),
+    InvalidCase(
+        "ephemeral-storage-class-name", _claim(storageClassName="Fast SSD"), "storageClassName"
+    ),
+    InvalidCase("ephemeral-volume-mode", _claim(volumeMode="Raw"), "volumeMode"),
+    InvalidCase(
+        "downward-api-field-path",
+        _volume(
+            "downwardAPI", {"items": [{"path": "ip", "fieldRef": {"fieldPath": "status.podIP"}}]}
+        ),
+        "downwardAPI.items[0].fieldRef.fieldPath",
+    ),
+    InvalidCase(
+        "projected-token-too-short",
+        _volume(
+            "projected",
+            {"sources": [{"serviceAccountToken": {"path": "t", "expirationSeconds": 60}}]},
+        ),
+        "expirationSeconds",
+    ),
+    InvalidCase("node-affinity-no-terms", _node_terms(), "nodeSelectorTerms"),
+    InvalidCase(
+        "node-affinity-operator",
+        _node_terms({"matchExpressions": [{**_IN_ZONE, "operator": "Equals"}]}),
+        "matchExpressions[0].operator",
+    ),
+    InvalidCase(
+        "node-affinity-key",
+        _node_terms({"matchExpressions": [{**_IN_ZONE, "key": "a b"}]}),
+        "matchExpressions[0].key",
+    ),
+    InvalidCase(
+        "node-affinity-required-value",
+        _node_terms({"matchExpressions": [{**_IN_ZONE, "values": ["H100 80GB"]}]}),
+        "matchExpressions[0].values[0]",
+    ),
+    InvalidCase(
+        "node-affinity-field-key",
+        _node_terms({"matchFields": [{**_IN_ZONE, "key": "metadata.labels"}]}),
+        "matchFields[0].key",
+    ),
+    InvalidCase(
+        "node-affinity-weight-zero",
+        _affinity(
+            {
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 0, "preference": {"matchExpressions": [_IN_ZONE]}}
+                    ]
+                }
+            }
+        ),
+        "preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+    ),
+    InvalidCase("pod-affinity-without-topology-key", _pod_terms({}), "topologyKey"),
+    InvalidCase(
+        "pod-affinity-namespace",
+        _pod_terms({"topologyKey": "zone", "namespaces": ["ML Team"]}),
+        "namespaces[0]",
+    ),
+    InvalidCase(
+        "pod-affinity-label-value",
+        _pod_terms({"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "a b"}}}),
+        "matchLabels.app",
+    ),
+    InvalidCase(
+        "pod-affinity-weight-over-100",
+        _affinity(
+            {
+                "podAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 101, "podAffinityTerm": {"topologyKey": "zone"}}
+                    ]
+                }
+            }
+        ),
+        "preferredDuringSchedulingIgnoredDuringExecution[0].weight",
+    ),
+    InvalidCase(
+        "affinity-unknown-field",
+        _affinity({"nodeAffinty": {}}),
+        "affinity.nodeAffinty",
+        unknown_field=True,
+    ),
+]

@@ -37,5 +37,5 @@ def test_two_concurrent_builds_both_succeed(tmp_path: Path) -> None:
         assert code == 0, err.decode()
         bin_dir = Path(out.decode().strip().splitlines()[-1])
         built = sorted(p.name.split("-")[0] for p in bin_dir.iterdir())
-        assert built == ["crdcheck", "etcd", "helm", "kube", "kube", "kube"]
+        assert built == ["crdcheck", "etcd", "helm", "kube", "kube", "kube", "podcheck"]
     assert any(b"waiting for it" in err for (_, err), _ in results)

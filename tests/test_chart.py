@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
+from tests.kubernetes_schemas import definitions, differences
 
 CHART = REPO / "charts" / "specfleet"
 GOLDEN = REPO / "tests" / "golden" / "chart"
@@ -371,45 +372,16 @@ KUBERNETES_TYPES = {
 def test_schema_closes_the_kubernetes_types_on_exactly_their_fields() -> None:
     """Each object of those values, nested ones too, takes exactly the fields of
     Kubernetes' own JSON schema for it (kubernetes-validate's) and refuses any other key."""
-    import kubernetes_validate
-
-    from tests.test_linters import KUBERNETES_VERSION
-
-    schemas = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-    definitions = json.loads(
-        (schemas / f"v{KUBERNETES_VERSION}-local-strict" / "_definitions.json").read_text()
-    )["$defs"]
-
-    def resolved(node: dict[str, Any]) -> dict[str, Any]:
-        while "$ref" in node or len(node.get("allOf", [])) == 1:
-            ref = node["$ref"] if "$ref" in node else node["allOf"][0]["$ref"]
-            node = definitions[ref.rsplit("/", 1)[1]]
-        return node
-
-    def compare(path: str, ours: dict[str, Any], theirs: dict[str, Any]) -> Iterator[str]:
-        if ours.get("type") == "array":  # an array with no items (maxItems 0) refuses any
-            yield from compare(f"{path}[]", ours.get("items", {}), resolved(theirs)["items"])
-            return
-        if ours.get("type") != "object":
-            return
-        fields = resolved(theirs).get("properties")
-        if fields is None:  # a map (requests, limits): any key, each value typed
-            if not isinstance(ours.get("additionalProperties"), dict):
-                yield f"{path} takes any value"
-            return
-        if ours.get("additionalProperties") is not False:
-            yield f"{path} takes any key"
-        given = ours.get("properties", {})
-        if set(given) != set(fields):
-            yield f"{path}: {sorted(given)} != Kubernetes' {sorted(fields)}"
-        for name in set(given) & set(fields):
-            yield from compare(f"{path}.{name}", given[name], fields[name])
-
     schema = json.loads((CHART / "values.schema.json").read_text())["properties"]
     found = [
         difference
         for key, kind in KUBERNETES_TYPES.items()
-        for difference in compare(key, schema[key], definitions[kind])
+        for difference in differences(
+            key,
+            schema[key],
+            definitions()[kind],
+            lambda node: node.get("additionalProperties") is not False,
+        )
     ]
     assert not found, found
 

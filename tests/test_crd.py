@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -21,6 +22,7 @@ from specfleet.operator.errors import validation_errors
 from specfleet.runtime.vllm_args import OWNED_ARG_PATTERNS, OWNED_FLAGS
 from tests.conftest import REPO
 from tests.invalid_manifests import INVALID_CASES, apply_changes
+from tests.kubernetes_schemas import KUBERNETES_VERSION, definitions, differences
 
 
 def _nodes(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -224,6 +226,29 @@ def crdcheck(tmp_path: Path, *objects: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def podcheck(tmp_path: Path, *deployments: dict[str, Any]) -> list[list[str]]:
+    """Each Deployment's errors, as the API server judges one being created
+    (e2e/controlplane/podcheck: its strict decoding, defaulting and validation code)."""
+    source = (REPO / "e2e" / "controlplane" / "podcheck" / "main.go").read_bytes()
+    binary = crdcheck_binary().parent / f"podcheck-{hashlib.sha256(source).hexdigest()[:12]}"
+    paths = []
+    for index, deployment in enumerate(deployments):
+        paths.append(tmp_path / f"deployment-{index}.yaml")
+        paths[-1].write_text(yaml.safe_dump(deployment))
+    result = subprocess.run([binary, *paths], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    report: list[list[str]] = json.loads(result.stdout)
+    return report
+
+
+def test_the_crd_fits_client_side_apply() -> None:
+    """The docs apply it server-side, but a plain `kubectl apply -f crds/` keeps the whole
+    object as JSON in an annotation, which the API server caps at 256 KiB: the typed pod
+    settings (volume sources, affinity) took it from 100 KB to some 140 KB."""
+    written = yaml.safe_load((REPO / "crds" / crd.CRD_FILE).read_text())
+    assert len(json.dumps(written, separators=(",", ":"))) < 256 * 1024
+
+
 def test_the_api_server_accepts_the_crd(tmp_path: Path) -> None:
     assert crdcheck(tmp_path)["crdErrors"] == []
 
@@ -292,3 +317,245 @@ def test_pages_list_every_printer_column(page: str) -> None:
         assert shown.keys() == {False, True}, f"{page} no longer shows the columns"
     expected = {False: default, True: wide}
     assert {k: expected[k] for k in shown} == shown, f"{page}: the columns are {default} + {wide}"
+
+
+# ------------------------------------- the pods' volumes and affinity, as Kubernetes has them
+
+# A volume of each source the models type, and one the CRD keeps as written.
+VALID_VOLUMES: list[dict[str, Any]] = [
+    {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}},
+    {
+        "name": "templates",
+        "configMap": {
+            "name": "chat-templates",
+            "items": [{"key": "llama.jinja", "path": "llama/chat.jinja", "mode": 0o444}],
+            "defaultMode": 0o440,
+            "optional": True,
+        },
+    },
+    {"name": "certs", "secret": {"secretName": "tls", "defaultMode": 0o400}},
+    {"name": "weights", "persistentVolumeClaim": {"claimName": "hub", "readOnly": True}},
+    {
+        "name": "compile-cache",
+        "ephemeral": {
+            "volumeClaimTemplate": {
+                "metadata": {"labels": {"team": "ml"}},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "fast-ssd",
+                    "resources": {"requests": {"storage": "50Gi"}},
+                },
+            }
+        },
+    },
+    {
+        "name": "s3",
+        "csi": {
+            "driver": "s3.csi.aws.com",
+            "readOnly": True,
+            "volumeAttributes": {"bucketName": "weights"},
+            "nodePublishSecretRef": {"name": "s3-credentials"},
+        },
+    },
+    {
+        "name": "oci-weights",
+        "image": {"reference": "registry.example/llama:8b", "pullPolicy": "IfNotPresent"},
+    },
+    {"name": "nas", "nfs": {"server": "nas.example", "path": "/exports/hub", "readOnly": True}},
+    {
+        "name": "podinfo",
+        "downwardAPI": {
+            "items": [
+                {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                {"path": "team", "fieldRef": {"fieldPath": "metadata.labels['team']"}},
+                {
+                    "path": "memory",
+                    "resourceFieldRef": {
+                        "containerName": "vllm",
+                        "resource": "limits.memory",
+                        "divisor": "1Mi",
+                    },
+                },
+            ]
+        },
+    },
+    {
+        "name": "identity",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"audience": "sts.amazonaws.com", "path": "token"}},
+                {"configMap": {"name": "ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            ]
+        },
+    },
+    {
+        "name": "legacy",
+        "iscsi": {
+            "targetPortal": "10.0.0.1:3260",
+            "iqn": "iqn.2001-04.com.example:weights",
+            "lun": 0,
+        },
+    },
+]
+VALID_AFFINITY: dict[str, Any] = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["H100"]},
+                        {"key": "nvidia.com/gpu.memory", "operator": "Gt", "values": ["40000"]},
+                    ]
+                },
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]},
+            ]
+        },
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 50,
+                "preference": {
+                    "matchExpressions": [
+                        {"key": "spot", "operator": "DoesNotExist"},
+                        # No label value: the API server leaves a preferred term's unchecked.
+                        {"key": "gpu", "operator": "NotIn", "values": ["H100 80GB"]},
+                    ]
+                },
+            }
+        ],
+    },
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 100,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "llama"}},
+                    "matchLabelKeys": ["pod-template-hash"],
+                },
+            }
+        ]
+    },
+    "podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "topologyKey": "topology.kubernetes.io/zone",
+                "labelSelector": {
+                    "matchExpressions": [{"key": "app", "operator": "In", "values": ["cache"]}]
+                },
+                "namespaces": ["ml"],
+            }
+        ]
+    },
+}
+
+
+def test_the_pod_types_have_exactly_kubernetes_fields() -> None:
+    """The CRD's volumes and affinity take exactly the fields of Kubernetes' own schema
+    (kubernetes-validate's, 1.37), nested ones too, and refuse any other key: but the
+    sources kept as written and what a claim template may set of its metadata."""
+    pod = crd.open_api_schema()["properties"]["spec"]["properties"]["runtime"]["properties"]
+    pod = pod["pod"]["properties"]
+    found = [
+        difference
+        for key, kind in [("volumes", "Volume"), ("affinity", "Affinity")]
+        for difference in differences(
+            key,
+            pod[key],
+            {"type": "array", "items": definitions()[f"io.k8s.api.core.v1.{kind}"]}
+            if key == "volumes"
+            else definitions()[f"io.k8s.api.core.v1.{kind}"],
+            lambda node: bool(node.get("x-kubernetes-preserve-unknown-fields")),
+        )
+    ]
+    typed = {"emptyDir", "configMap", "secret", "persistentVolumeClaim", "ephemeral", "csi"}
+    untyped = set(api.VOLUME_SOURCES) - typed - {"image", "nfs", "downwardAPI", "projected"}
+    assert sorted(found) == sorted(
+        [
+            *(f"volumes[].{source} takes any key" for source in untyped),
+            "volumes[].projected.sources[].clusterTrustBundle takes any key",
+            "volumes[].projected.sources[].podCertificate takes any key",
+            "volumes[].ephemeral.volumeClaimTemplate.metadata: ['annotations', 'labels'] != "
+            "Kubernetes' ['annotations', 'creationTimestamp', 'deletionGracePeriodSeconds', "
+            "'deletionTimestamp', 'finalizers', 'generateName', 'generation', 'labels', "
+            "'managedFields', 'name', 'namespace', 'ownerReferences', 'resourceVersion', "
+            "'selfLink', 'uid']",
+        ]
+    )
+    volume = definitions()["io.k8s.api.core.v1.Volume"]["properties"]
+    assert set(api.VOLUME_SOURCES) == set(volume) - {"name"}
+
+
+def test_a_volume_of_each_source_and_an_affinity_are_valid_admitted_and_rendered(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    """validate and the API server's validation (crdcheck) agree they are valid, and the
+    Deployment render writes from them is valid by Kubernetes' own schema, strictly."""
+    import kubernetes_validate
+    from typer.testing import CliRunner
+
+    from specfleet.operator.cli import app
+
+    manifest = apply_changes(
+        peagle_manifest,
+        {"spec.runtime.pod.volumes": VALID_VOLUMES, "spec.runtime.pod.affinity": VALID_AFFINITY},
+    )
+    assert validation_errors(manifest) == []
+    assert crdcheck(tmp_path, manifest)["objects"] == [[]]
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(manifest))
+    result = CliRunner().invoke(app, ["render", str(tmp_path / "model.yaml")])
+    assert result.exit_code == 0, result.output
+    (deployment, *_) = [d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Deployment"]
+    kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["affinity"] == VALID_AFFINITY
+    assert pod["volumes"][-len(VALID_VOLUMES) :] == VALID_VOLUMES
+
+
+def _rendered_deployment(manifest: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    from typer.testing import CliRunner
+
+    from specfleet.operator.cli import app
+
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(manifest))
+    result = CliRunner().invoke(app, ["render", str(tmp_path / "model.yaml")])
+    assert result.exit_code == 0, result.output
+    (deployment, *_) = [d for d in yaml.safe_load_all(result.stdout) if d["kind"] == "Deployment"]
+    return dict(deployment)
+
+
+POD_FIELDS = {"spec.runtime.pod.volumes", "spec.runtime.pod.affinity"}
+# Refused by specfleet, not by Kubernetes: a pod holding the node's files, and a volume
+# with no source, which Kubernetes would quietly make an emptyDir.
+POLICY_CASES = {"pod-volume-host-path", "pod-volume-without-source"}
+
+
+def test_kubernetes_refuses_in_the_pods_what_validate_refuses_in_volumes_and_affinity(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    """Each invalid case of the pods' volumes or affinity (refused by validate and by
+    admission, above), written into a Deployment render makes, is refused by the API
+    server's own validation of a Deployment being created; the valid ones are not. So
+    validate and admission refuse what Kubernetes would, no more: they agree with it."""
+    cases = [
+        case
+        for case in INVALID_CASES
+        if set(case.changes) <= POD_FIELDS and case.id not in POLICY_CASES
+    ]
+    assert len(cases) >= 30
+    valid = apply_changes(
+        peagle_manifest,
+        {"spec.runtime.pod.volumes": VALID_VOLUMES, "spec.runtime.pod.affinity": VALID_AFFINITY},
+    )
+    rendered = _rendered_deployment(valid, tmp_path)
+    deployments = [rendered]
+    for case in cases:
+        deployment = copy.deepcopy(rendered)
+        pod = deployment["spec"]["template"]["spec"]
+        pod["volumes"] = pod["volumes"][: -len(VALID_VOLUMES)]
+        pod["volumes"] += case.changes.get("spec.runtime.pod.volumes", [])
+        pod["affinity"] = case.changes.get("spec.runtime.pod.affinity", VALID_AFFINITY)
+        deployments.append(deployment)
+    report = podcheck(tmp_path, *deployments)
+    assert report[0] == []
+    admitted = [case.id for case, errors in zip(cases, report[1:], strict=True) if not errors]
+    assert admitted == []

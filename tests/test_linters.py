@@ -1,13 +1,15 @@
 """Others' linters on what users apply: the chart rendered with its default and its
 production values (charts/specfleet/ci/production-values.yaml) and `specfleet render` of
 every example. kubernetes-validate (schemas of Kubernetes 1.37 shipped in its wheel, no
-download) validates every object strictly; yamllint (.yamllint.yaml) checks the text.
+download) validates every object strictly, the API server's own code (podcheck) every
+Deployment; yamllint (.yamllint.yaml) checks the text.
 helm lint --strict runs in tests/test_chart.py. Zero findings, or an entry in
 tests/linter-exceptions.yaml that says why."""
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -20,9 +22,9 @@ from yamllint.config import YamlLintConfig
 from specfleet.operator import api
 from specfleet.operator.cli import app
 from tests.conftest import REPO
+from tests.kubernetes_schemas import KUBERNETES_VERSION
 from tests.test_chart import CHART, render
 
-KUBERNETES_VERSION = "1.37.0"
 PRODUCTION_VALUES = CHART / "ci" / "production-values.yaml"
 EXCEPTIONS = yaml.safe_load((REPO / "tests" / "linter-exceptions.yaml").read_text())
 EXAMPLES = sorted(
@@ -98,3 +100,27 @@ def test_the_linters_can_fail() -> None:
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
     config = YamlLintConfig(file=str(REPO / ".yamllint.yaml"))
     assert [p.rule for p in linter.run(text, config)] == ["trailing-spaces"]
+
+
+def test_the_api_server_s_validation_finds_nothing_in_rendered_deployments(
+    tmp_path: Path,
+) -> None:
+    """Beyond the schemas: every Deployment render writes of the examples and the chart
+    passes the API server's own validation of a Deployment being created (names, quantities,
+    volumes, affinity, probes, security contexts...), run offline by podcheck."""
+    from tests.test_crd import podcheck
+
+    deployments = [
+        d
+        for name in NAMES
+        for d in yaml.safe_load_all(rendering(name))
+        if d and d["kind"] == "Deployment"
+    ]
+    assert len(deployments) >= len(EXAMPLES) * 2
+    report = podcheck(tmp_path, *deployments)
+    found = {
+        d["metadata"]["name"]: errors
+        for d, errors in zip(deployments, report, strict=True)
+        if errors
+    }
+    assert found == {}

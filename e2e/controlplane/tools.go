@@ -3,7 +3,8 @@
 // Package controlplane pins the Go modules that the local test control plane is
 // built from. Nothing here is compiled: the build script runs `go build` on the
 // imported main packages, with versions resolved through this module's go.mod, and
-// on crdcheck/, which judges the CRD with the API server's own validation code.
+// on crdcheck/ and podcheck/, which judge the CRD and Deployments with the API
+// server's own validation code.
 package controlplane
 
 import (

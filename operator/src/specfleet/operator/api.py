@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AfterValidator,
@@ -1407,14 +1407,81 @@ class SecurityContext(SpecModel):
 
 
 class LabelSelectorRequirement(SpecModel):
-    key: NonEmptyString
+    rules: ClassVar[tuple[Rule[LabelSelectorRequirement], ...]] = (
+        Rule(
+            "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : "
+            "!has(self.values) || size(self.values) == 0",
+            "runtime.pod: a label selector requirement takes values with operator In or "
+            "NotIn, none with Exists or DoesNotExist (the API server refuses the pods)",
+            lambda r: (len(r.values or []) > 0) == (r.operator in ("In", "NotIn")),
+            ".values",
+            found=lambda r: f"operator {r.operator}, {len(r.values or [])} values",
+            refusals=(
+                Refusal(
+                    "pod-anti-affinity-exists-with-values",
+                    {
+                        "spec.runtime.pod.affinity": {
+                            "podAntiAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": [
+                                    {
+                                        "topologyKey": "kubernetes.io/hostname",
+                                        "labelSelector": {
+                                            "matchExpressions": [
+                                                {
+                                                    "key": "app",
+                                                    "operator": "Exists",
+                                                    "values": ["a"],
+                                                }
+                                            ]
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                ),
+            ),
+        ),
+    )
+
+    key: Annotated[
+        str, StringConstraints(max_length=317), Matching(LABEL_KEY_PATTERN, "a label key")
+    ]
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] | None = None
+    values: list[LabelValue] | None = None
+
+
+_MATCH_LABELS_KEYS: Rule[dict[str, str]] = Rule(
+    f"self.all(k, k.matches('{LABEL_KEY_PATTERN}') && k.indexOf('/') <= {LABEL_KEY_PREFIX_MAX})",
+    f"runtime.pod: a label selector's matchLabels keys must be label keys: {_LABEL_KEY_WORDS}",
+    lambda labels: all(_is_label_key(key) for key in labels),
+    found=lambda labels: repr(next(key for key in labels if not _is_label_key(key))),
+    refusals=(
+        Refusal(
+            "spread-match-labels-key-with-space",
+            {
+                "spec.runtime.pod.topologySpreadConstraints": [
+                    {
+                        "maxSkew": 1,
+                        "topologyKey": "zone",
+                        "whenUnsatisfiable": "DoNotSchedule",
+                        "labelSelector": {"matchLabels": {"my app": "a"}},
+                    }
+                ]
+            },
+        ),
+    ),
+)
 
 
 class LabelSelector(SpecModel):
-    match_labels: dict[str, str] | None = None
-    match_expressions: list[LabelSelectorRequirement] | None = None
+    match_labels: (
+        Annotated[dict[str, LabelValue], Field(max_length=NODE_SELECTOR_MAX), _MATCH_LABELS_KEYS]
+        | None
+    ) = None
+    match_expressions: (
+        Annotated[list[LabelSelectorRequirement], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
 
 
 class TopologySpreadConstraint(SpecModel):
@@ -1513,6 +1580,552 @@ _MOUNT_PATH: Rule[str] = Rule(
 )
 
 
+# ------------------------------------------------- volume sources and affinity
+# The core/v1 types a model's pods take as written, typed with exactly the fields of
+# Kubernetes' own schema for them (tests/test_crd.py compares them with 1.37's) and
+# checked as the API server checks a pod's (pkg/apis/core/validation), so that a
+# mistake in them is refused by validate and at admission, not when the Deployment's
+# pods are created. Lists that a rule runs over are bounded, to bound the rule's cost.
+
+FileMode = Annotated[int, Field(ge=0, le=0o777, description="Mode bits, 0 to 0777.")]
+UserId = Annotated[int, Field(ge=0, le=2**31 - 1)]
+# A path under the volume's root, as ValidateLocalNonReservedPath takes it: not
+# absolute, no '..' part, not starting with '..' (RE2 has no lookahead: spelled out).
+_PATH_PART = "([^/.][^/]*|[.]|[.][^/.][^/]*)"
+RELATIVE_PATH_PATTERN = f"^{_PATH_PART}(/({_PATH_PART}|[.][.][^/]+)?)*$"
+RelativePath = Annotated[
+    str,
+    StringConstraints(max_length=4096),
+    Matching(RELATIVE_PATH_PATTERN, "a relative path with no '..' part"),
+]
+AbsolutePath = Annotated[
+    str,
+    StringConstraints(max_length=4096),
+    Matching(r"^/.*$", "an absolute path (starting with '/')"),
+]
+# A StorageClass or VolumeAttributesClass name; empty asks for no class.
+ClassName = Annotated[
+    str,
+    StringConstraints(max_length=253),
+    Matching(f"^({_DNS_1123_SUBDOMAIN})?$", "a class's name: a DNS-1123 subdomain, or empty"),
+]
+
+
+class KeyToPath(SpecModel):
+    key: NonEmptyString
+    path: RelativePath
+    mode: FileMode | None = None
+    user: UserId | None = None
+
+
+class EmptyDirVolumeSource(SpecModel):
+    medium: str | None = None
+    size_limit: Quantity | None = None
+    mode: int | None = Field(default=None, ge=0, le=0o1777)
+
+
+class ConfigMapVolumeSource(SpecModel):
+    name: NonEmptyString
+    items: list[KeyToPath] | None = None
+    default_mode: FileMode | None = None
+    default_user: UserId | None = None
+    optional: bool | None = None
+
+
+class SecretVolumeSource(SpecModel):
+    secret_name: NonEmptyString
+    items: list[KeyToPath] | None = None
+    default_mode: FileMode | None = None
+    default_user: UserId | None = None
+    optional: bool | None = None
+
+
+class PersistentVolumeClaimVolumeSource(SpecModel):
+    claim_name: NonEmptyString
+    read_only: bool | None = None
+
+
+class NFSVolumeSource(SpecModel):
+    server: NonEmptyString
+    path: AbsolutePath
+    read_only: bool | None = None
+
+
+class ImageVolumeSource(SpecModel):
+    """An OCI image or artifact mounted read-only (weights shipped as an image)."""
+
+    reference: NonEmptyString
+    pull_policy: Literal["Always", "Never", "IfNotPresent"] | None = None
+
+
+class SecretReference(SpecModel):
+    name: ObjectName
+
+
+class CSIVolumeSource(SpecModel):
+    driver: Annotated[
+        str,
+        StringConstraints(max_length=63),
+        Matching(
+            f"^{_DNS_1123_SUBDOMAIN.replace('a-z', 'a-zA-Z')}$",
+            "a CSI driver's name: a DNS-1123 subdomain (letters, digits, '-' and '.')",
+        ),
+    ]
+    fs_type: str | None = None
+    read_only: bool | None = None
+    volume_attributes: dict[str, str] | None = None
+    node_publish_secret_ref: SecretReference | None = None
+
+
+class TypedLocalObjectReference(SpecModel):
+    api_group: str | None = None
+    kind: NonEmptyString
+    name: NonEmptyString
+
+
+class TypedObjectReference(TypedLocalObjectReference):
+    namespace: str | None = None
+
+
+class VolumeResourceRequirements(SpecModel):
+    rules: ClassVar[tuple[Rule[VolumeResourceRequirements], ...]] = (
+        Rule(
+            "has(self.requests) && 'storage' in self.requests && "
+            "quantity(string(self.requests['storage'])).isGreaterThan(quantity('0'))",
+            "an ephemeral volume's claim must request storage, more than 0 (the API server "
+            "refuses the pods)",
+            lambda r: quantity_value((r.requests or {}).get("storage", 0)) > 0,
+            ".requests",
+            refusals=(
+                Refusal(
+                    "ephemeral-volume-without-storage",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {
+                                "name": "scratch",
+                                "ephemeral": {
+                                    "volumeClaimTemplate": {
+                                        "spec": {
+                                            "accessModes": ["ReadWriteOnce"],
+                                            "resources": {"requests": {"cpu": 1}},
+                                        }
+                                    }
+                                },
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class ClaimTemplateMeta(SpecModel):
+    """What the API server lets an ephemeral volume's claim template set of metadata."""
+
+    labels: dict[str, LabelValue] | None = None
+    annotations: dict[str, str] | None = None
+
+
+class PersistentVolumeClaimSpec(SpecModel):
+    rules: ClassVar[tuple[Rule[PersistentVolumeClaimSpec], ...]] = (
+        Rule(
+            "self.accessModes.all(m, m == 'ReadWriteOncePod') || "
+            "!self.accessModes.exists(m, m == 'ReadWriteOncePod')",
+            "runtime.pod.volumes: an ephemeral volume's claim may not take ReadWriteOncePod "
+            "with another access mode (the API server refuses the pods)",
+            lambda c: (
+                len(set(c.access_modes) | {"ReadWriteOncePod"}) == 1
+                or "ReadWriteOncePod" not in c.access_modes
+            ),
+            ".accessModes",
+            refusals=(
+                Refusal(
+                    "ephemeral-read-write-once-pod-and-more",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {
+                                "name": "scratch",
+                                "ephemeral": {
+                                    "volumeClaimTemplate": {
+                                        "spec": {
+                                            "accessModes": ["ReadWriteOncePod", "ReadWriteOnce"],
+                                            "resources": {"requests": {"storage": "1Gi"}},
+                                        }
+                                    }
+                                },
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
+    access_modes: Annotated[
+        list[Literal["ReadWriteOnce", "ReadOnlyMany", "ReadWriteMany", "ReadWriteOncePod"]],
+        Field(min_length=1, max_length=4),
+    ]
+    resources: VolumeResourceRequirements
+    selector: LabelSelector | None = None
+    storage_class_name: ClassName | None = None
+    volume_attributes_class_name: ClassName | None = None
+    volume_mode: Literal["Block", "Filesystem"] | None = None
+    volume_name: str | None = None
+    data_source: TypedLocalObjectReference | None = None
+    data_source_ref: TypedObjectReference | None = None
+
+
+class PersistentVolumeClaimTemplate(SpecModel):
+    metadata: ClaimTemplateMeta | None = None
+    spec: PersistentVolumeClaimSpec
+
+
+class EphemeralVolumeSource(SpecModel):
+    """A PersistentVolumeClaim made for each pod and deleted with it."""
+
+    volume_claim_template: PersistentVolumeClaimTemplate
+
+
+class NodeSelectorRequirement(SpecModel):
+    rules: ClassVar[tuple[Rule[NodeSelectorRequirement], ...]] = (
+        Rule(
+            "self.operator in ['In', 'NotIn'] ? has(self.values) && size(self.values) > 0 : "
+            "self.operator in ['Gt', 'Lt'] ? has(self.values) && size(self.values) == 1 : "
+            "!has(self.values) || size(self.values) == 0",
+            "runtime.pod.affinity: a node selector requirement takes values with operator In "
+            "or NotIn, exactly one with Gt or Lt, none with Exists or DoesNotExist",
+            lambda r: (
+                len(r.values or []) >= 1
+                if r.operator in ("In", "NotIn")
+                else len(r.values or []) == (1 if r.operator in ("Gt", "Lt") else 0)
+            ),
+            ".values",
+            found=lambda r: f"operator {r.operator}, {len(r.values or [])} values",
+            refusals=(
+                Refusal(
+                    "node-affinity-in-without-values",
+                    {
+                        "spec.runtime.pod.affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {"matchExpressions": [{"key": "gpu", "operator": "In"}]}
+                                    ]
+                                }
+                            }
+                        }
+                    },
+                ),
+            ),
+        ),
+    )
+
+    key: Annotated[
+        str, StringConstraints(max_length=317), Matching(LABEL_KEY_PATTERN, "a label key")
+    ]
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] | None = None
+
+
+class RequiredNodeSelectorRequirement(NodeSelectorRequirement):
+    """In a required node affinity, values are label values (the API server lets a
+    preferred one's through: it may match no node and still schedule)."""
+
+    values: list[LabelValue] | None = None
+
+
+class NodeFieldSelectorRequirement(SpecModel):
+    """The one node field a selector may match: the node's name, with one value."""
+
+    key: Literal["metadata.name"]
+    operator: Literal["In", "NotIn"]
+    values: Annotated[list[ObjectName], Field(min_length=1, max_length=1)]
+
+
+class NodeSelectorTerm(SpecModel):
+    match_expressions: (
+        Annotated[list[NodeSelectorRequirement], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
+    match_fields: list[NodeFieldSelectorRequirement] | None = None
+
+
+class RequiredNodeSelectorTerm(SpecModel):
+    match_expressions: (
+        Annotated[list[RequiredNodeSelectorRequirement], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
+    match_fields: list[NodeFieldSelectorRequirement] | None = None
+
+
+class NodeSelector(SpecModel):
+    node_selector_terms: Annotated[
+        list[RequiredNodeSelectorTerm], Field(min_length=1, max_length=POD_LIST_MAX)
+    ]
+
+
+Weight = Annotated[int, Field(ge=1, le=100)]
+
+
+class PreferredSchedulingTerm(SpecModel):
+    weight: Weight
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(SpecModel):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: (
+        Annotated[list[PreferredSchedulingTerm], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
+
+
+LabelKeyField = Annotated[
+    str, StringConstraints(max_length=317), Matching(LABEL_KEY_PATTERN, "a label key")
+]
+
+
+class PodAffinityTerm(SpecModel):
+    label_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    namespaces: (
+        list[
+            Annotated[
+                str,
+                StringConstraints(max_length=63),
+                Matching(DNS_1123_LABEL, "a namespace's name (a DNS-1123 label)"),
+            ]
+        ]
+        | None
+    ) = None
+    topology_key: LabelKeyField
+    match_label_keys: list[LabelKeyField] | None = None
+    mismatch_label_keys: list[LabelKeyField] | None = None
+
+
+class WeightedPodAffinityTerm(SpecModel):
+    weight: Weight
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(SpecModel):
+    required_during_scheduling_ignored_during_execution: (
+        Annotated[list[PodAffinityTerm], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
+    preferred_during_scheduling_ignored_during_execution: (
+        Annotated[list[WeightedPodAffinityTerm], Field(max_length=POD_LIST_MAX)] | None
+    ) = None
+
+
+class Affinity(SpecModel):
+    """core/v1 Affinity: node affinity, pod affinity and pod anti-affinity."""
+
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+# Sources passed through as written, which the API server checks when the pods are
+# created: the in-tree drivers Kubernetes keeps for compatibility (deprecated for CSI,
+# some removed), and two kinds of a projected volume's sources (see docs/install.md).
+PassedThrough = dict[str, Any] | None
+
+
+def _untyped(alias: str | None = None) -> Any:
+    return Field(
+        default=None,
+        alias=alias,
+        description="Kept as written; the API server checks it with the pods.",
+    )
+
+
+# A pod field a downwardAPI volume may write: as the API server's
+# validVolumeDownwardAPIFieldPathExpressions, or one label or annotation.
+FIELD_PATH_PATTERN = (
+    r"^metadata[.](name|namespace|uid|labels|annotations)$"
+    rf"|^metadata[.](labels|annotations)\['{LABEL_KEY_PATTERN[1:-1]}'\]$"
+)
+RESOURCE_FIELD_PATTERN = (
+    "^(limits|requests)[.](cpu|memory|ephemeral-storage)$|^(limits|requests)[.]hugepages-.+$"
+)
+
+
+class ObjectFieldSelector(SpecModel):
+    api_version: Literal["v1"] | None = None
+    field_path: Annotated[
+        str,
+        StringConstraints(max_length=1024),
+        Matching(
+            FIELD_PATH_PATTERN,
+            "metadata.name, namespace, uid, labels or annotations, or one label or "
+            "annotation (metadata.labels['key'])",
+        ),
+    ]
+
+
+class ResourceFieldSelector(SpecModel):
+    container_name: NonEmptyString  # required in a volume (the container it reads)
+    resource: Annotated[
+        str,
+        StringConstraints(max_length=317),
+        Matching(
+            RESOURCE_FIELD_PATTERN,
+            "limits. or requests. and cpu, memory, ephemeral-storage or hugepages-<size>",
+        ),
+    ]
+    divisor: Quantity | None = None
+
+
+class DownwardAPIVolumeFile(SpecModel):
+    rules: ClassVar[tuple[Rule[DownwardAPIVolumeFile], ...]] = (
+        Rule(
+            "has(self.fieldRef) != has(self.resourceFieldRef)",
+            "runtime.pod.volumes: a downwardAPI item takes fieldRef or resourceFieldRef, one "
+            "of them (the API server refuses the pods)",
+            lambda f: (f.field_ref is None) != (f.resource_field_ref is None),
+            refusals=(
+                Refusal(
+                    "downward-api-item-without-field",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {"name": "a", "downwardAPI": {"items": [{"path": "p"}]}}
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
+    path: RelativePath
+    field_ref: ObjectFieldSelector | None = None
+    resource_field_ref: ResourceFieldSelector | None = None
+    mode: FileMode | None = None
+    user: UserId | None = None
+
+
+class DownwardAPIVolumeSource(SpecModel):
+    items: list[DownwardAPIVolumeFile] | None = None
+    default_mode: FileMode | None = None
+    default_user: UserId | None = None
+
+
+class ConfigMapProjection(SpecModel):
+    name: NonEmptyString
+    items: list[KeyToPath] | None = None
+    optional: bool | None = None
+
+
+class SecretProjection(SpecModel):
+    name: NonEmptyString
+    items: list[KeyToPath] | None = None
+    optional: bool | None = None
+
+
+class DownwardAPIProjection(SpecModel):
+    items: list[DownwardAPIVolumeFile] | None = None
+
+
+class ServiceAccountTokenProjection(SpecModel):
+    audience: str | None = None
+    expiration_seconds: int | None = Field(
+        default=None, ge=600, le=2**32, description="At least 10 minutes; none: 1h."
+    )
+    path: RelativePath
+    user: UserId | None = None
+
+
+PROJECTIONS = (
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "serviceAccountToken",
+    "clusterTrustBundle",
+    "podCertificate",
+)
+
+
+class VolumeProjection(SpecModel):
+    """One source of a projected volume; clusterTrustBundle and podCertificate (certificate
+    signers' names and key types) are kept as written."""
+
+    rules: ClassVar[tuple[Rule[VolumeProjection], ...]] = (
+        Rule(
+            "[" + ", ".join(f"has(self.{p})" for p in PROJECTIONS) + "].filter(p, p).size() <= 1",
+            "runtime.pod.volumes: each of a projected volume's sources takes one of "
+            + _words(list(PROJECTIONS))
+            + ", not two (the API server refuses the pods)",
+            lambda p: len(p.model_dump(exclude_none=True)) <= 1,
+            refusals=(
+                Refusal(
+                    "projected-source-two-kinds",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {
+                                "name": "a",
+                                "projected": {
+                                    "sources": [
+                                        {"configMap": {"name": "c"}, "secret": {"name": "s"}}
+                                    ]
+                                },
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
+    config_map: ConfigMapProjection | None = None
+    secret: SecretProjection | None = None
+    downward_api: DownwardAPIProjection | None = Field(default=None, alias="downwardAPI")
+    service_account_token: ServiceAccountTokenProjection | None = None
+    cluster_trust_bundle: PassedThrough = _untyped()
+    pod_certificate: PassedThrough = _untyped()
+
+
+class ProjectedVolumeSource(SpecModel):
+    sources: Annotated[list[VolumeProjection], Field(max_length=POD_LIST_MAX)] | None = None
+    default_mode: FileMode | None = None
+    default_user: UserId | None = None
+
+
+# Every source of a core/v1 Volume, as Kubernetes 1.37 names them (tests/test_crd.py
+# compares them with its schema); the CRD's rule counts them.
+VOLUME_SOURCES = (
+    "emptyDir",
+    "configMap",
+    "secret",
+    "persistentVolumeClaim",
+    "ephemeral",
+    "csi",
+    "image",
+    "nfs",
+    "hostPath",
+    "downwardAPI",
+    "projected",
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "gitRepo",
+    "glusterfs",
+    "iscsi",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+)
+
+
 class VolumeMount(SpecModel):
     """core/v1 VolumeMount on the runtime container."""
 
@@ -1526,13 +2139,11 @@ class VolumeMount(SpecModel):
 
 
 class Volume(SpecModel):
-    """A core/v1 Volume, passed through as written: its name is checked here, and offline
-    that it has one source; the source (one of some thirty kinds) by the API server when
-    the pods are created."""
+    """A core/v1 Volume: its name and exactly one source, typed and checked as the API
+    server checks the pods' (emptyDir, configMap, secret, persistentVolumeClaim,
+    ephemeral, csi, image, nfs, downwardAPI, projected); the in-tree drivers are kept
+    as written."""
 
-    # The Volume type is too large to inline in the CRD (a field per volume source,
-    # each with its own schema): the schema keeps `name` and preserves the rest.
-    model_config = ConfigDict(extra="allow")
     rules: ClassVar[tuple[Rule[Volume], ...]] = (
         Rule(
             "!has(self.hostPath)",
@@ -1546,6 +2157,26 @@ class Volume(SpecModel):
                 ),
             ),
         ),
+        Rule(
+            "[" + ", ".join(f"has(self.{s})" for s in VOLUME_SOURCES) + "]"
+            ".filter(s, s).size() == 1",
+            "runtime.pod.volumes must each have exactly one volume source (emptyDir, "
+            "persistentVolumeClaim, configMap, ...): the API server refuses two, and makes a "
+            "volume with none an emptyDir (write emptyDir: {} if that is meant)",
+            lambda v: len(v.sources()) == 1,
+            found=lambda v: ", ".join(v.sources()) or "none",
+            refusals=(
+                Refusal("pod-volume-without-source", {"spec.runtime.pod.volumes": [{"name": "a"}]}),
+                Refusal(
+                    "pod-volume-two-sources",
+                    {
+                        "spec.runtime.pod.volumes": [
+                            {"name": "a", "emptyDir": {}, "configMap": {"name": "c"}}
+                        ]
+                    },
+                ),
+            ),
+        ),
     )
 
     name: Annotated[
@@ -1553,25 +2184,43 @@ class Volume(SpecModel):
         StringConstraints(max_length=63),
         Matching(DNS_1123_LABEL, "a DNS-1123 label (lower case letters, digits and '-')"),
     ]
-    # Declared (not only preserved) so that the CRD's rule can see it.
+    empty_dir: EmptyDirVolumeSource | None = None
+    config_map: ConfigMapVolumeSource | None = None
+    secret: SecretVolumeSource | None = None
+    persistent_volume_claim: PersistentVolumeClaimVolumeSource | None = None
+    ephemeral: EphemeralVolumeSource | None = None
+    csi: CSIVolumeSource | None = None
+    image: ImageVolumeSource | None = None
+    nfs: NFSVolumeSource | None = None
+    downward_api: DownwardAPIVolumeSource | None = Field(default=None, alias="downwardAPI")
+    projected: ProjectedVolumeSource | None = None
     host_path: dict[str, Any] | None = Field(
         default=None, description="Refused: a hostPath volume holds the node's files."
     )
+    aws_elastic_block_store: PassedThrough = _untyped()
+    azure_disk: PassedThrough = _untyped()
+    azure_file: PassedThrough = _untyped()
+    cephfs: PassedThrough = _untyped()
+    cinder: PassedThrough = _untyped()
+    fc: PassedThrough = _untyped()
+    flex_volume: PassedThrough = _untyped()
+    flocker: PassedThrough = _untyped()
+    gce_persistent_disk: PassedThrough = _untyped()
+    git_repo: PassedThrough = _untyped()
+    glusterfs: PassedThrough = _untyped()
+    iscsi: PassedThrough = _untyped()
+    photon_persistent_disk: PassedThrough = _untyped()
+    portworx_volume: PassedThrough = _untyped()
+    quobyte: PassedThrough = _untyped()
+    rbd: PassedThrough = _untyped()
+    scale_io: PassedThrough = _untyped("scaleIO")
+    storageos: PassedThrough = _untyped()
+    vsphere_volume: PassedThrough = _untyped()
 
-    @model_validator(mode="after")
-    def _one_source(self) -> Self:
-        """As the API server checks the pods (offline only: CEL cannot see the preserved
-        fields): a volume is its name and exactly one source."""
-        sources = list(self.model_extra or {})
-        if self.host_path is not None:
-            sources.append("hostPath")
-        if len(sources) != 1:
-            found = ", ".join(sorted(sources)) or "none"
-            raise ValueError(
-                "must have exactly one volume source (emptyDir, persistentVolumeClaim, "
-                f"configMap, ...), as the API server requires of the pods (found {found})"
-            )
-        return self
+    def sources(self) -> list[str]:
+        """The sources set, as Kubernetes names them."""
+        written = self.model_dump(by_alias=True, exclude_none=True)
+        return [source for source in VOLUME_SOURCES if source in written]
 
 
 _POD_LABEL_KEYS: Rule[dict[str, str]] = Rule(
@@ -1788,10 +2437,8 @@ class PodSettings(SpecModel):
         description="The runtime container's securityContext, over specfleet's restricted "
         "default field by field.",
     )
-    affinity: dict[str, Any] | None = Field(
-        default=None,
-        description="A core/v1 Affinity (node, pod and anti-affinity), passed through: too "
-        "large to inline in the CRD, the API server checks it when the pods are created.",
+    affinity: Affinity | None = Field(
+        default=None, description="A core/v1 Affinity (node, pod and anti-affinity)."
     )
     topology_spread_constraints: (
         Annotated[list[TopologySpreadConstraint], Field(max_length=POD_LIST_MAX), _SPREAD_PAIRS]
@@ -3629,6 +4276,13 @@ RULES: list[Rule[Any]] = [
     _POD_ANNOTATION_KEYS,
     _MOUNT_PATH,
     *Volume.rules,
+    *VolumeResourceRequirements.rules,
+    *DownwardAPIVolumeFile.rules,
+    *VolumeProjection.rules,
+    *LabelSelectorRequirement.rules,
+    *NodeSelectorRequirement.rules,
+    *PersistentVolumeClaimSpec.rules,
+    _MATCH_LABELS_KEYS,
     *SecurityContext.rules,
     *Capabilities.rules,
     *WindowsSecurityContextOptions.rules,

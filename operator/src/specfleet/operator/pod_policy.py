@@ -37,7 +37,7 @@ class PodPolicy:
                 "podPolicy.serviceAccounts); remove it to run as the namespace's default"
             )
         for index, volume in enumerate(pod.volumes):
-            source = next((s for s in CREDENTIAL_VOLUMES if s in (volume.model_extra or {})), None)
+            source = next((s for s in CREDENTIAL_VOLUMES if s in volume.sources()), None)
             if source is not None and not self.secret_volumes:
                 found.append(
                     f"spec.runtime.pod.volumes[{index}].{source}: this operator's install "

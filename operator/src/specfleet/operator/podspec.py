@@ -267,8 +267,8 @@ def pod_spec(
         spec["nodeSelector"] = dict(runtime.node_selector)
     if runtime.tolerations:
         spec["tolerations"] = [_dump(t) for t in runtime.tolerations]
-    if pod.affinity:
-        spec["affinity"] = pod.affinity
+    if pod.affinity is not None and (affinity := _dump(pod.affinity)):
+        spec["affinity"] = affinity
     spread = _spread(model, selector)
     if spread:
         spec["topologySpreadConstraints"] = spread
