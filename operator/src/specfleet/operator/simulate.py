@@ -633,11 +633,25 @@ class _Simulation:
         self.status = decider(spec, self.status, observation, START).status
 
     def good(self, p: Phase, k: int) -> float:
-        """K held all window: its goodput, time-weighted over the window's load."""
+        """K held all window (the pods started with it): its goodput, time-weighted over
+        the window's load."""
         return sum(
             share * goodput(self.cost, at.acceptance, k, at.concurrency, self.drafting)
-            for share, at in p.slices()
+            for share, at in self.slices_run(p, k)
         )
+
+    def slices_run(self, p: Phase, ceiling: int) -> list[tuple[float, Phase]]:
+        """The window's slices of load at the requests a pod started with `ceiling` runs:
+        those its KV cache holds with the ceiling's lookahead each (the rest wait)."""
+        fits = self.scenario.engine.capacity(ceiling)
+        return [
+            (share, replace(at, concurrency=min(at.concurrency, fits))) for share, at in p.slices()
+        ]
+
+    def ceiling(self, track: Track, k: int, hot: HotSchedule | None) -> int:
+        """The K a pod's engine was started with: the ceiling where the stable pods take K
+        hot, else the largest K it runs (0: plain decoding)."""
+        return self.spec.speculation.max_tokens if hot is not None and track == "stable" else k
 
     def new_head(self, track: Track) -> bool:
         """Whether a track's pods run the config change's new head (the config status
@@ -711,12 +725,13 @@ class _Simulation:
             draft = self.spec.draft.model_copy(update={"model": NEW_HEAD})
             self.spec = self.spec.model_copy(update={"draft": draft})
         running = self.pods(phase.replicas)
+        hot = self.hot_schedule()
         parts: dict[str, PodWindow] = {
             name: [
                 (share, at, self.parts(name, _k_in_window(k, bands, at.concurrency), at))
-                for share, at in phase.slices()
+                for share, at in self.slices_run(phase, self.ceiling(track, k, hot))
             ]
-            for name, _, k, bands in running
+            for name, track, k, bands in running
         }
         observation = self._run_engines(running, phase, start, parts)
         now = START + timedelta(seconds=start + self.interval)

@@ -182,7 +182,7 @@ class SimEngine:
             self._next_arrival += self.rng.expovariate(load.requests_per_second)
 
     def _admit(self) -> None:
-        while self.waiting and len(self.running) < self._profile.max_num_seqs:
+        while self.waiting and len(self.running) < self._profile.capacity(self.k_max):
             request = self.waiting.popleft()
             self.running.append(request)
             self.counters.prompt_tokens += request.prompt_tokens

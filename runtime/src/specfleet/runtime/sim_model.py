@@ -112,6 +112,15 @@ class SimProfile(_Strict):
     cost: StepCost = Field(default_factory=StepCost)
     load: Load = Field(default_factory=Load)
     max_num_seqs: int = Field(256, ge=1, description="running requests; the rest wait")
+    kv_cache_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="KV cache slots of the engine (None: never the limit): a running request "
+        "holds its context and, while the engine speculates, its ceiling K of lookahead slots",
+    )
+    context_tokens: int = Field(
+        1024, ge=1, description="KV slots a running request's context holds, on average"
+    )
     tick: Seconds = Field(0.2, gt=0, le=1.0, description="simulated time per engine tick")
     drift: list[DriftStep] = Field(default_factory=list)
 
@@ -121,6 +130,17 @@ class SimProfile(_Strict):
         if afters != sorted(afters):
             raise ValueError("drift steps must be in increasing order of `after`")
         return self
+
+    def capacity(self, ceiling: int) -> int:
+        """How many requests the engine runs at once: max_num_seqs, and as many as the KV
+        cache holds, each with its context and a lookahead of `num_speculative_tokens`
+        slots, which vLLM reserves every step (the ceiling, not the K of the step: a pod
+        that takes K hot pays its ceiling). `ceiling` 0: plain decoding, no lookahead.
+        The requests past it wait."""
+        if self.kv_cache_tokens is None:
+            return self.max_num_seqs
+        slots = self.context_tokens + ceiling
+        return min(self.max_num_seqs, max(1, self.kv_cache_tokens // slots))
 
     def at(self, elapsed: float) -> tuple[list[float], Load]:
         """The acceptance and load in effect after `elapsed` seconds of simulated time."""
