@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from specfleet.operator import hot_schedules, speed
+from specfleet.operator import hot_schedules, speed, track_plan
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     ConditionType,
@@ -20,7 +20,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, set_condition
-from specfleet.operator.configs import track_config
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
@@ -48,8 +47,7 @@ class Run:
         self.generation = generation
         self.actions: list[Action] = []
         # The stable pods' drafting: the running config's while a new one is on trial.
-        running = track_config(spec, status, "stable")
-        self.drafting = (running.method if running else spec.draft.method).runtime.drafting
+        self.drafting = track_plan.plan(spec, status).stable.spec.draft.method.runtime.drafting
         self.cost = speed.cost_in(status.step_cost, self.drafting)
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
