@@ -11,6 +11,7 @@ from specfleet.operator.api import (
     HISTORY_LIMIT,
     ConditionType,
     Decision,
+    FittedStepCost,
     OpenWindow,
     OpenWindows,
     SpeculativeModelSpec,
@@ -48,7 +49,6 @@ class Run:
         self.actions: list[Action] = []
         # The stable pods' drafting: the running config's while a new one is on trial.
         self.drafting = track_plan.plan(spec, status).stable.spec.draft.method.runtime.drafting
-        self.cost = speed.cost_in(status.step_cost, self.drafting)
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
 
@@ -114,7 +114,13 @@ class Run:
         self.status.step_cost = speed.record(
             self.status.step_cost, tokens, window, self.now, self.drafting
         )
-        self.cost = self.status.step_cost.fitted
+
+    @property
+    def cost(self) -> FittedStepCost:
+        """The step cost to predict with: status' fit, or the prior for the stable pods'
+        drafting before a measurement (or after one was dropped). Derived, never kept: a
+        write of status.stepCost is its only change."""
+        return speed.cost_in(self.status.step_cost, self.drafting)
 
     def collected(self, track: Track) -> OpenWindow | None:
         windows = self.status.open_windows
