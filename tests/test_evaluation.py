@@ -13,8 +13,14 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from specfleet.operator import render
-from specfleet.operator.api import ConditionType, SpeculativeModel
+from specfleet.operator.api import (
+    ConditionType,
+    SpeculativeModel,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
 from specfleet.operator.children import Track
+from specfleet.operator.configs import config_of
 from specfleet.operator.evaluation import (
     CurrentPods,
     Evaluator,
@@ -248,3 +254,50 @@ def test_an_ipv6_pod_is_scraped_at_its_bracketed_address(peagle_manifest: dict[s
     (sample,) = asyncio.run(main())
     assert sample.error is None and sample.counters is not None
     assert sample.counters.drafts == 100
+
+
+def test_stable_pods_of_a_running_config_that_takes_no_k_hot_are_read(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """Switching Hot, the spec's method takes K hot (P-EAGLE) while the stable pods still
+    run the last good config, suffix decoding, rendered without --hot-schedule: their
+    windows count, with no schedule generation. The evaluation asked the spec's method
+    whether they take K hot, and left every stable pod out until the new config was
+    promoted (the track plan answers for the config they run)."""
+    port = _free_port("127.0.0.5")  # the stable pod "suffix" is at 127.0.0.6
+    peagle_manifest["spec"]["runtime"]["port"] = port
+    peagle_manifest["spec"]["speculation"]["switching"] = "Hot"
+    model = _model(peagle_manifest, tokens=3)
+    suffix = config_of(
+        SpeculativeModelSpec.model_validate(
+            {
+                **peagle_manifest["spec"],
+                "draft": {"method": "suffix"},
+                "speculation": {"tokens": 3, "minTokens": 3, "maxTokens": 3},
+            }
+        )
+    )
+    hot = {"generation": 1, "schedule": [{"tokens": 3}]}
+    status = {
+        "speculation": {"tokens": 3, "hotSchedule": hot},
+        "config": {"running": suffix.model_dump(by_alias=True, exclude_none=True)},
+    }
+    model = model.model_copy(update={"status": SpeculativeModelStatus.model_validate(status)})
+    stable = plan(model.spec, model.status).stable
+    assert stable.spec.draft.method == "suffix" and not stable.hot
+    children = ObservedChildren(pods=[_pod("suffix", model, "stable")])
+
+    async def main() -> SpeculativeModel:
+        async with sim(PEAGLE, host="127.0.0.6", port=port):
+            evaluator, evaluated = Evaluator(), model
+            for window in range(2):
+                await asyncio.sleep(0.3)
+                decided = await evaluator.evaluate(
+                    evaluated, children, T0 + timedelta(minutes=window)
+                )
+                evaluated = evaluated.model_copy(update={"status": decided.status})
+            return evaluated
+
+    window = asyncio.run(main()).status.acceptance
+    assert not window.pods_left_out
+    assert window.draft_tokens > 0
