@@ -18,8 +18,9 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.configs import as_track_runs, config_of
+from specfleet.operator.configs import config_of
 from specfleet.operator.observations import Observation
+from specfleet.operator.track_plan import plan
 from specfleet.operator.tuner import decide, sync_with_spec
 from specfleet.runtime.sim_model import StepCost
 from tests.decisions import BROKEN, CHAT, CODE, T0, make_spec, window
@@ -70,8 +71,7 @@ class ConfigFleet:
 
     def step(self) -> list[str]:
         self.sync()
-        model = self.model()
-        stable_draft = as_track_runs(model, "stable").spec.draft.model
+        stable_draft = plan(self.spec, self.status).stable.spec.draft.model
         self.stable_models.append(stable_draft)
         sp = self.status.speculation
         k = sp.tokens or self.spec.speculation.tokens

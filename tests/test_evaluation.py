@@ -13,9 +13,16 @@ from aiohttp import web
 from prometheus_client import REGISTRY
 
 from specfleet.operator import render
-from specfleet.operator.api import ConditionType, SpeculativeModel
+from specfleet.operator.api import (
+    ConditionType,
+    SpeculativeModel,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
 from specfleet.operator.children import Track
+from specfleet.operator.configs import config_of
 from specfleet.operator.evaluation import (
+    CurrentPods,
     Evaluator,
     canary_pending_reason,
     canary_pending_since,
@@ -23,8 +30,9 @@ from specfleet.operator.evaluation import (
     runtime_failures,
     scrape_targets,
 )
-from specfleet.operator.metrics import scrape
+from specfleet.operator.metrics import ScrapeTarget, scrape
 from specfleet.operator.status import ObservedChildren
+from specfleet.operator.track_plan import plan
 from tests.test_runtime_sim_server import PEAGLE, sim
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,11 +68,20 @@ def _pod(name: str, model: SpeculativeModel, track: Track, **status: Any) -> dic
     }
 
 
+def _current(model: SpeculativeModel, children: ObservedChildren) -> CurrentPods:
+    return current_pods(model, children, plan(model.spec, model.status))
+
+
+def _targets(model: SpeculativeModel, children: ObservedChildren) -> list[ScrapeTarget]:
+    plans = plan(model.spec, model.status)
+    return scrape_targets(plans, current_pods(model, children, plans))
+
+
 def test_pods_of_an_older_k_are_not_read(peagle_manifest: dict[str, Any]) -> None:
     before = _model(peagle_manifest, tokens=3)
     after = _model(peagle_manifest, tokens=1)
     pods = [_pod("old", before, "stable"), _pod("new-pod", after, "stable")]
-    targets = scrape_targets(after, current_pods(after, ObservedChildren(pods=pods)))
+    targets = _targets(after, ObservedChildren(pods=pods))
     assert [t.pod for t in targets] == ["new-pod"]
     assert targets[0].url == "http://127.0.0.7:8000/metrics"
     assert targets[0].track == "stable"
@@ -76,13 +93,13 @@ def test_unready_and_terminating_pods_are_not_read(peagle_manifest: dict[str, An
     leaving = _pod("b", model, "stable")
     leaving["metadata"]["deletionTimestamp"] = "2026-11-29T12:00:00Z"
     gone = ObservedChildren(pods=[unready, leaving])
-    assert scrape_targets(model, current_pods(model, gone)) == []
+    assert _targets(model, gone) == []
 
 
 def test_canary_pods_are_read_as_canary(peagle_manifest: dict[str, Any]) -> None:
     model = _model(peagle_manifest, tokens=3, candidate=5)
     canary = ObservedChildren(pods=[_pod("c", model, "canary")])
-    targets = scrape_targets(model, current_pods(model, canary))
+    targets = _targets(model, canary)
     assert [(t.pod, t.track) for t in targets] == [("c", "canary")]
 
 
@@ -125,12 +142,12 @@ def test_a_failed_runtime_is_reported_for_the_track_whose_config_it_runs(
         ]
     }
     failed = _pod("c", model, "canary", **exited)
-    assert runtime_failures(current_pods(model, ObservedChildren(pods=[failed]))) == {
+    assert runtime_failures(_current(model, ObservedChildren(pods=[failed]))) == {
         "canary": "pod c: draft vocab 32000 != 128256 (exit code 1)"
     }
     # A pod of a config the track no longer runs (an older K) is not the track's failure.
     older = _model(peagle_manifest, tokens=3, candidate=5)
-    assert runtime_failures(current_pods(older, ObservedChildren(pods=[failed]))) == {}
+    assert runtime_failures(_current(older, ObservedChildren(pods=[failed]))) == {}
 
 
 def _free_port(host: str) -> int:
@@ -230,10 +247,57 @@ def test_an_ipv6_pod_is_scraped_at_its_bracketed_address(peagle_manifest: dict[s
             manifest["spec"]["runtime"] = {**manifest["spec"]["runtime"], "port": port}
             model = _model(manifest, tokens=3)
             pod = _pod("v6", model, "stable", podIP="::1")
-            targets = scrape_targets(model, current_pods(model, ObservedChildren(pods=[pod])))
+            targets = _targets(model, ObservedChildren(pods=[pod]))
             assert [t.url for t in targets] == [f"http://[::1]:{port}/metrics"]
             return await scrape(targets, timeout=5, concurrency=1)
 
     (sample,) = asyncio.run(main())
     assert sample.error is None and sample.counters is not None
     assert sample.counters.drafts == 100
+
+
+def test_stable_pods_of_a_running_config_that_takes_no_k_hot_are_read(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """Switching Hot, the spec's method takes K hot (P-EAGLE) while the stable pods still
+    run the last good config, suffix decoding, rendered without --hot-schedule: their
+    windows count, with no schedule generation. The evaluation asked the spec's method
+    whether they take K hot, and left every stable pod out until the new config was
+    promoted (the track plan answers for the config they run)."""
+    port = _free_port("127.0.0.5")  # the stable pod "suffix" is at 127.0.0.6
+    peagle_manifest["spec"]["runtime"]["port"] = port
+    peagle_manifest["spec"]["speculation"]["switching"] = "Hot"
+    model = _model(peagle_manifest, tokens=3)
+    suffix = config_of(
+        SpeculativeModelSpec.model_validate(
+            {
+                **peagle_manifest["spec"],
+                "draft": {"method": "suffix"},
+                "speculation": {"tokens": 3, "minTokens": 3, "maxTokens": 3},
+            }
+        )
+    )
+    hot = {"generation": 1, "schedule": [{"tokens": 3}]}
+    status = {
+        "speculation": {"tokens": 3, "hotSchedule": hot},
+        "config": {"running": suffix.model_dump(by_alias=True, exclude_none=True)},
+    }
+    model = model.model_copy(update={"status": SpeculativeModelStatus.model_validate(status)})
+    stable = plan(model.spec, model.status).stable
+    assert stable.spec.draft.method == "suffix" and not stable.hot
+    children = ObservedChildren(pods=[_pod("suffix", model, "stable")])
+
+    async def main() -> SpeculativeModel:
+        async with sim(PEAGLE, host="127.0.0.6", port=port):
+            evaluator, evaluated = Evaluator(), model
+            for window in range(2):
+                await asyncio.sleep(0.3)
+                decided = await evaluator.evaluate(
+                    evaluated, children, T0 + timedelta(minutes=window)
+                )
+                evaluated = evaluated.model_copy(update={"status": decided.status})
+            return evaluated
+
+    window = asyncio.run(main()).status.acceptance
+    assert not window.pods_left_out
+    assert window.draft_tokens > 0

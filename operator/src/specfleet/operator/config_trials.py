@@ -11,7 +11,7 @@ cost are its own.
 
 from __future__ import annotations
 
-from specfleet.operator import schedule, speed
+from specfleet.operator import schedule
 from specfleet.operator.api import (
     ConditionType,
     ConfigRejection,
@@ -385,7 +385,6 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
     run.keep_collecting("canary", None)
     run.status.step_cost = None  # measured with another draft, image or vLLM
     run.drafting = sp.drafting = wanted.method.runtime.drafting
-    run.cost = speed.prior(run.drafting)
     sp.schedule = bands
     # Learned anew for the new config: enable() makes K=k (and the schedule) last known good.
     sp.rejected = sp.reprobing = sp.last_known_good = sp.good_acceptance = None
@@ -404,7 +403,6 @@ def _end(run: Run, trial: ConfigTrial) -> None:
         if trial.switched:
             sp.schedule = trial.previous_schedule
             run.status.step_cost = None  # its last samples are the rejected config's
-            run.cost = speed.prior(run.drafting)
             run.changed(trial.previous_tokens or run.spec.speculation.tokens)
         return
     run.keep_collecting("canary", None)

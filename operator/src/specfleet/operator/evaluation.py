@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from specfleet.operator import hot_schedules, observability, render, tuner
+from specfleet.operator import observability, render, track_plan, tuner
 from specfleet.operator.api import (
     MAX_SCRAPE_TIMEOUT_SECONDS,
     ConditionType,
@@ -21,7 +21,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.configs import as_track_runs
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.keys import Key, key_of_model
 from specfleet.operator.metrics import ScrapeTarget, query_prometheus, scrape
@@ -36,6 +35,7 @@ from specfleet.operator.observations import (
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, Action, ActionKind
 from specfleet.operator.status import ObservedChildren, api_time, pod_ready, runtime_failure
+from specfleet.operator.track_plan import TrackPlans
 from specfleet.operator.workqueue import without_slot
 
 log = logging.getLogger("specfleet.evaluation")
@@ -74,11 +74,13 @@ class Outbound:
 CurrentPods = dict[Track, list[dict[str, Any]]]
 
 
-def current_pods(model: SpeculativeModel, children: ObservedChildren) -> CurrentPods:
+def current_pods(
+    model: SpeculativeModel, children: ObservedChildren, plans: TrackPlans
+) -> CurrentPods:
     """Each track's pods that run the configuration the model's status asks for (their
-    config hash is the one rendered now). During a rollout the old pods still serve with
-    the old K; their acceptance says nothing about the new K."""
-    expected = render.config_hashes(model)
+    config hash is the one rendered now from `plans`). During a rollout the old pods
+    still serve with the old K; their acceptance says nothing about the new K."""
+    expected = render.config_hashes(model, plans)
     current: CurrentPods = {track: [] for track in TRACKS}
     for pod in children.pods:
         track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
@@ -94,17 +96,17 @@ def url_host(ip: str) -> str:
     return f"[{ip}]" if ":" in ip else ip
 
 
-def scrape_targets(model: SpeculativeModel, current: CurrentPods) -> list[ScrapeTarget]:
+def scrape_targets(plans: TrackPlans, current: CurrentPods) -> list[ScrapeTarget]:
     """Every ready pod of the current config (`current_pods`): old pods are left out
     rather than blamed on the new K."""
     targets = []
     for track, pods in current.items():
+        # The port of the config the track's pods run (the running one on trial).
+        port = plans[track].spec.runtime.port
         for pod in pods:
             ip = (pod.get("status") or {}).get("podIP")
             if not ip or not pod_ready(pod) or pod["metadata"].get("deletionTimestamp"):
                 continue
-            # The port of the config the track's pods run (the running one on trial).
-            port = as_track_runs(model, track).spec.runtime.port
             url = f"http://{url_host(ip)}:{port}/metrics"
             targets.append(ScrapeTarget(pod["metadata"]["name"], track, url))
     return targets
@@ -189,13 +191,13 @@ def canary_pending_reason(children: ObservedChildren) -> str | None:
     return f"its pod is not created ({reason}): {message}" if message else reason
 
 
-def _hot_tracks(model: SpeculativeModel) -> dict[Track, HotTrack] | None:
+def _hot_tracks(model: SpeculativeModel, plans: TrackPlans) -> dict[Track, HotTrack] | None:
     """Where the stable pods take K hot: the generation they must run for their windows
     to count at status' K, and their ceiling."""
     hot = model.status.speculation.hot_schedule
-    if hot is None or not hot_schedules.in_effect(model.spec, model.status):
+    if hot is None or not plans.stable.hot:
         return None
-    return {"stable": HotTrack(hot.generation, model.spec.speculation.max_tokens)}
+    return {"stable": HotTrack(hot.generation, plans.stable.spec.speculation.max_tokens)}
 
 
 class Evaluator:
@@ -206,7 +208,9 @@ class Evaluator:
     def forget(self, key: Key) -> None:
         self.trackers.pop(key, None)
 
-    async def _samples(self, model: SpeculativeModel, current: CurrentPods) -> list[PodSample]:
+    async def _samples(
+        self, model: SpeculativeModel, plans: TrackPlans, current: CurrentPods
+    ) -> list[PodSample]:
         timeout = self.outbound.timeout(model)
         if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
             url = model.spec.metrics.prometheus.url
@@ -214,7 +218,7 @@ class Evaluator:
             if refused is not None:
                 raise SourceUnavailable(cut(refused))
             return await query_prometheus(url, *key_of_model(model), timeout)
-        targets = scrape_targets(model, current)
+        targets = scrape_targets(plans, current)
         return await scrape(targets, timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(
@@ -222,16 +226,17 @@ class Evaluator:
     ) -> tuner.Decided:
         key = key_of_model(model)
         tracker = self.trackers.setdefault(key, WindowTracker())
-        current = current_pods(model, children)  # rendered once an evaluation
+        plans = track_plan.plan(model.spec, model.status)  # once an evaluation
+        current = current_pods(model, children, plans)
         try:
             async with without_slot():
-                samples = await self._samples(model, current)
+                samples = await self._samples(model, plans, current)
         except SourceUnavailable as error:
             # No pod has data. The tracker keeps its readings: the next answer spans the gap.
             observation = Observation(stable=None, canary=None, prometheus_error=str(error))
         else:
-            tokens = {track: render.track_tokens(model, track) for track in TRACKS}
-            observation = tracker.observe(samples, tokens, _hot_tracks(model))
+            tokens = {track: plans[track].tokens for track in TRACKS}
+            observation = tracker.observe(samples, tokens, _hot_tracks(model, plans))
         observation = replace(
             observation,
             canary_pending_since=canary_pending_since(children),

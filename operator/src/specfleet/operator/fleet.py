@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from specfleet.operator import hot_handoff, hot_schedules, observability, render, tuner
+from specfleet.operator import hot_handoff, hot_schedules, observability, render, track_plan, tuner
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -47,7 +47,7 @@ from specfleet.operator.children import (
     owned_pods,
 )
 from specfleet.operator.conditions import set_condition
-from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION, as_track_runs
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator, current_pods, scrape_targets
@@ -535,7 +535,8 @@ class Fleet:
         hot = model.status.speculation.hot_schedule
         assert hot is not None
         observed = self.cache.observed(key_of_model(model))
-        targets = scrape_targets(model, current_pods(model, observed))
+        plans = track_plan.plan(model.spec, model.status)
+        targets = scrape_targets(plans, current_pods(model, observed, plans))
         handoff = await hot_handoff.hand_off(targets, hot, credential)
         if handoff.fallback is None:
             return model
@@ -667,12 +668,13 @@ class Fleet:
         are rendered from status.config.running.pods while a new config is on trial or
         rejected, and whoever may patch status could put anything there)."""
         refused = self.pod_policy.refusals(model.spec)
+        plans = track_plan.plan(model.spec, model.status)
         for track in TRACKS:
-            runs = as_track_runs(model, track)
-            if runs is not model:
+            runs = plans[track].spec
+            if runs != model.spec:
                 refused += [
                     f"status.config.running.pods ({track} pods): {words}"
-                    for words in self.pod_policy.refusals(runs.spec)
+                    for words in self.pod_policy.refusals(runs)
                     if words not in refused
                 ]
         if refused:

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from specfleet.operator import hot_schedules, podspec, schedule
+from specfleet.operator import podspec, schedule
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -24,7 +24,7 @@ from specfleet.operator.api import (
     SuffixDecoding,
 )
 from specfleet.operator.children import DEPLOYMENT, DISRUPTION_BUDGET, SERVICE, TRACKS, Track
-from specfleet.operator.configs import as_track_runs
+from specfleet.operator.track_plan import TrackPlan, TrackPlans, plan
 from specfleet.runtime.config import ENV_POD_IP, Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
 
@@ -116,43 +116,6 @@ def owner_references(model: SpeculativeModel) -> list[dict[str, Any]]:
             "controller": True,
         }
     ]
-
-
-def effective_method(model: SpeculativeModel) -> DraftMethod:
-    """The method the stable pods run: plain decoding while speculation is off or an
-    in-place trial measures plain decoding."""
-    if model.status.speculation.decoding_plainly:
-        return DraftMethod.NONE
-    return model.spec.draft.method
-
-
-def stable_tokens(model: SpeculativeModel) -> int:
-    return model.status.speculation.tokens or model.spec.speculation.tokens
-
-
-def _track_method(model: SpeculativeModel, track: Track) -> DraftMethod:
-    if track == "stable":
-        return effective_method(model)
-    canary = model.status.canary_run
-    # A canary trying K=0 measures plain decoding (plain.py).
-    return DraftMethod.NONE if canary and canary[0] == 0 else model.spec.draft.method
-
-
-def track_tokens(model: SpeculativeModel, track: Track) -> int:
-    """K the pods of a track run (0: plain decoding)."""
-    if _track_method(model, track) is DraftMethod.NONE:
-        return 0
-    canary = model.status.canary_run
-    return canary[0] if track == "canary" and canary else stable_tokens(model)
-
-
-def track_schedule(model: SpeculativeModel, track: Track) -> list[ScheduledBand] | None:
-    """K by batch size on a track's pods, if it runs a schedule (tokens is then its
-    largest K)."""
-    if _track_method(model, track) is DraftMethod.NONE:
-        return None
-    canary = model.status.canary_run
-    return canary[1] if track == "canary" and canary else model.status.speculation.schedule
 
 
 def runtime_config(
@@ -265,25 +228,28 @@ def config_hash(container: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _track_container(model: SpeculativeModel, track: Track) -> tuple[int, bool, dict[str, Any]]:
-    """K in the track's template (the ceiling when the stable pods take K hot), whether
-    they do, and its container; `model` as the track runs it (as_track_runs)."""
-    method = _track_method(model, track)
-    if track == "stable" and hot_schedules.in_effect(model.spec, model.status):
-        # The engine starts at its ceiling for every batch (the runtime's default) until
-        # the schedule is handed to it as it turns Ready: nothing the tuner or a spec edit
-        # of speculation.tokens changes is in the template.
+def _track_container(model: SpeculativeModel, planned: TrackPlan) -> tuple[int, dict[str, Any]]:
+    """K in the track's template and its container; `model` as the track runs it
+    (`runs`). Pods that take K hot start at their ceiling for every batch (the runtime's
+    default) until the schedule is handed to them as they turn Ready: nothing the tuner
+    or a spec edit of speculation.tokens changes is in their template."""
+    if planned.hot:
         ceiling = model.spec.speculation.max_tokens
-        return ceiling, True, _container(model, method, ceiling, None, True)
-    tokens = track_tokens(model, track)
-    return tokens, False, _container(model, method, tokens, track_schedule(model, track), False)
+        return ceiling, _container(model, planned.method, ceiling, None, True)
+    container = _container(model, planned.method, planned.tokens, planned.schedule, False)
+    return planned.tokens, container
 
 
-def config_hashes(model: SpeculativeModel) -> dict[Track, str]:
+def runs(model: SpeculativeModel, planned: TrackPlan) -> SpeculativeModel:
+    """The model as a track's pods run it: with the track's spec."""
+    return model.model_copy(update={"spec": planned.spec})
+
+
+def config_hashes(model: SpeculativeModel, plans: TrackPlans) -> dict[Track, str]:
     """The config hash each track's pods are rendered with (CONFIG_HASH_ANNOTATION): a
     pod with another runs another config, being rolled out or rolled away."""
     return {
-        track: config_hash(_track_container(as_track_runs(model, track), track)[2])
+        track: config_hash(_track_container(runs(model, plans[track]), plans[track])[1])
         for track in TRACKS
     }
 
@@ -305,12 +271,16 @@ def deployment(
     ceiling (maxTokens), never the K in effect, so a new K does not roll them;
     `schedule_credential` (the operator's, which only it can derive:
     hot_schedules.credential) goes into their environment, outside the config hash."""
-    model = as_track_runs(model, track)  # the last good config but on a config trial
-    canary = model.status.canary_run
-    replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
-    tokens, hot, container = _track_container(model, track)
+    return _deployment(model, track, plan(model.spec, model.status)[track], schedule_credential)
+
+
+def _deployment(
+    model: SpeculativeModel, track: Track, planned: TrackPlan, schedule_credential: str | None
+) -> Manifest:
+    model = runs(model, planned)  # the last good config but on a config trial
+    tokens, container = _track_container(model, planned)
     config = config_hash(container)
-    if hot and schedule_credential is not None:
+    if planned.hot and schedule_credential is not None:
         container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
     pod_labels = labels(model, track)
     owned = owned_labels(model, track)
@@ -325,7 +295,7 @@ def deployment(
             pod_labels,
         ),
         "spec": {
-            "replicas": replicas,
+            "replicas": planned.replicas,
             "selector": {"matchLabels": pod_selector(model, track)},
             # By default one pod at a time, never below the serving capacity: a rollout
             # borrows one GPU slot rather than dropping a replica (runtime.rollingUpdate).
@@ -379,9 +349,10 @@ def disruption_budget(model: SpeculativeModel) -> Manifest:
 def manifests(model: SpeculativeModel, schedule_credential: str | None = None) -> list[Manifest]:
     """Every child the model should have, in the order they are applied. The canary Deployment
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
+    plans = plan(model.spec, model.status)
     return [
-        deployment(model, "stable", schedule_credential),
-        deployment(model, "canary"),
+        _deployment(model, "stable", plans.stable, schedule_credential),
+        _deployment(model, "canary", plans.canary, None),
         service(model),
         disruption_budget(model),
     ]

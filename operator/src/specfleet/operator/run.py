@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from specfleet.operator import hot_schedules, speed
+from specfleet.operator import hot_schedules, speed, track_plan
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     ConditionType,
     Decision,
+    FittedStepCost,
     OpenWindow,
     OpenWindows,
     SpeculativeModelSpec,
@@ -20,7 +21,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionStatus, set_condition
-from specfleet.operator.configs import track_config
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
@@ -48,9 +48,7 @@ class Run:
         self.generation = generation
         self.actions: list[Action] = []
         # The stable pods' drafting: the running config's while a new one is on trial.
-        running = track_config(spec, status, "stable")
-        self.drafting = (running.method if running else spec.draft.method).runtime.drafting
-        self.cost = speed.cost_in(status.step_cost, self.drafting)
+        self.drafting = track_plan.plan(spec, status).stable.spec.draft.method.runtime.drafting
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
 
@@ -116,7 +114,13 @@ class Run:
         self.status.step_cost = speed.record(
             self.status.step_cost, tokens, window, self.now, self.drafting
         )
-        self.cost = self.status.step_cost.fitted
+
+    @property
+    def cost(self) -> FittedStepCost:
+        """The step cost to predict with: status' fit, or the prior for the stable pods'
+        drafting before a measurement (or after one was dropped). Derived, never kept: a
+        write of status.stepCost is its only change."""
+        return speed.cost_in(self.status.step_cost, self.drafting)
 
     def collected(self, track: Track) -> OpenWindow | None:
         windows = self.status.open_windows

@@ -34,8 +34,7 @@ from specfleet.operator.api import (
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
-from specfleet.operator.children import Track
-from specfleet.operator.configs import track_config
+from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.counts import Counts
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import (
@@ -49,6 +48,7 @@ from specfleet.operator.observations import (
 )
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
+from specfleet.operator.track_plan import TrackPlan, plan
 from specfleet.operator.tuner import Decided, decide
 from specfleet.runtime.config import Drafting, Method
 from specfleet.runtime.hot_schedule import batch_bucket
@@ -624,7 +624,8 @@ class _Simulation:
         self.drift_to_plain: list[int | None] = []
         self.awaiting_plain: int | None = None  # window index of a drift after which nothing pays
         self.windows = int(scenario.duration // self.interval)
-        first = self.pods(cuts[0].replicas)
+        self.spec = spec.model_copy(update={"replicas": cuts[0].replicas})  # as window() does
+        first = self.pods()
         self.tracker.observe(
             [PodSample(name, track, 0.0, SpecDecodeCounters()) for name, track, _, _ in first],
             {track: k for _, track, k, _ in first},
@@ -648,19 +649,12 @@ class _Simulation:
             (share, replace(at, concurrency=min(at.concurrency, fits))) for share, at in p.slices()
         ]
 
-    def ceiling(self, track: Track, k: int, hot: HotSchedule | None) -> int:
-        """The K a pod's engine was started with: the ceiling where the stable pods take K
-        hot, else the largest K it runs (0: plain decoding)."""
-        return self.spec.speculation.max_tokens if hot is not None and track == "stable" else k
-
     def new_head(self, track: Track) -> bool:
         """Whether a track's pods run the config change's new head (the config status
         says they run)."""
         if self.scenario.config_change is None:
             return False
-        running = track_config(self.spec, self.status, track)
-        draft = self.spec.draft.model if running is None else running.draft_model
-        return draft == NEW_HEAD
+        return plan(self.spec, self.status)[track].spec.draft.model == NEW_HEAD
 
     def engine_of(self, track: Track, p: Phase) -> tuple[StepCost, Phase]:
         """The step cost and acceptance a track's pods run in phase `p`."""
@@ -699,18 +693,15 @@ class _Simulation:
     def pays(self, p: Phase, k: int) -> bool:
         return k > 0 and self.good(p, k) > self.good(p, 0)
 
-    def pods(self, replicas: int) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
-        """Each pod's track, largest K and schedule (empty: that K at every load)."""
-        sp = self.status.speculation
-        stable_k = sp.stable_k
-        stable_schedule = tuple(sp.schedule or ()) if stable_k else ()
-        result: list[tuple[str, Track, int, tuple[ScheduledBand, ...]]] = [
-            (f"stable-{i}", "stable", stable_k, stable_schedule) for i in range(replicas)
+    def pods(self) -> list[tuple[str, Track, int, tuple[ScheduledBand, ...]]]:
+        """Each pod's track, largest K and schedule (empty: that K at every load), as the
+        tracks' plan says their pods run."""
+        plans = plan(self.spec, self.status)
+        return [
+            (f"{track}-{i}", track, plans[track].tokens, tuple(plans[track].schedule or ()))
+            for track in TRACKS
+            for i in range(plans[track].replicas)
         ]
-        canary = self.status.canary_run
-        if canary is not None:
-            result.append(("canary-0", "canary", canary[0], tuple(canary[1] or ())))
-        return result
 
     def window(self, index: int) -> None:
         """One interval: the engines run, the goodputs are counted, the tuner decides."""
@@ -724,12 +715,12 @@ class _Simulation:
         if index == self.change_window:  # the commit of a new draft head
             draft = self.spec.draft.model_copy(update={"model": NEW_HEAD})
             self.spec = self.spec.model_copy(update={"draft": draft})
-        running = self.pods(phase.replicas)
-        hot = self.hot_schedule()
+        running = self.pods()
+        plans = plan(self.spec, self.status)
         parts: dict[str, PodWindow] = {
             name: [
                 (share, at, self.parts(name, _k_in_window(k, bands, at.concurrency), at))
-                for share, at in self.slices_run(phase, self.ceiling(track, k, hot))
+                for share, at in self.slices_run(phase, _ceiling(plans[track], k))
             ]
             for name, track, k, bands in running
         }
@@ -1012,6 +1003,12 @@ def scaled_drafting(cost: StepCost, scale: float) -> StepCost:
             "parallel_draft_ms_per_token": cost.parallel_draft_ms_per_token * scale,
         }
     )
+
+
+def _ceiling(track: TrackPlan, k: int) -> int:
+    """The K a pod's engine was started with: the ceiling where it takes K hot, else the
+    largest K it runs (0: plain decoding)."""
+    return track.spec.speculation.max_tokens if track.hot else k
 
 
 def _k_in_window(k: int, bands: tuple[ScheduledBand, ...], concurrency: int) -> int:

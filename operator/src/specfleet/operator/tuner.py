@@ -238,7 +238,6 @@ def _perturbed(run: Run, observation: Observation) -> Judged | None:
         return None
     if cost.perturbed_windows + 1 >= speed.PERTURBED_LIMIT:
         run.status.step_cost = None
-        run.cost = speed.prior(run.drafting)
         return None
     run.status.step_cost = cost.model_copy(update={"perturbed_windows": cost.perturbed_windows + 1})
     return Judged(window, False, WindowVerdict.PERTURBED, detail=why)
@@ -260,13 +259,11 @@ def _learn_speed(run: Run, observation: Observation) -> None:
         run.learn_speed(sp.stable_k, window)
     elif settled and window is not None and window.drafts == 0:
         run.status.step_cost = speed.record_k0_band(run.status.step_cost, window, run.drafting)
-        run.cost = speed.cost_in(run.status.step_cost, run.drafting)
     elif settled and window is not None:
         # Where the pods time their steps by K (hot pods), each K of the schedule.
         run.status.step_cost = speed.record_by_k(
             run.status.step_cost, window, run.now, run.drafting
         )
-        run.cost = speed.cost_in(run.status.step_cost, run.drafting)
     trial = sp.trial
     if trial is not None and not trial.in_place and trial.schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
@@ -296,7 +293,6 @@ def _sync_with_spec(run: Run) -> None:
     spec, sp = run.spec, run.sp
     if sp.drafting != run.drafting:
         run.status.step_cost = None  # measured for another drafting style
-        run.cost = speed.prior(run.drafting)
     sp.drafting = run.drafting
     # A status from before schedules existed saw the default then, Off: no change.
     requested = sp.requested_schedule or Schedule(mode=ScheduleMode.OFF)

@@ -1,0 +1,119 @@
+"""What each track's pods run, worked out in one place from the spec and status: the
+config (the spec's; while a new one is on trial or was rejected, the last good one on the
+stable pods and the new one on the canary), the method, K and schedule, whether the
+stable pods take K hot, and how many pods. `render` renders the pods from it (and so the
+config hash on them, which `evaluation` matches), `evaluation` reads their windows at
+its K, the tuner learns the stable pods' speed for their drafting style, and the
+simulator runs its pods by it. Pure: a function of (spec, status)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specfleet.operator import hot_schedules
+from specfleet.operator.api import (
+    DraftMethod,
+    RunningConfig,
+    ScheduledBand,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+)
+from specfleet.operator.children import Track
+from specfleet.operator.configs import config_of
+
+
+@dataclass(frozen=True)
+class TrackPlan:
+    """What one track's pods run."""
+
+    # The spec as they run it: a config other than the spec's is rendered whole from
+    # what it last ran with (target, draft, runtime, pod settings), not from the spec's
+    # other fields of the new commit; K bounds and replicas stay the spec's.
+    spec: SpeculativeModelSpec
+    method: DraftMethod  # NONE: plain decoding
+    tokens: int  # the K they run (0: plain decoding); under `hot`, not the template's
+    schedule: list[ScheduledBand] | None  # K by batch size; tokens is then its largest
+    hot: bool  # the engine takes K hot: its template holds the ceiling, no schedule
+    replicas: int
+
+
+@dataclass(frozen=True)
+class TrackPlans:
+    stable: TrackPlan
+    canary: TrackPlan
+
+    def __getitem__(self, track: Track) -> TrackPlan:
+        return self.stable if track == "stable" else self.canary
+
+
+def plan(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPlans:
+    """Both tracks' plans; the canary without a candidate (0 pods) at the stable K."""
+    own = config_of(spec, pods=False).hash
+    sp, canary = status.speculation, status.canary_run
+    stable_spec = _runs(spec, status, "stable", own)
+    stable_method = DraftMethod.NONE if sp.decoding_plainly else stable_spec.draft.method
+    stable_tokens = sp.tokens or spec.speculation.tokens
+    plain = stable_method is DraftMethod.NONE
+    stable = TrackPlan(
+        spec=stable_spec,
+        method=stable_method,
+        tokens=0 if plain else stable_tokens,
+        schedule=None if plain else sp.schedule,
+        hot=hot_schedules.in_effect(stable_spec, status),
+        replicas=spec.replicas,
+    )
+    canary_spec = _runs(spec, status, "canary", own)
+    if canary is None:
+        method, tokens, bands = canary_spec.draft.method, stable_tokens, sp.schedule
+    else:
+        # A canary trying K=0 measures plain decoding (plain.py).
+        method = DraftMethod.NONE if canary[0] == 0 else canary_spec.draft.method
+        tokens, bands = canary
+    plain = method is DraftMethod.NONE
+    return TrackPlans(
+        stable=stable,
+        canary=TrackPlan(
+            spec=canary_spec,
+            method=method,
+            tokens=0 if plain else tokens,
+            schedule=None if plain else bands,
+            hot=False,
+            replicas=0 if canary is None else 1,
+        ),
+    )
+
+
+def _running(status: SpeculativeModelStatus, track: Track, own: str) -> RunningConfig | None:
+    """The config a track's pods run when it is not the spec's (hash `own`; None: the
+    spec's): the config on trial on its canary (or, switched in place, on the stable
+    pods), else the last good one on both tracks, so that a K trial after a rejection
+    measures the config the stable pods run."""
+    state = status.config
+    if state is None:
+        return None
+    trial = state.trial
+    if trial is not None and (track == "canary" or (trial.in_place and trial.switched)):
+        return None if trial.config.hash == own else trial.config
+    if state.running.hash == own:
+        return None
+    return state.running
+
+
+def _runs(
+    spec: SpeculativeModelSpec, status: SpeculativeModelStatus, track: Track, own: str
+) -> SpeculativeModelSpec:
+    """The spec as a track's pods run it. A running config from before it kept its pods:
+    its four fields alone over the spec's."""
+    running = _running(status, track, own)
+    if running is None:
+        return spec
+    pods = running.pods
+    target = pods.model if pods is not None else spec.model
+    draft = (pods.draft if pods is not None else spec.draft).model_copy(
+        update={"method": running.method, "model": running.draft_model}
+    )
+    runtime = (pods.runtime if pods is not None else spec.runtime).model_copy(
+        update={"image": running.image, "args": running.args}
+    )
+    update = {"model": target, "draft": draft, "runtime": runtime}
+    return spec.model_copy(update=update)
