@@ -39,7 +39,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import (
     CHILD_KINDS,
-    DEPLOYMENT,
     POD,
     REPLICA_SET,
     TRACKS,
@@ -271,13 +270,14 @@ class FleetCache:
         )
 
     def observed(self, key: Key) -> ObservedChildren:
-        """The model's Deployments and its own pods (`owned_pods`): a pod someone else
-        labelled as the model's is neither scraped nor counted in status."""
+        """The model's Deployments (or LeaderWorkerSets) and its own pods (`owned_pods`): a
+        pod someone else labelled as the model's is neither scraped nor counted in status."""
         name = key[1]
         children = self.children.get(key, {})
-        stable = children.get((DEPLOYMENT.kind, name))
-        canary = children.get((DEPLOYMENT.kind, render.canary_name(name)))
         model = self.body(key)
+        nodes = _nodes_per_replica(model)
+        stable = children.get(render.workload_ref(name, nodes, "stable"))
+        canary = children.get(render.workload_ref(name, nodes, "canary"))
         pods = owned_pods(
             None if model is None else model["metadata"].get("uid"),
             (stable, canary),
@@ -919,7 +919,7 @@ _KEPT_METADATA = (
     "creationTimestamp",
     "deletionTimestamp",
 )
-_KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0])
+_KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0], render.WORKER_INDEX_LABEL)
 _KEPT_ANNOTATIONS = (render.CONFIG_HASH_ANNOTATION,)
 _KEPT_OWNER_FIELDS = ("kind", "name", "uid", "controller")
 # Pods' (phase, podIP, conditions, containerStatuses) and Deployments' (replicas...).
@@ -953,6 +953,14 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
         metadata["ownerReferences"] = [_kept(controller, _KEPT_OWNER_FIELDS)]
     status = _kept(body.get("status"), _KEPT_STATUS)
     return {"kind": body["kind"], "metadata": metadata, "status": status}
+
+
+def _nodes_per_replica(body: dict[str, Any] | None) -> int:
+    """runtime.parallelism.nodesPerReplica of a model's body as the API server holds it
+    (defaulted there), read without validating the whole model on every look."""
+    spec = (body or {}).get("spec") or {}
+    parallelism = (spec.get("runtime") or {}).get("parallelism") or {}
+    return int(parallelism.get("nodesPerReplica") or 1)
 
 
 def _version_of(body: dict[str, Any] | None) -> str | None:

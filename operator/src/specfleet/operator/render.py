@@ -3,12 +3,16 @@
 For a model `m`: Deployment `m` (track=stable, the K in effect), Deployment
 `m-canary` (track=canary, the candidate K, 0 replicas without a candidate),
 Service `m` selecting both tracks, so the canary sees the stable pods' traffic mix, and
-PodDisruptionBudget `m` for the stable pods.
+PodDisruptionBudget `m` for the stable pods. A model whose replicas span nodes
+(runtime.parallelism.nodesPerReplica above 1) has LeaderWorkerSets `m-stable` and
+`m-canary` instead of the Deployments, each replica a group of a leader (vLLM's API
+server and rank 0) and workers (headless ranks joining it); the Service selects leaders.
 Every child carries an owner reference to `m`; the garbage collector deletes them.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -23,7 +27,14 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SuffixDecoding,
 )
-from specfleet.operator.children import DEPLOYMENT, DISRUPTION_BUDGET, SERVICE, TRACKS, Track
+from specfleet.operator.children import (
+    DEPLOYMENT,
+    DISRUPTION_BUDGET,
+    LEADER_WORKER_SET,
+    SERVICE,
+    TRACKS,
+    Track,
+)
 from specfleet.operator.configs import as_track_runs
 from specfleet.runtime.config import ENV_POD_IP, Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
@@ -41,10 +52,44 @@ COMPONENT = "inference-server"
 # vLLM loads weights before /health answers: allow up to 30 minutes for start-up.
 STARTUP_PERIOD_SECONDS = 5
 STARTUP_FAILURE_THRESHOLD = 360
+# What LeaderWorkerSet's pod webhook labels its pods with and tells their containers: the
+# index in the group (0: the leader) and the leader's address.
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
+LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
+# A group whose pod restarts is recreated whole: a worker cannot rejoin its leader's
+# running process group (vLLM's ranks start together).
+GROUP_RESTART_POLICY = "RecreateGroupOnPodRestart"
 
 
 def canary_name(model_name: str) -> str:
     return f"{model_name}-canary"
+
+
+def spans_nodes(model: SpeculativeModel) -> bool:
+    """Each replica is a LeaderWorkerSet group across nodes, not a pod."""
+    return model.spec.runtime.parallelism.nodes_per_replica > 1
+
+
+def workload_ref(name: str, nodes_per_replica: int, track: Track) -> tuple[str, str]:
+    """The kind and name of model `name`'s Deployment, or LeaderWorkerSet where replicas
+    span nodes, for a track. A stable LeaderWorkerSet is not named `name`: LeaderWorkerSet
+    makes a headless Service of its own name, whose DNS names the workers reach their
+    leader by, and `name` is the model's Service."""
+    if nodes_per_replica > 1:
+        return LEADER_WORKER_SET.kind, f"{name}-{track}"
+    return DEPLOYMENT.kind, name if track == "stable" else canary_name(name)
+
+
+def workload_name(model: SpeculativeModel, track: Track) -> str:
+    nodes = model.spec.runtime.parallelism.nodes_per_replica
+    return workload_ref(model.metadata.name, nodes, track)[1]
+
+
+def serving_selector(model: SpeculativeModel) -> dict[str, str]:
+    """The labels of the pods that serve: every pod of the model, or a group's leader."""
+    leaders = {WORKER_INDEX_LABEL: "0"} if spans_nodes(model) else {}
+    return {MODEL_LABEL: model.metadata.name} | leaders
 
 
 def image_version(image: str) -> str | None:
@@ -97,9 +142,11 @@ def pod_selector(model: SpeculativeModel, track: Track) -> dict[str, str]:
 
 
 def scale_selector(model: SpeculativeModel) -> str:
-    """The stable pods as a label selector string: what the scale subresource reports, so
-    that an HPA averaging pod metrics counts the pods `spec.replicas` counts."""
-    return ",".join(f"{key}={value}" for key, value in pod_selector(model, "stable").items())
+    """The stable pods (a group's leaders) as a label selector string: what the scale
+    subresource reports, so that an HPA averaging pod metrics counts the pods
+    `spec.replicas` counts."""
+    selector = pod_selector(model, "stable") | serving_selector(model)
+    return ",".join(f"{key}={value}" for key, value in selector.items())
 
 
 def owner_references(model: SpeculativeModel) -> list[dict[str, Any]]:
@@ -188,6 +235,8 @@ def runtime_config(
         tensor_parallel_size=spec.runtime.tensor,
         pipeline_parallel_size=spec.runtime.parallelism.pipeline,
         data_parallel_size=spec.runtime.parallelism.data,
+        nnodes=spec.runtime.parallelism.nodes_per_replica,
+        master_addr=f"$({LEADER_ADDRESS_ENV})" if spans_nodes(model) else None,
         port=spec.runtime.port,
         extra_args=tuple(spec.runtime.args),
         # With data parallel ranks vLLM runs one K: a schedule left in status from before
@@ -298,6 +347,34 @@ def _child_metadata(model: SpeculativeModel, name: str, child_labels: dict[str, 
     }
 
 
+def _template(
+    model: SpeculativeModel, track: Track, schedule_credential: str | None
+) -> tuple[int, Manifest]:
+    """A track's replicas and its pod template (a group's leader's, where replicas span
+    nodes); `model` as the track runs it (as_track_runs)."""
+    canary = model.status.canary_run
+    replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
+    tokens, hot, container = _track_container(model, track)
+    config = config_hash(container)
+    if hot and schedule_credential is not None:
+        container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
+    owned = owned_labels(model, track)
+    pod = model.spec.runtime.pod
+    pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
+    return replicas, {
+        "metadata": {
+            # The user's labels over the recommended ones, under the operator's.
+            "labels": recommended_labels(model) | pod.labels | owned,
+            "annotations": pod.annotations
+            | {
+                CONFIG_HASH_ANNOTATION: config,
+                TOKENS_ANNOTATION: str(tokens),
+            },
+        },
+        "spec": pod_spec,
+    }
+
+
 def deployment(
     model: SpeculativeModel, track: Track, schedule_credential: str | None = None
 ) -> Manifest:
@@ -306,44 +383,68 @@ def deployment(
     `schedule_credential` (the operator's, which only it can derive:
     hot_schedules.credential) goes into their environment, outside the config hash."""
     model = as_track_runs(model, track)  # the last good config but on a config trial
-    canary = model.status.canary_run
-    replicas = model.spec.replicas if track == "stable" else (1 if canary else 0)
-    tokens, hot, container = _track_container(model, track)
-    config = config_hash(container)
-    if hot and schedule_credential is not None:
-        container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
-    pod_labels = labels(model, track)
-    owned = owned_labels(model, track)
-    pod = model.spec.runtime.pod
-    pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
+    replicas, template = _template(model, track, schedule_credential)
     return {
         "apiVersion": DEPLOYMENT.api_version,
         "kind": DEPLOYMENT.kind,
-        "metadata": _child_metadata(
-            model,
-            model.metadata.name if track == "stable" else canary_name(model.metadata.name),
-            pod_labels,
-        ),
+        "metadata": _child_metadata(model, workload_name(model, track), labels(model, track)),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": pod_selector(model, track)},
             # By default one pod at a time, never below the serving capacity: a rollout
             # borrows one GPU slot rather than dropping a replica (runtime.rollingUpdate).
             "strategy": podspec.strategy(model),
-            "template": {
-                "metadata": {
-                    # The user's labels over the recommended ones, under the operator's.
-                    "labels": recommended_labels(model) | pod.labels | owned,
-                    "annotations": pod.annotations
-                    | {
-                        CONFIG_HASH_ANNOTATION: config,
-                        TOKENS_ANNOTATION: str(tokens),
-                    },
-                },
-                "spec": pod_spec,
-            },
+            "template": template,
         },
     }
+
+
+def _worker_template(leader: Manifest) -> Manifest:
+    """A group's workers' pod template: the leader's, its runtime a headless rank (its
+    node rank the worker index LeaderWorkerSet gives it) with no API server to probe or
+    drain."""
+    worker = copy.deepcopy(leader)
+    container = worker["spec"]["containers"][0]
+    args = container["args"]
+    cut = args.index("--") if "--" in args else len(args)
+    container["args"] = [*args[:cut], "--node-rank", f"$({WORKER_INDEX_ENV})", *args[cut:]]
+    for field in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle"):
+        container.pop(field, None)
+    return worker
+
+
+def leader_worker_set(
+    model: SpeculativeModel, track: Track, schedule_credential: str | None = None
+) -> Manifest:
+    """One track's LeaderWorkerSet, for replicas that span nodes: a group of
+    nodesPerReplica pods a replica, restarted whole when one of its pods restarts, rolled
+    like a Deployment (runtime.rollingUpdate, by groups)."""
+    model = as_track_runs(model, track)
+    replicas, leader = _template(model, track, schedule_credential)
+    rolling = podspec.strategy(model)["rollingUpdate"]
+    return {
+        "apiVersion": LEADER_WORKER_SET.api_version,
+        "kind": LEADER_WORKER_SET.kind,
+        "metadata": _child_metadata(model, workload_name(model, track), labels(model, track)),
+        "spec": {
+            "replicas": replicas,
+            "leaderWorkerTemplate": {
+                "size": model.spec.runtime.parallelism.nodes_per_replica,
+                "restartPolicy": GROUP_RESTART_POLICY,
+                "leaderTemplate": leader,
+                "workerTemplate": _worker_template(leader),
+            },
+            "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": rolling},
+        },
+    }
+
+
+def workload(
+    model: SpeculativeModel, track: Track, schedule_credential: str | None = None
+) -> Manifest:
+    """A track's Deployment, or its LeaderWorkerSet where replicas span nodes."""
+    render_track = leader_worker_set if spans_nodes(model) else deployment
+    return render_track(model, track, schedule_credential)
 
 
 def service(model: SpeculativeModel) -> Manifest:
@@ -352,7 +453,7 @@ def service(model: SpeculativeModel) -> Manifest:
         "kind": SERVICE.kind,
         "metadata": _child_metadata(model, model.metadata.name, labels(model)),
         "spec": {
-            "selector": {MODEL_LABEL: model.metadata.name},
+            "selector": serving_selector(model),
             "ports": [
                 {"name": "http", "port": model.spec.runtime.port, "targetPort": "http"},
             ],
@@ -377,11 +478,11 @@ def disruption_budget(model: SpeculativeModel) -> Manifest:
 
 
 def manifests(model: SpeculativeModel, schedule_credential: str | None = None) -> list[Manifest]:
-    """Every child the model should have, in the order they are applied. The canary Deployment
+    """Every child the model should have, in the order they are applied. The canary workload
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
     return [
-        deployment(model, "stable", schedule_credential),
-        deployment(model, "canary"),
+        workload(model, "stable", schedule_credential),
+        workload(model, "canary"),
         service(model),
         disruption_budget(model),
     ]
