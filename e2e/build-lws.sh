@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds LeaderWorkerSet's controller manager from the Go module pinned in e2e/lws into a
-# cache outside the repo, and copies the CRD and the webhook configurations (with their
+# cache outside the repo, and copies the CRDs and the webhook configurations (with their
 # kustomize patches) of that same module version beside it. A second run builds nothing.
 # Prints the cache directory (bin/ and crds/ under it) on stdout's last line; progress
 # goes to stderr.
@@ -9,7 +9,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=e2e/go-build.sh
 source "$here/go-build.sh"
-version="v0.7.0"
+version="v0.9.0"
 go_build_cache lws "$here/lws" "$version"
 
 package=sigs.k8s.io/lws
@@ -23,6 +23,6 @@ if [[ ! -d "$cache/crds" ]]; then
     chmod u+w "$cache"/crds.tmp/*.yaml "$cache"/webhook.tmp/*.yaml
     mv "$cache/webhook.tmp" "$cache/webhook"
     mv "$cache/crds.tmp" "$cache/crds"
-    log "CRD and webhook configurations copied from $package@$version"
+    log "CRDs and webhook configurations copied from $package@$version"
 fi
 echo "$cache"

@@ -129,7 +129,7 @@ def build_keda() -> Path:
 
 
 def build_lws() -> Path:
-    """LeaderWorkerSet v0.7.0 from its Go module: bin/ (lws-controller), crds/ and
+    """LeaderWorkerSet v0.9.0 from its Go module: bin/ (lws-controller), crds/ and
     webhook/ (its webhook configurations and their kustomize patches)."""
     return _built("build-lws.sh")
 
@@ -145,7 +145,8 @@ def install_keda_crds() -> None:
 
 
 def install_lws_crds() -> None:
-    """The LeaderWorkerSet CRD, of the version e2e/lws pins."""
+    """LeaderWorkerSet's CRDs, of the version e2e/lws pins (with DisaggregatedSet, whose
+    controller runs in the same manager)."""
     _install_crds(build_lws() / "crds")
 
 

@@ -1,4 +1,4 @@
-"""LeaderWorkerSet v0.7.0 on the local cluster, built from its Go module by
+"""LeaderWorkerSet v0.9.0 on the local cluster, built from its Go module by
 e2e/build-lws.sh: its controller manager runs as a process beside the control plane, with
 the admin kubeconfig (LeaderWorkerSet's RBAC is not what is under test) and its webhooks
 (defaulting and validating LeaderWorkerSets, labelling and validating their pods) served
