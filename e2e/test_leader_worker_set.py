@@ -7,7 +7,7 @@ needs: a worker alone cannot rejoin its leader's process group.
 Then a model whose replicas span two nodes, on the simulated engine, under an operator
 started once LeaderWorkerSet's CRD is served (its watches are chosen at start): served
 and scraped from its leader, tuned up through a canary group, and restarted as a group
-when a worker dies."""
+when a worker dies; then down to one node a replica, served by Deployments again."""
 
 from __future__ import annotations
 
@@ -121,6 +121,13 @@ def _leaders(core: client.CoreV1Api, namespace: str, track: str) -> list[client.
     ]
 
 
+def _stable_group_replicas(custom: client.CustomObjectsApi, namespace: str) -> int:
+    group = custom.get_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", namespace, "leaderworkersets", f"{MODEL}-stable"
+    )
+    return int(group["spec"]["replicas"])
+
+
 def _stable_args(custom: client.CustomObjectsApi, namespace: str) -> list[str]:
     group = custom.get_namespaced_custom_object(
         "leaderworkerset.x-k8s.io", "v1", namespace, "leaderworkersets", f"{MODEL}-stable"
@@ -199,5 +206,26 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         again = wait_for("the stable group recreated whole", recreated, timeout=120)
         assert again["1"].metadata.uid != worker.metadata.uid
         wait_for("the model Ready again", ready, timeout=180)
+
+        # Down to one node a replica: Deployments serve, the groups are scaled to 0.
+        model["spec"]["runtime"]["parallelism"] = {"tensor": 1, "nodesPerReplica": 1}
+        apply(model, namespace)
+        apps = client.AppsV1Api(api_client)
+        wait_for(
+            "the stable Deployment ready",
+            lambda: apps.read_namespaced_deployment(MODEL, namespace).status.ready_replicas,
+            timeout=180,
+        )
+        wait_for(
+            "the groups gone",
+            lambda: (
+                not core.list_namespaced_pod(
+                    namespace, label_selector=f"{NAME_LABEL}={MODEL}-stable"
+                ).items
+            ),
+            timeout=120,
+        )
+        assert _stable_group_replicas(custom, namespace) == 0
+        wait_for("the model Ready on a Deployment", ready, timeout=180)
     finally:
         operator.stop()

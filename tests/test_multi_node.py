@@ -160,3 +160,23 @@ def test_ready_when_the_groups_are_ready_and_their_leaders_run_the_rendered_conf
     status = summarize(model, children, T0)
     condition = next(c for c in status.conditions if c.type == ConditionType.READY)
     assert (condition.status == "True") is ready
+
+
+def test_the_workloads_of_the_kind_a_model_left_are_scaled_to_zero() -> None:
+    """nodesPerReplica changed between 1 and more: the previous kind's workloads the
+    cluster still has are applied at 0 replicas (never created where absent)."""
+    grouped = model_from(example(EXAMPLE))
+    single = model_from(example(REPO / "examples" / "llama-peagle.yaml"))
+    old_deployments = {("Deployment", "llama-405b"), ("Deployment", "llama-405b-canary")}
+    retired = render.retired_workloads(grouped, old_deployments | {("Service", "llama-405b")})
+    assert [(m["kind"], m["metadata"]["name"], m["spec"]["replicas"]) for m in retired] == [
+        ("Deployment", "llama-405b", 0),
+        ("Deployment", "llama-405b-canary", 0),
+    ]
+    old_groups = {("LeaderWorkerSet", "llama-8b-stable")}
+    retired = render.retired_workloads(single, old_groups)
+    assert [(m["kind"], m["metadata"]["name"], m["spec"]["replicas"]) for m in retired] == [
+        ("LeaderWorkerSet", "llama-8b-stable", 0)
+    ]
+    assert render.retired_workloads(single, set()) == []
+    assert render.retired_workloads(grouped, {("LeaderWorkerSet", "llama-405b-stable")}) == []

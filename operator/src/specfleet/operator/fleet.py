@@ -275,9 +275,9 @@ class FleetCache:
         name = key[1]
         children = self.children.get(key, {})
         model = self.body(key)
-        nodes = _nodes_per_replica(model)
-        stable = children.get(render.workload_ref(name, nodes, "stable"))
-        canary = children.get(render.workload_ref(name, nodes, "canary"))
+        kind = render.workload_kind(_nodes_per_replica(model))
+        stable = children.get(render.workload_ref(name, kind, "stable"))
+        canary = children.get(render.workload_ref(name, kind, "canary"))
         pods = owned_pods(
             None if model is None else model["metadata"].get("uid"),
             (stable, canary),
@@ -449,7 +449,7 @@ class Fleet:
         in_status = False  # the decision is written
         try:
             self._check_pod_policy(model)
-            manifests = render.manifests(model, credential)
+            manifests = self._rendered(key, model, credential)
             if new_schedule or self._changes_children(key, recorded, model, manifests, credential):
                 # Record the decision before acting on it: children applied from a
                 # status that is not written yet would be undone by the next reconcile.
@@ -467,7 +467,7 @@ class Fleet:
                     model = self._keyed(model)
                     credential = self._credential(model)
                     self._check_pod_policy(model)
-                    manifests = render.manifests(model, credential)
+                    manifests = self._rendered(key, model, credential)
                     written = await self._write_status(record, written, model.status)
                     if written is None:  # status written in between: the next reconcile
                         return Outcome(written=False)
@@ -559,8 +559,16 @@ class Fleet:
             and decided.status.config == recorded.status.config  # what each track runs
         ):
             return False
-        before = render.manifests(recorded, credential)
+        before = self._rendered(key, recorded, credential)
         return bool(self.cache.children.get(key)) and manifests != before
+
+    def _rendered(
+        self, key: Key, model: SpeculativeModel, credential: str | None
+    ) -> list[dict[str, Any]]:
+        """The children to apply: the rendered ones, and the previous kind's workloads
+        the cache holds, scaled to 0 (render.retired_workloads)."""
+        present = self.cache.children.get(key, {}).keys()
+        return render.manifests(model, credential) + render.retired_workloads(model, present)
 
     async def _post_event(
         self, record: ModelRecord, model: SpeculativeModel, action: Action

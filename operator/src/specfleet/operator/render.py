@@ -16,6 +16,7 @@ import copy
 import hashlib
 import json
 import re
+from collections.abc import Collection
 from typing import Any
 
 from specfleet.operator import hot_schedules, podspec, schedule
@@ -71,19 +72,19 @@ def spans_nodes(model: SpeculativeModel) -> bool:
     return model.spec.runtime.parallelism.nodes_per_replica > 1
 
 
-def workload_ref(name: str, nodes_per_replica: int, track: Track) -> tuple[str, str]:
-    """The kind and name of model `name`'s Deployment, or LeaderWorkerSet where replicas
-    span nodes, for a track. A stable LeaderWorkerSet is not named `name`: LeaderWorkerSet
-    makes a headless Service of its own name, whose DNS names the workers reach their
-    leader by, and `name` is the model's Service."""
-    if nodes_per_replica > 1:
-        return LEADER_WORKER_SET.kind, f"{name}-{track}"
-    return DEPLOYMENT.kind, name if track == "stable" else canary_name(name)
+def workload_kind(nodes_per_replica: int) -> str:
+    """A track's workload: a Deployment, or a LeaderWorkerSet where replicas span nodes."""
+    return LEADER_WORKER_SET.kind if nodes_per_replica > 1 else DEPLOYMENT.kind
 
 
-def workload_name(model: SpeculativeModel, track: Track) -> str:
-    nodes = model.spec.runtime.parallelism.nodes_per_replica
-    return workload_ref(model.metadata.name, nodes, track)[1]
+def workload_ref(name: str, kind: str, track: Track) -> tuple[str, str]:
+    """The kind and name of model `name`'s workload of `kind` for a track. A stable
+    LeaderWorkerSet is not named `name`: LeaderWorkerSet makes a headless Service of its
+    own name, whose DNS names the workers reach their leader by, and `name` is the
+    model's Service."""
+    if kind == LEADER_WORKER_SET.kind:
+        return kind, f"{name}-{track}"
+    return kind, name if track == "stable" else canary_name(name)
 
 
 def serving_selector(model: SpeculativeModel) -> dict[str, str]:
@@ -387,7 +388,11 @@ def deployment(
     return {
         "apiVersion": DEPLOYMENT.api_version,
         "kind": DEPLOYMENT.kind,
-        "metadata": _child_metadata(model, workload_name(model, track), labels(model, track)),
+        "metadata": _child_metadata(
+            model,
+            workload_ref(model.metadata.name, DEPLOYMENT.kind, track)[1],
+            labels(model, track),
+        ),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": pod_selector(model, track)},
@@ -425,7 +430,11 @@ def leader_worker_set(
     return {
         "apiVersion": LEADER_WORKER_SET.api_version,
         "kind": LEADER_WORKER_SET.kind,
-        "metadata": _child_metadata(model, workload_name(model, track), labels(model, track)),
+        "metadata": _child_metadata(
+            model,
+            workload_ref(model.metadata.name, LEADER_WORKER_SET.kind, track)[1],
+            labels(model, track),
+        ),
         "spec": {
             "replicas": replicas,
             "leaderWorkerTemplate": {
@@ -445,6 +454,23 @@ def workload(
     """A track's Deployment, or its LeaderWorkerSet where replicas span nodes."""
     render_track = leader_worker_set if spans_nodes(model) else deployment
     return render_track(model, track, schedule_credential)
+
+
+def retired_workloads(
+    model: SpeculativeModel, present: Collection[tuple[str, str]]
+) -> list[Manifest]:
+    """The tracks' workloads of the kind the model no longer runs (its nodesPerReplica
+    changed between 1 and more), of those `present` (kind, name), scaled to 0: their pods
+    would otherwise hold their GPUs beside the new ones. Kept, not deleted (the operator
+    deletes nothing), as the canary's workload is between trials."""
+    render_track = deployment if spans_nodes(model) else leader_worker_set
+    retired = []
+    for track in TRACKS:
+        manifest = render_track(model, track)
+        if (manifest["kind"], manifest["metadata"]["name"]) in present:
+            manifest["spec"]["replicas"] = 0
+            retired.append(manifest)
+    return retired
 
 
 def service(model: SpeculativeModel) -> Manifest:
