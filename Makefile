@@ -124,11 +124,12 @@ cluster-tools: $(INSTALLED)
 	@$(STAGE) debian-packages e2e/install-debian-packages.sh
 	@$(STAGE) control-plane e2e/build-controlplane.sh >/dev/null
 
-# Everything the tests run for real: the above, prometheus-operator, Prometheus, KEDA and
-# the manifest linters (kubeconform, kube-score).
+# Everything the tests run for real: the above, prometheus-operator, Prometheus, KEDA,
+# LeaderWorkerSet and the manifest linters (kubeconform, kube-score).
 tools: cluster-tools
 	@$(STAGE) monitoring e2e/build-monitoring.sh >/dev/null
 	@$(STAGE) keda e2e/build-keda.sh >/dev/null
+	@$(STAGE) lws e2e/build-lws.sh >/dev/null
 	@$(STAGE) linters e2e/build-linters.sh >/dev/null
 
 cluster-up: $(INSTALLED) cluster-tools

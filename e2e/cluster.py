@@ -128,6 +128,12 @@ def build_keda() -> Path:
     return _built("build-keda.sh")
 
 
+def build_lws() -> Path:
+    """LeaderWorkerSet v0.9.0 from its Go module: bin/ (lws-controller), crds/ and
+    webhook/ (its webhook configurations and their kustomize patches)."""
+    return _built("build-lws.sh")
+
+
 def build_linters() -> Path:
     """kubeconform v0.8.0 and kube-score v1.20.0 from their Go modules: bin/."""
     return _built("build-linters.sh")
@@ -136,6 +142,12 @@ def build_linters() -> Path:
 def install_keda_crds() -> None:
     """KEDA's CRDs, of the version e2e/keda pins."""
     _install_crds(build_keda() / "crds")
+
+
+def install_lws_crds() -> None:
+    """LeaderWorkerSet's CRDs, of the version e2e/lws pins (with DisaggregatedSet, whose
+    controller runs in the same manager)."""
+    _install_crds(build_lws() / "crds")
 
 
 def install_monitoring_crds() -> None:

@@ -77,6 +77,7 @@ def schemas(
         sorted((REPO / "crds").glob("*.yaml"))
         + sorted((cluster.build_monitoring() / "crds").glob("*.yaml"))
         + sorted((cluster.build_keda() / "crds").glob("*.yaml"))
+        + sorted((cluster.build_lws() / "crds").glob("*.yaml"))
     )
     from_crds = write_crd_schemas(crds, directory)
     kinds = {

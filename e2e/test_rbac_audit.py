@@ -121,6 +121,37 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         NAMESPACE,
     )
 
+    # And, for a model whose replicas span nodes, a user's LeaderWorkerSet with the name
+    # of its canary (LeaderWorkerSet's CRD served before the operator starts, so that it
+    # watches the kind).
+    cluster.install_lws_crds()
+    grouped_canary = "grouped-canary"
+    cluster.kubectl(
+        "apply",
+        "-n",
+        NAMESPACE,
+        "-f",
+        "-",
+        input=yaml.safe_dump(
+            {
+                "apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet",
+                "metadata": {"name": grouped_canary},
+                "spec": {
+                    "replicas": 0,
+                    "leaderWorkerTemplate": {
+                        "size": 2,
+                        "workerTemplate": {
+                            "spec": {
+                                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]
+                            }
+                        },
+                    },
+                },
+            }
+        ),
+    )
+
     operator = OperatorProcess(
         [NAMESPACE],
         tmp_path / "operator.log",
@@ -134,6 +165,9 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         apply(sim_model(MODEL_NAME, tuning={"enabled": False}), NAMESPACE)
         # And one whose Service the operator creates.
         apply(sim_model("plain", tuning={"enabled": False}), NAMESPACE)
+        # And one whose replicas span two nodes: LeaderWorkerSets, its canary's name taken.
+        grouped = {"parallelism": {"tensor": 2, "nodesPerReplica": 2}}
+        apply(sim_model("grouped", tuning={"enabled": False}, runtime=grouped), NAMESPACE)
         core = client.CoreV1Api(api_client)
 
         def plains_service() -> bool:
@@ -155,6 +189,13 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         assert f"Service {NAMESPACE}/{MODEL_NAME}" in degraded["message"]
         assert f"Deployment {NAMESPACE}/{canary}" in degraded["message"]
         assert f"PodDisruptionBudget {NAMESPACE}/{MODEL_NAME}" in degraded["message"]
+
+        def refused_group() -> dict[str, Any] | None:
+            degraded = condition(get_model(api_client, NAMESPACE, "grouped"), "Degraded")
+            return degraded if (degraded or {}).get("reason") == "ChildNotOwned" else None
+
+        degraded = wait_for("grouped Degraded: ChildNotOwned", refused_group, timeout=60)
+        assert f"LeaderWorkerSet {NAMESPACE}/{grouped_canary}" in degraded["message"]
         wait_for(
             "the Warning Event",
             lambda: (

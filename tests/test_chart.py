@@ -37,6 +37,10 @@ EXPECTED_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     [("specfleet.io", "speculativemodels", v) for v in ("get", "list", "watch")]
     + [("specfleet.io", "speculativemodels/status", "patch")]
     + [("apps", "deployments", v) for v in ("get", "list", "watch", "create", "patch")]
+    + [
+        ("leaderworkerset.x-k8s.io", "leaderworkersets", v)
+        for v in ("get", "list", "watch", "create", "patch")
+    ]
     + [("", "services", v) for v in ("get", "list", "watch", "create", "patch")]
     + [("policy", "poddisruptionbudgets", v) for v in ("get", "list", "watch", "create", "patch")]
     + [("", "pods", v) for v in ("list", "watch")]
@@ -493,7 +497,7 @@ def test_every_verb_is_justified_by_a_comment() -> None:
     text = render(show_only="templates/rbac.yaml").stdout
     cluster_role = text.split("kind: ClusterRoleBinding")[0]
     blocks = re.split(r"\n  - apiGroups: ", cluster_role.split("rules:", 1)[1])[1:]
-    assert len(blocks) == 8
+    assert len(blocks) == 9
     for block in blocks:
         verbs = set(re.findall(r"^\s*- ([a-z]+)$", block, re.MULTILINE))
         resources = re.findall(r"resources: \[(.*)\]", block)

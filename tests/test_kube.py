@@ -207,3 +207,24 @@ def test_a_request_with_no_answer_is_counted_with_code_0(
     with pytest.raises(Exception, match=r"(?i)timed out"):
         cluster.get_model("team", "llama")
     assert requests_counted()[("GET", "speculativemodels", "0")] == before + 1
+
+
+@pytest.mark.parametrize("status", [404, 403])
+def test_a_child_kind_the_cluster_does_not_serve_lists_as_none(
+    monkeypatch: pytest.MonkeyPatch, status: int
+) -> None:
+    """LeaderWorkerSet's CRD may not be installed: its listing (404) holds nothing, and
+    the fleet's resync goes on; any other refusal is still an error."""
+    from kubernetes.client.rest import ApiException
+
+    cluster = Cluster(client_for(client.Configuration(host="http://127.0.0.1:9"), "t"), "t", always)
+
+    def refused(path: str, selector: str | None) -> tuple[list[dict[str, Any]], str]:
+        raise ApiException(status=status)
+
+    monkeypatch.setattr(cluster, "_list", refused)
+    if status == 404:
+        assert cluster.list_children("LeaderWorkerSet", "team", "x") == ([], "")
+    else:
+        with pytest.raises(ApiException):
+            cluster.list_children("LeaderWorkerSet", "team", "x")

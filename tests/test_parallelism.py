@@ -72,9 +72,25 @@ def test_the_older_tensor_parallel_size_is_still_read(peagle_manifest: dict[str,
     ("changes", "field", "words"),
     [
         (
-            {"spec.runtime.parallelism": {"nodesPerReplica": 2}},
+            {"spec.runtime.gpus": 2, "spec.runtime.parallelism": {"data": 2, "nodesPerReplica": 2}},
             "spec.runtime.parallelism.nodesPerReplica",
-            "(LeaderWorkerSet groups) are not supported yet",
+            "data parallel ranks across nodes are not supported (found 2 with data 2)",
+        ),
+        (
+            {
+                "spec.runtime.gpus": 2,
+                "spec.runtime.parallelism": {"tensor": 3, "nodesPerReplica": 2},
+            },
+            "spec.runtime.parallelism",
+            "must divide tensor x pipeline",
+        ),
+        (
+            {
+                "spec.runtime.gpus": 1,
+                "spec.runtime.parallelism": {"tensor": 4, "nodesPerReplica": 2},
+            },
+            "spec.runtime.parallelism",
+            "must not exceed runtime.gpus per pod times nodesPerReplica",
         ),
         (
             {"spec.runtime.gpus": 4, "spec.runtime.parallelism": {"tensor": 4, "pipeline": 2}},

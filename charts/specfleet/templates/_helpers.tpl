@@ -105,6 +105,22 @@ and every kind not listed here.
     # garbage collector delete children with their model.
     - create
     - patch
+# The LeaderWorkerSets of models whose replicas span nodes (runtime.parallelism
+# nodesPerReplica above 1), in place of the Deployments; LeaderWorkerSet's own controller
+# makes their pods. Where its CRD is not installed, they are neither watched nor listed.
+- apiGroups: [leaderworkerset.x-k8s.io]
+  resources: [leaderworkersets]
+  verbs:
+    # list, watch: the groups' rollout state (ready replicas), as for the Deployments.
+    - list
+    - watch
+    # get: who owns an object with a child's name when a create-only apply finds the
+    # name taken.
+    - get
+    # create, patch: server-side apply (an apply may create); a new K is a new leader
+    # and worker template. No delete (garbage collector).
+    - create
+    - patch
 # The Service of each model (selects both tracks).
 - apiGroups: [""]
   resources: [services]

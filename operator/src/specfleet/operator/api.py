@@ -2689,15 +2689,21 @@ class Parallelism(SpecModel):
 
     rules: ClassVar[tuple[Rule[Parallelism], ...]] = (
         Rule(
-            "self.nodesPerReplica == 1",
-            "runtime.parallelism.nodesPerReplica must be 1: replicas that span nodes "
-            "(LeaderWorkerSet groups) are not supported yet; fit a replica on one node "
-            "(tensor x pipeline x data at most runtime.gpus)",
-            lambda p: p.nodes_per_replica == 1,
+            "self.nodesPerReplica == 1 || self.data == 1",
+            "runtime.parallelism.nodesPerReplica above 1 needs data 1: a replica across "
+            "nodes (a LeaderWorkerSet group) runs one engine, tensor x pipeline split over "
+            "its nodes; data parallel ranks across nodes are not supported",
+            lambda p: p.nodes_per_replica == 1 or p.data == 1,
             ".nodesPerReplica",
-            found=lambda p: str(p.nodes_per_replica),
+            found=lambda p: f"{p.nodes_per_replica} with data {p.data}",
             refusals=(
-                Refusal("multi-node-replica", {"spec.runtime.parallelism": {"nodesPerReplica": 2}}),
+                Refusal(
+                    "multi-node-data-parallel",
+                    {
+                        "spec.runtime.gpus": 2,
+                        "spec.runtime.parallelism": {"data": 2, "nodesPerReplica": 2},
+                    },
+                ),
             ),
         ),
     )
@@ -2728,7 +2734,10 @@ class Parallelism(SpecModel):
         default=1,
         ge=1,
         le=64,
-        description="Nodes one replica spans: 1 (replicas spanning nodes are not supported yet).",
+        description="Nodes one replica spans. Above 1 each replica is a LeaderWorkerSet "
+        "group of that many pods, one a node (LeaderWorkerSet's controller must be "
+        "installed): tensor x pipeline is split evenly over them, runtime.gpus on each; the "
+        "leader serves and is scraped, and the group restarts as a whole.",
     )
 
 
@@ -2738,6 +2747,7 @@ _CEL_TENSOR = (
     "(has(self.tensorParallelSize) ? self.tensorParallelSize : 1))"
 )
 _CEL_GPUS_PER_REPLICA = f"({_CEL_TENSOR} * self.parallelism.pipeline * self.parallelism.data)"
+_CEL_NODES = "self.parallelism.nodesPerReplica"
 # The resource runtime.gpus counts, in CEL.
 _CEL_ACCELERATOR = f"(has(self.accelerator) ? self.accelerator : '{DEFAULT_ACCELERATOR}')"
 
@@ -2846,10 +2856,11 @@ class Runtime(SpecModel):
         # At most, not exactly: specs admitted before parallelism asked for more GPUs than
         # their tensor parallel size, and the operator cannot rewrite them.
         Rule(
-            f"{_CEL_GPUS_PER_REPLICA} == 1 || {_CEL_GPUS_PER_REPLICA} <= self.gpus",
+            f"{_CEL_GPUS_PER_REPLICA} == 1 || {_CEL_GPUS_PER_REPLICA} <= self.gpus * {_CEL_NODES}",
             "runtime.parallelism: tensor x pipeline x data, the GPUs one replica's engine "
-            "uses, must not exceed runtime.gpus (and must be 1 when runtime.gpus is 0)",
-            lambda r: r.gpus_per_replica <= max(r.gpus, 1),
+            "uses, must not exceed runtime.gpus per pod times nodesPerReplica (and must be 1 "
+            "when runtime.gpus is 0)",
+            lambda r: r.gpus_per_replica <= max(r.gpus * r.parallelism.nodes_per_replica, 1),
             ".parallelism",
             found=lambda r: (
                 f"{r.tensor} x {r.parallelism.pipeline} x {r.parallelism.data} > {r.gpus}"
@@ -2873,6 +2884,25 @@ class Runtime(SpecModel):
                 Refusal(
                     "data-parallel-without-gpus",
                     {"spec.runtime.gpus": 0, "spec.runtime.parallelism": {"data": 2}},
+                ),
+            ),
+        ),
+        Rule(
+            f"({_CEL_TENSOR} * self.parallelism.pipeline) % {_CEL_NODES} == 0",
+            "runtime.parallelism.nodesPerReplica must divide tensor x pipeline: vLLM splits "
+            "a replica's ranks evenly over its nodes",
+            lambda r: (r.tensor * r.parallelism.pipeline) % r.parallelism.nodes_per_replica == 0,
+            ".parallelism",
+            found=lambda r: (
+                f"{r.tensor} x {r.parallelism.pipeline} over {r.parallelism.nodes_per_replica}"
+            ),
+            refusals=(
+                Refusal(
+                    "nodes-not-dividing-ranks",
+                    {
+                        "spec.runtime.gpus": 2,
+                        "spec.runtime.parallelism": {"tensor": 3, "nodesPerReplica": 2},
+                    },
                 ),
             ),
         ),
@@ -3015,6 +3045,11 @@ class Runtime(SpecModel):
     def gpus_per_replica(self) -> int:
         """GPUs one replica's engine uses: a tensor x pipeline group per data rank."""
         return self.tensor * self.parallelism.pipeline * self.parallelism.data
+
+    @property
+    def gpus_per_pod(self) -> int:
+        """GPUs the engine uses in each of a replica's pods (one pod a node)."""
+        return self.gpus_per_replica // self.parallelism.nodes_per_replica
 
 
 def _older(args: list[str]) -> tuple[str, str] | None:
@@ -3292,11 +3327,11 @@ class SpeculativeModelSpec(SpecModel):
                 "with data parallel ranks, so the pods run one K (speculation.tokens, tuned)"
             )
         runtime = self.runtime
-        if runtime.gpus > runtime.gpus_per_replica:
+        if runtime.gpus > runtime.gpus_per_pod:
             found.append(
                 f"spec.runtime.gpus: {runtime.gpus} per pod, and the engine uses "
-                f"{runtime.gpus_per_replica} (parallelism tensor x pipeline x data): the "
-                "others stay idle"
+                f"{runtime.gpus_per_pod} (parallelism tensor x pipeline x data over "
+                "nodesPerReplica): the others stay idle"
             )
         budget = runtime.disruption_budget.max_unavailable
         if _zero(budget):

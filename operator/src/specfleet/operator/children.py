@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from specfleet.operator.api import KIND
 
-# A model's two Deployments: the stable pods (the K in effect) and the canary (a candidate).
+# A model's two tracks, each a Deployment (a LeaderWorkerSet where a replica spans
+# nodes): the stable pods (the K in effect) and the canary (a candidate).
 Track = Literal["stable", "canary"]
 TRACKS: tuple[Track, ...] = ("stable", "canary")
 
@@ -42,6 +43,13 @@ class ChildKind:
 
 
 DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", True, "generation")
+# A track whose replicas span nodes: one LeaderWorkerSet of groups (its controller, from
+# sigs.k8s.io/lws, must be installed); its spec changes move its generation.
+LEADER_WORKER_SET = ChildKind(
+    "LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "leaderworkersets", True, "generation"
+)
+# The kind of the leaders' controller, which LeaderWorkerSet names after itself.
+STATEFUL_SET_KIND = "StatefulSet"
 SERVICE = ChildKind("Service", "v1", "services", True, "resourceVersion")
 # The stable pods' disruption budget; its spec changes move its generation.
 DISRUPTION_BUDGET = ChildKind(
@@ -50,7 +58,7 @@ DISRUPTION_BUDGET = ChildKind(
 POD = ChildKind("Pod", "v1", "pods", False)
 # Observed only to tell the model's pods from others with its labels (`owned_pods`).
 REPLICA_SET = ChildKind("ReplicaSet", "apps/v1", "replicasets", False)
-CHILD_KINDS = (DEPLOYMENT, SERVICE, DISRUPTION_BUDGET, POD, REPLICA_SET)
+CHILD_KINDS = (DEPLOYMENT, LEADER_WORKER_SET, SERVICE, DISRUPTION_BUDGET, POD, REPLICA_SET)
 _BY_KIND = {child.kind: child for child in CHILD_KINDS}
 
 
@@ -65,29 +73,50 @@ def controller_uid(body: dict[str, Any], kind: str) -> str | None:
 
 def owned_pods(
     model_uid: str | None,
-    deployments: Iterable[dict[str, Any] | None],
+    workloads: Iterable[dict[str, Any] | None],
     replica_sets: Iterable[dict[str, Any]],
     pods: Iterable[dict[str, Any]],
 ) -> list[dict[str, Any]]:
-    """The pods whose owner chain leads to the model: each controlled by a ReplicaSet
-    that one of `deployments` controls, which the model controls. Labels and the config
-    hash are anyone's to copy (`specfleet render` prints them); a pod with them and no
-    such chain is another's, neither scraped nor counted."""
-    ours = {
-        deployment["metadata"].get("uid")
-        for deployment in deployments
-        if deployment is not None
+    """The pods whose owner chain leads to the model, through one of its `workloads`
+    (the tracks' Deployments or LeaderWorkerSets, which the model controls): a
+    Deployment's pods, each controlled by a ReplicaSet it controls; a LeaderWorkerSet's
+    leaders, each controlled by the StatefulSet LeaderWorkerSet names after it (the
+    StatefulSets carry none of the operator's labels and are not watched; its workers
+    are served and scraped through their leader). Labels and the config hash are anyone's
+    to copy (`specfleet render` prints them); a pod with them and no such chain is
+    another's, neither scraped nor counted."""
+    ours = [
+        workload
+        for workload in workloads
+        if workload is not None
         and model_uid is not None
-        and controller_uid(deployment, KIND) == model_uid
+        and controller_uid(workload, KIND) == model_uid
+    ]
+    deployments = {
+        w["metadata"].get("uid") for w in ours if w.get("kind") != LEADER_WORKER_SET.kind
     }
-    ours.discard(None)
+    deployments.discard(None)
+    leader_sets = {w["metadata"]["name"] for w in ours if w.get("kind") == LEADER_WORKER_SET.kind}
     sets = {
         replica_set["metadata"].get("uid")
         for replica_set in replica_sets
-        if controller_uid(replica_set, DEPLOYMENT.kind) in ours
+        if controller_uid(replica_set, DEPLOYMENT.kind) in deployments
     }
     sets.discard(None)
-    return [pod for pod in pods if controller_uid(pod, REPLICA_SET.kind) in sets]
+    return [
+        pod
+        for pod in pods
+        if controller_uid(pod, REPLICA_SET.kind) in sets
+        or controller_name(pod, STATEFUL_SET_KIND) in leader_sets
+    ]
+
+
+def controller_name(body: dict[str, Any], kind: str) -> str | None:
+    """The name of the object's controller, if that is of `kind`."""
+    for ref in body["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("name")) if ref.get("kind") == kind and ref.get("name") else None
+    return None
 
 
 def child_kind(kind: str) -> ChildKind:

@@ -39,7 +39,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import (
     CHILD_KINDS,
-    DEPLOYMENT,
     POD,
     REPLICA_SET,
     TRACKS,
@@ -271,13 +270,14 @@ class FleetCache:
         )
 
     def observed(self, key: Key) -> ObservedChildren:
-        """The model's Deployments and its own pods (`owned_pods`): a pod someone else
-        labelled as the model's is neither scraped nor counted in status."""
+        """The model's Deployments (or LeaderWorkerSets) and its own pods (`owned_pods`): a
+        pod someone else labelled as the model's is neither scraped nor counted in status."""
         name = key[1]
         children = self.children.get(key, {})
-        stable = children.get((DEPLOYMENT.kind, name))
-        canary = children.get((DEPLOYMENT.kind, render.canary_name(name)))
         model = self.body(key)
+        kind = render.workload_kind(_nodes_per_replica(model))
+        stable = children.get(render.workload_ref(name, kind, "stable"))
+        canary = children.get(render.workload_ref(name, kind, "canary"))
         pods = owned_pods(
             None if model is None else model["metadata"].get("uid"),
             (stable, canary),
@@ -449,7 +449,7 @@ class Fleet:
         in_status = False  # the decision is written
         try:
             self._check_pod_policy(model)
-            manifests = render.manifests(model, credential)
+            manifests = self._rendered(key, model, credential)
             if new_schedule or self._changes_children(key, recorded, model, manifests, credential):
                 # Record the decision before acting on it: children applied from a
                 # status that is not written yet would be undone by the next reconcile.
@@ -467,7 +467,7 @@ class Fleet:
                     model = self._keyed(model)
                     credential = self._credential(model)
                     self._check_pod_policy(model)
-                    manifests = render.manifests(model, credential)
+                    manifests = self._rendered(key, model, credential)
                     written = await self._write_status(record, written, model.status)
                     if written is None:  # status written in between: the next reconcile
                         return Outcome(written=False)
@@ -560,8 +560,16 @@ class Fleet:
             and decided.status.config == recorded.status.config  # what each track runs
         ):
             return False
-        before = render.manifests(recorded, credential)
+        before = self._rendered(key, recorded, credential)
         return bool(self.cache.children.get(key)) and manifests != before
+
+    def _rendered(
+        self, key: Key, model: SpeculativeModel, credential: str | None
+    ) -> list[dict[str, Any]]:
+        """The children to apply: the rendered ones, and the previous kind's workloads
+        the cache holds, scaled to 0 (render.retired_workloads)."""
+        present = self.cache.children.get(key, {}).keys()
+        return render.manifests(model, credential) + render.retired_workloads(model, present)
 
     async def _post_event(
         self, record: ModelRecord, model: SpeculativeModel, action: Action
@@ -921,7 +929,7 @@ _KEPT_METADATA = (
     "creationTimestamp",
     "deletionTimestamp",
 )
-_KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0])
+_KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0], render.WORKER_INDEX_LABEL)
 _KEPT_ANNOTATIONS = (render.CONFIG_HASH_ANNOTATION,)
 _KEPT_OWNER_FIELDS = ("kind", "name", "uid", "controller")
 # Pods' (phase, podIP, conditions, containerStatuses) and Deployments' (replicas...).
@@ -955,6 +963,14 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
         metadata["ownerReferences"] = [_kept(controller, _KEPT_OWNER_FIELDS)]
     status = _kept(body.get("status"), _KEPT_STATUS)
     return {"kind": body["kind"], "metadata": metadata, "status": status}
+
+
+def _nodes_per_replica(body: dict[str, Any] | None) -> int:
+    """runtime.parallelism.nodesPerReplica of a model's body as the API server holds it
+    (defaulted there), read without validating the whole model on every look."""
+    spec = (body or {}).get("spec") or {}
+    parallelism = (spec.get("runtime") or {}).get("parallelism") or {}
+    return int(parallelism.get("nodesPerReplica") or 1)
 
 
 def _version_of(body: dict[str, Any] | None) -> str | None:

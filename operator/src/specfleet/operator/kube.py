@@ -196,9 +196,15 @@ class Cluster:
     def list_children(
         self, kind: str, namespace: str, selector: str
     ) -> tuple[list[dict[str, Any]], str]:
-        """Every object of a child kind in `namespace` that matches the label `selector`."""
+        """Every object of a child kind in `namespace` that matches the label `selector`;
+        none of a kind the cluster does not serve (LeaderWorkerSet without its CRD)."""
         path = child_kind(kind).path(namespace, "").rstrip("/")
-        return self._list(path, selector)
+        try:
+            return self._list(path, selector)
+        except ApiException as error:
+            if error.status == 404:
+                return [], ""
+            raise
 
     def _list(self, path: str, selector: str | None) -> tuple[list[dict[str, Any]], str]:
         query = [("labelSelector", selector)] if selector else []

@@ -3,15 +3,20 @@
 For a model `m`: Deployment `m` (track=stable, the K in effect), Deployment
 `m-canary` (track=canary, the candidate K, 0 replicas without a candidate),
 Service `m` selecting both tracks, so the canary sees the stable pods' traffic mix, and
-PodDisruptionBudget `m` for the stable pods.
+PodDisruptionBudget `m` for the stable pods. A model whose replicas span nodes
+(runtime.parallelism.nodesPerReplica above 1) has LeaderWorkerSets `m-stable` and
+`m-canary` instead of the Deployments, each replica a group of a leader (vLLM's API
+server and rank 0) and workers (headless ranks joining it); the Service selects leaders.
 Every child carries an owner reference to `m`; the garbage collector deletes them.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
+from collections.abc import Collection
 from typing import Any
 
 from specfleet.operator import podspec, schedule
@@ -23,7 +28,14 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SuffixDecoding,
 )
-from specfleet.operator.children import DEPLOYMENT, DISRUPTION_BUDGET, SERVICE, TRACKS, Track
+from specfleet.operator.children import (
+    DEPLOYMENT,
+    DISRUPTION_BUDGET,
+    LEADER_WORKER_SET,
+    SERVICE,
+    TRACKS,
+    Track,
+)
 from specfleet.operator.track_plan import TrackPlan, TrackPlans, plan
 from specfleet.runtime.config import ENV_POD_IP, Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
@@ -41,10 +53,44 @@ COMPONENT = "inference-server"
 # vLLM loads weights before /health answers: allow up to 30 minutes for start-up.
 STARTUP_PERIOD_SECONDS = 5
 STARTUP_FAILURE_THRESHOLD = 360
+# What LeaderWorkerSet's pod webhook labels its pods with and tells their containers: the
+# index in the group (0: the leader) and the leader's address.
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
+LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
+# A group whose pod restarts is recreated whole: a worker cannot rejoin its leader's
+# running process group (vLLM's ranks start together).
+GROUP_RESTART_POLICY = "RecreateGroupOnPodRestart"
 
 
 def canary_name(model_name: str) -> str:
     return f"{model_name}-canary"
+
+
+def spans_nodes(model: SpeculativeModel) -> bool:
+    """Each replica is a LeaderWorkerSet group across nodes, not a pod."""
+    return model.spec.runtime.parallelism.nodes_per_replica > 1
+
+
+def workload_kind(nodes_per_replica: int) -> str:
+    """A track's workload: a Deployment, or a LeaderWorkerSet where replicas span nodes."""
+    return LEADER_WORKER_SET.kind if nodes_per_replica > 1 else DEPLOYMENT.kind
+
+
+def workload_ref(name: str, kind: str, track: Track) -> tuple[str, str]:
+    """The kind and name of model `name`'s workload of `kind` for a track. A stable
+    LeaderWorkerSet is not named `name`: LeaderWorkerSet makes a headless Service of its
+    own name, whose DNS names the workers reach their leader by, and `name` is the
+    model's Service."""
+    if kind == LEADER_WORKER_SET.kind:
+        return kind, f"{name}-{track}"
+    return kind, name if track == "stable" else canary_name(name)
+
+
+def serving_selector(model: SpeculativeModel) -> dict[str, str]:
+    """The labels of the pods that serve: every pod of the model, or a group's leader."""
+    leaders = {WORKER_INDEX_LABEL: "0"} if spans_nodes(model) else {}
+    return {MODEL_LABEL: model.metadata.name} | leaders
 
 
 def image_version(image: str) -> str | None:
@@ -97,9 +143,11 @@ def pod_selector(model: SpeculativeModel, track: Track) -> dict[str, str]:
 
 
 def scale_selector(model: SpeculativeModel) -> str:
-    """The stable pods as a label selector string: what the scale subresource reports, so
-    that an HPA averaging pod metrics counts the pods `spec.replicas` counts."""
-    return ",".join(f"{key}={value}" for key, value in pod_selector(model, "stable").items())
+    """The stable pods (a group's leaders) as a label selector string: what the scale
+    subresource reports, so that an HPA averaging pod metrics counts the pods
+    `spec.replicas` counts."""
+    selector = pod_selector(model, "stable") | serving_selector(model)
+    return ",".join(f"{key}={value}" for key, value in selector.items())
 
 
 def owner_references(model: SpeculativeModel) -> list[dict[str, Any]]:
@@ -151,6 +199,8 @@ def runtime_config(
         tensor_parallel_size=spec.runtime.tensor,
         pipeline_parallel_size=spec.runtime.parallelism.pipeline,
         data_parallel_size=spec.runtime.parallelism.data,
+        nnodes=spec.runtime.parallelism.nodes_per_replica,
+        master_addr=f"$({LEADER_ADDRESS_ENV})" if spans_nodes(model) else None,
         port=spec.runtime.port,
         extra_args=tuple(spec.runtime.args),
         # With data parallel ranks vLLM runs one K: a schedule left in status from before
@@ -264,6 +314,32 @@ def _child_metadata(model: SpeculativeModel, name: str, child_labels: dict[str, 
     }
 
 
+def _template(
+    model: SpeculativeModel, track: Track, planned: TrackPlan, schedule_credential: str | None
+) -> Manifest:
+    """A track's pod template (a group's leader's, where replicas span nodes); `model` as
+    the track runs it (`runs`)."""
+    tokens, container = _track_container(model, planned)
+    config = config_hash(container)
+    if planned.hot and schedule_credential is not None:
+        container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
+    owned = owned_labels(model, track)
+    pod = model.spec.runtime.pod
+    pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
+    return {
+        "metadata": {
+            # The user's labels over the recommended ones, under the operator's.
+            "labels": recommended_labels(model) | pod.labels | owned,
+            "annotations": pod.annotations
+            | {
+                CONFIG_HASH_ANNOTATION: config,
+                TOKENS_ANNOTATION: str(tokens),
+            },
+        },
+        "spec": pod_spec,
+    }
+
+
 def deployment(
     model: SpeculativeModel, track: Track, schedule_credential: str | None = None
 ) -> Manifest:
@@ -278,21 +354,13 @@ def _deployment(
     model: SpeculativeModel, track: Track, planned: TrackPlan, schedule_credential: str | None
 ) -> Manifest:
     model = runs(model, planned)  # the last good config but on a config trial
-    tokens, container = _track_container(model, planned)
-    config = config_hash(container)
-    if planned.hot and schedule_credential is not None:
-        container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
-    pod_labels = labels(model, track)
-    owned = owned_labels(model, track)
-    pod = model.spec.runtime.pod
-    pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
     return {
         "apiVersion": DEPLOYMENT.api_version,
         "kind": DEPLOYMENT.kind,
         "metadata": _child_metadata(
             model,
-            model.metadata.name if track == "stable" else canary_name(model.metadata.name),
-            pod_labels,
+            workload_ref(model.metadata.name, DEPLOYMENT.kind, track)[1],
+            labels(model, track),
         ),
         "spec": {
             "replicas": planned.replicas,
@@ -300,20 +368,93 @@ def _deployment(
             # By default one pod at a time, never below the serving capacity: a rollout
             # borrows one GPU slot rather than dropping a replica (runtime.rollingUpdate).
             "strategy": podspec.strategy(model),
-            "template": {
-                "metadata": {
-                    # The user's labels over the recommended ones, under the operator's.
-                    "labels": recommended_labels(model) | pod.labels | owned,
-                    "annotations": pod.annotations
-                    | {
-                        CONFIG_HASH_ANNOTATION: config,
-                        TOKENS_ANNOTATION: str(tokens),
-                    },
-                },
-                "spec": pod_spec,
-            },
+            "template": _template(model, track, planned, schedule_credential),
         },
     }
+
+
+def _worker_template(leader: Manifest) -> Manifest:
+    """A group's workers' pod template: the leader's, its runtime a headless rank (its
+    node rank the worker index LeaderWorkerSet gives it) with no API server to probe or
+    drain."""
+    worker = copy.deepcopy(leader)
+    container = worker["spec"]["containers"][0]
+    args = container["args"]
+    cut = args.index("--") if "--" in args else len(args)
+    container["args"] = [*args[:cut], "--node-rank", f"$({WORKER_INDEX_ENV})", *args[cut:]]
+    for field in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle"):
+        container.pop(field, None)
+    return worker
+
+
+def leader_worker_set(
+    model: SpeculativeModel, track: Track, schedule_credential: str | None = None
+) -> Manifest:
+    """One track's LeaderWorkerSet, for replicas that span nodes: a group of
+    nodesPerReplica pods a replica, restarted whole when one of its pods restarts, rolled
+    like a Deployment (runtime.rollingUpdate, by groups)."""
+    planned = plan(model.spec, model.status)[track]
+    return _leader_worker_set(model, track, planned, schedule_credential)
+
+
+def _leader_worker_set(
+    model: SpeculativeModel, track: Track, planned: TrackPlan, schedule_credential: str | None
+) -> Manifest:
+    model = runs(model, planned)
+    leader = _template(model, track, planned, schedule_credential)
+    rolling = podspec.strategy(model)["rollingUpdate"]
+    return {
+        "apiVersion": LEADER_WORKER_SET.api_version,
+        "kind": LEADER_WORKER_SET.kind,
+        "metadata": _child_metadata(
+            model,
+            workload_ref(model.metadata.name, LEADER_WORKER_SET.kind, track)[1],
+            labels(model, track),
+        ),
+        "spec": {
+            "replicas": planned.replicas,
+            "leaderWorkerTemplate": {
+                "size": model.spec.runtime.parallelism.nodes_per_replica,
+                "restartPolicy": GROUP_RESTART_POLICY,
+                "leaderTemplate": leader,
+                "workerTemplate": _worker_template(leader),
+            },
+            "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": rolling},
+        },
+    }
+
+
+def workload(
+    model: SpeculativeModel, track: Track, schedule_credential: str | None = None
+) -> Manifest:
+    """A track's Deployment, or its LeaderWorkerSet where replicas span nodes."""
+    planned = plan(model.spec, model.status)[track]
+    return _workload(model, track, planned, schedule_credential)
+
+
+def _workload(
+    model: SpeculativeModel, track: Track, planned: TrackPlan, schedule_credential: str | None
+) -> Manifest:
+    render_track = _leader_worker_set if spans_nodes(model) else _deployment
+    return render_track(model, track, planned, schedule_credential)
+
+
+def retired_workloads(
+    model: SpeculativeModel, present: Collection[tuple[str, str]]
+) -> list[Manifest]:
+    """The tracks' workloads of the kind the model no longer runs (its nodesPerReplica
+    changed between 1 and more), of those `present` (kind, name), scaled to 0: their pods
+    would otherwise hold their GPUs beside the new ones. Kept, not deleted (the operator
+    deletes nothing), as the canary's workload is between trials."""
+    render_track = _deployment if spans_nodes(model) else _leader_worker_set
+    plans = plan(model.spec, model.status)
+    retired = []
+    for track in TRACKS:
+        manifest = render_track(model, track, plans[track], None)
+        if (manifest["kind"], manifest["metadata"]["name"]) in present:
+            manifest["spec"]["replicas"] = 0
+            retired.append(manifest)
+    return retired
 
 
 def service(model: SpeculativeModel) -> Manifest:
@@ -322,7 +463,7 @@ def service(model: SpeculativeModel) -> Manifest:
         "kind": SERVICE.kind,
         "metadata": _child_metadata(model, model.metadata.name, labels(model)),
         "spec": {
-            "selector": {MODEL_LABEL: model.metadata.name},
+            "selector": serving_selector(model),
             "ports": [
                 {"name": "http", "port": model.spec.runtime.port, "targetPort": "http"},
             ],
@@ -347,12 +488,12 @@ def disruption_budget(model: SpeculativeModel) -> Manifest:
 
 
 def manifests(model: SpeculativeModel, schedule_credential: str | None = None) -> list[Manifest]:
-    """Every child the model should have, in the order they are applied. The canary Deployment
+    """Every child the model should have, in the order they are applied. The canary workload
     always exists (scaled to 0 without a candidate) so its history stays in one object."""
     plans = plan(model.spec, model.status)
     return [
-        _deployment(model, "stable", plans.stable, schedule_credential),
-        _deployment(model, "canary", plans.canary, None),
+        _workload(model, "stable", plans.stable, schedule_credential),
+        _workload(model, "canary", plans.canary, None),
         service(model),
         disruption_budget(model),
     ]

@@ -14,8 +14,16 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SpeculativeModelStatus,
 )
+from specfleet.operator.children import LEADER_WORKER_SET, Track
 from specfleet.operator.conditions import set_condition
-from specfleet.operator.render import scale_selector
+from specfleet.operator.render import (
+    CONFIG_HASH_ANNOTATION,
+    TRACK_LABEL,
+    config_hashes,
+    scale_selector,
+    spans_nodes,
+)
+from specfleet.operator.track_plan import plan
 
 # The characters of any one message status holds (a condition's, a decision's...): a
 # config change's words hold the old and new runtime.args, up to 64 KB each, and a dozen
@@ -61,11 +69,41 @@ def _rolled_out(deployment: dict[str, Any] | None, replicas: int) -> bool:
         return False
     status = deployment.get("status") or {}
     generation = deployment["metadata"].get("generation", 0)
+    if deployment.get("kind") == LEADER_WORKER_SET.kind:
+        # LeaderWorkerSet's status has no observedGeneration: its leaders say whether the
+        # groups run the rendered template (_current_leaders).
+        observed = not any(
+            c.get("type") == "UpdateInProgress" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+    else:
+        observed = status.get("observedGeneration", 0) >= generation
     return (
-        status.get("observedGeneration", 0) >= generation
+        observed
         and int(status.get("updatedReplicas") or 0) >= replicas
         and int(status.get("readyReplicas") or 0) >= replicas
         and int(status.get("replicas") or 0) == replicas
+    )
+
+
+def _current_leaders(
+    model: SpeculativeModel, children: ObservedChildren, track: Track, replicas: int
+) -> bool:
+    """Where replicas span nodes: exactly `replicas` Ready leaders of the track, each of
+    the rendered config (a LeaderWorkerSet's counts lag a template just applied)."""
+    if not spans_nodes(model):
+        return True
+    expected = config_hashes(model, plan(model.spec, model.status))[track]
+    leaders = [
+        pod
+        for pod in children.pods
+        if pod["metadata"].get("labels", {}).get(TRACK_LABEL) == track
+        and not pod["metadata"].get("deletionTimestamp")
+    ]
+    return len(leaders) == replicas and all(
+        pod_ready(pod)
+        and (pod["metadata"].get("annotations") or {}).get(CONFIG_HASH_ANNOTATION) == expected
+        for pod in leaders
     )
 
 
@@ -176,8 +214,12 @@ def summarize(
     generation = model.metadata.generation
     replicas = model.spec.replicas
     canary = status.canary_run
-    stable_done = _rolled_out(children.stable, replicas)
-    canary_done = canary is None or _rolled_out(children.canary, 1)
+    stable_done = _rolled_out(children.stable, replicas) and _current_leaders(
+        model, children, "stable", replicas
+    )
+    canary_done = canary is None or (
+        _rolled_out(children.canary, 1) and _current_leaders(model, children, "canary", 1)
+    )
     runtime_failed = runtime_failure(children.pods)
     pending = unschedulable(children.pods)
     conditions = list(status.conditions)

@@ -109,6 +109,12 @@ def read_sim_profile(value: str | None) -> SimProfile:
 
 
 def _run_sim(config: RuntimeConfig, profile: SimProfile) -> int:
+    if config.headless:
+        # A worker rank serves nothing: as vLLM's headless ranks, it runs until stopped.
+        stop = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        signal.sigwait(stop)
+        return 0
     # Imported here so that the GPU path never loads aiohttp's server.
     from specfleet.runtime.sim_server import serve as serve_sim
 

@@ -187,6 +187,12 @@ class RuntimeConfig(BaseModel):
     tensor_parallel_size: PositiveInt = 1
     pipeline_parallel_size: PositiveInt = 1
     data_parallel_size: PositiveInt = 1
+    # A replica across nodes (vLLM's multi-node launch without Ray): nodes, this one's
+    # rank, and the leader's address (rank 0, which runs the API server); the other
+    # ranks run headless, their GPUs' workers joining the leader's.
+    nnodes: PositiveInt = 1
+    node_rank: Annotated[int, Field(ge=0)] = 0
+    master_addr: str | None = None
     host: str | None = None
     port: Annotated[int, Field(ge=1, le=65535)] | None = None
     termination_log: str = DEFAULT_TERMINATION_LOG
@@ -242,6 +248,18 @@ class RuntimeConfig(BaseModel):
                 "--batch-schedule and --hot-schedule need --data-parallel-size 1: vLLM "
                 "drops per-batch K schedules with data parallel ranks"
             )
+        if self.nnodes > 1 and not self.master_addr:
+            raise ValueError("--nnodes above 1 needs --master-addr, the leader's address")
+        if self.node_rank >= self.nnodes:
+            raise ValueError(f"--node-rank {self.node_rank} must be below --nnodes {self.nnodes}")
+        if (self.tensor_parallel_size * self.pipeline_parallel_size) % self.nnodes:
+            raise ValueError(
+                f"--nnodes {self.nnodes} must divide tensor x pipeline parallel size "
+                f"({self.tensor_parallel_size * self.pipeline_parallel_size}): vLLM splits "
+                "its ranks evenly over the nodes"
+            )
+        if self.nnodes > 1 and self.data_parallel_size > 1:
+            raise ValueError("--nnodes above 1 needs --data-parallel-size 1")
         if self.adaptive_verification and self.pipeline_parallel_size > 1:
             raise ValueError(
                 "--adaptive-verification needs --pipeline-parallel-size 1 (vLLM refuses it "
@@ -251,9 +269,17 @@ class RuntimeConfig(BaseModel):
         return self
 
     @property
+    def headless(self) -> bool:
+        """A worker of a replica across nodes: no API server, its engine joins rank 0's."""
+        return self.node_rank > 0
+
+    @property
     def gpus_needed(self) -> int:
-        """GPUs one engine uses: a tensor x pipeline group per data parallel rank."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+        """GPUs one engine uses on this node: a tensor x pipeline group per data parallel
+        rank, split evenly over --nnodes."""
+        return (
+            self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+        ) // self.nnodes
 
     def _check_schedule(self) -> None:
         if not self.batch_schedule or not self.method.speculates:
@@ -337,6 +363,9 @@ class RuntimeConfig(BaseModel):
             ("--tensor-parallel-size", self.tensor_parallel_size),
             *_above_one("--pipeline-parallel-size", self.pipeline_parallel_size),
             *_above_one("--data-parallel-size", self.data_parallel_size),
+            *_above_one("--nnodes", self.nnodes),
+            ("--node-rank", self.node_rank or None),
+            ("--master-addr", self.master_addr),
             ("--host", self.host),
             ("--port", self.port),
             ("--sim-profile", self.sim_profile),
@@ -482,6 +511,15 @@ def _parser() -> _Parser:
         default=1,
         help="engine replicas in the pod (default 1); no per-batch schedules above 1",
     )
+    add("--nnodes", type=int, metavar="N", default=1, help="nodes one replica spans (default 1)")
+    add(
+        "--node-rank",
+        type=int,
+        metavar="N",
+        default=0,
+        help="this node's rank in its replica: 0 runs the API server, the others run headless",
+    )
+    add("--master-addr", metavar="HOST", help="with --nnodes above 1: rank 0's address")
     add(
         "--host",
         help=f"where to listen (default: every address of the pod: :: where {ENV_POD_IP} is "
@@ -610,6 +648,9 @@ def parse_serve_args(
             tensor_parallel_size=namespace.tensor_parallel_size,
             pipeline_parallel_size=namespace.pipeline_parallel_size,
             data_parallel_size=namespace.data_parallel_size,
+            nnodes=namespace.nnodes,
+            node_rank=namespace.node_rank,
+            master_addr=namespace.master_addr,
             host=namespace.host if namespace.host is not None else listen_host(env),
             port=namespace.port,
             termination_log=termination_log_path(argv, env),

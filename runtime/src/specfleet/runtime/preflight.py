@@ -426,6 +426,8 @@ def check_gpus(config: RuntimeConfig, gpus: int | None) -> str:
     sizes = f"tensor parallel size {config.tensor_parallel_size}"
     if config.pipeline_parallel_size > 1 or config.data_parallel_size > 1:
         sizes += f" x pipeline {config.pipeline_parallel_size} x data {config.data_parallel_size}"
+    if config.nnodes > 1:
+        sizes += f" over {config.nnodes} nodes"
     if config.gpus_needed > gpus:
         raise PreflightError(f"{sizes} needs {config.gpus_needed} GPUs, {gpus} visible")
     return f"{gpus} GPU(s) visible for {sizes}"

@@ -21,6 +21,9 @@ OWNED_FLAGS: dict[str, tuple[str, ...]] = {
     "--tensor-parallel-size": ("--tensor-parallel-size", "-tp"),
     "--pipeline-parallel-size": ("--pipeline-parallel-size", "-pp"),
     "--data-parallel-size": ("--data-parallel-size", "-dp"),
+    "--nnodes": ("--nnodes", "-n"),
+    "--node-rank": ("--node-rank", "-r"),
+    "--master-addr": ("--master-addr",),
     "--host": ("--host",),
     "--port": ("--port",),
     "--speculative-config": ("--speculative-config", "-sc"),
@@ -237,6 +240,11 @@ def vllm_argv(config: RuntimeConfig) -> list[str]:
         argv += ["--pipeline-parallel-size", str(config.pipeline_parallel_size)]
     if config.data_parallel_size > 1:
         argv += ["--data-parallel-size", str(config.data_parallel_size)]
+    if config.nnodes > 1:
+        # vLLM's multi-node launch without Ray (its multiproc executor across nodes).
+        argv += ["--nnodes", str(config.nnodes), "--master-addr", str(config.master_addr)]
+        if config.headless:
+            argv += ["--node-rank", str(config.node_rank), "--headless"]
     if config.host is not None:
         argv += ["--host", config.host]
     if config.port is not None:
