@@ -50,3 +50,12 @@ def test_one_noisy_window_under_the_floor_does_not_switch_speculation_off() -> N
     result = simulate(scenario, 2)
     assert result.wrong_disables == 0, [d["message"] for d in result.decisions]
     assert not [d for d in result.decisions if d["kind"] == "Disable"]
+
+
+@pytest.mark.parametrize("seed", [10, 17, 19])
+def test_a_stale_draft_with_plain_decoding_never_measured_goes_plain_at_once(seed: int) -> None:
+    """Its small predicted loss (-1.2%) is the fit's guess at plain decoding's step, not
+    one window's noise: it measured -47%, and plain decoding comes within failureLimit +
+    1 windows of the drift, without a canary first."""
+    result = simulate(load_scenario(SCENARIOS / "stale-draft.yaml", "c8/expensive"), seed)
+    assert result.drift_to_plain and max(result.drift_to_plain) <= 3, result.drift_to_plain

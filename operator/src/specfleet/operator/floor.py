@@ -193,10 +193,12 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
         reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
     else:
         reason = f"{why}; speculation no longer pays: {pays}"
-        # Near the floor, or where the predicted loss is within what one window's
-        # acceptance moves it, plain decoding's speed is measured before it is chosen
-        # (plain.py): a noisy window is no measurement of plain decoding.
-        close = gain > -run.required_gain()
+        # Near the floor plain decoding's speed is measured before it is chosen
+        # (plain.py). So it is where both steps are measured and the predicted loss is
+        # within what one window's acceptance moves it: a noisy window is no measurement
+        # of plain decoding. (With plain decoding unmeasured, a small predicted loss is
+        # the fit's guess at its step, as a stale draft's -1.2% that measured -47%.)
+        close = gain > -run.required_gain() and _plain_measured(run, judged)
         if (near or close) and measure_first(run, judged, reason):
             message = f"{reason}; keeping K={current}: plain decoding is measured first"
             _keep_fastest(run, judged, message)
