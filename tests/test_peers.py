@@ -210,6 +210,17 @@ def test_every_peer_runs_where_it_applies() -> None:
         assert 0.5 < result.steady_ratio <= 1.0 + 1e-9, peer.name
 
 
+def test_every_peer_runs_through_an_idle_hour() -> None:
+    """No request in flight: an engine runs no step, so no peer's rule adapts to one (the
+    SGLang slot and the TensorRT-LLM gate divided by the batch and crashed the
+    benchmark)."""
+    s = load_scenario(SCENARIOS / "idle-hour.yaml")
+    for peer in PEERS:
+        if peer.applies(s):
+            result = simulate(s, 0, hold(peer.tokens), peer.rule(s))
+            assert 0.0 < result.steady_ratio <= 1.0 + 1e-9, peer.name
+
+
 def test_the_tuner_tunes_the_cap_of_adaptive_verification() -> None:
     # At 32 in flight the engine verifies few of K's drafts but still drafts K: only no
     # drafting pays, and the tuner, fitting step times by the count verified, measures

@@ -205,6 +205,8 @@ class SGLangAdaptive:
         drafting = spec.draft.method.runtime.drafting
         cost = self.scenario.engine_cost
         batch = phase.concurrency
+        if batch == 0:  # an idle engine runs no step: nothing to adapt to
+            return [EnginePart(configured, 1.0, configured)]
         slot = self.slot(batch, configured)
         seconds: dict[int, float] = {}
         for _ in range(self.steps):
@@ -264,6 +266,8 @@ class TrtLlmGate:
         k = min(self.schedule(batch), configured) if self.schedule else configured
         if name in self._tripped or k == 0:
             return [EnginePart(0, 1.0, 0)]
+        if batch == 0:  # an idle engine runs no iteration: none to trip the gate
+            return [EnginePart(k, 1.0, k)]
         spec = scenario_spec(self.scenario)
         drafting = spec.draft.method.runtime.drafting
         interval = self._interval(spec)
