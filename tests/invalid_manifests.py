@@ -401,3 +401,50 @@ INVALID_CASES += [
         unknown_field=True,
     ),
 ]
+
+
+def _value_from(source: dict[str, Any]) -> dict[str, Any]:
+    return {"spec.runtime.env": [{"name": "A", "valueFrom": source}]}
+
+
+# What the API server refuses in a variable's valueFrom (the pods, once created): typed
+# in the CRD, so admission refuses it too.
+INVALID_CASES += [
+    InvalidCase(
+        "env-field-ref-path",
+        _value_from({"fieldRef": {"fieldPath": "spec.containers"}}),
+        "valueFrom.fieldRef.fieldPath",
+    ),
+    # A downwardAPI volume may write all labels; a variable only one.
+    InvalidCase(
+        "env-field-ref-all-labels",
+        _value_from({"fieldRef": {"fieldPath": "metadata.labels"}}),
+        "valueFrom.fieldRef.fieldPath",
+    ),
+    InvalidCase(
+        "env-resource-field-ref",
+        _value_from({"resourceFieldRef": {"resource": "limits.gpu"}}),
+        "valueFrom.resourceFieldRef.resource",
+    ),
+    InvalidCase(
+        "env-secret-key-ref-without-key",
+        _value_from({"secretKeyRef": {"name": "s"}}),
+        "valueFrom.secretKeyRef.key",
+    ),
+    InvalidCase(
+        "env-config-map-key-ref-name",
+        _value_from({"configMapKeyRef": {"name": "Bad Name", "key": "k"}}),
+        "valueFrom.configMapKeyRef.name",
+    ),
+    InvalidCase(
+        "env-secret-key-ref-key",
+        _value_from({"secretKeyRef": {"name": "s", "key": "a/b"}}),
+        "valueFrom.secretKeyRef.key",
+    ),
+    InvalidCase(
+        "env-value-from-unknown-field",
+        _value_from({"fieldref": {"fieldPath": "metadata.name"}}),
+        "valueFrom.fieldref",
+        unknown_field=True,
+    ),
+]

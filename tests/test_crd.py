@@ -560,3 +560,44 @@ def test_kubernetes_refuses_in_the_pods_what_validate_refuses_in_volumes_and_aff
     assert report[0] == []
     admitted = [case.id for case, errors in zip(cases, report[1:], strict=True) if not errors]
     assert admitted == []
+
+
+VALID_ENV: list[dict[str, Any]] = [
+    {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+    {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+    {
+        "name": "MEMORY",
+        "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
+    },
+    {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+    {
+        "name": "KEY",
+        "valueFrom": {"secretKeyRef": {"name": "keys", "key": "api.key", "optional": True}},
+    },
+]
+ENV_FIELD = "spec.runtime.env"
+
+
+def test_a_variable_from_each_source_is_valid_and_kubernetes_refuses_what_validate_does(
+    tmp_path: Path, peagle_manifest: dict[str, Any]
+) -> None:
+    """validate, the API server's validation of the model (crdcheck) and of the Deployment
+    render makes of it (podcheck) agree on valueFrom: each source is valid, and each
+    invalid case validate and admission refuse, Kubernetes refuses in the pods."""
+    valid = apply_changes(peagle_manifest, {ENV_FIELD: VALID_ENV})
+    assert validation_errors(valid) == []
+    assert crdcheck(tmp_path, valid)["objects"] == [[]]
+    rendered = _rendered_deployment(valid, tmp_path)
+    container = rendered["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"][-len(VALID_ENV) :] == VALID_ENV
+    cases = [c for c in INVALID_CASES if set(c.changes) == {ENV_FIELD} and "valueFrom" in c.field]
+    assert len(cases) >= 7
+    deployments = [rendered]
+    for case in cases:
+        deployment = copy.deepcopy(rendered)
+        env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        env[-len(VALID_ENV) :] = case.changes[ENV_FIELD]
+        deployments.append(deployment)
+    report = podcheck(tmp_path, *deployments)
+    assert report[0] == []
+    assert [case.id for case, errors in zip(cases, report[1:], strict=True) if not errors] == []

@@ -959,13 +959,19 @@ ObjectName = Annotated[
 ]
 
 
+# A key of a ConfigMap's or Secret's data, as the API server's IsConfigMapKey.
+DataKey = Annotated[
+    str,
+    StringConstraints(max_length=253),
+    Matching(
+        "^[-._a-zA-Z0-9]+$", "a ConfigMap's or Secret's key: letters, digits, '-', '_' and '.'"
+    ),
+]
+
+
 class SecretKeyRef(SpecModel):
     name: ObjectName = Field(description="Secret name in the model's namespace.")
-    key: Annotated[
-        str,
-        StringConstraints(max_length=253),
-        Matching("^[-._a-zA-Z0-9]+$", "a Secret's key: letters, digits, '-', '_' and '.'"),
-    ] = Field(default="token", description="Key holding the token.")
+    key: DataKey = Field(default="token", description="Key holding the token.")
 
 
 # The environment render gives every runtime container, each with why a user's entry
@@ -1032,9 +1038,7 @@ class EnvVar(SpecModel):
         Matching(ENV_NAME_PATTERN, "printable ASCII characters other than '='"),
     ]
     value: str | None = None
-    value_from: dict[str, Any] | None = Field(
-        default=None, description="A core/v1 EnvVarSource, passed through unchanged."
-    )
+    value_from: EnvVarSource | None = None
 
 
 @dataclass(frozen=True)
@@ -1233,6 +1237,9 @@ ROCM_VLLM_IMAGE = "vllm/vllm-openai-rocm:v0.33.0"
 # The variable render sets to load the injected runtime (runtime.injectRuntime).
 INJECTED_ENV = "PYTHONPATH"
 POD_LIST_MAX = 32
+# runtime.env's most variables: the API server prices each CEL rule at the most items a
+# list may hold, and an unbounded list prices a valueFrom's one-source rule 10x over.
+ENV_MAX = 128
 DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 PERCENT_PATTERN = r"^[0-9]+%$"
 
@@ -1964,17 +1971,105 @@ class ObjectFieldSelector(SpecModel):
     ]
 
 
+ResourceField = Annotated[
+    str,
+    StringConstraints(max_length=317),
+    Matching(
+        RESOURCE_FIELD_PATTERN,
+        "limits. or requests. and cpu, memory, ephemeral-storage or hugepages-<size>",
+    ),
+]
+
+
 class ResourceFieldSelector(SpecModel):
     container_name: NonEmptyString  # required in a volume (the container it reads)
-    resource: Annotated[
+    resource: ResourceField
+    divisor: Quantity | None = None
+
+
+# A pod field a variable may read: as the API server's
+# validEnvDownwardAPIFieldPathExpressions, or one label or annotation.
+ENV_FIELD_PATH_PATTERN = (
+    r"^metadata[.](name|namespace|uid)$|^spec[.](nodeName|serviceAccountName)$"
+    r"|^status[.](hostIP|hostIPs|podIP|podIPs)$"
+    rf"|^metadata[.](labels|annotations)\['{LABEL_KEY_PATTERN[1:-1]}'\]$"
+)
+
+
+class EnvFieldSelector(SpecModel):
+    api_version: Literal["v1"] | None = None
+    field_path: Annotated[
         str,
-        StringConstraints(max_length=317),
+        StringConstraints(max_length=1024),
         Matching(
-            RESOURCE_FIELD_PATTERN,
-            "limits. or requests. and cpu, memory, ephemeral-storage or hugepages-<size>",
+            ENV_FIELD_PATH_PATTERN,
+            "metadata.name, namespace or uid, spec.nodeName or serviceAccountName, "
+            "status.hostIP(s) or podIP(s), or one label or annotation (metadata.labels['key'])",
         ),
     ]
+
+
+class EnvResourceFieldSelector(SpecModel):
+    container_name: NonEmptyString | None = None  # unset: the runtime container
+    resource: ResourceField
     divisor: Quantity | None = None
+
+
+class DataKeySelector(SpecModel):
+    """A key of a ConfigMap or Secret in the model's namespace."""
+
+    name: ObjectName
+    key: DataKey
+    optional: bool | None = None
+
+
+ENV_SOURCES = ("fieldRef", "resourceFieldRef", "configMapKeyRef", "secretKeyRef", "fileKeyRef")
+
+
+class EnvVarSource(SpecModel):
+    """A core/v1 EnvVarSource, typed and checked as the API server checks the pods' (a
+    file's key, alpha in Kubernetes 1.34, is kept as written)."""
+
+    rules: ClassVar[tuple[Rule[EnvVarSource], ...]] = (
+        Rule(
+            "[" + ", ".join(f"has(self.{s})" for s in ENV_SOURCES) + "].filter(s, s).size() == 1",
+            "runtime.env: a valueFrom takes exactly one of "
+            + ", ".join(ENV_SOURCES)
+            + " (the API server refuses the pods)",
+            lambda source: len(source.sources()) == 1,
+            found=lambda source: ", ".join(source.sources()) or "none",
+            refusals=(
+                Refusal(
+                    "env-value-from-empty", {"spec.runtime.env": [{"name": "A", "valueFrom": {}}]}
+                ),
+                Refusal(
+                    "env-value-from-two-sources",
+                    {
+                        "spec.runtime.env": [
+                            {
+                                "name": "A",
+                                "valueFrom": {
+                                    "fieldRef": {"fieldPath": "metadata.name"},
+                                    "secretKeyRef": {"name": "s", "key": "k"},
+                                },
+                            }
+                        ]
+                    },
+                ),
+            ),
+        ),
+    )
+
+    field_ref: EnvFieldSelector | None = None
+    resource_field_ref: EnvResourceFieldSelector | None = None
+    config_map_key_ref: DataKeySelector | None = None
+    secret_key_ref: DataKeySelector | None = None
+    file_key_ref: PassedThrough = _untyped()
+
+    def sources(self) -> list[str]:
+        """The sources set, as Kubernetes names them."""
+        written = self.model_dump(by_alias=True, exclude_none=True)
+        return [source for source in ENV_SOURCES if source in written]
 
 
 class DownwardAPIVolumeFile(SpecModel):
@@ -2989,7 +3084,7 @@ class Runtime(SpecModel):
         f"{MAX_ARG_LENGTH} characters (a longer value, such as a chat template, belongs in a "
         "file in the image).",
     )
-    env: Annotated[list[EnvVar], UniqueNames("variable")] = Field(
+    env: Annotated[list[EnvVar], Field(max_length=ENV_MAX), UniqueNames("variable")] = Field(
         default_factory=list, description="Extra environment."
     )
     port: int = Field(default=8000, ge=1, le=65535, description="HTTP port of the server.")
@@ -4324,6 +4419,7 @@ RULES: list[Rule[Any]] = [
     *ModelCache.rules,
     *RollingUpdate.rules,
     *EnvVar.rules,
+    *EnvVarSource.rules,
     _FLOOR,
     *Metrics.rules,
     *SpeculativeModelSpec.rules,
