@@ -102,19 +102,45 @@ def test_the_linters_can_fail() -> None:
     assert [p.rule for p in linter.run(text, config)] == ["trailing-spaces"]
 
 
+def _as_deployments(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Deployment as it is; a LeaderWorkerSet's leader and worker pod templates each in a
+    Deployment of the group's name; nothing of other kinds."""
+    if document["kind"] == "Deployment":
+        return [document]
+    if document["kind"] != "LeaderWorkerSet":
+        return []
+    group = document["spec"]["leaderWorkerTemplate"]
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {**document["metadata"], "name": f"{document['metadata']['name']}-{role}"},
+            "spec": {
+                "replicas": document["spec"]["replicas"],
+                "selector": {"matchLabels": group[f"{role}Template"]["metadata"]["labels"]},
+                "template": group[f"{role}Template"],
+            },
+        }
+        for role in ("leader", "worker")
+    ]
+
+
 def test_the_api_server_s_validation_finds_nothing_in_rendered_deployments(
     tmp_path: Path,
 ) -> None:
-    """Beyond the schemas: every Deployment render writes of the examples and the chart
-    passes the API server's own validation of a Deployment being created (names, quantities,
-    volumes, affinity, probes, security contexts...), run offline by podcheck."""
+    """Beyond the schemas: every Deployment render writes of the examples and the chart,
+    and each LeaderWorkerSet's leader and worker templates (as Deployments: podcheck knows
+    no LeaderWorkerSet), pass the API server's own validation of a Deployment being created
+    (names, quantities, volumes, affinity, probes, security contexts...), run offline by
+    podcheck."""
     from tests.test_crd import podcheck
 
     deployments = [
         d
         for name in NAMES
-        for d in yaml.safe_load_all(rendering(name))
-        if d and d["kind"] == "Deployment"
+        for document in yaml.safe_load_all(rendering(name))
+        if document
+        for d in _as_deployments(document)
     ]
     assert len(deployments) >= len(EXAMPLES) * 2
     report = podcheck(tmp_path, *deployments)

@@ -11,6 +11,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from specfleet.operator import api, crd, logs, manifests, render
+from specfleet.operator.capacity import capacity
 from specfleet.operator.errors import describe, validation_errors
 from specfleet.operator.pod_policy import PodPolicy
 from specfleet.runtime import vllm_flags
@@ -76,7 +77,7 @@ def validate_command(
     or a model is invalid, asks for more than the pod policy allows (the operator's
     install: its --allow-* flags) or has runtime.args vLLM 0.33's parser would refuse or
     that set one of its options twice; models of all the files whose children would share
-    a name are refused too."""
+    a name are refused too. Prints the GPUs each valid model takes at peak."""
     policy = _pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache)
     invalid = 0
     valid: list[tuple[str, api.SpeculativeModel]] = []
@@ -105,6 +106,7 @@ def validate_command(
                 invalid += 1
             else:
                 typer.echo(f"{path} ({name}): valid")
+                typer.echo(f"{path} ({name}): {capacity(spec)}")
                 for warning in spec.warnings():
                     typer.echo(f"{path} ({name}): warning: {warning}", err=True)
                 valid.append((str(path), api.SpeculativeModel.model_validate(document)))
