@@ -211,11 +211,20 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         model["spec"]["runtime"]["parallelism"] = {"tensor": 1, "nodesPerReplica": 1}
         apply(model, namespace)
         apps = client.AppsV1Api(api_client)
-        wait_for(
-            "the stable Deployment ready",
-            lambda: apps.read_namespaced_deployment(MODEL, namespace).status.ready_replicas,
-            timeout=180,
-        )
+
+        def deployment_ready() -> int | None:
+            # The operator creates the Deployment on its next reconcile: not there yet
+            # is not a failure.
+            try:
+                deployment = apps.read_namespaced_deployment(MODEL, namespace)
+            except client.exceptions.ApiException as error:
+                if error.status == 404:
+                    return None
+                raise
+            ready: int | None = deployment.status.ready_replicas
+            return ready
+
+        wait_for("the stable Deployment ready", deployment_ready, timeout=180)
         wait_for(
             "the groups gone",
             lambda: (
