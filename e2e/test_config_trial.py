@@ -89,9 +89,16 @@ def test_a_poor_head_is_rejected_and_the_next_one_promoted(
     table = cluster.kubectl("get", "specmodel", NAME, "-n", model_namespace).stdout
     header, row = table.strip().splitlines()
     assert row.split()[header.split().index("REJECTED")] == config["rejected"]["hash"]
-    events = core.list_namespaced_event(
-        model_namespace, field_selector=f"involvedObject.name={NAME},reason=RejectConfig"
-    ).items
+
+    def reject_events() -> list[Any]:
+        return list(
+            core.list_namespaced_event(
+                model_namespace, field_selector=f"involvedObject.name={NAME},reason=RejectConfig"
+            ).items
+        )
+
+    # The Event is posted after the status write that carries the condition.
+    events = wait_for("the RejectConfig Event", reject_events, timeout=30)
     assert [e.type for e in events] == ["Warning"]
 
     # The next commit, as fast as the running head and allowed to be 10% slower: promoted.

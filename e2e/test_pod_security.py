@@ -26,6 +26,31 @@ RESTRICTED = {
 }
 
 
+BARE_POD = {
+    "metadata": {"name": "plain"},
+    "spec": {"containers": [{"name": "c", "image": "ghcr.io/specfleet/runtime:0.1.0"}]},
+}
+
+
+def _refusal(core: client.CoreV1Api, namespace: str) -> str | None:
+    """Pod Security's answer to a pod without the settings (a server-side dry run)."""
+    try:
+        core.create_namespaced_pod(namespace, BARE_POD, dry_run="All")
+    except client.ApiException as error:
+        if error.status == 403 and "restricted" in str(error.body):
+            return str(error.body)
+        raise
+    return None
+
+
+def enforce_restricted(core: client.CoreV1Api, namespace: str) -> None:
+    """Label the namespace and wait until Pod Security enforces it: admission reads
+    namespaces from its informer cache, so the first pods after the patch may be judged
+    by the old labels."""
+    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
+    wait_for("Pod Security enforcing restricted", lambda: _refusal(core, namespace), timeout=30)
+
+
 def _ready_pods(core: client.CoreV1Api, namespace: str, track: str) -> list[Any] | None:
     pods = core.list_namespaced_pod(namespace, label_selector=f"specfleet.io/track={track}").items
     ready = [
@@ -45,7 +70,7 @@ def test_restricted_namespace_runs_stable_and_canary_pods(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
     core = client.CoreV1Api(api_client)
-    core.patch_namespace(model_namespace, {"metadata": {"labels": RESTRICTED}})
+    enforce_restricted(core, model_namespace)
     manifest = story_model()
     manifest["spec"]["runtime"]["pod"] = {
         # A core Volume passes through the CRD's preserve-unknown-fields as written.
@@ -92,13 +117,9 @@ def test_restricted_namespace_refuses_what_specfleet_does_not_render(
 ) -> None:
     """The test above can fail: the same namespace refuses a pod without the settings."""
     core = client.CoreV1Api(api_client)
-    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
-    pod = {
-        "metadata": {"name": "plain"},
-        "spec": {"containers": [{"name": "c", "image": "ghcr.io/specfleet/runtime:0.1.0"}]},
-    }
+    enforce_restricted(core, namespace)
     try:
-        core.create_namespaced_pod(namespace, pod)
+        core.create_namespaced_pod(namespace, BARE_POD)
     except client.ApiException as error:
         assert error.status == 403 and "restricted" in str(error.body)
     else:
@@ -118,7 +139,7 @@ def test_an_image_without_specfleet_runs_the_injected_runtime(
     )
     assert plain.returncode != 0 and "No module named 'specfleet'" in plain.stderr
     core = client.CoreV1Api(api_client)
-    core.patch_namespace(model_namespace, {"metadata": {"labels": RESTRICTED}})
+    enforce_restricted(core, model_namespace)
     manifest = sim_model("plain")
     manifest["spec"]["runtime"]["image"] = cluster.PLAIN_PYTHON_IMAGE
     manifest["spec"]["runtime"]["injectRuntime"] = {}
@@ -142,7 +163,7 @@ def test_the_production_example_is_admitted_in_a_restricted_namespace(
     """The example and its pods as rendered, through admission in a namespace enforcing
     `restricted` (server-side dry runs: nothing is scheduled)."""
     core = client.CoreV1Api(api_client)
-    core.patch_namespace(namespace, {"metadata": {"labels": RESTRICTED}})
+    enforce_restricted(core, namespace)
     manifest = yaml.safe_load(PRODUCTION.read_text())
     manifest["metadata"]["namespace"] = namespace
     assert "created (server dry run)" in apply(manifest, namespace, "--dry-run=server")
