@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
@@ -184,3 +185,14 @@ def test_the_workloads_of_the_kind_a_model_left_are_scaled_to_zero() -> None:
     ]
     assert render.retired_workloads(single, set()) == []
     assert render.retired_workloads(grouped, {("LeaderWorkerSet", "llama-405b-stable")}) == []
+
+
+@pytest.mark.parametrize("arg", ["--headless", "--headless=true", "--head"])
+def test_a_user_arg_cannot_make_a_leader_headless(arg: str) -> None:
+    """`--headless` is the workers' alone: on a leader (or a single pod) it would start no
+    API server, and the pod would never turn Ready."""
+    manifest = example(EXAMPLE)
+    manifest["spec"]["runtime"]["args"] = [arg]
+    with pytest.raises(ValidationError) as refused:
+        model_from(manifest)
+    assert "runtime.args" in str(refused.value) and "--headless" in str(refused.value)

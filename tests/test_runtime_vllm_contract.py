@@ -105,7 +105,7 @@ MARK = "4321"
 # the parser destinations beyond the flag's own (`--model` moves into the positional
 # model; a config file sets what it holds, here a port), and the args before the probe:
 # a positional model, except for `--model`, which vLLM moves there itself.
-VALUES = {
+VALUES: dict[str, str | None] = {
     "--model": "org/m4321",
     "--served-model-name": "s4321",
     "--tensor-parallel-size": MARK,
@@ -114,6 +114,7 @@ VALUES = {
     "--nnodes": MARK,
     "--node-rank": MARK,
     "--master-addr": "a4321",
+    "--headless": None,  # a switch: it takes no value and reads as true
     "--host": "h4321",
     "--port": MARK,
     "--speculative-config": '{"m": 4321}',
@@ -121,6 +122,8 @@ VALUES = {
     "--spec-model": "d/4321",
     "--spec-tokens": MARK,
 }
+# What each owner's probe leaves in its destination, where not MARK.
+MARKERS = {"--spec-method": "ngram", "--headless": "true"}
 EXTRA_DESTS = {"--model": ["model_tag"], "--config": ["port"]}
 ORDINARY = ["--max-model-len", "--dtype", "--enforce-eager", "--model-impl"]
 
@@ -131,21 +134,23 @@ def vllm_python() -> str | None:
     return os.environ.get("SPECFLEET_VLLM_PYTHON")
 
 
-def spelling_classes(spelling: str, value: str) -> dict[str, list[str]]:
-    """Every way vLLM's parser may read an arg as this option, by class."""
+def spelling_classes(spelling: str, value: str | None) -> dict[str, list[str]]:
+    """Every way vLLM's parser may read an arg as this option, by class (a switch, whose
+    value is None, alone; given a value with `=`, argparse's error names it)."""
     head, name = ("--", spelling[2:]) if spelling.startswith("--") else ("-", spelling[1:])
-    classes = {
-        "exact": [spelling, value],
-        "equals": [f"{spelling}={value}"],
-        "key": [f"{spelling}.key", value],
-    }
+    given = [] if value is None else [value]
+    glued = value or MARK
+    classes = {"exact": [spelling, *given], "equals": [f"{spelling}={glued}"]}
+    if value is not None:
+        # A switch's JSON key reads as the switch and then fails on the JSON left over.
+        classes["key"] = [f"{spelling}.key", value]
     if "-" in name:
-        classes["underscore"] = [head + name.replace("-", "_"), value]
-        classes["underscore prefix equals"] = [head + name[:-1].replace("-", "_") + "=" + value]
+        classes["underscore"] = [head + name.replace("-", "_"), *given]
+        classes["underscore prefix equals"] = [head + name[:-1].replace("-", "_") + "=" + glued]
     for cut in range(1, len(name)):
-        classes[f"prefix {head + name[:cut]}"] = [head + name[:cut], value]
+        classes[f"prefix {head + name[:cut]}"] = [head + name[:cut], *given]
     if head == "-":
-        classes["glued"] = [spelling + value]
+        classes["glued"] = [spelling + glued]
     return classes
 
 
@@ -161,7 +166,7 @@ def probes(config_file: Path) -> list[dict[str, Any]]:
                         "class": kind,
                         "args": args,
                         "base": [] if owner == "--model" else ["org/target"],
-                        "marker": "ngram" if owner == "--spec-method" else MARK,
+                        "marker": MARKERS.get(owner, MARK),
                         "spellings": list(spellings),
                         "extra_dests": EXTRA_DESTS.get(owner, []),
                     }

@@ -24,6 +24,7 @@ OWNED_FLAGS: dict[str, tuple[str, ...]] = {
     "--nnodes": ("--nnodes", "-n"),
     "--node-rank": ("--node-rank", "-r"),
     "--master-addr": ("--master-addr",),
+    "--headless": ("--headless",),
     "--host": ("--host",),
     "--port": ("--port",),
     "--speculative-config": ("--speculative-config", "-sc"),
