@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
-from specfleet.operator.children import owned_pods
+from specfleet.operator.children import owned_pods, owned_workers
+from specfleet.operator.evaluation import canary_pending_reason, canary_pending_since
 from specfleet.operator.status import ObservedChildren, summarize
 from specfleet.operator.track_plan import plan
 from specfleet.runtime.config import parse_serve_args
@@ -196,3 +197,42 @@ def test_a_user_arg_cannot_make_a_leader_headless(arg: str) -> None:
     with pytest.raises(ValidationError) as refused:
         model_from(manifest)
     assert "runtime.args" in str(refused.value) and "--headless" in str(refused.value)
+
+
+def test_a_canary_group_whose_worker_no_node_takes_is_pending_with_the_schedulers_reason() -> None:
+    """The leader of a canary group may be scheduled while a worker is not: the group
+    never runs, so the trial waits for it and then goes on in place (canaryPendingTimeout)
+    with the scheduler's words, as for a single canary pod; a stranger's group is not read."""
+    model = model_from(example(EXAMPLE))
+    stable, canary = _group_set("llama-405b-stable", 1), _group_set("llama-405b-canary", 0)
+    leader = _pod("llama-405b-canary-0", "llama-405b-canary", "canary", False, "c")
+    worker = _pod("llama-405b-canary-0-1", "llama-405b-canary-0", "canary", False, "c")
+    worker["metadata"]["creationTimestamp"] = "2026-12-03T01:00:00Z"
+    worker["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": NO_NODE},
+        ],
+    }  # fmt: skip
+    strangers = _pod("other-canary-0-1", "other-canary-0", "canary", False, "c")
+    strangers["status"] = worker["status"]
+    labelled = [leader, worker, strangers]
+    pods = owned_pods("uid-1", [stable, canary], [], labelled)
+    assert [pod["metadata"]["name"] for pod in pods] == ["llama-405b-canary-0"]
+    workers = owned_workers(labelled, pods)
+    assert [pod["metadata"]["name"] for pod in workers] == ["llama-405b-canary-0-1"]
+
+    children = ObservedChildren(stable=stable, canary=canary, pods=pods, workers=workers)
+    assert canary_pending_reason(children) == NO_NODE
+    assert canary_pending_since(children) == 1796259600.0
+    status = summarize(model, children, T0)
+    progressing = next(c for c in status.conditions if c.type == ConditionType.PROGRESSING)
+    assert progressing.reason == "Unschedulable"
+    assert NO_NODE in progressing.message
+    # Without its workers read, the group's leader alone says nothing of it.
+    alone = ObservedChildren(stable=stable, canary=canary, pods=pods)
+    assert canary_pending_reason(alone) is None and canary_pending_since(alone) is None
+
+
+NO_NODE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."

@@ -111,6 +111,17 @@ def owned_pods(
     ]
 
 
+def owned_workers(
+    pods: Iterable[dict[str, Any]], owned: Iterable[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The workers of the groups whose leaders are among `owned` (the model's pods, as
+    `owned_pods` found them): LeaderWorkerSet runs a group's workers as a StatefulSet named
+    after, and controlled by, its leader pod. Neither served nor scraped (they run no API
+    server); read for what keeps a group from running, such as a worker no node takes."""
+    leaders = {pod["metadata"]["name"] for pod in owned if controller_name(pod, STATEFUL_SET_KIND)}
+    return [pod for pod in pods if controller_name(pod, STATEFUL_SET_KIND) in leaders]
+
+
 def controller_name(body: dict[str, Any], kind: str) -> str | None:
     """The name of the object's controller, if that is of `kind`."""
     for ref in body["metadata"].get("ownerReferences") or []:

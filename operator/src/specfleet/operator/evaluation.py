@@ -125,8 +125,9 @@ def runtime_failures(current: CurrentPods) -> dict[str, str]:
 
 def _pending_canary(children: ObservedChildren) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """A canary pod waiting for a node, and its PodScheduled condition (the scheduler's
-    reason in its message)."""
-    for pod in children.pods:
+    reason in its message): a pod of a Deployment's, or any pod of a canary group, whose
+    leader runs only once its workers have nodes too."""
+    for pod in children.pods + children.workers:
         labels = pod["metadata"].get("labels", {})
         status = pod.get("status") or {}
         if labels.get(render.TRACK_LABEL) != "canary" or status.get("phase") != "Pending":

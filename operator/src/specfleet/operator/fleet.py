@@ -44,6 +44,7 @@ from specfleet.operator.children import (
     TRACKS,
     child_kind,
     owned_pods,
+    owned_workers,
 )
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
@@ -278,17 +279,19 @@ class FleetCache:
         kind = render.workload_kind(_nodes_per_replica(model))
         stable = children.get(render.workload_ref(name, kind, "stable"))
         canary = children.get(render.workload_ref(name, kind, "canary"))
+        labelled = [body for (kind, _), body in children.items() if kind == POD.kind]
         pods = owned_pods(
             None if model is None else model["metadata"].get("uid"),
             (stable, canary),
             [body for (kind, _), body in children.items() if kind == REPLICA_SET.kind],
-            [body for (kind, _), body in children.items() if kind == POD.kind],
+            labelled,
         )
         starts = self.starts.get(key, {})
         return ObservedChildren(
             stable=stable,
             canary=canary,
             pods=pods,
+            workers=owned_workers(labelled, pods),
             starts=[
                 starts[uid] for pod in pods if (uid := str(pod["metadata"].get("uid"))) in starts
             ],

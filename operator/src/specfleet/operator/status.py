@@ -39,6 +39,8 @@ class ObservedChildren:
     stable: dict[str, Any] | None = None
     canary: dict[str, Any] | None = None
     pods: list[dict[str, Any]] = field(default_factory=list)
+    # The workers of LeaderWorkerSet groups whose leaders are in `pods` (`owned_workers`).
+    workers: list[dict[str, Any]] = field(default_factory=list)
     starts: list[PodStart] = field(default_factory=list)  # of the pods, as observe_start saw
 
 
@@ -220,8 +222,8 @@ def summarize(
     canary_done = canary is None or (
         _rolled_out(children.canary, 1) and _current_leaders(model, children, "canary", 1)
     )
-    runtime_failed = runtime_failure(children.pods)
-    pending = unschedulable(children.pods)
+    runtime_failed = runtime_failure(children.pods + children.workers)
+    pending = unschedulable(children.pods + children.workers)
     conditions = list(status.conditions)
 
     ready = stable_done and _ready(children.stable) >= replicas
