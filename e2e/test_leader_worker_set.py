@@ -158,7 +158,10 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
             body = get_model(api_client, namespace, MODEL)
             return body if (condition(body, "Ready") or {}).get("status") == "True" else None
 
-        wait_for("the model Ready on its group", ready, timeout=180)
+        body = wait_for("the model Ready on its group", ready, timeout=180)
+        # Its GPUs at peak, through the API server (a field its schema lacked would be
+        # pruned): groups of 2 pods of 1 GPU, 1 stable + 1 surge + 1 canary.
+        assert body["status"]["capacity"]["peak"] == 6, body["status"].get("capacity")
         group = _running_group_of(core, namespace, f"{MODEL}-stable")
         assert group is not None
         # The Service reaches the leader alone: the worker runs headless and serves nothing.

@@ -10,11 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from specfleet.operator import api
-from specfleet.operator.capacity import Capacity, capacity
+from specfleet.operator.api import Capacity
+from specfleet.operator.capacity import capacity
 from specfleet.operator.cli import app
+from specfleet.operator.status import ObservedChildren, summarize
 from tests.conftest import REPO
 from tests.invalid_manifests import apply_changes
 from tests.test_render import example
+from tests.test_status import T0
 
 
 def _capacity(manifest: dict[str, Any], changes: dict[str, Any] | None = None) -> Capacity:
@@ -24,8 +27,10 @@ def _capacity(manifest: dict[str, Any], changes: dict[str, Any] | None = None) -
 
 def test_a_group_across_nodes_counts_its_pods_gpus() -> None:
     found = _capacity(example(REPO / "examples" / "llama-405b-multi-node.yaml"))
-    assert found == Capacity("nvidia.com/gpu", 16, 2, stable=1, surge=1, canary=1)
-    assert found.peak == 48
+    assert found == Capacity(
+        resource="nvidia.com/gpu", per_replica=16, pods_per_replica=2, stable=1, surge=1,
+        canary=1, peak=48,
+    )  # fmt: skip
 
 
 def test_the_worked_example_of_install_md(peagle_manifest: dict[str, Any]) -> None:
@@ -98,3 +103,13 @@ def test_validate_prints_the_gpus_at_peak_of_each_valid_model() -> None:
         f"{path} (deepseek-v3): GPUs at peak: 48 nvidia.com/gpu (16 a replica, a group of 2 "
         "pods: 1 stable + 1 surge + 1 canary)",
     ]
+
+
+def test_status_says_the_gpus_at_peak_as_validate_does(peagle_manifest: dict[str, Any]) -> None:
+    manifest = apply_changes(peagle_manifest, {"spec.replicas": 3})
+    model = api.SpeculativeModel.model_validate(manifest)
+    status = summarize(model, ObservedChildren(), T0)
+    assert status.capacity == capacity(model.spec)
+    assert status.capacity is not None and status.capacity.peak == (3 + 1 + 1) * 1
+    written = status.model_dump(by_alias=True, mode="json", exclude_none=True)["capacity"]
+    assert written["perReplica"] == 1 and written["peak"] == 5

@@ -4223,6 +4223,21 @@ class Decision(ApiModel):
     goodput: float | None = None
 
 
+class Capacity(ApiModel):
+    """The GPUs a model takes at peak, from its spec (`capacity.capacity`)."""
+
+    resource: str = Field(description="The accelerator's extended resource (runtime.accelerator).")
+    per_replica: int = Field(description="runtime.gpus x nodesPerReplica: one pod, or one group.")
+    pods_per_replica: int = Field(description="Pods a replica: nodesPerReplica.")
+    stable: int = Field(description="Stable replicas: spec.replicas.")
+    surge: int = Field(description="Replicas a rollout adds while the old ones serve.")
+    canary: int = Field(description="1 where a trial may run on a canary replica.")
+    peak: int = Field(
+        description="GPUs at peak: perReplica x (stable + surge + canary), a rollout of the "
+        "stable replicas while a canary runs."
+    )
+
+
 class SpeculativeModelStatus(ApiModel):
     """What the operator observed and decided. Everything it needs to resume is here."""
 
@@ -4279,6 +4294,11 @@ class SpeculativeModelStatus(ApiModel):
         description="Median seconds from each pod's latest start (its creation, or its "
         "container's restart) to that start's first Ready, readiness flaps ignored: what a "
         "restart (a K change rolls the pods) costs.",
+    )
+    capacity: Capacity | None = Field(
+        default=None,
+        description="The GPUs the model takes at peak, as `specfleet validate` prints it: what "
+        "a quota or a node pool must hold for it.",
     )
     conditions: list[Condition] = Field(default_factory=list)
     history: Annotated[list[Decision], Field(max_length=HISTORY_LIMIT)] = Field(

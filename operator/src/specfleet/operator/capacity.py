@@ -6,9 +6,9 @@ it before anything is applied."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from specfleet.operator.api import (
+    Capacity,
     DraftMethod,
     RolloutStrategy,
     SpeculativeModelSpec,
@@ -16,42 +16,32 @@ from specfleet.operator.api import (
 )
 
 
-@dataclass(frozen=True)
-class Capacity:
-    """GPUs of one resource, by replicas of `per_replica` GPUs each."""
-
-    resource: str  # the accelerator's extended resource (runtime.accelerator)
-    per_replica: int  # runtime.gpus x nodesPerReplica: one pod, or one group
-    pods_per_replica: int  # nodesPerReplica
-    stable: int  # spec.replicas
-    surge: int  # replicas a rollout adds while the old ones serve
-    canary: int  # 1 where a trial may run on a canary replica
-
-    @property
-    def peak(self) -> int:
-        """A rollout of the stable replicas while a canary runs: a spec change that rolls
-        them during a trial, or a promotion, whose new replicas start while the canary's
-        stop."""
-        return self.per_replica * (self.stable + self.surge + self.canary)
-
-    def __str__(self) -> str:
-        replica = f"{self.per_replica} a replica"
-        if self.pods_per_replica > 1:
-            replica += f", a group of {self.pods_per_replica} pods"
-        parts = f"{self.stable} stable + {self.surge} surge + {self.canary} canary"
-        return f"GPUs at peak: {self.peak} {self.resource} ({replica}: {parts})"
+def in_words(found: Capacity) -> str:
+    """One line for people: `specfleet validate` prints it."""
+    replica = f"{found.per_replica} a replica"
+    if found.pods_per_replica > 1:
+        replica += f", a group of {found.pods_per_replica} pods"
+    parts = f"{found.stable} stable + {found.surge} surge + {found.canary} canary"
+    return f"GPUs at peak: {found.peak} {found.resource} ({replica}: {parts})"
 
 
 def capacity(spec: SpeculativeModelSpec) -> Capacity:
+    """Its GPUs at peak: a rollout of the stable replicas while a canary runs (a spec
+    change that rolls them during a trial, or a promotion, whose new replicas start while
+    the canary's stop)."""
     runtime = spec.runtime
     replicas = spec.replicas
+    per_replica = runtime.gpus * runtime.parallelism.nodes_per_replica
+    surge = _surge(runtime.rolling_update.max_surge, replicas)
+    canary = 1 if _may_run_a_canary(spec) else 0
     return Capacity(
         resource=runtime.accelerator_resource,
-        per_replica=runtime.gpus * runtime.parallelism.nodes_per_replica,
+        per_replica=per_replica,
         pods_per_replica=runtime.parallelism.nodes_per_replica,
         stable=replicas,
-        surge=_surge(runtime.rolling_update.max_surge, replicas),
-        canary=1 if _may_run_a_canary(spec) else 0,
+        surge=surge,
+        canary=canary,
+        peak=per_replica * (replicas + surge + canary),
     )
 
 

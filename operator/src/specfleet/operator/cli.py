@@ -11,7 +11,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from specfleet.operator import api, crd, logs, manifests, render
-from specfleet.operator.capacity import capacity
+from specfleet.operator.capacity import capacity, in_words
 from specfleet.operator.errors import describe, validation_errors
 from specfleet.operator.pod_policy import PodPolicy
 from specfleet.runtime import vllm_flags
@@ -106,7 +106,7 @@ def validate_command(
                 invalid += 1
             else:
                 typer.echo(f"{path} ({name}): valid")
-                typer.echo(f"{path} ({name}): {capacity(spec)}")
+                typer.echo(f"{path} ({name}): {in_words(capacity(spec))}")
                 for warning in spec.warnings():
                     typer.echo(f"{path} ({name}): warning: {warning}", err=True)
                 valid.append((str(path), api.SpeculativeModel.model_validate(document)))

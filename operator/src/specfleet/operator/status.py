@@ -14,6 +14,7 @@ from specfleet.operator.api import (
     SpeculativeModel,
     SpeculativeModelStatus,
 )
+from specfleet.operator.capacity import capacity
 from specfleet.operator.children import LEADER_WORKER_SET, Track
 from specfleet.operator.conditions import set_condition
 from specfleet.operator.render import (
@@ -287,6 +288,7 @@ def summarize(
             "ready_replicas": ready_pods,
             "selector": scale_selector(model),
             "startup_seconds": startup if startup is not None else status.startup_seconds,
+            "capacity": capacity(model.spec),
             "conditions": conditions,
         }
     )
