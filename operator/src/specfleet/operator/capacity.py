@@ -35,7 +35,7 @@ def capacity(spec: SpeculativeModelSpec) -> Capacity:
     surge = _surge(runtime.rolling_update.max_surge, replicas)
     canary = 1 if _may_run_a_canary(spec) else 0
     return Capacity(
-        resource=runtime.accelerator_resource,
+        resource=runtime.gpu_source,
         per_replica=per_replica,
         pods_per_replica=runtime.parallelism.nodes_per_replica,
         stable=replicas,

@@ -150,17 +150,23 @@ def with_defaults(
     return result
 
 
+# The name of the pods' GPU claim, from runtime.resourceClaimTemplate (DRA).
+GPU_CLAIM = "gpus"
+
+
 def container_resources(model: SpeculativeModel) -> dict[str, Any]:
     """The serving container's resources: runtime.resources over the default requests,
-    and the GPUs (an extended resource: its request equals its limit)."""
+    and the GPUs (an extended resource: its request equals its limit; or the pod's claim)."""
     runtime = model.spec.runtime
     defaults = {
         "cpu": str(CPU_PER_GPU * _gpus(model)),
         "memory": f"{MEMORY_PER_GPU_GI * _gpus(model)}Gi",
         "ephemeral-storage": tmp_size(model),
     }
-    resources = with_defaults(runtime.resources, defaults, {})
-    if runtime.gpus:
+    resources: dict[str, Any] = with_defaults(runtime.resources, defaults, {})
+    if runtime.resource_claim_template is not None:
+        resources["claims"] = [{"name": GPU_CLAIM}]
+    elif runtime.gpus:
         resources.setdefault("requests", {})[runtime.accelerator_resource] = str(runtime.gpus)
         resources.setdefault("limits", {})[runtime.accelerator_resource] = str(runtime.gpus)
     return resources
@@ -263,6 +269,12 @@ def pod_spec(
     if runtime.inject_runtime:
         volumes.append({"name": INJECT_VOLUME, "emptyDir": {"sizeLimit": INJECT_SIZE}})
     spec["volumes"] = volumes + [_dump(v) for v in pod.volumes]
+    if runtime.resource_claim_template is not None:
+        # Each pod its own claim, made from the template by Kubernetes' resourceclaim
+        # controller and allocated by the scheduler.
+        spec["resourceClaims"] = [
+            {"name": GPU_CLAIM, "resourceClaimTemplateName": runtime.resource_claim_template}
+        ]
     if runtime.node_selector:
         spec["nodeSelector"] = dict(runtime.node_selector)
     if runtime.tolerations:
