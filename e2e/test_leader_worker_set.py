@@ -7,7 +7,8 @@ needs: a worker alone cannot rejoin its leader's process group.
 Then a model whose replicas span two nodes, on the simulated engine, under an operator
 started once LeaderWorkerSet's CRD is served (its watches are chosen at start): served
 and scraped from its leader, tuned up through a canary group, and restarted as a group
-when a worker dies; then down to one node a replica, served by Deployments again."""
+when a worker dies, rolled back when its draft goes stale; then down to one node a
+replica, served by Deployments again."""
 
 from __future__ import annotations
 
@@ -18,16 +19,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from e2e import cluster
 from e2e.lws import LeaderWorkerSetController
-from e2e.models import apply, canary_running, condition, get_model
+from e2e.models import apply, canary_running, condition, get_model, sim_admin, speculation_off
 from e2e.operator_process import OperatorProcess
-from e2e.story import MODEL, story_model
+from e2e.story import HIGH_ACCEPTANCE, MODEL, STALE_ACCEPTANCE, sim_profile, story_model
 from e2e.waiting import wait_for
 from specfleet.operator import render
-from specfleet.operator.outcomes import ActionKind
+from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 
 GROUP = "group"
 NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -149,7 +151,10 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
     core = client.CoreV1Api(api_client)
     custom = client.CustomObjectsApi(api_client)
     try:
-        model = story_model()
+        # The sims read their profile from this file, so a drift reaches new pods too.
+        profile = tmp_path / "profile.yaml"
+        profile.write_text(yaml.safe_dump(sim_profile(HIGH_ACCEPTANCE)))
+        model = story_model(profile)
         # Tensor parallel 2 over two pods of one GPU each: a group of a leader and a worker.
         model["spec"]["runtime"]["parallelism"] = {"tensor": 2, "nodesPerReplica": 2}
         apply(model, namespace)
@@ -209,6 +214,37 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         again = wait_for("the stable group recreated whole", recreated, timeout=120)
         assert again["1"].metadata.uid != worker.metadata.uid
         wait_for("the model Ready again", ready, timeout=180)
+
+        # The draft goes stale: rolled back on the groups as on pods, from the leaders'
+        # windows, and the stable groups roll to plain decoding.
+        profile.write_text(yaml.safe_dump(sim_profile(STALE_ACCEPTANCE)))
+
+        def drifted() -> bool:
+            group = _running_group_of(core, namespace, f"{MODEL}-stable")
+            if group is None or not group["0"].status.pod_ip:
+                return False
+            stale = {"acceptance": STALE_ACCEPTANCE}
+            try:
+                sim_admin(group["0"].status.pod_ip, "/admin/profile", stale)
+            except OSError:  # its engine not listening yet
+                return False
+            return True
+
+        wait_for("the leader's engine told of the drift", drifted, timeout=120)
+
+        def rolled_back() -> dict[str, Any] | None:
+            body = get_model(api_client, namespace, MODEL)
+            actions = {h["action"] for h in (body.get("status") or {}).get("history") or []}
+            return body if actions & ROLLBACK_ACTIONS else None
+
+        off = wait_for("a rollback", rolled_back, timeout=180)
+        assert speculation_off(off), off["status"]["speculation"]
+        wait_for(
+            "the stable groups without a draft",
+            lambda: "--draft-model" not in _stable_args(custom, namespace),
+            timeout=60,
+        )
+        wait_for("the model Ready decoding plainly", ready, timeout=180)
 
         # Down to one node a replica: Deployments serve, the groups are scaled to 0.
         model["spec"]["runtime"]["parallelism"] = {"tensor": 1, "nodesPerReplica": 1}
