@@ -34,14 +34,15 @@ from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
+    Ended,
+    Next,
+    Placement,
     Sides,
     TrialSubject,
+    advance,
     candidate_rate,
-    count_stable,
-    measured_gain,
+    conclude,
     pending_seconds,
-    ready,
-    verdict,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, ONE_SIDED_97_5, totals_add, totals_merge
 from specfleet.operator.windows import (
@@ -49,7 +50,6 @@ from specfleet.operator.windows import (
     judge_collected,
     judge_plain,
     stable_failing,
-    timed_k0_band,
 )
 
 
@@ -213,32 +213,106 @@ def _advance_trial(
         message = "spec.tuning.enabled is false"
         end_trial(run, promote=False, reason=TrialOutcome.TUNING_DISABLED, message=message)
         return
+    kind = _KTrial(run, trial)
     if trial.in_place and trial.in_place.interleaved:
-        after = stable
         _alternate(run, stable)
         if trial.stable.windows < spec.tuning.canary_windows:
             _end_if_overdue(run)
             return
-    elif trial.in_place:
-        after = stable
-        if not trial.in_place.switched:
-            _measure_baseline(run, stable)
-            return
-        if after.conclusive and after.window is not None:
-            trial.canary = totals_add(trial.canary, after.window)
+        step = conclude(run, kind, stable, stable)
+    elif not trial.in_place and _fell_back_in_place(run, observation):
+        return
     else:
-        if _fell_back_in_place(run, observation):
-            return
-        assert canary is not None
-        after = canary
-        if not _add_windows(run, stable, canary):
-            return
-    if (after.conclusive or timed_k0_band(after)) and ready(
-        trial.stable, trial.canary, spec.tuning.canary_windows
-    ):
-        _compare(run, stable)
-    else:
+        step = advance(run, kind, stable, canary)
+    if step is Next.SWITCH:
+        _switch(run)
+    elif step is Next.MEASURE:
         _end_if_overdue(run)
+    elif isinstance(step, Ended):
+        outcome = step.outcome
+        promote = outcome is TrialOutcome.GOODPUT_GAIN
+        # A schedule without step times says nothing against its candidate.
+        reject = outcome is not TrialOutcome.NO_STEP_TIMES
+        end_trial(run, promote=promote, reason=outcome, message=step.message, reject=reject)
+
+
+class _KTrial:
+    """A trial of a K, plain decoding or a schedule, as the trial engine asks of it."""
+
+    def __init__(self, run: Run, trial: Trial) -> None:
+        self.run, self.trial = run, trial
+
+    @property
+    def record(self) -> Trial:
+        return self.trial
+
+    @property
+    def placement(self) -> Placement:
+        place = self.trial.in_place
+        if place is None:
+            return Placement.CANARY
+        return Placement.AFTER if place.switched else Placement.BEFORE
+
+    @property
+    def windows(self) -> int:
+        return self.run.spec.tuning.canary_windows
+
+    @property
+    def k0_band(self) -> bool:
+        return True
+
+    def measured_before(self, added: bool) -> bool:
+        return self.trial.stable.windows >= _baseline_windows(self.run)
+
+    def waits_for_canary(self) -> bool:
+        return False  # a canary Pending too long ends the trial first (_fell_back_in_place)
+
+    def failing_window(self, canary: Judged) -> str | None:
+        run = self.run
+        if not (floor_caps_k(run.spec) and stable_failing(run, canary)):
+            return None
+        low = canary.metric.low if canary.metric else float("nan")
+        return (
+            f"canary {run.spec.rollback.metric.value} lower bound {low:.3f} < floor {run.floor:.3f}"
+        )
+
+    def failing_totals(self) -> str | None:
+        return None  # each canary window is held to the floor as it comes
+
+    def subject(self) -> TrialSubject | Ended:
+        run, trial, spec = self.run, self.trial, self.run.spec
+        sides = _sides(run)
+        tried, before = sides.tried, sides.before
+        if (tried is not None or before is not None) and not (
+            trial.stable.timed_windows and trial.canary.timed_windows
+        ):
+            message = "a schedule is judged on the step times its pods measure; they export none"
+            return Ended(TrialOutcome.NO_STEP_TIMES, message)
+        return TrialSubject(
+            sides=sides,
+            tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
+            before_words=schedule.describe(before) if before else f"K={sides.before_tokens}",
+            # In place the restart is paid, and going back costs another: the candidate
+            # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
+            # it must repay that restart too.
+            required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
+            # An exploration is a fixed-length test: each look of a sequential one is
+            # another chance of a false promotion, and an exploration is already one of
+            # several tries.
+            windows=(1 if trial.explores else TRIAL_EXTENSION) * spec.tuning.canary_windows,
+            metric=None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary),
+            floor_caps=floor_caps_k(spec),
+            margin=run.margin,
+            confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
+        )
+
+    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
+        run = self.run
+        projected = _over_load(run, gain, _sides(run), _measured_at(self.trial.stable, batch))
+        if projected is None:
+            return gain, basis
+        gain, over = projected
+        return gain, f"{basis}; {over}"
 
 
 def _baseline_windows(run: Run) -> int:
@@ -248,16 +322,10 @@ def _baseline_windows(run: Run) -> int:
     return TRIAL_EXTENSION * run.spec.tuning.canary_windows
 
 
-def _measure_baseline(run: Run, stable: Judged) -> None:
-    """In place, before the switch: the K that runs gathers its baseline windows, then
-    the stable pods change to the candidate."""
+def _switch(run: Run) -> None:
+    """In place, the baseline in: the stable pods change to the candidate."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and trial.in_place is not None
-    if stable.conclusive and stable.window is not None:
-        trial.stable = totals_add(trial.stable, stable.window)
-    if trial.stable.windows < _baseline_windows(run):
-        _end_if_overdue(run)
-        return
     trial.in_place.switched = True
     sp.schedule = trial.schedule
     # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
@@ -290,28 +358,6 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
         from_tokens=sp.tokens,
         to_tokens=sp.tokens,
     )
-    return True
-
-
-def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
-    """Add both tracks' windows to a canary trial's totals; False when the canary's
-    failed the floor and ended the trial."""
-    spec, trial = run.spec, run.sp.trial
-    assert trial is not None
-    trial.stable = count_stable(run, trial.stable, stable, k0_band=True)
-    if canary.window is None or not (canary.conclusive or timed_k0_band(canary)):
-        return True
-    if canary.conclusive and floor_caps_k(spec) and stable_failing(run, canary):
-        low = canary.metric.low if canary.metric else float("nan")
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.BELOW_FLOOR,
-            message=f"canary {spec.rollback.metric.value} lower bound {low:.3f} "
-            f"< floor {run.floor:.3f}",
-        )
-        return False
-    trial.canary = totals_add(trial.canary, canary.window)
     return True
 
 
@@ -353,50 +399,6 @@ def _sides(run: Run) -> Sides:
         return Sides(trial.tokens, trial.schedule, 0, None)
     assert sp.tokens is not None
     return Sides(trial.tokens, trial.schedule, sp.tokens, sp.schedule)
-
-
-def _compare(run: Run, stable: Judged) -> None:
-    spec, trial = run.spec, run.sp.trial
-    assert trial is not None
-    sides = _sides(run)
-    tried, before, before_k = sides.tried, sides.before, sides.before_tokens
-    window = stable.window
-    batch = window.batch_per_pod if window is not None else 1.0
-    if (tried is not None or before is not None) and not (
-        trial.stable.timed_windows and trial.canary.timed_windows
-    ):
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.NO_STEP_TIMES,
-            message="a schedule is judged on the step times its pods measure; they export none",
-            reject=False,
-        )
-        return
-    subject = TrialSubject(
-        sides=sides,
-        tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
-        before_words=schedule.describe(before) if before else f"K={before_k}",
-        # In place the restart is paid, and going back costs another: the candidate
-        # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
-        # it must repay that restart too.
-        required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
-        # An exploration is a fixed-length test: each look of a sequential one is another
-        # chance of a false promotion, and an exploration is already one of several tries.
-        windows=(1 if trial.explores else TRIAL_EXTENSION) * spec.tuning.canary_windows,
-        metric=None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary),
-        floor_caps=floor_caps_k(spec),
-        margin=run.margin,
-        confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
-    )
-    gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
-    projected = _over_load(run, gain, sides, _measured_at(trial.stable, batch))
-    if projected is not None:
-        gain, over = projected
-        basis += f"; {over}"
-    reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)
-    if reason is not None:  # else promising but not proven: measure on
-        end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
 
 
 def _measured_at(stable: TrackTotals, batch: float) -> float:
