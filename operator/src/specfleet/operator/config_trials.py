@@ -221,8 +221,11 @@ def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observat
         if pending is not None and sp.off is None:
             _fall_back_in_place(run, trial, pending)
             return
-        window = observation.canary
-        canary = judge_collected(run, "canary", window, trial.tokens, None, trial.schedule)
+        collected, window = run.collected("canary"), observation.canary
+        canary, collecting = judge_collected(
+            run.spec, run.now, collected, window, trial.tokens, None, trial.schedule
+        )
+        run.keep_collecting("canary", collecting)
     step = advance(run, kind, stable, canary)
     if step is Next.WAIT_FOR_CANARY:
         _wait_for_canary(run, trial, observation.canary_pending_reason)

@@ -199,7 +199,11 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
         canary = judge_plain(run.spec, observation.canary)
     else:
         window, k = observation.canary, trial.tokens
-        canary = judge_collected(run, "canary", window, k, None, trial.schedule)
+        collected = run.collected("canary")
+        canary, collecting = judge_collected(
+            run.spec, run.now, collected, window, k, None, trial.schedule
+        )
+        run.keep_collecting("canary", collecting)
     _advance_trial(run, stable, canary, observation)
 
 

@@ -145,9 +145,17 @@ def _judge_stable(run: Run, observation: Observation) -> Judged:
     if sp.measuring_plain:
         return judge_plain(run.spec, observation.stable)
     running = None if sp.off is not None else sp.schedule
-    return judge_collected(
-        run, "stable", observation.stable, sp.stable_k, sp.baseline_acceptance, running
+    judged, collecting = judge_collected(
+        run.spec,
+        run.now,
+        run.collected("stable"),
+        observation.stable,
+        sp.stable_k,
+        sp.baseline_acceptance,
+        running,
     )
+    run.keep_collecting("stable", collecting)
+    return judged
 
 
 def _floor_decided(run: Run, stable: Judged) -> bool:
