@@ -139,13 +139,12 @@ def _end_k_trial(run: Run, message: str) -> None:
         )
 
 
-def feed(run: Run, stable: Judged, observation: Observation) -> bool:
-    """Feed this evaluation's windows to a running config trial; False when none runs
-    (K is tuned instead: one trial at a time)."""
+def feed(run: Run, stable: Judged, observation: Observation) -> None:
+    """Feed this evaluation's windows to the running config trial (while one runs, K is
+    not tuned: one trial at a time)."""
     state = run.status.config
     trial = state.trial if state is not None else None
-    if trial is None:
-        return False
+    assert trial is not None
     timeout = run.seconds(run.spec.rollout.timeout)
     # The pods running the new config: the canary, or switched in place the stable pods.
     failed = observation.runtime_failures.get(
@@ -162,7 +161,6 @@ def feed(run: Run, stable: Judged, observation: Observation) -> bool:
         _reject(run, TrialOutcome.TIMEOUT, message)
     else:
         _advance(run, trial, stable, observation)
-    return True
 
 
 def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
