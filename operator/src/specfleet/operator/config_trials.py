@@ -38,13 +38,13 @@ from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
     Ended,
+    InPlaceInstead,
     Next,
     Placement,
     Sides,
     TrialSubject,
     advance,
     candidate_rate,
-    pending_seconds,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95
 from specfleet.operator.trials import end_trial
@@ -211,20 +211,18 @@ def _start(run: Run, wanted: RunningConfig) -> None:
 
 def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
     """Feed the windows to the trial engine and apply the step it leads to."""
-    sp = run.sp
     kind = _ConfigKind(run, trial, observation)
     canary = None
     if kind.placement is Placement.CANARY:
-        pending = pending_seconds(run, observation.canary_pending_since)
-        if pending is not None and sp.off is None:
-            _fall_back_in_place(run, trial, pending)
-            return
         collected, window = run.collected("canary"), observation.canary
         canary, collecting = judge_collected(
             run.spec, run.now, collected, window, trial.tokens, None, trial.schedule
         )
         run.keep_collecting("canary", collecting)
-    step = advance(run, kind, stable, canary)
+    step = advance(run, kind, stable, canary, observation.canary_pending_since)
+    if isinstance(step, InPlaceInstead):
+        _fall_back_in_place(run, trial, step.pending)
+        return
     if step is Next.WAIT_FOR_CANARY:
         _wait_for_canary(run, trial, observation.canary_pending_reason)
         return
@@ -262,6 +260,11 @@ class _ConfigKind:
     @property
     def k0_band(self) -> bool:
         return False
+
+    @property
+    def may_go_in_place(self) -> bool:
+        # Plain stable pods (speculation off) have no windows before to switch from.
+        return self.run.sp.off is None
 
     def measured_before(self, added: bool) -> bool:
         return added  # one window of the running config, then the stable pods switch
@@ -320,7 +323,8 @@ class _ConfigKind:
 
 def _fall_back_in_place(run: Run, trial: ConfigTrial, pending: float) -> None:
     """No node for the canary pod: the trial goes on in place, as a K trial's would; the
-    stable windows so far are its windows before."""
+    stable windows so far are its windows before (the canary's judged, if any, go with
+    the canary)."""
     trial.in_place, trial.schedule = True, None
     trial.started_at = run.now  # the trial starts here: its canary never ran
     run.keep_collecting("canary", None)

@@ -11,7 +11,7 @@ from datetime import timedelta
 from specfleet.operator import speed
 from specfleet.operator.api import ConditionType, OffReason
 from specfleet.operator.conditions import condition_status
-from specfleet.operator.observations import Observation
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import ActionKind, WindowVerdict
 from specfleet.operator.run import Run
 from specfleet.operator.windows import (
@@ -71,7 +71,7 @@ def _learn_speed(run: Run, observation: Observation) -> None:
         sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
     )
     if settled and flat:
-        run.learn_speed(sp.stable_k, window)
+        _learn_at(run, sp.stable_k, window)
     elif settled and window is not None and window.drafts == 0:
         run.status.step_cost = speed.record_k0_band(run.status.step_cost, window, run.drafting)
     elif settled and window is not None:
@@ -82,7 +82,18 @@ def _learn_speed(run: Run, observation: Observation) -> None:
     trial = sp.trial
     if trial is not None and not trial.in_place and trial.schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
-        run.learn_speed(trial.tokens, observation.canary)
+        _learn_at(run, trial.tokens, observation.canary)
+
+
+def _learn_at(run: Run, tokens: int, window: TrackWindow | None) -> None:
+    """Add a window's step time at K=tokens to the fitted cost."""
+    if window is None:
+        return
+    if run.spec.draft.adaptive_verification and window.drafts > 0:
+        # K is a cap: the step's verification is the count verified, the most of the
+        # step; keyed by it the fit reads verification right.
+        tokens = round(window.draft_tokens / window.drafts)
+    run.status.step_cost = speed.record(run.status.step_cost, tokens, window, run.now, run.drafting)
 
 
 def _judge_stable(run: Run, observation: Observation) -> Judged:

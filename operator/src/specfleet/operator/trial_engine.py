@@ -169,7 +169,15 @@ class Ended:
     message: str
 
 
-Step = Next | Ended  # what `advance` leads to
+@dataclass(frozen=True)
+class InPlaceInstead:
+    """No node for the canary pod: Pending this many seconds, past canaryPendingTimeout;
+    the trial goes on in place."""
+
+    pending: float
+
+
+Step = Next | Ended | InPlaceInstead  # what `advance` leads to
 
 
 class TrialRecord(Protocol):
@@ -199,6 +207,11 @@ class TrialKind(Protocol):
         never run one)."""
         ...
 
+    @property
+    def may_go_in_place(self) -> bool:
+        """A canary Pending too long may be replaced by a trial in place."""
+        ...
+
     def measured_before(self, added: bool) -> bool:
         """In place: the windows before are in (`added`: this window counted)."""
         ...
@@ -224,9 +237,16 @@ class TrialKind(Protocol):
         ...
 
 
-def advance(run: Run, kind: TrialKind, stable: Judged, canary: Judged | None) -> Step:
+def advance(
+    run: Run,
+    kind: TrialKind,
+    stable: Judged,
+    canary: Judged | None,
+    canary_pending_since: float | None = None,
+) -> Step:
     """One evaluation's windows counted on the trial; the step they lead to. `canary`: the
-    canary's window judged (None in place, where the stable pods run both sides)."""
+    canary's window judged (None in place, where the stable pods run both sides), its pod
+    Pending since `canary_pending_since` (a timestamp) if it is."""
     record, placement = kind.record, kind.placement
     if placement is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None
@@ -235,6 +255,9 @@ def advance(run: Run, kind: TrialKind, stable: Judged, canary: Judged | None) ->
         return Next.SWITCH if kind.measured_before(added) else Next.MEASURE
     after = stable
     if placement is Placement.CANARY:
+        pending = pending_seconds(run, canary_pending_since)
+        if pending is not None and kind.may_go_in_place:
+            return InPlaceInstead(pending)
         assert canary is not None
         record.stable = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
         if kind.waits_for_canary():

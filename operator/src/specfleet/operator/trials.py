@@ -35,6 +35,7 @@ from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
     Ended,
+    InPlaceInstead,
     Next,
     Placement,
     Sides,
@@ -42,7 +43,6 @@ from specfleet.operator.trial_engine import (
     advance,
     candidate_rate,
     conclude,
-    pending_seconds,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, ONE_SIDED_97_5, totals_add, totals_merge
 from specfleet.operator.windows import (
@@ -224,11 +224,11 @@ def _advance_trial(
             _end_if_overdue(run)
             return
         step = conclude(run, kind, stable, stable)
-    elif not trial.in_place and _fell_back_in_place(run, observation):
-        return
     else:
-        step = advance(run, kind, stable, canary)
-    if step is Next.SWITCH:
+        step = advance(run, kind, stable, canary, observation.canary_pending_since)
+    if isinstance(step, InPlaceInstead):
+        _fall_back_in_place(run, step.pending, observation.canary_pending_reason)
+    elif step is Next.SWITCH:
         _switch(run)
     elif step is Next.MEASURE:
         _end_if_overdue(run)
@@ -265,11 +265,15 @@ class _KTrial:
     def k0_band(self) -> bool:
         return True
 
+    @property
+    def may_go_in_place(self) -> bool:
+        return True
+
     def measured_before(self, added: bool) -> bool:
         return self.trial.stable.windows >= _baseline_windows(self.run)
 
     def waits_for_canary(self) -> bool:
-        return False  # a canary Pending too long ends the trial first (_fell_back_in_place)
+        return False  # a canary Pending too long ends the trial (_fall_back_in_place)
 
     def failing_window(self, canary: Judged) -> str | None:
         run = self.run
@@ -337,15 +341,11 @@ def _switch(run: Run) -> None:
     run.changed(None if trial.plain else trial.tokens)
 
 
-def _fell_back_in_place(run: Run, observation: Observation) -> bool:
-    """A canary Pending past canaryPendingTimeout: the trial ends, and the next runs in
-    place."""
+def _fall_back_in_place(run: Run, pending: float, waiting: str | None) -> None:
+    """A canary Pending `pending` seconds, past canaryPendingTimeout (`waiting`: what the
+    scheduler says): the trial ends, and the next runs in place."""
     sp, spec, trial = run.sp, run.spec, run.sp.trial
     assert trial is not None
-    pending = pending_seconds(run, observation.canary_pending_since)
-    if pending is None:
-        return False
-    waiting = observation.canary_pending_reason
     message = (
         f"the canary pod has been Pending for {pending:.0f}s "
         f"(> {spec.tuning.canary_pending_timeout})"
@@ -362,7 +362,6 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
         from_tokens=sp.tokens,
         to_tokens=sp.tokens,
     )
-    return True
 
 
 def _end_if_overdue(run: Run) -> None:
