@@ -230,11 +230,17 @@ def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observat
         _canary_runs(run, trial)
     if step is Next.SWITCH:
         _switch_in_place(run, trial)
-    elif isinstance(step, Ended) and step.outcome is TrialOutcome.GOODPUT_GAIN:
-        kind_, outcome = ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN
-        _adopt(run, trial.config, kind_, outcome, step.message)
-    elif isinstance(step, Ended):  # NO_GAIN or BELOW_FLOOR: no margin applies to a config
-        _reject(run, step.outcome, step.message)
+    elif isinstance(step, Ended):
+        # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
+        # from the code (reference.condition_reasons), and no margin applies here.
+        if step.outcome is TrialOutcome.GOODPUT_GAIN:
+            kind_, outcome = ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN
+            _adopt(run, trial.config, kind_, outcome, step.message)
+        elif step.outcome is TrialOutcome.NO_GAIN:
+            _reject(run, TrialOutcome.NO_GAIN, step.message)
+        else:
+            assert step.outcome is TrialOutcome.BELOW_FLOOR, step.outcome
+            _reject(run, TrialOutcome.BELOW_FLOOR, step.message)
 
 
 class _ConfigKind:
@@ -350,7 +356,8 @@ def _wait_for_canary(run: Run, trial: ConfigTrial, why: str | None) -> None:
     """A trial whose canary does not run has not started: rollout.timeout counts from
     when it runs (a config that never ran is never rejected for Timeout), and
     ConfigRejected says what it waits for. Past canaryPendingTimeout it goes on in place
-    (_feed_canary), unless the stable pods decode plainly and have no windows before."""
+    (trial_engine.advance), unless the stable pods decode plainly and have no windows
+    before."""
     trial.started_at = run.now
     message = (
         f"config {trial.config.hash} waits for its canary pod"
