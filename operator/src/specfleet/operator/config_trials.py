@@ -4,7 +4,8 @@ pods kept on the last good config (docs/rollouts.md).
 
 The running config lives in status.config (the operator never writes spec); a trial
 runs the spec's config on the canary (or, InPlace, on the stable pods after their
-windows before), is judged with the same statistics as a K trial (trial_stats), and on
+windows before), runs the lifecycle of a K trial (trial_engine.advance; `_ConfigKind`
+says what a config's does its own way), and on
 promotion K and the step cost are learned anew: the new draft's acceptance and step
 cost are its own.
 """

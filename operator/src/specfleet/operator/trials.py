@@ -1,5 +1,7 @@
-"""Trials of a candidate K or schedule: start (canary or in place), feed each window,
-compare the tracks when there are enough, and end (promote or abort, reject for a while)."""
+"""Trials of a candidate K, plain decoding or a schedule: what they do their own way over
+trial_engine's lifecycle. Start (canary, in place, or interleaved where the pods take K
+hot), judge the canary's window, what the candidate is compared with and held to
+(`_KTrial`), and end (promote or abort, reject for a while)."""
 
 from __future__ import annotations
 
@@ -270,7 +272,7 @@ class _KTrial:
         return True
 
     def measured_before(self, added: bool) -> bool:
-        return self.trial.stable.windows >= _baseline_windows(self.run)
+        return self.trial.stable.windows >= _baseline_windows(self.run)  # counted so far
 
     def waits_for_canary(self) -> bool:
         return False  # a canary Pending too long ends the trial (_fall_back_in_place)
