@@ -4,7 +4,8 @@ pods kept on the last good config (docs/rollouts.md).
 
 The running config lives in status.config (the operator never writes spec); a trial
 runs the spec's config on the canary (or, InPlace, on the stable pods after their
-windows before), is judged with the same statistics as a K trial (trial_stats), and on
+windows before), runs the lifecycle of a K trial (trial_engine.advance; `_ConfigKind`
+says what a config's does its own way), and on
 promotion K and the step cost are learned anew: the new draft's acceptance and step
 cost are its own.
 """
@@ -34,18 +35,19 @@ from specfleet.operator.reprobes import enable
 from specfleet.operator.rollback_metrics import rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor
+from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
+    Ended,
+    InPlaceInstead,
+    Next,
+    Placement,
     Sides,
     TrialSubject,
+    advance,
     candidate_rate,
-    count_stable,
-    measured_gain,
-    pending_seconds,
-    ready,
-    verdict,
 )
-from specfleet.operator.trial_stats import ONE_SIDED_95, totals_add
+from specfleet.operator.trial_stats import ONE_SIDED_95
 from specfleet.operator.trials import end_trial
 from specfleet.operator.windows import Judged, judge_collected
 
@@ -138,13 +140,12 @@ def _end_k_trial(run: Run, message: str) -> None:
         )
 
 
-def feed(run: Run, stable: Judged, observation: Observation) -> bool:
-    """Feed this evaluation's windows to a running config trial; False when none runs
-    (K is tuned instead: one trial at a time)."""
+def feed(run: Run, stable: Judged, observation: Observation) -> None:
+    """Feed this evaluation's windows to the running config trial (while one runs, K is
+    not tuned: one trial at a time)."""
     state = run.status.config
     trial = state.trial if state is not None else None
-    if trial is None:
-        return False
+    assert trial is not None
     timeout = run.seconds(run.spec.rollout.timeout)
     # The pods running the new config: the canary, or switched in place the stable pods.
     failed = observation.runtime_failures.get(
@@ -159,11 +160,8 @@ def feed(run: Run, stable: Judged, observation: Observation) -> bool:
             f"{run.spec.rollout.timeout})"
         )
         _reject(run, TrialOutcome.TIMEOUT, message)
-    elif trial.in_place:
-        _feed_in_place(run, trial, stable)
     else:
-        _feed_canary(run, trial, stable, observation)
-    return True
+        _advance(run, trial, stable, observation)
 
 
 def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
@@ -212,42 +210,139 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
 
-def _feed_canary(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
-    sp = run.sp
-    pending = pending_seconds(run, observation.canary_pending_since)
-    if pending is not None and sp.off is None:
-        # No node for the canary pod: the trial goes on in place, as a K trial's would;
-        # the stable windows so far are its windows before.
-        trial.in_place, trial.schedule = True, None
-        trial.started_at = run.now  # the trial starts here: its canary never ran
-        run.keep_collecting("canary", None)
-        run.act(
-            ActionKind.IN_PLACE_FALLBACK,
-            "CanaryPending",
-            f"the canary pod has been Pending for {pending:.0f}s (> "
-            f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
-            "in place instead",
-            warning=True,
+def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
+    """Feed the windows to the trial engine and apply the step it leads to."""
+    kind = _ConfigKind(run, trial, observation)
+    canary = None
+    if kind.placement is Placement.CANARY:
+        collected, window = run.collected("canary"), observation.canary
+        canary, collecting = judge_collected(
+            run.spec, run.now, collected, window, trial.tokens, None, trial.schedule
         )
+        run.keep_collecting("canary", collecting)
+    step = advance(run, kind, stable, canary, observation.canary_pending_since)
+    if isinstance(step, InPlaceInstead):
+        _fall_back_in_place(run, trial, step.pending)
         return
-    canary = judge_collected(run, "canary", observation.canary, trial.tokens, None, trial.schedule)
-    trial.stable = count_stable(run, trial.stable, stable, k0_band=False)
-    if _waits_for_canary(trial, observation):
+    if step is Next.WAIT_FOR_CANARY:
         _wait_for_canary(run, trial, observation.canary_pending_reason)
         return
-    _canary_runs(run, trial)
-    if not canary.conclusive or canary.window is None:
-        return
-    trial.canary = totals_add(trial.canary, canary.window)
-    if _clearly_below_floor(run, trial):
-        return
-    if ready(trial.stable, trial.canary, run.spec.rollout.windows):
-        batch = stable.window.batch_per_pod if stable.window is not None else 1.0
-        # Beside plain stable pods (speculation off) the new config is compared with plain
-        # decoding, not with what ran before.
-        off = sp.off is not None
-        before_k, before = (0, None) if off else (sp.tokens or 0, sp.schedule)
-        _compare(run, trial, Sides(trial.tokens, trial.schedule, before_k, before), batch)
+    if canary is not None:
+        _canary_runs(run, trial)
+    if step is Next.SWITCH:
+        _switch_in_place(run, trial)
+    elif isinstance(step, Ended):
+        # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
+        # from the code (reference.condition_reasons), and no margin applies here.
+        if step.outcome is TrialOutcome.GOODPUT_GAIN:
+            kind_, outcome = ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN
+            _adopt(run, trial.config, kind_, outcome, step.message)
+        elif step.outcome is TrialOutcome.NO_GAIN:
+            _reject(run, TrialOutcome.NO_GAIN, step.message)
+        else:
+            assert step.outcome is TrialOutcome.BELOW_FLOOR, step.outcome
+            _reject(run, TrialOutcome.BELOW_FLOOR, step.message)
+
+
+class _ConfigKind:
+    """A trial of a config, as the trial engine asks of it."""
+
+    def __init__(self, run: Run, trial: ConfigTrial, observation: Observation) -> None:
+        self.run, self.trial, self.observation = run, trial, observation
+
+    @property
+    def record(self) -> ConfigTrial:
+        return self.trial
+
+    @property
+    def placement(self) -> Placement:
+        if not self.trial.in_place:
+            return Placement.CANARY
+        return Placement.AFTER if self.trial.switched else Placement.BEFORE
+
+    @property
+    def windows(self) -> int:
+        return self.run.spec.rollout.windows
+
+    @property
+    def k0_band(self) -> bool:
+        return False
+
+    @property
+    def may_go_in_place(self) -> bool:
+        # Plain stable pods (speculation off) have no windows before to switch from.
+        return self.run.sp.off is None
+
+    def measured_before(self, added: bool) -> bool:
+        return added  # one window of the running config, then the stable pods switch
+
+    def waits_for_canary(self) -> bool:
+        return _waits_for_canary(self.trial, self.observation)
+
+    def failing_window(self, canary: Judged) -> str | None:
+        return None  # a head is held to the floor over all its windows (failing_totals)
+
+    def failing_totals(self) -> str | None:
+        """Rejected before the windows are in when even the upper bound of the new
+        config's rollback metric, over all its windows, is below the floor: a poor head
+        goes at once, one near the floor is measured to the end (where its lower bound
+        must clear it)."""
+        run, canary = self.run, self.trial.canary
+        metric = rollback_metric_of(run.spec).of_totals(canary)
+        if metric is None or metric.high >= run.floor:
+            return None
+        return (
+            f"the new config's {run.spec.rollback.metric.value} {metric.value:.3f} (upper "
+            f"bound {metric.high:.3f}) over {canary.windows} windows < floor {run.floor:.3f}"
+        )
+
+    def subject(self) -> TrialSubject | Ended:
+        """The K trial's evidence standard: promoted when the lower bound of the goodput
+        gain clears rollout.minGain and the acceptance clears the floor; measured on
+        while the gain is promising but not proven, up to TRIAL_EXTENSION times the
+        windows."""
+        run, trial, spec, sp = self.run, self.trial, self.run.spec, self.run.sp
+        if trial.in_place:
+            before_k = trial.previous_tokens or 0
+            sides = Sides(trial.tokens, sp.schedule, before_k, trial.previous_schedule)
+        elif sp.off is not None:
+            # Beside plain stable pods (speculation off) the new config is compared with
+            # plain decoding, not with what ran before.
+            sides = Sides(trial.tokens, trial.schedule, 0, None)
+        else:
+            sides = Sides(trial.tokens, trial.schedule, sp.tokens or 0, sp.schedule)
+        running = run.status.config.running.hash if run.status.config else "?"
+        return TrialSubject(
+            sides=sides,
+            tried_words=f"config {trial.config.hash} at K={trial.tokens}",
+            before_words=f"{running} at K={sides.before_tokens}",
+            required=spec.rollout.min_gain,
+            windows=TRIAL_EXTENSION * spec.rollout.windows,
+            metric=rollback_metric_of(spec).of_totals(trial.canary),
+            floor_caps=True,
+            margin=None,
+            confidence=ONE_SIDED_95,
+        )
+
+    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
+        return gain, basis  # a config is compared at the K and load the stable pods run
+
+
+def _fall_back_in_place(run: Run, trial: ConfigTrial, pending: float) -> None:
+    """No node for the canary pod: the trial goes on in place, as a K trial's would; the
+    stable windows so far are its windows before (the canary's judged, if any, go with
+    the canary)."""
+    trial.in_place, trial.schedule = True, None
+    trial.started_at = run.now  # the trial starts here: its canary never ran
+    run.keep_collecting("canary", None)
+    run.act(
+        ActionKind.IN_PLACE_FALLBACK,
+        "CanaryPending",
+        f"the canary pod has been Pending for {pending:.0f}s (> "
+        f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
+        "in place instead",
+        warning=True,
+    )
 
 
 def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
@@ -262,7 +357,8 @@ def _wait_for_canary(run: Run, trial: ConfigTrial, why: str | None) -> None:
     """A trial whose canary does not run has not started: rollout.timeout counts from
     when it runs (a config that never ran is never rejected for Timeout), and
     ConfigRejected says what it waits for. Past canaryPendingTimeout it goes on in place
-    (_feed_canary), unless the stable pods decode plainly and have no windows before."""
+    (trial_engine.advance), unless the stable pods decode plainly and have no windows
+    before."""
     trial.started_at = run.now
     message = (
         f"config {trial.config.hash} waits for its canary pod"
@@ -289,81 +385,24 @@ def _canary_runs(run: Run, trial: ConfigTrial) -> None:
         run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
 
-def _feed_in_place(run: Run, trial: ConfigTrial, stable: Judged) -> None:
+def _switch_in_place(run: Run, trial: ConfigTrial) -> None:
+    """The window before is in: the stable pods switch to the new config, at their K."""
     sp = run.sp
-    if not stable.conclusive or stable.window is None:
-        return
-    if not trial.switched:
-        trial.stable = totals_add(trial.stable, stable.window)
-        trial.previous_tokens, trial.previous_schedule = sp.tokens, sp.schedule
-        trial.switched = True
-        run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
-        message = (
-            f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
-            f"compared with K={trial.previous_tokens} of config "
-            f"{run.status.config.running.hash if run.status.config else '?'} before"
-        )
-        run.act(
-            ActionKind.SWITCH_CONFIG_IN_PLACE,
-            "ConfigChanged",
-            message,
-            from_tokens=trial.previous_tokens,
-            to_tokens=trial.tokens,
-        )
-        return
-    trial.canary = totals_add(trial.canary, stable.window)
-    if _clearly_below_floor(run, trial):
-        return
-    if ready(trial.stable, trial.canary, run.spec.rollout.windows):
-        before_k = trial.previous_tokens or 0
-        sides = Sides(trial.tokens, sp.schedule, before_k, trial.previous_schedule)
-        _compare(run, trial, sides, stable.window.batch_per_pod)
-
-
-def _clearly_below_floor(run: Run, trial: ConfigTrial) -> bool:
-    """Reject before the windows are in when even the upper bound of the new config's
-    rollback metric, over all its windows, is below the floor: a poor head goes at once,
-    one near the floor is measured to the end (where its lower bound must clear it)."""
-    metric = rollback_metric_of(run.spec).of_totals(trial.canary)
-    if metric is None or metric.high >= run.floor:
-        return False
+    trial.previous_tokens, trial.previous_schedule = sp.tokens, sp.schedule
+    trial.switched = True
+    run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
     message = (
-        f"the new config's {run.spec.rollback.metric.value} {metric.value:.3f} (upper bound "
-        f"{metric.high:.3f}) over {trial.canary.windows} windows < floor {run.floor:.3f}"
+        f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
+        f"compared with K={trial.previous_tokens} of config "
+        f"{run.status.config.running.hash if run.status.config else '?'} before"
     )
-    _reject(run, TrialOutcome.BELOW_FLOOR, message)
-    return True
-
-
-def _compare(run: Run, trial: ConfigTrial, sides: Sides, batch: float) -> None:
-    """The K trial's evidence standard: promoted when the lower bound of the goodput gain
-    clears rollout.minGain and the acceptance clears the floor; measured on while the gain
-    is promising but not proven, up to TRIAL_EXTENSION times the windows."""
-    spec = run.spec
-    running = run.status.config.running.hash if run.status.config else "?"
-    subject = TrialSubject(
-        sides=sides,
-        tried_words=f"config {trial.config.hash} at K={trial.tokens}",
-        before_words=f"{running} at K={sides.before_tokens}",
-        required=spec.rollout.min_gain,
-        windows=TRIAL_EXTENSION * spec.rollout.windows,
-        metric=rollback_metric_of(spec).of_totals(trial.canary),
-        floor_caps=True,
-        margin=None,
-        confidence=ONE_SIDED_95,
+    run.act(
+        ActionKind.SWITCH_CONFIG_IN_PLACE,
+        "ConfigChanged",
+        message,
+        from_tokens=trial.previous_tokens,
+        to_tokens=trial.tokens,
     )
-    gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
-    reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)
-    # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
-    # from the code (reference.condition_reasons), and no margin applies here.
-    if reason is TrialOutcome.GOODPUT_GAIN:
-        _adopt(run, trial.config, ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN, summary)
-    elif reason is TrialOutcome.NO_GAIN:
-        _reject(run, TrialOutcome.NO_GAIN, summary)
-    elif reason is TrialOutcome.BELOW_FLOOR:
-        _reject(run, TrialOutcome.BELOW_FLOOR, summary)
-    else:  # promising but not proven: measure on
-        assert reason is None, reason
 
 
 def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:

@@ -103,18 +103,6 @@ class Run:
         self.sp.baseline_acceptance = None
         self.status.open_windows = None
 
-    def learn_speed(self, tokens: int, window: TrackWindow | None) -> None:
-        """Add a window's step time at K=tokens to the fitted cost."""
-        if window is None:
-            return
-        if self.spec.draft.adaptive_verification and window.drafts > 0:
-            # K is a cap: the step's verification is the count verified, the most
-            # of the step; keyed by it the fit reads verification right.
-            tokens = round(window.draft_tokens / window.drafts)
-        self.status.step_cost = speed.record(
-            self.status.step_cost, tokens, window, self.now, self.drafting
-        )
-
     @property
     def cost(self) -> FittedStepCost:
         """The step cost to predict with: status' fit, or the prior for the stable pods'

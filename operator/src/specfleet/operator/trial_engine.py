@@ -1,14 +1,17 @@
-"""The steps every trial shares, whatever its subject (a K, plain decoding, a schedule:
-trials.py; a config: config_trials.py) and wherever it runs (a canary, in place):
-its stable windows counted as its comparison, the canary held back by a Pending pod,
-the goodput gain measured between the tracks, and the verdict on it with the words that
-say it. Each subject describes itself in a `TrialSubject` and applies the verdict
-(promotion and rejection differ by subject); the verdict is a value, the engine changes
-no state but the totals it is asked to count."""
+"""The one lifecycle every trial runs, whatever its kind (a K, plain decoding, a schedule:
+trials.py; a config: config_trials.py) and wherever it runs (its `Placement`): its
+windows before an in-place switch, its stable windows counted as its comparison, the
+candidate's windows counted or ending it below the floor, the goodput gain measured
+between the tracks when there are enough, and the verdict on it with the words that
+say it. `advance` returns the next step as a value (`Next` or `Ended`); the kind applies it
+(switching, promotion and rejection differ by kind). The engine changes no state but
+the totals it counts on the trial's record."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
 
 from specfleet.operator.api import FittedStepCost, ScheduledBand, TrackTotals
 from specfleet.operator.outcomes import TrialOutcome
@@ -139,3 +142,154 @@ def verdict(
     if gain.value >= subject.required and windows < subject.windows:
         return None, summary
     return TrialOutcome.NO_GAIN, summary
+
+
+class Placement(Enum):
+    """Where a trial's candidate runs, and so which windows are its own."""
+
+    CANARY = "canary"  # a canary pod beside the stable pods
+    BEFORE = "before"  # in place: the stable pods measure what runs, before the switch
+    AFTER = "after"  # in place: the stable pods run the candidate, after the switch
+
+
+class Next(Enum):
+    """A step of a trial that goes on."""
+
+    MEASURE = "measure"  # nothing decided: more windows
+    EXTEND = "extend"  # compared: the gain is promising but not proven, measured on
+    SWITCH = "switch"  # in place: the windows before are in, the stable pods switch
+    WAIT_FOR_CANARY = "wait-for-canary"  # the canary has not run yet
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A trial's end: its outcome, and the summary that says why."""
+
+    outcome: TrialOutcome
+    message: str
+
+
+@dataclass(frozen=True)
+class InPlaceInstead:
+    """No node for the canary pod: Pending this many seconds, past canaryPendingTimeout;
+    the trial goes on in place."""
+
+    pending: float
+
+
+Step = Next | Ended | InPlaceInstead  # what `advance` leads to
+
+
+class TrialRecord(Protocol):
+    """A trial's windows in status: the stable pods' and the candidate's."""
+
+    stable: TrackTotals
+    canary: TrackTotals
+
+
+class TrialKind(Protocol):
+    """What a kind of trial does its own way; `advance` runs the steps every kind shares."""
+
+    @property
+    def record(self) -> TrialRecord: ...
+
+    @property
+    def placement(self) -> Placement: ...
+
+    @property
+    def windows(self) -> int:
+        """The candidate's windows a comparison needs."""
+        ...
+
+    @property
+    def k0_band(self) -> bool:
+        """A schedule's K=0-band windows with step times count (K trials; config trials
+        never run one)."""
+        ...
+
+    @property
+    def may_go_in_place(self) -> bool:
+        """A canary Pending too long may be replaced by a trial in place."""
+        ...
+
+    def measured_before(self, added: bool) -> bool:
+        """In place: the windows before are in (`added`: this window counted)."""
+        ...
+
+    def waits_for_canary(self) -> bool:
+        """The canary has not run: no window of the candidate yet."""
+        ...
+
+    def failing_window(self, canary: Judged) -> str | None:
+        """Why one conclusive canary window ends the trial below the floor, or None."""
+        ...
+
+    def failing_totals(self) -> str | None:
+        """Why the candidate's windows so far end the trial below the floor, or None."""
+        ...
+
+    def subject(self) -> TrialSubject | Ended:
+        """What the comparison holds up against what; Ended where it cannot be made."""
+        ...
+
+    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
+        """The measured gain as the kind judges it (a K trial's, over the load history)."""
+        ...
+
+
+def advance(
+    run: Run,
+    kind: TrialKind,
+    stable: Judged,
+    canary: Judged | None,
+    canary_pending_since: float | None = None,
+) -> Step:
+    """One evaluation's windows counted on the trial; the step they lead to. `canary`: the
+    canary's window judged (None in place, where the stable pods run both sides), its pod
+    Pending since `canary_pending_since` (a timestamp) if it is."""
+    record, placement = kind.record, kind.placement
+    if placement is Placement.BEFORE:
+        added = stable.conclusive and stable.window is not None
+        if added and stable.window is not None:
+            record.stable = totals_add(record.stable, stable.window)
+        return Next.SWITCH if kind.measured_before(added) else Next.MEASURE
+    after = stable
+    if placement is Placement.CANARY:
+        pending = pending_seconds(run, canary_pending_since)
+        if pending is not None and kind.may_go_in_place:
+            return InPlaceInstead(pending)
+        assert canary is not None
+        record.stable = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
+        if kind.waits_for_canary():
+            return Next.WAIT_FOR_CANARY
+        after = canary
+    on_canary = placement is Placement.CANARY
+    window = after.window
+    if window is not None and (
+        after.conclusive or (on_canary and kind.k0_band and timed_k0_band(after))
+    ):
+        failing = kind.failing_window(after) if on_canary and after.conclusive else None
+        if failing is not None:
+            return Ended(TrialOutcome.BELOW_FLOOR, failing)
+        record.canary = totals_add(record.canary, window)
+        failing = kind.failing_totals()
+        if failing is not None:
+            return Ended(TrialOutcome.BELOW_FLOOR, failing)
+    return conclude(run, kind, after, stable)
+
+
+def conclude(run: Run, kind: TrialKind, after: Judged, stable: Judged) -> Step:
+    """Compare the tracks once the candidate's window `after` says something and the trial
+    has its windows; else measure on."""
+    record = kind.record
+    judgeable = after.conclusive or (kind.k0_band and timed_k0_band(after))
+    if not (judgeable and ready(record.stable, record.canary, kind.windows)):
+        return Next.MEASURE
+    subject = kind.subject()
+    if isinstance(subject, Ended):
+        return subject
+    batch = stable.window.batch_per_pod if stable.window is not None else 1.0
+    gain, basis = measured_gain(subject, record.stable, record.canary, batch, run.cost)
+    gain, basis = kind.projected(gain, basis, batch)
+    outcome, summary = verdict(run, subject, gain, basis, record.canary.windows)
+    return Next.EXTEND if outcome is None else Ended(outcome, summary)

@@ -1,5 +1,7 @@
-"""Trials of a candidate K or schedule: start (canary or in place), feed each window,
-compare the tracks when there are enough, and end (promote or abort, reject for a while)."""
+"""Trials of a candidate K, plain decoding or a schedule: what they do their own way over
+trial_engine's lifecycle. Start (canary, in place, or interleaved where the pods take K
+hot), judge the canary's window, what the candidate is compared with and held to
+(`_KTrial`), and end (promote or abort, reject for a while)."""
 
 from __future__ import annotations
 
@@ -34,14 +36,15 @@ from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     TRIAL_EXTENSION,
+    Ended,
+    InPlaceInstead,
+    Next,
+    Placement,
     Sides,
     TrialSubject,
+    advance,
     candidate_rate,
-    count_stable,
-    measured_gain,
-    pending_seconds,
-    ready,
-    verdict,
+    conclude,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, ONE_SIDED_97_5, totals_add, totals_merge
 from specfleet.operator.windows import (
@@ -49,7 +52,6 @@ from specfleet.operator.windows import (
     judge_collected,
     judge_plain,
     stable_failing,
-    timed_k0_band,
 )
 
 
@@ -199,7 +201,11 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
         canary = judge_plain(run.spec, observation.canary)
     else:
         window, k = observation.canary, trial.tokens
-        canary = judge_collected(run, "canary", window, k, None, trial.schedule)
+        collected = run.collected("canary")
+        canary, collecting = judge_collected(
+            run.spec, run.now, collected, window, k, None, trial.schedule
+        )
+        run.keep_collecting("canary", collecting)
     _advance_trial(run, stable, canary, observation)
 
 
@@ -213,32 +219,110 @@ def _advance_trial(
         message = "spec.tuning.enabled is false"
         end_trial(run, promote=False, reason=TrialOutcome.TUNING_DISABLED, message=message)
         return
+    kind = _KTrial(run, trial)
     if trial.in_place and trial.in_place.interleaved:
-        after = stable
         _alternate(run, stable)
         if trial.stable.windows < spec.tuning.canary_windows:
             _end_if_overdue(run)
             return
-    elif trial.in_place:
-        after = stable
-        if not trial.in_place.switched:
-            _measure_baseline(run, stable)
-            return
-        if after.conclusive and after.window is not None:
-            trial.canary = totals_add(trial.canary, after.window)
+        step = conclude(run, kind, stable, stable)
     else:
-        if _fell_back_in_place(run, observation):
-            return
-        assert canary is not None
-        after = canary
-        if not _add_windows(run, stable, canary):
-            return
-    if (after.conclusive or timed_k0_band(after)) and ready(
-        trial.stable, trial.canary, spec.tuning.canary_windows
-    ):
-        _compare(run, stable)
-    else:
+        step = advance(run, kind, stable, canary, observation.canary_pending_since)
+    if isinstance(step, InPlaceInstead):
+        _fall_back_in_place(run, step.pending, observation.canary_pending_reason)
+    elif step is Next.SWITCH:
+        _switch(run)
+    elif step is Next.MEASURE:
         _end_if_overdue(run)
+    elif isinstance(step, Ended):
+        outcome = step.outcome
+        promote = outcome is TrialOutcome.GOODPUT_GAIN
+        # A schedule without step times says nothing against its candidate.
+        reject = outcome is not TrialOutcome.NO_STEP_TIMES
+        end_trial(run, promote=promote, reason=outcome, message=step.message, reject=reject)
+
+
+class _KTrial:
+    """A trial of a K, plain decoding or a schedule, as the trial engine asks of it."""
+
+    def __init__(self, run: Run, trial: Trial) -> None:
+        self.run, self.trial = run, trial
+
+    @property
+    def record(self) -> Trial:
+        return self.trial
+
+    @property
+    def placement(self) -> Placement:
+        place = self.trial.in_place
+        if place is None:
+            return Placement.CANARY
+        return Placement.AFTER if place.switched else Placement.BEFORE
+
+    @property
+    def windows(self) -> int:
+        return self.run.spec.tuning.canary_windows
+
+    @property
+    def k0_band(self) -> bool:
+        return True
+
+    @property
+    def may_go_in_place(self) -> bool:
+        return True
+
+    def measured_before(self, added: bool) -> bool:
+        return self.trial.stable.windows >= _baseline_windows(self.run)  # counted so far
+
+    def waits_for_canary(self) -> bool:
+        return False  # a canary Pending too long ends the trial (_fall_back_in_place)
+
+    def failing_window(self, canary: Judged) -> str | None:
+        run = self.run
+        if not (floor_caps_k(run.spec) and stable_failing(run, canary)):
+            return None
+        low = canary.metric.low if canary.metric else float("nan")
+        return (
+            f"canary {run.spec.rollback.metric.value} lower bound {low:.3f} < floor {run.floor:.3f}"
+        )
+
+    def failing_totals(self) -> str | None:
+        return None  # each canary window is held to the floor as it comes
+
+    def subject(self) -> TrialSubject | Ended:
+        run, trial, spec = self.run, self.trial, self.run.spec
+        sides = _sides(run)
+        tried, before = sides.tried, sides.before
+        if (tried is not None or before is not None) and not (
+            trial.stable.timed_windows and trial.canary.timed_windows
+        ):
+            message = "a schedule is judged on the step times its pods measure; they export none"
+            return Ended(TrialOutcome.NO_STEP_TIMES, message)
+        return TrialSubject(
+            sides=sides,
+            tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
+            before_words=schedule.describe(before) if before else f"K={sides.before_tokens}",
+            # In place the restart is paid, and going back costs another: the candidate
+            # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
+            # it must repay that restart too.
+            required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
+            # An exploration is a fixed-length test: each look of a sequential one is
+            # another chance of a false promotion, and an exploration is already one of
+            # several tries.
+            windows=(1 if trial.explores else TRIAL_EXTENSION) * spec.tuning.canary_windows,
+            metric=None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary),
+            floor_caps=floor_caps_k(spec),
+            margin=run.margin,
+            confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
+        )
+
+    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
+        run = self.run
+        projected = _over_load(run, gain, _sides(run), _measured_at(self.trial.stable, batch))
+        if projected is None:
+            return gain, basis
+        gain, over = projected
+        return gain, f"{basis}; {over}"
 
 
 def _baseline_windows(run: Run) -> int:
@@ -248,16 +332,10 @@ def _baseline_windows(run: Run) -> int:
     return TRIAL_EXTENSION * run.spec.tuning.canary_windows
 
 
-def _measure_baseline(run: Run, stable: Judged) -> None:
-    """In place, before the switch: the K that runs gathers its baseline windows, then
-    the stable pods change to the candidate."""
+def _switch(run: Run) -> None:
+    """In place, the baseline in: the stable pods change to the candidate."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and trial.in_place is not None
-    if stable.conclusive and stable.window is not None:
-        trial.stable = totals_add(trial.stable, stable.window)
-    if trial.stable.windows < _baseline_windows(run):
-        _end_if_overdue(run)
-        return
     trial.in_place.switched = True
     sp.schedule = trial.schedule
     # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
@@ -265,15 +343,11 @@ def _measure_baseline(run: Run, stable: Judged) -> None:
     run.changed(None if trial.plain else trial.tokens)
 
 
-def _fell_back_in_place(run: Run, observation: Observation) -> bool:
-    """A canary Pending past canaryPendingTimeout: the trial ends, and the next runs in
-    place."""
+def _fall_back_in_place(run: Run, pending: float, waiting: str | None) -> None:
+    """A canary Pending `pending` seconds, past canaryPendingTimeout (`waiting`: what the
+    scheduler says): the trial ends, and the next runs in place."""
     sp, spec, trial = run.sp, run.spec, run.sp.trial
     assert trial is not None
-    pending = pending_seconds(run, observation.canary_pending_since)
-    if pending is None:
-        return False
-    waiting = observation.canary_pending_reason
     message = (
         f"the canary pod has been Pending for {pending:.0f}s "
         f"(> {spec.tuning.canary_pending_timeout})"
@@ -290,29 +364,6 @@ def _fell_back_in_place(run: Run, observation: Observation) -> bool:
         from_tokens=sp.tokens,
         to_tokens=sp.tokens,
     )
-    return True
-
-
-def _add_windows(run: Run, stable: Judged, canary: Judged) -> bool:
-    """Add both tracks' windows to a canary trial's totals; False when the canary's
-    failed the floor and ended the trial."""
-    spec, trial = run.spec, run.sp.trial
-    assert trial is not None
-    trial.stable = count_stable(run, trial.stable, stable, k0_band=True)
-    if canary.window is None or not (canary.conclusive or timed_k0_band(canary)):
-        return True
-    if canary.conclusive and floor_caps_k(spec) and stable_failing(run, canary):
-        low = canary.metric.low if canary.metric else float("nan")
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.BELOW_FLOOR,
-            message=f"canary {spec.rollback.metric.value} lower bound {low:.3f} "
-            f"< floor {run.floor:.3f}",
-        )
-        return False
-    trial.canary = totals_add(trial.canary, canary.window)
-    return True
 
 
 def _end_if_overdue(run: Run) -> None:
@@ -353,50 +404,6 @@ def _sides(run: Run) -> Sides:
         return Sides(trial.tokens, trial.schedule, 0, None)
     assert sp.tokens is not None
     return Sides(trial.tokens, trial.schedule, sp.tokens, sp.schedule)
-
-
-def _compare(run: Run, stable: Judged) -> None:
-    spec, trial = run.spec, run.sp.trial
-    assert trial is not None
-    sides = _sides(run)
-    tried, before, before_k = sides.tried, sides.before, sides.before_tokens
-    window = stable.window
-    batch = window.batch_per_pod if window is not None else 1.0
-    if (tried is not None or before is not None) and not (
-        trial.stable.timed_windows and trial.canary.timed_windows
-    ):
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.NO_STEP_TIMES,
-            message="a schedule is judged on the step times its pods measure; they export none",
-            reject=False,
-        )
-        return
-    subject = TrialSubject(
-        sides=sides,
-        tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
-        before_words=schedule.describe(before) if before else f"K={before_k}",
-        # In place the restart is paid, and going back costs another: the candidate
-        # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
-        # it must repay that restart too.
-        required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
-        # An exploration is a fixed-length test: each look of a sequential one is another
-        # chance of a false promotion, and an exploration is already one of several tries.
-        windows=(1 if trial.explores else TRIAL_EXTENSION) * spec.tuning.canary_windows,
-        metric=None if trial.plain else rollback_metric_of(spec).of_totals(trial.canary),
-        floor_caps=floor_caps_k(spec),
-        margin=run.margin,
-        confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
-    )
-    gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
-    projected = _over_load(run, gain, sides, _measured_at(trial.stable, batch))
-    if projected is not None:
-        gain, over = projected
-        basis += f"; {over}"
-    reason, summary = verdict(run, subject, gain, basis, trial.canary.windows)
-    if reason is not None:  # else promising but not proven: measure on
-        end_trial(run, promote=reason is TrialOutcome.GOODPUT_GAIN, reason=reason, message=summary)
 
 
 def _measured_at(stable: TrackTotals, batch: float) -> float:

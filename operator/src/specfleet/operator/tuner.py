@@ -26,24 +26,28 @@ is predicted to clear the floor -> else the largest smaller K predicted to clear
 with the margin -> else disable. Inconclusive windows neither pass nor fail.
 
 This module holds `decide` and the spec sync; the working state they pass down is
-`run.Run`. Each family of transitions has its own module: `windows` (judging), `floor`
-(rollback, step-down, below floor), `speculation_off` (disable, stop), `plain` (when
-plain decoding is faster), `trials` (start, feed, compare, end) with `trial_stats`,
-`reprobes`, `proposals`, and `prediction`; their words are `outcomes`' enums.
+`run.Run`. `intake` takes the observation in (perturbation, step cost, the stable
+window judged and recorded); `decide` then hands the window to one place: the floor, the
+running trial, a re-probe or a proposal. Each family of transitions has its own module:
+`windows` (judging), `floor` (rollback, step-down, below floor), `speculation_off`
+(disable, stop), `plain` (when plain decoding is faster), `trials` and `config_trials`
+(what a K's and a config's trial do their own way) over `trial_engine` (the lifecycle
+they share) and `trial_stats`, `reprobes`, `proposals`, and `prediction`; their words
+are `outcomes`' enums.
 docs/architecture.md draws how they fit.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
+from enum import Enum
 
-from specfleet.operator import config_trials, hot_schedules, schedule, speed
+from specfleet.operator import config_trials, hot_schedules, schedule
 from specfleet.operator.api import (
     ConditionType,
     DraftMethod,
     LastKnownGood,
-    OffReason,
     Schedule,
     ScheduleMode,
     SpeculativeModelSpec,
@@ -57,8 +61,9 @@ from specfleet.operator.floor import (
     recovered,
     rollback,
 )
+from specfleet.operator.intake import take_in
 from specfleet.operator.observations import Observation
-from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome, WindowVerdict
+from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome
 from specfleet.operator.plain import stop_if_plain_is_faster
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
@@ -68,11 +73,7 @@ from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial
 from specfleet.operator.windows import (
     Judged,
-    judge_collected,
-    judge_plain,
     metrics_condition,
-    record_acceptance,
-    record_load,
     stable_failing,
     timed_k0_band,
 )
@@ -103,51 +104,51 @@ def decide(
         )
         return _decided(run)
     _sync_with_spec(run)
-    held = _perturbed(run, observation)
-    if held is not None:
-        # A slow stretch says nothing about K: recorded, not learnt from nor judged.
-        record_acceptance(run, held, observation)
-        _speculation_condition(run, observation)
-        metrics_condition(run, held)
+    stable = take_in(run, observation)
+    if stable is None:  # held as perturbed
         return _decided(run)
-    _learn_speed(run, observation)
-    stable = _judge_stable(run, observation)
-    record_acceptance(run, stable, observation)
-    record_load(run, observation)
-    _speculation_condition(run, observation)
-    if run.sp.off is not None:
-        if run.sp.trial is not None:  # a re-probe on a canary
-            feed_trial(run, stable, observation)
-        elif not config_trials.feed(run, stable, observation):
-            maybe_reprobe(run, stable)
-    else:
+    if run.sp.off is None:
         metrics_condition(run, stable)
-        if run.sp.measuring_plain:  # no draft runs to judge: the trial measures speed
-            feed_trial(run, stable, observation)
-        elif not (stable.conclusive and _floor_decided(run, stable)) and not config_trials.feed(
-            run, stable, observation
-        ):
-            _tune(run, stable, observation)
+        if not run.sp.measuring_plain and stable.conclusive and _floor_decided(run, stable):
+            return _decided(run)
+    goes_to = _goes_to(run)
+    if goes_to is _GoesTo.TRIAL:
+        feed_trial(run, stable, observation)
+    elif goes_to is _GoesTo.CONFIG_TRIAL:
+        config_trials.feed(run, stable, observation)
+    elif goes_to is _GoesTo.REPROBE:
+        maybe_reprobe(run, stable)
+    else:
+        _propose_if_settled(run, stable)
     return _decided(run)
+
+
+class _GoesTo(Enum):
+    """What a stable window the floor left undecided goes to: one trial at a time."""
+
+    TRIAL = "trial"  # the running trial of a K, plain decoding or a schedule
+    CONFIG_TRIAL = "config-trial"
+    REPROBE = "reprobe"  # speculation off: back on when its back-off is over
+    PROPOSAL = "proposal"  # a candidate, once the stable K has settled
+
+
+def _goes_to(run: Run) -> _GoesTo:
+    """A re-probe and a trial of plain decoding (no draft runs to judge: it measures
+    speed) go before a config trial; a config trial goes before tuning K."""
+    sp, config = run.sp, run.status.config
+    if sp.trial is not None and (sp.off is not None or sp.measuring_plain):
+        return _GoesTo.TRIAL
+    if config is not None and config.trial is not None:
+        return _GoesTo.CONFIG_TRIAL
+    if sp.off is not None:
+        return _GoesTo.REPROBE
+    return _GoesTo.PROPOSAL if sp.trial is None else _GoesTo.TRIAL
 
 
 def _decided(run: Run) -> Decided:
     """The decision, with the schedule the stable pods are handed when they take K hot."""
     run.sp.hot_schedule = hot_schedules.planned(run.spec, run.status)
     return Decided(run.status, run.actions)
-
-
-def _judge_stable(run: Run, observation: Observation) -> Judged:
-    sp = run.sp
-    if observation.prometheus_error is not None:
-        unavailable = WindowVerdict.PROMETHEUS_UNAVAILABLE
-        return Judged(None, False, unavailable, detail=observation.prometheus_error)
-    if sp.measuring_plain:
-        return judge_plain(run.spec, observation.stable)
-    running = None if sp.off is not None else sp.schedule
-    return judge_collected(
-        run, "stable", observation.stable, sp.stable_k, sp.baseline_acceptance, running
-    )
 
 
 def _floor_decided(run: Run, stable: Judged) -> bool:
@@ -180,12 +181,10 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
     return False
 
 
-def _tune(run: Run, stable: Judged, observation: Observation) -> None:
-    """Feed the running trial, or propose one when the stable K has settled."""
+def _propose_if_settled(run: Run, stable: Judged) -> None:
+    """Propose a candidate when the stable K has settled."""
     sp, spec = run.sp, run.spec
-    if run.sp.trial is not None:
-        feed_trial(run, stable, observation)
-    elif (
+    if (
         spec.tuning.enabled
         # A schedule's K=0 band has no acceptance, but its speed says what it serves.
         and (timed_k0_band(stable) or (stable.conclusive and sp.windows >= 1))
@@ -225,49 +224,6 @@ def _cooled(run: Run) -> bool:
         return True
     started = [d.time for d in run.status.history if d.action == ActionKind.START_IN_PLACE]
     return not started or run.now - max(started) >= SWITCH_HORIZON
-
-
-def _perturbed(run: Run, observation: Observation) -> Judged | None:
-    """The stable window held as perturbed (its step time far from the engine's at this
-    K and batch), or None. Past speed.PERTURBED_LIMIT windows in a row the engine itself
-    changed: the samples go and the fit starts over from what the pods measure now."""
-    sp, cost, window = run.sp, run.status.step_cost, observation.stable
-    flat = sp.decoding_plainly or sp.schedule is None
-    why = speed.perturbation(cost, sp.stable_k, window) if flat else None
-    if why is None or cost is None:
-        return None
-    if cost.perturbed_windows + 1 >= speed.PERTURBED_LIMIT:
-        run.status.step_cost = None
-        return None
-    run.status.step_cost = cost.model_copy(update={"perturbed_windows": cost.perturbed_windows + 1})
-    return Judged(window, False, WindowVerdict.PERTURBED, detail=why)
-
-
-def _learn_speed(run: Run, observation: Observation) -> None:
-    """Feed this interval's step times to the fitted cost: the stable track's at the K it
-    ran for the whole window (not one that straddles a change of K), the canary's at its
-    candidate."""
-    sp, window = run.sp, observation.stable
-    # A track under a schedule ran several Ks in one window: no single K to learn it at,
-    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax) or its pods
-    # timed their steps by K.
-    flat = sp.decoding_plainly or sp.schedule is None
-    settled = window is not None and (
-        sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
-    )
-    if settled and flat:
-        run.learn_speed(sp.stable_k, window)
-    elif settled and window is not None and window.drafts == 0:
-        run.status.step_cost = speed.record_k0_band(run.status.step_cost, window, run.drafting)
-    elif settled and window is not None:
-        # Where the pods time their steps by K (hot pods), each K of the schedule.
-        run.status.step_cost = speed.record_by_k(
-            run.status.step_cost, window, run.now, run.drafting
-        )
-    trial = sp.trial
-    if trial is not None and not trial.in_place and trial.schedule is None:
-        # The canary pod is created for its candidate: its windows are all at that K.
-        run.learn_speed(trial.tokens, observation.canary)
 
 
 def sync_with_spec(
@@ -398,30 +354,3 @@ def _keep_within_range(run: Run) -> None:
     good = sp.last_known_good
     if good is not None and not low <= good.tokens <= high:
         good.tokens = min(high, max(low, good.tokens))
-
-
-def _speculation_condition(run: Run, observation: Observation) -> None:
-    sp = run.sp
-    if sp.off is not None:
-        reason = OffReason.NO_K_PAYS if sp.plain_decoding_chosen else "Disabled"
-        run.condition(ConditionType.SPECULATION_ACTIVE, "False", reason, sp.off.message)
-    elif sp.measuring_plain:
-        assert sp.trial is not None and sp.trial.in_place is not None
-        before = sp.trial.in_place.previous_tokens
-        message = f"an in-place trial measures plain decoding against K={before}"
-        run.condition(ConditionType.SPECULATION_ACTIVE, "False", "PlainDecodingTrial", message)
-    elif observation.speculation_missing:
-        was = condition_status(run.status.conditions, ConditionType.SPECULATION_ACTIVE)
-        message = (
-            "pods serve requests but export no vllm:spec_decode_* counters: "
-            "the draft is not running"
-        )
-        run.condition(ConditionType.SPECULATION_ACTIVE, "False", "NotExported", message)
-        if was != "False":
-            run.act(
-                ActionKind.SPECULATION_MISSING, "NotExported", message, warning=True, record=False
-            )
-    elif observation.stable is not None and observation.stable.drafts > 0:
-        run.condition(
-            ConditionType.SPECULATION_ACTIVE, "True", "Drafting", f"drafting K={sp.tokens}"
-        )

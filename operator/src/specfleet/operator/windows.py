@@ -20,8 +20,8 @@ from specfleet.operator.api import (
     ScheduledBand,
     SpeculativeModelSpec,
 )
-from specfleet.operator.children import Track
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import EMPTY_WINDOWS, ActionKind, WindowVerdict
 from specfleet.operator.rollback_metrics import rollback_metric_of
@@ -120,56 +120,56 @@ def timed_k0_band(judged: Judged) -> bool:
 
 
 def judge_collected(
-    run: Run,
-    track: Track,
+    spec: SpeculativeModelSpec,
+    now: datetime,
+    collected: OpenWindow | None,
     window: TrackWindow | None,
     tokens: int,
     baseline: float | None,
     running: Sequence[ScheduledBand] | None = None,
-) -> Judged:
-    """Judge the track's window added to what it collected before, so that a window with
+) -> tuple[Judged, OpenWindow | None]:
+    """Judge the track's window added to what it `collected` before, so that a window with
     too few draft tokens grows over the next intervals instead of being thrown away: at
     one request in flight a decision takes a few intervals, not forever. A window that
-    reaches tuning.maxWindowAge unjudged is dropped as inconclusive."""
-    collected = run.collected(track)
-    max_age = run.seconds(run.spec.tuning.max_window_age)
+    reaches tuning.maxWindowAge unjudged is dropped as inconclusive. Returns the window
+    judged and what the track collects on (status.openWindows; None: nothing)."""
+    max_age = parse_duration(spec.tuning.max_window_age)
     if collected is not None and (
         # Left over from another K, or from before a gap with no data at all.
         collected.tokens != tokens
-        or run.now - collected.since > max_age + run.seconds(run.spec.tuning.interval)
+        or now - collected.since > max_age + parse_duration(spec.tuning.interval)
     ):
         collected = None
-    alone = judge(run.spec, window, baseline)
+    alone = judge(spec, window, baseline)
     if window is None or alone.reason in EMPTY_WINDOWS:
-        run.keep_collecting(track, collected)
-        return alone
+        return alone, collected
     if (
         alone.reason is WindowVerdict.NO_DRAFTS
         and running
         and 0 in (band.tokens for band in running)
     ):
-        run.keep_collecting(track, collected)
         detail = "the schedule drafts nothing at this load (K=0)"
-        return Judged(window, False, WindowVerdict.NOT_DRAFTING, detail=detail)
-    grown = _collect(collected, window, tokens, run.now)
+        return Judged(window, False, WindowVerdict.NOT_DRAFTING, detail=detail), collected
+    grown = _collect(collected, window, tokens, now)
     # Its acceptance per position depends on the Ks the schedule drafted with.
     ks = schedule.drafting_ks(running) if running else ()
     # One interval's window keeps its step tallies (a grown one's older intervals have
     # none kept: it goes without).
     tallies = window.step_tallies if collected is None else ()
     judged = judge(
-        run.spec, dataclasses.replace(_window_of(grown), ks=ks, step_tallies=tallies), baseline
+        spec, dataclasses.replace(_window_of(grown), ks=ks, step_tallies=tallies), baseline
     )
-    age = run.now - grown.since
+    age = now - grown.since
     if judged.reason is WindowVerdict.TOO_FEW_DRAFT_TOKENS and age < max_age:
-        run.keep_collecting(track, grown)
         detail = (
-            f"{grown.counts.draft_tokens:.0f} of {run.spec.tuning.min_draft_tokens} draft tokens "
+            f"{grown.counts.draft_tokens:.0f} of {spec.tuning.min_draft_tokens} draft tokens "
             f"in {age.total_seconds():.0f}s"
         )
-        return Judged(judged.window, False, WindowVerdict.COLLECTING, judged.rate, detail=detail)
-    run.keep_collecting(track, None)
-    return judged
+        collecting = Judged(
+            judged.window, False, WindowVerdict.COLLECTING, judged.rate, detail=detail
+        )
+        return collecting, grown
+    return judged, None
 
 
 def record_acceptance(run: Run, judged: Judged, observation: Observation) -> None:
