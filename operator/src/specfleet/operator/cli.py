@@ -46,7 +46,8 @@ def crds_command(
     ] = False,
     root: Annotated[Path, typer.Option(help="Repository root.")] = Path("."),
 ) -> None:
-    """Write the CRD, the chart's CRD and the API reference from the models."""
+    """Write the CRD, the chart's CRD and admission policy, and the API reference from the
+    models."""
     try:
         if check:
             stale = crd.stale_files(root)
