@@ -248,7 +248,8 @@ def operator_command(
         list[str] | None,
         typer.Option(
             "--prometheus-url",
-            help="A Prometheus URL models may query (repeatable); none: any http(s) URL.",
+            help="A Prometheus URL models may query (repeatable; it may be at a loopback "
+            "address); none: any http(s) URL but at a loopback, link-local or metadata address.",
         ),
     ] = None,
     allow_service_account: AllowServiceAccount = None,
