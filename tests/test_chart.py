@@ -202,7 +202,7 @@ def test_custom_rendering_has_every_optional_object() -> None:
         ["ServiceAccount", "Deployment", "Service", "ConfigMap"]
         + ["Role", "RoleBinding"] * 2
         + ["ServiceMonitor", "PodMonitor", "PrometheusRule"]
-        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "NetworkPolicy"]
     )
 
 
@@ -337,6 +337,9 @@ OPEN_BY_DESIGN = {
     "extraVolumeMounts[]",
     "extraEnv[].valueFrom",
     "networkPolicy.metricsFrom[]",
+    "networkPolicy.egress.apiServer[]",
+    "networkPolicy.egress.dns[]",
+    "networkPolicy.egress.prometheus[]",
 }
 
 
