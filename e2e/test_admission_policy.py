@@ -41,6 +41,7 @@ class Policy:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.release = f"sf-{uuid.uuid4().hex[:6]}"
+        self.name = f"{self.release}-specfleet-{namespace}-pod-policy"  # both objects'
 
     def apply(self, *values: str) -> list[dict[str, Any]]:
         text = render(
@@ -53,14 +54,11 @@ class Policy:
         return manifests(text)
 
     def remove_binding(self) -> None:
-        cluster.kubectl(
-            "delete", "validatingadmissionpolicybinding", f"{self.release}-specfleet-pod-policy"
-        )
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", self.name)
 
     def delete(self) -> None:
         for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-            name = f"{kind}/{self.release}-specfleet-pod-policy"
-            cluster.kubectl("delete", name, "--ignore-not-found", "--wait=false")
+            cluster.kubectl("delete", kind, self.name, "--ignore-not-found", "--wait=false")
 
 
 @pytest.fixture
@@ -120,7 +118,8 @@ def test_admission_validate_and_the_operator_refuse_what_the_install_does_not_al
         timeout=30,
     )
     # Every expression type-checks against the CRD's schema: no warning.
-    checked = wait_for("the type check", lambda: _type_check(rendered[0]["metadata"]["name"]))
+    assert {d["metadata"]["name"] for d in rendered} == {policy.name}
+    checked = wait_for("the type check", lambda: _type_check(policy.name))
     assert checked == {"done": True}, checked
 
     for case in sorted(IDENTITIES):

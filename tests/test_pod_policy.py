@@ -289,6 +289,17 @@ def test_the_admission_policy_takes_the_installs_values() -> None:
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
+def test_releases_in_two_namespaces_claim_different_policies() -> None:
+    """Cluster-scoped objects of the same release name in two namespaces would be one
+    object that two Helm releases claim: the second install fails."""
+    names = {
+        document["metadata"]["name"]
+        for namespace in ("team-a", "team-b")
+        for document in _policy_and_binding(namespace=namespace)
+    }
+    assert names == {"specfleet-team-a-pod-policy", "specfleet-team-b-pod-policy"}
+
+
 def test_each_podpolicy_value_is_an_allowance() -> None:
     """The chart's podPolicy values are the allowances' (and the switch for admission)."""
     values = yaml.safe_load((CHART / "values.yaml").read_text())["podPolicy"]
