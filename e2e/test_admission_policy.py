@@ -1,10 +1,10 @@
 """The chart's pod policy at admission, on the real API server: each escalation of issue
 42 is refused by the API server (the chart's ValidatingAdmissionPolicy, or the CRD's own
 CEL for the node half), by `specfleet validate` and by the operator, in the same words;
-the values that allow them let them in; a permitted model is admitted, and so is
-the production example once its ServiceAccount is allowed. The policy is
-bound to the test's namespace only (as `watch.namespaces` binds it), so the other tests
-sharing the cluster never meet it."""
+the values that allow them let them in; a permitted model is admitted, and so is the
+production example once its ServiceAccount is allowed. The policy is bound to the test's
+namespace only (as `watch.namespaces` binds it), so the other tests sharing the cluster
+never meet it."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _validate(tmp_path: Path, manifest: dict[str, Any], *flags: str) -> tuple[in
     return result.exit_code or 0, result.output
 
 
-def _refused_in(words: str) -> Any:
+def _refused_in(words: str) -> str:
     """The refusal validate printed for a model, without its file and name."""
     return words.split("): ", 1)[1].strip()
 
