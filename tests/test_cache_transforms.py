@@ -4,13 +4,17 @@ Deployment or a pod in a namespace can set, with or without a SpeculativeModel."
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import gc
 import json
 import tracemalloc
 from typing import Any
 
 from specfleet.operator import render
-from specfleet.operator.fleet import FleetCache
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
+from specfleet.operator.fleet import Fleet, FleetCache
+from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 
 KEY = ("team", "m")
 BIG = "x" * (250 * 2**10)
@@ -104,3 +108,109 @@ def test_what_the_fleet_reads_is_kept() -> None:
             "conditions": [{"type": "Ready", "status": "True"}],
         },
     }
+
+
+def _bloated_model(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A SpeculativeModel as `kubectl apply` leaves it (its spec again, 250 KiB of it, in
+    the last-applied annotation), with 2,000 labels, managedFields, 500 owners and a
+    status holding a key no version writes any more."""
+    body = copy.deepcopy(manifest)
+    body["metadata"] = {
+        "name": "m",
+        "namespace": "team",
+        "uid": "uid-m",
+        "resourceVersion": "7",
+        "generation": 3,
+        "creationTimestamp": "2026-12-02T12:00:00Z",
+        "labels": {f"junk-{i}": "y" * 63 for i in range(2000)},
+        "annotations": {
+            LAST_APPLIED: json.dumps(body) + BIG,
+            FORCE_CONFIG_ANNOTATION: "abc123",
+        },
+        "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:junk": BIG}}],
+        "ownerReferences": [{"kind": "Thing", "name": f"t{i}", "uid": f"u{i}"} for i in range(500)],
+    }
+    body["status"] = {"observedGeneration": 2, "retiredField": "x"}
+    return body
+
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def test_a_model_is_cached_with_its_spec_and_status_and_no_more(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """Spec and status whole (read, and written back), the metadata the fleet reads and
+    the force-config annotation; not the author's labels, kubectl's copy of the spec,
+    managedFields or owners (about 1 MiB of the operator's memory before, 6 KiB now)."""
+    body = _bloated_model(peagle_manifest)
+    cache = FleetCache()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        read = json.loads(json.dumps(body))  # as a watch event arrives: all its own
+        cache.remember_model(read)
+        del read
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 32 * 2**10, kept
+    cached = cache.body(KEY)
+    assert cached == {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "spec": body["spec"],
+        "status": body["status"],
+        "metadata": {
+            "name": "m",
+            "namespace": "team",
+            "uid": "uid-m",
+            "resourceVersion": "7",
+            "generation": 3,
+            "creationTimestamp": "2026-12-02T12:00:00Z",
+            "annotations": {FORCE_CONFIG_ANNOTATION: "abc123"},
+        },
+    }
+
+
+def test_a_cached_models_status_write_still_removes_what_it_lacks(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """The status write turns the cached status into the new one (a merge patch nulling
+    the keys it lacks): trimming the model keeps status whole, so a key this version does
+    not know (read as an invalid status, which is written afresh) still goes."""
+    cluster = FakeCluster()
+    fleet = Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
+    model = _bloated_model(peagle_manifest)
+    del model["metadata"]["annotations"][FORCE_CONFIG_ANNOTATION]
+    cluster.create_model(model)
+    patches: list[dict[str, Any]] = []
+    write = cluster.patch_status
+
+    def recorded(
+        namespace: str, name: str, status: dict[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        patches.append(status)
+        return write(namespace, name, status, resource_version)
+
+    cluster.patch_status = recorded  # type: ignore[method-assign]
+    cluster.deliver(fleet)
+    asyncio.run(fleet.reconcile(KEY))
+    # As the API server applies it (RFC 7386), the patch leaves exactly the new status.
+    assert patches and patches[0]["retiredField"] is None, patches
+    assert _merged(model["status"], patches[0]) == cluster.model("m")["status"]
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    """A JSON merge patch applied (RFC 7386)."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merged(result.get(key), value)
+    return result

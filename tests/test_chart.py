@@ -190,6 +190,8 @@ def test_default_rendering_has_the_expected_objects() -> None:
             "PodDisruptionBudget",
             "Service",
             "ConfigMap",  # the Grafana dashboard
+            "ValidatingAdmissionPolicy",  # the pod policy at admission
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
 
@@ -200,7 +202,16 @@ def test_custom_rendering_has_every_optional_object() -> None:
         ["ServiceAccount", "Deployment", "Service", "ConfigMap"]
         + ["Role", "RoleBinding"] * 2
         + ["ServiceMonitor", "PodMonitor", "PrometheusRule"]
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "NetworkPolicy"]
     )
+
+
+CLUSTER_SCOPED = (
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def test_every_object_is_labelled_and_namespaced() -> None:
@@ -208,7 +219,7 @@ def test_every_object_is_labelled_and_namespaced() -> None:
         meta = document["metadata"]
         assert meta["labels"]["app.kubernetes.io/instance"] == RELEASE, document["kind"]
         assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
-        if document["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+        if document["kind"] not in CLUSTER_SCOPED:
             assert meta.get("namespace"), f"{document['kind']} {meta['name']} has no namespace"
 
 
@@ -326,6 +337,9 @@ OPEN_BY_DESIGN = {
     "extraVolumeMounts[]",
     "extraEnv[].valueFrom",
     "networkPolicy.metricsFrom[]",
+    "networkPolicy.egress.apiServer[]",
+    "networkPolicy.egress.dns[]",
+    "networkPolicy.egress.prometheus[]",
 }
 
 

@@ -5,10 +5,15 @@ Kubernetes quantities in every spelling the API server takes."""
 from __future__ import annotations
 
 import json
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
+from tests.conftest import REPO
 from tests.test_chart import container, one, render, rendered
+from tests.test_cli import specfleet
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -73,7 +78,7 @@ def test_network_policy_admits_scrapes_and_probes_only() -> None:
         ),
         "NetworkPolicy",
     )["spec"]
-    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
     assert policy["ingress"] == [
         {"ports": [{"port": "metrics", "protocol": "TCP"}], "from": [peer]},
         {"ports": [{"port": "health", "protocol": "TCP"}]},
@@ -114,3 +119,97 @@ def test_schema_refuses_mistakes(set_json: str) -> None:
     result = render(set_json=[set_json], check=False)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr
+
+
+NETWORK_POLICY = "networkPolicy.enabled=true"
+
+
+def _egress(*set_json: str) -> list[dict[str, Any]]:
+    policy = one(rendered(set_json=[NETWORK_POLICY, *set_json]), "NetworkPolicy")["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    egress: list[dict[str, Any]] = policy["egress"]
+    return egress
+
+
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"port": port, "protocol": "TCP"} for port in ports]
+
+
+def test_network_policy_lets_the_operator_reach_only_what_it_needs() -> None:
+    """The API server on its ports, DNS at the cluster's DNS pods, the inference pods in
+    any namespace; no Prometheus when the install allows none (issue 42)."""
+    api_server, dns, pods = _egress()
+    assert api_server == {"ports": _tcp(443, 6443)}
+    assert dns == {
+        "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}],
+        "to": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                },
+                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+            }
+        ],
+    }
+    [peer] = pods["to"]
+    assert "ports" not in pods and peer["namespaceSelector"] == {}
+
+
+def test_network_policy_egress_follows_the_installs_values() -> None:
+    urls = [
+        "http://prometheus.monitoring:9090",
+        "https://thanos.monitoring/prometheus",
+        "http://prometheus.other:9090/",
+        "http://[fd00::1]:9091",
+        "http://prometheus.plain",
+    ]
+    api_server_peer = {"ipBlock": {"cidr": "10.0.0.10/32"}}
+    prometheus_peer = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    api_server, _, pods, prometheus = _egress(
+        f"evaluation.allowedPrometheusUrls={json.dumps(urls)}",
+        f"networkPolicy.egress.apiServer={json.dumps([api_server_peer])}",
+        "networkPolicy.egress.apiServerPorts=[6443]",
+        f"networkPolicy.egress.prometheus={json.dumps([prometheus_peer])}",
+        'watch.namespaces=["team-a","team-b"]',
+    )
+    assert api_server == {"ports": _tcp(6443), "to": [api_server_peer]}
+    # Each allowed URL's port, as the operator connects to it, once each.
+    ports = list(
+        dict.fromkeys(urlsplit(url).port or DEFAULT_PORTS[urlsplit(url).scheme] for url in urls)
+    )
+    assert prometheus == {"ports": _tcp(*ports), "to": [prometheus_peer]}
+    assert pods["to"][0]["namespaceSelector"] == {
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team-a", "team-b"]}
+        ]
+    }
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def test_network_policy_selects_the_pods_the_operator_renders() -> None:
+    """The inference pods' rule selects the pods `specfleet render` makes (their labels),
+    and no pod without the operator's labels."""
+    [peer] = _egress()[2]["to"]
+    result = specfleet("render", REPO / "examples" / "llama-peagle.yaml")
+    assert result.exit_code == 0, result.output
+    deployments = [d for d in yaml.safe_load_all(result.output) if d and d["kind"] == "Deployment"]
+    assert deployments
+    for deployment in deployments:
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert _selects(peer["podSelector"], labels)
+        assert not _selects(
+            peer["podSelector"], {"specfleet.io/model": labels["specfleet.io/model"]}
+        )
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A LabelSelector's matchExpressions (In, Exists) against `labels`."""
+    for expression in selector["matchExpressions"]:
+        key, operator = expression["key"], expression["operator"]
+        if key not in labels:
+            return False
+        if operator == "In" and labels[key] not in expression["values"]:
+            return False
+    return True

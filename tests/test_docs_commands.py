@@ -29,7 +29,10 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # What the transcripts run: this checkout's `specfleet` and `specfleet-runtime`.
 OFFLINE = {"specfleet", "specfleet-runtime"}
 # Quoted, not run here, each with what it needs.
-NEEDS_CLUSTER = {"curl": "a running pod's hot-schedule endpoint (docs/runtime.md)"}
+NEEDS_CLUSTER = {
+    "curl": "a running pod's hot-schedule endpoint (docs/runtime.md)",
+    "kubectl": "the chart's admission policy (e2e/test_admission_policy.py checks the words)",
+}
 ELISION = "..."
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 

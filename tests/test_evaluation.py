@@ -24,6 +24,7 @@ from specfleet.operator.configs import config_of
 from specfleet.operator.evaluation import (
     CurrentPods,
     Evaluator,
+    Outbound,
     canary_pending_reason,
     canary_pending_since,
     current_pods,
@@ -212,7 +213,8 @@ def test_prometheus_that_cannot_answer_makes_an_inconclusive_window(
         }
         model = _model(peagle_manifest, tokens=3)
         try:
-            decided = await Evaluator().evaluate(model, ObservedChildren(), T0)
+            listed = Outbound(prometheus_urls=frozenset([f"http://127.0.0.1:{port}"]))
+            decided = await Evaluator(listed).evaluate(model, ObservedChildren(), T0)
         finally:
             await runner.cleanup()
         return model.model_copy(update={"status": decided.status})

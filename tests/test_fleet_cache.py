@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.fleet import FleetCache
 from specfleet.operator.render import MODEL_LABEL
 
@@ -71,12 +72,24 @@ def test_a_status_only_change_is_kept_but_does_not_wake() -> None:
     assert not cache.queue.changed.is_set()
 
 
-def test_a_label_change_wakes_the_model() -> None:
+def test_a_change_of_what_the_fleet_reads_wakes_the_model() -> None:
+    """The force-config annotation and a deletion are read; the model's labels and other
+    annotations are not (and are not cached): changing them wakes nothing."""
     cache = FleetCache()
     cache.remember_model(model("1"))
     woken(cache)
     edited = model("2")
     edited["metadata"]["labels"] = {"team": "search"}
+    edited["metadata"]["annotations"] = {"example.com/owner": "search"}
+    cache.remember_model(edited)
+    assert woken(cache) == set()
+    edited = model("3")
+    edited["metadata"]["annotations"] = {FORCE_CONFIG_ANNOTATION: "abc"}
+    cache.remember_model(edited)
+    assert woken(cache) == {KEY}
+    edited = model("4")
+    edited["metadata"]["annotations"] = {FORCE_CONFIG_ANNOTATION: "abc"}
+    edited["metadata"]["deletionTimestamp"] = "2026-12-02T12:00:00Z"
     cache.remember_model(edited)
     assert woken(cache) == {KEY}
 

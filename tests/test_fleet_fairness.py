@@ -33,13 +33,16 @@ def test_a_new_models_children_come_while_48_models_wait_on_a_tarpit(
     peagle_manifest: dict[str, Any],
 ) -> None:
     cluster = FakeCluster()
-    fleet = Fleet(cluster, Evaluator(Outbound(max_timeout=TIMEOUT)))  # type: ignore[arg-type]
 
     async def main() -> tuple[float, float]:
         stop = asyncio.Event()
         running: asyncio.Task[None] | None = None
         try:  # leaving the tarpit closes it: the hogs' queries end at once, unreachable
             async with tarpit() as (slow, held):
+                # Listed by the install, as a Prometheus beside the operator may be: a
+                # loopback address is refused otherwise.
+                outbound = Outbound(max_timeout=TIMEOUT, prometheus_urls=frozenset([slow]))
+                fleet = Fleet(cluster, Evaluator(outbound))  # type: ignore[arg-type]
                 for index in range(HOGS):
                     hog = copy.deepcopy(peagle_manifest)
                     hog["metadata"]["name"] = f"hog-{index}"

@@ -19,10 +19,12 @@ from pydantic import ValidationError
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.evaluation import Evaluator, Outbound
 from specfleet.operator.metrics import (
-    NoMetadataResolver,
+    REFUSED_ADDRESS,
+    CheckedResolver,
+    RefusedAddress,
     ScrapeTarget,
-    metadata_address,
     query_prometheus,
+    refused_address,
     scrape,
 )
 from specfleet.operator.observations import SourceUnavailable
@@ -53,6 +55,12 @@ async def _evaluated(
 ) -> SpeculativeModel:
     decided = await (evaluator or Evaluator()).evaluate(model, children, T0)
     return model.model_copy(update={"status": decided.status})
+
+
+def _listing(*urls: str, max_timeout: float = 30) -> Evaluator:
+    """An operator whose install lists `urls`: the local servers here are at loopback
+    addresses, which only a listed URL may be."""
+    return Evaluator(Outbound(max_timeout, frozenset(urls)))
 
 
 def test_a_pods_redirect_is_not_followed(peagle_manifest: dict[str, Any]) -> None:
@@ -141,7 +149,7 @@ def test_what_prometheus_answers_is_not_quoted(
         ):
             url = redirecting if answer == "redirect" else answering
             model = _on_prometheus(peagle_manifest, url)
-            return await _evaluated(model, ObservedChildren()), url, asked
+            return await _evaluated(model, ObservedChildren(), _listing(url)), url, asked
 
     evaluated, url, asked = asyncio.run(main())
     assert asked == []
@@ -162,7 +170,7 @@ def test_refused_timed_out_and_unresolved_read_alike(peagle_manifest: dict[str, 
                 slow,
                 "http://no-such-host.invalid:9090",
             ]
-            evaluator = Evaluator(Outbound(max_timeout=1))
+            evaluator = _listing(*urls, max_timeout=1)
             return [
                 (
                     url,
@@ -232,7 +240,7 @@ def test_the_operator_caps_a_tenants_scrape_timeout(peagle_manifest: dict[str, A
         async with tarpit() as (slow, _):
             model = _on_prometheus(peagle_manifest, slow, timeout="5m")
             started = time.monotonic()
-            evaluated = await _evaluated(model, ObservedChildren(), Evaluator(Outbound(1.0)))
+            evaluated = await _evaluated(model, ObservedChildren(), _listing(slow, max_timeout=1))
             return evaluated, time.monotonic() - started
 
     evaluated, waited = asyncio.run(main())
@@ -273,9 +281,36 @@ def test_the_chart_refuses_a_prometheus_url_the_crd_would() -> None:
 )
 def test_a_metadata_address_is_never_connected_to(url: str) -> None:
     started = time.monotonic()
-    with pytest.raises(SourceUnavailable, match=r": unreachable$"):
-        asyncio.run(query_prometheus(url, "ns", "m", timeout=10))
+    with pytest.raises(SourceUnavailable, match=f": {REFUSED_ADDRESS}$"):
+        asyncio.run(query_prometheus(url, "ns", "m", timeout=10, loopback_allowed=True))
     assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "0.0.0.0", "[::ffff:127.0.0.1]"])
+def test_the_operators_own_pod_is_never_queried(peagle_manifest: dict[str, Any], host: str) -> None:
+    """A real server on 127.0.0.1 (in a pod, the operator's own: its health and metrics
+    ports, a sidecar) is never connected to at a loopback address, the unspecified
+    address (which connects there) or a name resolving to one (`localhost`, through the
+    real resolver), unless the install lists the URL; status says why in fixed words."""
+
+    async def main() -> tuple[list[str], list[str], list[str], list[str]]:
+        async with secret_holder() as (url, asked):
+            tenants = _on_prometheus(peagle_manifest, url.replace("127.0.0.1", host))
+            refused = _available(await _evaluated(tenants, ObservedChildren()))
+            unlisted = await _evaluated(tenants, ObservedChildren(), _listing("http://other"))
+            before = list(asked)
+            listed = _available(
+                await _evaluated(
+                    tenants, ObservedChildren(), _listing(url.replace("127.0.0.1", host))
+                )
+            )
+            return before, [refused, _available(unlisted)], [listed], asked
+
+    before, refusals, listed, asked = asyncio.run(main())
+    assert before == []
+    assert f": {REFUSED_ADDRESS})" in refusals[0], refusals
+    assert "not allowed by the operator" in refusals[1], refusals
+    assert ": HTTP 403)" in listed[0] and len(asked) == 1, (listed, asked)
 
 
 def test_a_name_resolving_to_a_metadata_address_is_refused() -> None:
@@ -298,10 +333,11 @@ def test_a_name_resolving_to_a_metadata_address_is_refused() -> None:
             pass
 
     async def main() -> None:
-        resolver = NoMetadataResolver()
+        resolver = CheckedResolver(loopback_allowed=True)
         resolver._resolver = Metadata()  # type: ignore[assignment]
         await resolver.resolve("metadata.google.internal", 80)
 
-    with pytest.raises(OSError, match="link-local or metadata"):
+    with pytest.raises(RefusedAddress, match=REFUSED_ADDRESS):
         asyncio.run(main())
-    assert not metadata_address("10.0.0.1") and not metadata_address("prometheus.monitoring")
+    assert not refused_address("10.0.0.1") and not refused_address("prometheus.monitoring")
+    assert refused_address("::1") and not refused_address("::1", loopback_allowed=True)

@@ -5,18 +5,22 @@ node, added capabilities or the host's namespaces. `specfleet validate` and the 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import string
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from specfleet.operator import api, crd, pod_policy, reference
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.pod_policy import PodPolicy
+from tests.conftest import REPO
 from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 from tests.invalid_manifests import apply_changes
-from tests.test_chart import container, rendered
+from tests.test_chart import CHART, container, rendered
 from tests.test_cli import specfleet
 from tests.test_crd import crdcheck
 
@@ -110,6 +114,15 @@ IDENTITIES: dict[str, tuple[dict[str, Any], str]] = {
     "secret-volume": (
         {"spec.runtime.pod.volumes": [{"name": "keys", "secret": {"secretName": "other-team"}}]},
         "spec.runtime.pod.volumes[0].secret: this operator's install allows no Secret",
+    ),
+    "secret-volume-after-scratch": (
+        {
+            "spec.runtime.pod.volumes": [
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "keys", "secret": {"secretName": "other-team"}},
+            ]
+        },
+        "spec.runtime.pod.volumes[1].secret: this operator's install allows no Secret",
     ),
     "token-for-another-audience": (
         {
@@ -212,3 +225,113 @@ def test_validate_refuses_root_with_the_default_run_as_non_root(
     errors = validation_errors(apply_changes(peagle_manifest, changes))
     expected = ["spec.runtime.pod: runtime.pod security contexts may not set runAsUser 0"]
     assert [e[: len(expected[0])] for e in errors] == (expected if refused else []), errors
+
+
+# ---------------------------------------------------------------------------- admission
+
+POLICY_TEMPLATE = "templates/pod-policy.yaml"
+
+
+def _policy_and_binding(**kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    documents = rendered(show_only=POLICY_TEMPLATE, **kwargs)
+    policy = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicy")
+    binding = next(d for d in documents if d["kind"] == "ValidatingAdmissionPolicyBinding")
+    return policy, binding
+
+
+def test_the_chart_renders_the_generated_admission_policy() -> None:
+    """The chart's policy holds the CEL generated from the allowances, one variable per
+    podPolicy value rendered from the values, and a binding that denies."""
+    generated = pod_policy.admission_policy()
+    policy, binding = _policy_and_binding()
+    spec = policy["spec"]
+    assert policy["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"] == generated["matchConstraints"]
+    assert spec["validations"] == generated["validations"]
+    assert spec["variables"] == [
+        {"name": "serviceAccounts", "expression": "[]"},
+        {"name": "secretVolumes", "expression": "false"},
+        {"name": "hostPathCache", "expression": "false"},
+        *generated["variables"],
+    ]
+    assert binding["spec"] == {
+        "policyName": policy["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+
+
+def test_the_admission_policy_takes_the_installs_values() -> None:
+    policy, binding = _policy_and_binding(
+        set_json=[
+            'podPolicy.serviceAccounts=["weights-reader","a.b","weights-reader"]',
+            "podPolicy.secretVolumes=true",
+            "podPolicy.hostPathCache=true",
+            'watch.namespaces=["team-a","team-b"]',
+        ]
+    )
+    values = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    # Sorted and once each, as the operator's refusal lists them.
+    assert values["serviceAccounts"] == '["a.b","weights-reader"]'
+    assert (values["secretVolumes"], values["hostPathCache"]) == ("true", "true")
+    assert binding["spec"]["matchResources"] == {
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "In",
+                    "values": ["team-a", "team-b"],
+                }
+            ]
+        }
+    }
+    kinds = {d["kind"] for d in rendered(set_json=["podPolicy.admission=false"])}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def test_releases_in_two_namespaces_claim_different_policies() -> None:
+    """Cluster-scoped objects of the same release name in two namespaces would be one
+    object that two Helm releases claim: the second install fails."""
+    names = {
+        document["metadata"]["name"]
+        for namespace in ("team-a", "team-b")
+        for document in _policy_and_binding(namespace=namespace)
+    }
+    assert names == {"specfleet-team-a-pod-policy", "specfleet-team-b-pod-policy"}
+
+
+def test_each_podpolicy_value_is_an_allowance() -> None:
+    """The chart's podPolicy values are the allowances' (and the switch for admission)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["podPolicy"]
+    assert set(values) == {*pod_policy.admission_policy()["values"], "admission"}
+
+
+@pytest.mark.parametrize("allowance", pod_policy.ALLOWANCES, ids=lambda a: a.value)
+def test_python_and_cel_fill_the_same_words(
+    peagle_manifest: dict[str, Any], allowance: pod_policy.Allowance
+) -> None:
+    slots = {slot for _, slot, _, _ in string.Formatter().parse(allowance.words) if slot}
+    assert set(allowance.slots) == slots
+    refused = [
+        found
+        for changes, _ in IDENTITIES.values()
+        for found in allowance.refused(
+            api.SpeculativeModel.model_validate(apply_changes(peagle_manifest, changes)).spec,
+            PodPolicy(),
+        )
+    ]
+    assert refused and all(set(found) == slots for found in refused)
+
+
+def test_the_charts_policy_is_stale_when_an_allowance_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "README.md").write_text((REPO / "README.md").read_text())
+    alerts = tmp_path / reference.ALERTS_FILE
+    alerts.parent.mkdir(parents=True)
+    alerts.write_text((REPO / reference.ALERTS_FILE).read_text())
+    crd.write_files(tmp_path)
+    changed = dataclasses.replace(pod_policy.ALLOWANCES[0], words="another refusal")
+    monkeypatch.setattr(pod_policy, "ALLOWANCES", (changed, *pod_policy.ALLOWANCES[1:]))
+    stale = {p.relative_to(tmp_path) for p in crd.stale_files(tmp_path)}
+    assert stale == {crd.POD_POLICY_FILE}

@@ -46,7 +46,8 @@ def crds_command(
     ] = False,
     root: Annotated[Path, typer.Option(help="Repository root.")] = Path("."),
 ) -> None:
-    """Write the CRD, the chart's CRD and the API reference from the models."""
+    """Write the CRD, the chart's CRD and admission policy, and the API reference from the
+    models."""
     try:
         if check:
             stale = crd.stale_files(root)
@@ -247,7 +248,8 @@ def operator_command(
         list[str] | None,
         typer.Option(
             "--prometheus-url",
-            help="A Prometheus URL models may query (repeatable); none: any http(s) URL.",
+            help="A Prometheus URL models may query (repeatable; it may be at a loopback "
+            "address); none: any http(s) URL but at a loopback, link-local or metadata address.",
         ),
     ] = None,
     allow_service_account: AllowServiceAccount = None,

@@ -46,7 +46,8 @@ SCRAPE_CONCURRENCY = 64
 class Outbound:
     """What the platform team lets a model's spec make the operator's pod fetch: the
     longest wait (spec.metrics.scrapeTimeout is the tenant's, up to 5 minutes) and the
-    Prometheus URLs it may query (none listed: any the CRD admits)."""
+    Prometheus URLs it may query (none listed: any the CRD admits but those at a loopback,
+    link-local or metadata address; a listed one may be at a loopback address)."""
 
     max_timeout: float = MAX_SCRAPE_TIMEOUT_SECONDS
     prometheus_urls: frozenset[str] = frozenset()
@@ -59,9 +60,14 @@ class Outbound:
         asked = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
         return min(asked, self.max_timeout)
 
+    def listed(self, url: str) -> bool:
+        """The install names `url`: it may be the operator's own pod (a loopback address,
+        e.g. a Prometheus proxy beside it), which no model may name otherwise."""
+        return url.rstrip("/") in self.prometheus_urls
+
     def refused(self, url: str) -> str | None:
         """Why the operator will not query `url`, or None."""
-        if not self.prometheus_urls or url.rstrip("/") in self.prometheus_urls:
+        if not self.prometheus_urls or self.listed(url):
             return None
         # The allowed URLs last: a long list is what a message cut short loses.
         return (
@@ -218,7 +224,9 @@ class Evaluator:
             refused = self.outbound.refused(url)
             if refused is not None:
                 raise SourceUnavailable(cut(refused))
-            return await query_prometheus(url, *key_of_model(model), timeout)
+            return await query_prometheus(
+                url, *key_of_model(model), timeout, loopback_allowed=self.outbound.listed(url)
+            )
         targets = scrape_targets(plans, current)
         return await scrape(targets, timeout, SCRAPE_CONCURRENCY)
 

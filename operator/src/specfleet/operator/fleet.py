@@ -156,6 +156,7 @@ class FleetCache:
         of the operator's own status write would re-run it to no effect). `relists`: the
         relist count when the body was read (a listing's start), if not now."""
         seen_at = self.relists if relists is None else relists
+        body = _model_part(body)
         key = key_of(body)
         uid = body["metadata"].get("uid")
         if uid is not None and uid in self.deleted:
@@ -966,6 +967,23 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
         metadata["ownerReferences"] = [_kept(controller, _KEPT_OWNER_FIELDS)]
     status = _kept(body.get("status"), _KEPT_STATUS)
     return {"kind": body["kind"], "metadata": metadata, "status": status}
+
+
+# What the fleet reads of a model's metadata. Spec and status are kept whole: the spec is
+# validated and rendered, and a status write nulls what the cached status holds and the
+# new one lacks. The rest (kubectl's last-applied copy of the spec, managedFields, labels,
+# other owners) is the author's, and dropped before it is cached.
+_KEPT_MODEL_ANNOTATIONS = (FORCE_CONFIG_ANNOTATION,)
+
+
+def _model_part(body: dict[str, Any]) -> dict[str, Any]:
+    """What the fleet reads and writes back of a model (the fields above)."""
+    source = body["metadata"]
+    metadata = _kept(source, _KEPT_METADATA)
+    annotations = _kept(source.get("annotations"), _KEPT_MODEL_ANNOTATIONS)
+    if annotations:
+        metadata["annotations"] = annotations
+    return {**_kept(body, ("apiVersion", "kind", "spec", "status")), "metadata": metadata}
 
 
 def _nodes_per_replica(body: dict[str, Any] | None) -> int:

@@ -69,34 +69,46 @@ class Unanswered(ValueError):
 
 # Cloud metadata services (instance credentials): link-local, and AWS's IPv6 address.
 _METADATA = ipaddress.ip_address("fd00:ec2::254")
+# What status says of a Prometheus URL at such an address, or at a name resolving to one.
+REFUSED_ADDRESS = "a loopback, link-local or metadata address, which the operator does not query"
 
 
-def metadata_address(host: str) -> bool:
-    """`host` is an address no Prometheus has: a link-local one (169.254.169.254, where
-    clouds hand out the node's credentials) or a metadata service's."""
+class RefusedAddress(Exception):
+    """A Prometheus URL at an address the operator does not query (`refused_address`).
+    Not an OSError: aiohttp would make that an unreachable host."""
+
+
+def refused_address(host: str, loopback_allowed: bool = False) -> bool:
+    """`host` is an address no Prometheus a model names may have: the operator's own pod
+    (loopback, or the unspecified address, which connects there; `loopback_allowed` where
+    the install lists the URL), link-local (169.254.169.254, where clouds hand out the
+    node's credentials) or a metadata service's."""
     try:
         address = ipaddress.ip_address(host.split("%")[0])  # less an IPv6 zone
     except ValueError:
         return False  # a name: judged by what it resolves to
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    if address.is_loopback or address.is_unspecified:
+        return not loopback_allowed
     return address.is_link_local or address == _METADATA
 
 
-class NoMetadataResolver(AbstractResolver):
-    """Resolves as aiohttp does, refusing a name that resolves to a metadata address:
+class CheckedResolver(AbstractResolver):
+    """Resolves as aiohttp does, refusing a name that resolves to a refused address:
     checked on the addresses the connection then uses, so a name cannot change between
     the check and the connect."""
 
-    def __init__(self) -> None:
+    def __init__(self, loopback_allowed: bool = False) -> None:
         self._resolver = aiohttp.DefaultResolver()
+        self._loopback_allowed = loopback_allowed
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         found = await self._resolver.resolve(host, port, family)
-        if any(metadata_address(result["host"]) for result in found):
-            raise OSError(f"{host} resolves to a link-local or metadata address")
+        if any(refused_address(r["host"], self._loopback_allowed) for r in found):
+            raise RefusedAddress(REFUSED_ADDRESS)
         return found
 
     async def close(self) -> None:
@@ -323,20 +335,23 @@ def samples_from_prometheus(payload: Mapping[str, Any], at: float) -> list[PodSa
     return samples
 
 
-async def query_prometheus(url: str, namespace: str, model: str, timeout: float) -> list[PodSample]:
+async def query_prometheus(
+    url: str, namespace: str, model: str, timeout: float, loopback_allowed: bool = False
+) -> list[PodSample]:
     """Current counters of a model's pods from Prometheus' HTTP API (instant query).
 
     Raises SourceUnavailable when the server cannot answer (unreachable, timed out, an
-    answer that is not a query result): then no pod has data, and the window is
-    inconclusive. Its message is one of a few fixed words (see UNREACHABLE), never the
-    answer: no redirect is followed and no other status's body is read.
+    answer that is not a query result) or is at a refused address (`refused_address`,
+    never connected to): then no pod has data, and the window is inconclusive. Its
+    message is one of a few fixed words (see UNREACHABLE), never the answer: no redirect
+    is followed and no other status's body is read.
     """
     endpoint = url.rstrip("/") + "/api/v1/query"
     try:
         # An address literal is never resolved: checked here.
-        if metadata_address(urlsplit(url).hostname or ""):
-            raise aiohttp.ClientError("a link-local or metadata address")
-        connector = aiohttp.TCPConnector(resolver=NoMetadataResolver())
+        if refused_address(urlsplit(url).hostname or "", loopback_allowed):
+            raise RefusedAddress(REFUSED_ADDRESS)
+        connector = aiohttp.TCPConnector(resolver=CheckedResolver(loopback_allowed))
         async with (
             aiohttp.ClientSession(connector=connector) as session,
             session.get(
@@ -360,6 +375,8 @@ async def query_prometheus(url: str, namespace: str, model: str, timeout: float)
         if not isinstance(payload, dict):
             raise Unanswered(NOT_A_QUERY_RESULT)
         return samples_from_prometheus(payload, time.time())
+    except RefusedAddress:
+        raise SourceUnavailable(cut(f"Prometheus at {url}: {REFUSED_ADDRESS}")) from None
     except (TimeoutError, aiohttp.ClientError):
         raise SourceUnavailable(cut(f"Prometheus at {url}: {UNREACHABLE}")) from None
     except Unanswered as error:

@@ -1,19 +1,32 @@
 """What a platform team lets a model's pods hold beyond what the CRD refuses for every
 install: another ServiceAccount's identity, Secret volumes, projected volumes (which mint
 ServiceAccount tokens for any audience), a model cache in a node's directory. The
-operator refuses a model asking for more before applying any child, and `specfleet
-validate` given the same allowances (the chart's podPolicy values, the operator's flags)
-refuses it in the same words."""
+operator refuses a model asking for more before applying any child, `specfleet validate`
+given the same allowances (the chart's podPolicy values, the operator's flags) refuses it
+in the same words, and so does admission: the chart's ValidatingAdmissionPolicy holds the
+CEL `admission_policy` writes from the same table (`ALLOWANCES`), through `specfleet
+crds`."""
 
 from __future__ import annotations
 
+import json
+import string
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from specfleet.operator import api
 from specfleet.operator.api import SpeculativeModelSpec
 
 # Volume sources that hand the pods credentials: a Secret's keys, or (projected) Secrets
 # and ServiceAccount tokens.
 CREDENTIAL_VOLUMES = ("secret", "projected")
+# Who the pods run as without serviceAccountName, and what the refusal says is allowed
+# when the install names no other.
+DEFAULT_ACCOUNT = "default"
+NO_OTHER_ACCOUNT = "none besides default"
+
+Slots = dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -26,32 +39,151 @@ class PodPolicy:
 
     def refusals(self, spec: SpeculativeModelSpec) -> list[str]:
         """Each field the policy refuses, named, with the fix."""
-        pod = spec.runtime.pod
-        found = []
-        account = pod.service_account_name
-        if account not in (None, "default", *self.service_accounts):
-            allowed = ", ".join(sorted(self.service_accounts)) or "none besides default"
-            found.append(
-                f"spec.runtime.pod.serviceAccountName: {account!r} is not a ServiceAccount "
-                f"this operator's install lets models run as ({allowed}: the chart's "
-                "podPolicy.serviceAccounts); remove it to run as the namespace's default"
-            )
-        for index, volume in enumerate(pod.volumes):
-            source = next((s for s in CREDENTIAL_VOLUMES if s in volume.sources()), None)
-            if source is not None and not self.secret_volumes:
-                found.append(
-                    f"spec.runtime.pod.volumes[{index}].{source}: this operator's install "
-                    "allows no Secret or projected volumes (the chart's "
-                    "podPolicy.secretVolumes); a Hugging Face token is "
-                    "runtime.hfTokenSecretRef"
-                )
-        if spec.runtime.model_cache.host_path is not None and not self.host_path_cache:
-            found.append(
-                "spec.runtime.modelCache.hostPath: this operator's install allows no model "
-                "cache in a node's directory (the chart's podPolicy.hostPathCache): a "
-                "hostPath may be any of the node's files; use modelCache.claimName"
-            )
-        return found
+        return [
+            allowance.words.format(**slots)
+            for allowance in ALLOWANCES
+            for slots in allowance.refused(spec, self)
+        ]
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """One thing only the install may allow, judged in Python by the operator and
+    `specfleet validate` (`refused`) and in CEL by admission (`allows`, `slots`): one
+    entry, so the two cannot drift apart unseen, and one refusal in both (`words`)."""
+
+    value: str  # the chart's podPolicy value, and the CEL variable holding it
+    words: str  # the refusal; its {slots} filled by `refused` or by `slots`' CEL
+    refused: Callable[[SpeculativeModelSpec, PodPolicy], list[Slots]]  # each refused field
+    allows: str  # CEL, true when the model holds nothing this refuses
+    slots: Slots  # CEL string expressions for the first refused field
+
+
+def _other_account(spec: SpeculativeModelSpec, policy: PodPolicy) -> list[Slots]:
+    account = spec.runtime.pod.service_account_name
+    if account in (None, DEFAULT_ACCOUNT, *policy.service_accounts):
+        return []
+    allowed = ", ".join(sorted(policy.service_accounts)) or NO_OTHER_ACCOUNT
+    return [{"account": repr(account), "allowed": allowed}]
+
+
+def _credential_volumes(spec: SpeculativeModelSpec, policy: PodPolicy) -> list[Slots]:
+    if policy.secret_volumes:
+        return []
+    found = []
+    for index, volume in enumerate(spec.runtime.pod.volumes):
+        source = next((s for s in CREDENTIAL_VOLUMES if s in volume.sources()), None)
+        if source is not None:
+            found.append({"field": f"spec.runtime.pod.volumes[{index}].{source}"})
+    return found
+
+
+def _host_path_cache(spec: SpeculativeModelSpec, policy: PodPolicy) -> list[Slots]:
+    refused = spec.runtime.model_cache.host_path is not None and not policy.host_path_cache
+    return [{}] if refused else []
+
+
+def _cel(text: str) -> str:
+    """A CEL string literal (JSON's escapes are CEL's)."""
+    return json.dumps(text)
+
+
+# The first credential volume, as admission names it.
+_FIRST_CREDENTIAL = "variables.credentialVolumes[0]"
+_FIRST_CREDENTIAL_SOURCE = "".join(
+    f"has({_FIRST_CREDENTIAL}.{source}) ? {_cel(source)} : " for source in CREDENTIAL_VOLUMES
+) + _cel("")
+
+ALLOWANCES = (
+    Allowance(
+        "serviceAccounts",
+        "spec.runtime.pod.serviceAccountName: {account} is not a ServiceAccount this "
+        "operator's install lets models run as ({allowed}: the chart's "
+        "podPolicy.serviceAccounts); remove it to run as the namespace's default",
+        _other_account,
+        f"variables.account in [{_cel(DEFAULT_ACCOUNT)}] + variables.serviceAccounts",
+        {
+            "account": '"\'" + variables.account + "\'"',
+            "allowed": f"size(variables.serviceAccounts) == 0 ? {_cel(NO_OTHER_ACCOUNT)} : "
+            "variables.serviceAccounts.join(', ')",
+        },
+    ),
+    Allowance(
+        "secretVolumes",
+        "{field}: this operator's install allows no Secret or projected volumes (the "
+        "chart's podPolicy.secretVolumes); a Hugging Face token is runtime.hfTokenSecretRef",
+        _credential_volumes,
+        "variables.secretVolumes || size(variables.credentialVolumes) == 0",
+        {
+            "field": "'spec.runtime.pod.volumes[' + "
+            f"string(variables.pod.volumes.indexOf({_FIRST_CREDENTIAL})) + '].' + "
+            f"({_FIRST_CREDENTIAL_SOURCE})"
+        },
+    ),
+    Allowance(
+        "hostPathCache",
+        "spec.runtime.modelCache.hostPath: this operator's install allows no model cache in "
+        "a node's directory (the chart's podPolicy.hostPathCache): a hostPath may be any of "
+        "the node's files; use modelCache.claimName",
+        _host_path_cache,
+        "variables.hostPathCache || !has(object.spec.runtime.modelCache.hostPath) || "
+        "type(object.spec.runtime.modelCache.hostPath) != string",
+        {},
+    ),
+)
+
+# What admission reads of the model, for the allowances above. The CRD's defaults fill
+# runtime.pod and its volumes, so they are there by the time admission runs; a field
+# written as null (the CRD keeps it) is as absent, as the operator reads it.
+_MODEL_VARIABLES = (
+    ("pod", "object.spec.runtime.pod"),
+    (
+        "account",
+        "has(variables.pod.serviceAccountName) && "
+        "type(variables.pod.serviceAccountName) == string ? "
+        f"variables.pod.serviceAccountName : {_cel(DEFAULT_ACCOUNT)}",
+    ),
+    (
+        "credentialVolumes",
+        "variables.pod.volumes.filter(v, "
+        + " || ".join(f"has(v.{source})" for source in CREDENTIAL_VOLUMES)
+        + ")",
+    ),
+)
+
+
+def _message(allowance: Allowance) -> str:
+    """The refusal's words as a CEL messageExpression."""
+    parts = []
+    for literal, slot, _, _ in string.Formatter().parse(allowance.words):
+        if literal:
+            parts.append(_cel(literal))
+        if slot is not None:
+            parts.append(f"({allowance.slots[slot]})")
+    return " + ".join(parts)
+
+
+def admission_policy() -> dict[str, Any]:
+    """The chart's ValidatingAdmissionPolicy's rules (templates/pod-policy.yaml adds one
+    CEL variable per podPolicy value in `values`, rendered from the install's values)."""
+    return {
+        "values": [allowance.value for allowance in ALLOWANCES],
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [api.GROUP],
+                    "apiVersions": [api.VERSION],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": [api.PLURAL],
+                }
+            ]
+        },
+        "variables": [{"name": name, "expression": cel} for name, cel in _MODEL_VARIABLES],
+        "validations": [
+            {"expression": allowance.allows, "messageExpression": _message(allowance)}
+            for allowance in ALLOWANCES
+        ],
+    }
 
 
 NOTHING_MORE = PodPolicy()  # the chart's default

@@ -1,0 +1,192 @@
+"""The chart's pod policy at admission, on the real API server: each escalation of issue
+42 is refused by the API server (the chart's ValidatingAdmissionPolicy, or the CRD's own
+CEL for the node half), by `specfleet validate` and by the operator, in the same words;
+the values that allow them let them in; a permitted model is admitted, and so is the
+production example once its ServiceAccount is allowed. The policy is bound to the test's
+namespace only (as `watch.namespaces` binds it), so the other tests sharing the cluster
+never meet it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from e2e import cluster
+from e2e.models import condition, get_model, sim_model
+from e2e.operator_process import OperatorProcess
+from e2e.waiting import wait_for
+from tests.invalid_manifests import apply_changes
+from tests.test_chart import manifests, render
+from tests.test_cli import specfleet
+from tests.test_pod_policy import ALLOWING, ESCALATIONS, IDENTITIES
+
+POLICY_TEMPLATE = "templates/pod-policy.yaml"
+PRODUCTION = cluster.REPO / "examples" / "production-llama-70b.yaml"
+ALLOWING_VALUES = [
+    'podPolicy.serviceAccounts=["cluster-admin-bot"]',
+    "podPolicy.secretVolumes=true",
+    "podPolicy.hostPathCache=true",
+]
+
+
+class Policy:
+    """The chart's policy and binding, rendered for one namespace and applied."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.release = f"sf-{uuid.uuid4().hex[:6]}"
+        self.name = f"{self.release}-specfleet-{namespace}-pod-policy"  # both objects'
+
+    def apply(self, *values: str) -> list[dict[str, Any]]:
+        text = render(
+            namespace=self.namespace,
+            release=self.release,
+            show_only=POLICY_TEMPLATE,
+            set_json=[f'watch.namespaces=["{self.namespace}"]', *values],
+        ).stdout
+        cluster.kubectl("apply", "-f", "-", input=text)
+        return manifests(text)
+
+    def remove_binding(self) -> None:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", self.name)
+
+    def delete(self) -> None:
+        for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
+            cluster.kubectl("delete", kind, self.name, "--ignore-not-found", "--wait=false")
+
+
+@pytest.fixture
+def policy(crds: None, model_namespace: str) -> Iterator[Policy]:
+    installed = Policy(model_namespace)
+    yield installed
+    installed.delete()
+
+
+def _create(manifest: dict[str, Any], namespace: str, *extra: str) -> tuple[bool, str]:
+    """Create the model (server-side `extra`: a dry run); admitted, and what kubectl said."""
+    result = cluster.kubectl(
+        "create", "-n", namespace, *extra, "-f", "-", input=yaml.safe_dump(manifest), check=False
+    )
+    return result.returncode == 0, result.stderr
+
+
+def _validate(tmp_path: Path, manifest: dict[str, Any], *flags: str) -> tuple[int, str]:
+    path = tmp_path / f"{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    result = specfleet("validate", path, *flags)
+    return result.exit_code or 0, result.output
+
+
+def _refused_in(words: str) -> str:
+    """The refusal validate printed for a model, without its file and name."""
+    return words.split("): ", 1)[1].strip()
+
+
+def _escalation(case: str) -> dict[str, Any]:
+    return apply_changes(sim_model(f"esc-{case}"), IDENTITIES[case][0])
+
+
+def _type_check(name: str) -> dict[str, Any] | None:
+    """The API server's type check of the policy's CEL against the CRD's schema, once done."""
+    shown = cluster.kubectl("get", "validatingadmissionpolicy", name, "-o", "yaml").stdout
+    checked: dict[str, Any] | None = yaml.safe_load(shown).get("status", {}).get("typeChecking")
+    return None if checked is None else {"done": True, **checked}
+
+
+def test_admission_validate_and_the_operator_refuse_what_the_install_does_not_allow(
+    policy: Policy,
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+    tmp_path: Path,
+) -> None:
+    rendered = policy.apply()
+    assert sorted(d["kind"] for d in rendered) == [
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]
+    first = sorted(IDENTITIES)[0]
+    wait_for(
+        "the policy to refuse a model",
+        lambda: not _create(_escalation(first), model_namespace, "--dry-run=server")[0],
+        timeout=30,
+    )
+    # Every expression type-checks against the CRD's schema: no warning.
+    assert {d["metadata"]["name"] for d in rendered} == {policy.name}
+    checked = wait_for("the type check", lambda: _type_check(policy.name))
+    assert checked == {"done": True}, checked
+
+    for case in sorted(IDENTITIES):
+        manifest = _escalation(case)
+        code, said = _validate(tmp_path, manifest)
+        assert code == 1 and IDENTITIES[case][1] in said, (case, said)
+        admitted, refusal = _create(manifest, model_namespace)
+        assert not admitted, case
+        assert "ValidatingAdmissionPolicy" in refusal, refusal
+        # The same words: admission names the field as validate does.
+        assert _refused_in(said) in refusal, (case, said, refusal)
+        assert _validate(tmp_path, manifest, *ALLOWING)[0] == 0
+    for case in sorted(ESCALATIONS):  # the node half: the CRD's own rules, everywhere
+        manifest = apply_changes(sim_model(f"esc-{case}"), ESCALATIONS[case][0])
+        code, said = _validate(tmp_path, manifest, *ALLOWING)
+        admitted, refusal = _create(manifest, model_namespace, "--dry-run=server")
+        assert code == 1 and ESCALATIONS[case][1] in said, (case, said)
+        assert not admitted and ESCALATIONS[case][1] in refusal, (case, refusal)
+
+    # Written nulls are read as absent, as the operator reads them.
+    permitted = apply_changes(
+        sim_model("permitted"),
+        {
+            "spec.runtime.pod": {"serviceAccountName": None},
+            "spec.runtime.modelCache": {"hostPath": None},
+        },
+    )
+    assert _validate(tmp_path, permitted)[0] == 0
+    assert _create(permitted, model_namespace, "--dry-run=server") == (True, "")
+
+    # The documented refusal (docs/install.md), and the value that lets it in.
+    production = yaml.safe_load(PRODUCTION.read_text())
+    _, said = _validate(tmp_path, production)
+    admitted, refusal = _create(production, model_namespace, "--dry-run=server")
+    assert not admitted and _refused_in(said) in refusal, (said, refusal)
+    policy.apply('podPolicy.serviceAccounts=["llama-70b-inference"]')
+    wait_for(
+        "the production example admitted",
+        lambda: _create(production, model_namespace, "--dry-run=server")[0],
+        timeout=30,
+    )
+
+    # The install's values, not the policy's text, say what is allowed.
+    policy.apply(*ALLOWING_VALUES)
+    wait_for(
+        "the allowing values to admit every escalation",
+        lambda: all(
+            _create(_escalation(case), model_namespace, "--dry-run=server")[0]
+            for case in sorted(IDENTITIES)
+        ),
+        timeout=30,
+    )
+
+    # Without the binding the API server stores such a model; the operator (allowing
+    # nothing more) refuses it before applying any child, in the same words.
+    policy.apply()
+    policy.remove_binding()
+    manifest = _escalation(first)
+    name = manifest["metadata"]["name"]
+    wait_for("the model admitted", lambda: _create(manifest, model_namespace)[0], timeout=30)
+    _, said = _validate(tmp_path, manifest)
+
+    def refused() -> dict[str, Any] | None:
+        found = condition(get_model(api_client, model_namespace, name), "Degraded")
+        return found if found and found["status"] == "True" else None
+
+    degraded = wait_for("the operator's refusal", refused, timeout=60)
+    assert degraded["reason"] == "PodPolicyRefused"
+    assert _refused_in(said) in degraded["message"], (said, degraded)
+    assert client.AppsV1Api(api_client).list_namespaced_deployment(model_namespace).items == []
