@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from e2e import cluster
 from e2e.models import condition, get_model, sim_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
+from specfleet.operator.render import MODEL_LABEL
 from tests.invalid_manifests import apply_changes
 from tests.test_chart import manifests, render
 from tests.test_cli import specfleet
@@ -53,12 +55,18 @@ class Policy:
         cluster.kubectl("apply", "-f", "-", input=text)
         return manifests(text)
 
-    def remove_binding(self) -> None:
-        cluster.kubectl("delete", "validatingadmissionpolicybinding", self.name)
+    @property
+    def pods_name(self) -> str:
+        """The policy over the models' pods' label, and its binding."""
+        return f"{self.name}-pods"
+
+    def remove_binding(self, name: str | None = None) -> None:
+        cluster.kubectl("delete", "validatingadmissionpolicybinding", name or self.name)
 
     def delete(self) -> None:
         for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-            cluster.kubectl("delete", kind, self.name, "--ignore-not-found", "--wait=false")
+            for name in (self.name, self.pods_name):
+                cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false")
 
 
 @pytest.fixture
@@ -109,6 +117,8 @@ def test_admission_validate_and_the_operator_refuse_what_the_install_does_not_al
     rendered = policy.apply()
     assert sorted(d["kind"] for d in rendered) == [
         "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicyBinding",
     ]
     first = sorted(IDENTITIES)[0]
@@ -117,10 +127,11 @@ def test_admission_validate_and_the_operator_refuse_what_the_install_does_not_al
         lambda: not _create(_escalation(first), model_namespace, "--dry-run=server")[0],
         timeout=30,
     )
-    # Every expression type-checks against the CRD's schema: no warning.
-    assert {d["metadata"]["name"] for d in rendered} == {policy.name}
-    checked = wait_for("the type check", lambda: _type_check(policy.name))
-    assert checked == {"done": True}, checked
+    # Every expression type-checks against the CRD's schema (and the pod's): no warning.
+    assert {d["metadata"]["name"] for d in rendered} == {policy.name, policy.pods_name}
+    for name in (policy.name, policy.pods_name):
+        checked = wait_for("the type check", partial(_type_check, name))
+        assert checked == {"done": True}, (name, checked)
 
     for case in sorted(IDENTITIES):
         manifest = _escalation(case)
@@ -190,3 +201,53 @@ def test_admission_validate_and_the_operator_refuse_what_the_install_does_not_al
     assert degraded["reason"] == "PodPolicyRefused"
     assert _refused_in(said) in degraded["message"], (said, degraded)
     assert client.AppsV1Api(api_client).list_namespaced_deployment(model_namespace).items == []
+
+
+LABELLED = {"metadata": {"labels": {MODEL_LABEL: "llama"}}}
+STRAY: dict[str, Any] = {
+    "metadata": {"name": "stray", **LABELLED["metadata"]},
+    "spec": {"containers": [{"name": "c", "image": "ghcr.io/specfleet/runtime:0.1.0"}]},
+}
+
+
+def test_only_the_models_workloads_make_pods_its_service_selects(
+    policy: Policy,
+    operator: OperatorProcess,
+    api_client: client.ApiClient,
+    model_namespace: str,
+) -> None:
+    """A pod anyone labels as a model's would join the model's Service (the operator
+    already ignores it: children.owned_pods). The chart's policy over pods lets only the
+    workloads' controllers make or label such a pod; the model's own pods still come."""
+    policy.apply()
+    core = client.CoreV1Api(api_client)
+
+    def refusal() -> str | None:
+        try:
+            core.create_namespaced_pod(model_namespace, STRAY, dry_run="All")
+        except client.ApiException as error:
+            return str(error.body) if error.status in (403, 422) else None
+        return None
+
+    said = wait_for("the policy to refuse a stray labelled pod", refusal, timeout=30)
+    assert f"metadata.labels[{MODEL_LABEL}]" in said and "not admin" in said, said
+    # Nor may an unlabelled pod be given the label afterwards.
+    plain = {"metadata": {"name": "plain"}, "spec": STRAY["spec"]}
+    core.create_namespaced_pod(model_namespace, plain)
+    with pytest.raises(client.ApiException) as relabel:
+        core.patch_namespaced_pod("plain", model_namespace, LABELLED)
+    assert f"metadata.labels[{MODEL_LABEL}]" in str(relabel.value.body)
+
+    # The model's own pods, made by its ReplicaSet's controller, are admitted and serve.
+    manifest = sim_model("llama")
+    manifest["spec"]["tuning"]["enabled"] = False
+    cluster.kubectl("apply", "-n", model_namespace, "-f", "-", input=yaml.safe_dump(manifest))
+
+    def ready() -> dict[str, Any] | None:
+        body = get_model(api_client, model_namespace, "llama")
+        return body if (condition(body, "Ready") or {}).get("status") == "True" else None
+
+    wait_for("the model Ready under the pods' policy", ready, timeout=120)
+    # Without the binding, the same stray pod would be admitted: the refusal was the policy's.
+    policy.remove_binding(policy.pods_name)
+    wait_for("the stray pod admitted", lambda: refusal() is None, timeout=30)

@@ -190,9 +190,9 @@ def test_default_rendering_has_the_expected_objects() -> None:
             "PodDisruptionBudget",
             "Service",
             "ConfigMap",  # the Grafana dashboard
-            "ValidatingAdmissionPolicy",  # the pod policy at admission
-            "ValidatingAdmissionPolicyBinding",
         ]
+        # The models' pod policy and the policy over their pods' label, at admission.
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
     )
 
 
@@ -202,7 +202,8 @@ def test_custom_rendering_has_every_optional_object() -> None:
         ["ServiceAccount", "Deployment", "Service", "ConfigMap"]
         + ["Role", "RoleBinding"] * 2
         + ["ServiceMonitor", "PodMonitor", "PrometheusRule"]
-        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "NetworkPolicy"]
+        + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+        + ["NetworkPolicy"]
     )
 
 

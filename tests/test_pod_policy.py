@@ -301,9 +301,11 @@ def test_releases_in_two_namespaces_claim_different_policies() -> None:
 
 
 def test_each_podpolicy_value_is_an_allowance() -> None:
-    """The chart's podPolicy values are the allowances' (and the switch for admission)."""
+    """The chart's podPolicy values are the allowances', the pods' policy's creators and
+    the switch for admission."""
     values = yaml.safe_load((CHART / "values.yaml").read_text())["podPolicy"]
-    assert set(values) == {*pod_policy.admission_policy()["values"], "admission"}
+    policy = pod_policy.admission_policy()
+    assert set(values) == {*policy["values"], *policy["pods"]["values"], "admission"}
 
 
 @pytest.mark.parametrize("allowance", pod_policy.ALLOWANCES, ids=lambda a: a.value)

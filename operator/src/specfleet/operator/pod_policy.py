@@ -17,6 +17,7 @@ from typing import Any
 
 from specfleet.operator import api
 from specfleet.operator.api import SpeculativeModelSpec
+from specfleet.operator.render import MODEL_LABEL
 
 # Volume sources that hand the pods credentials: a Secret's keys, or (projected) Secrets
 # and ServiceAccount tokens.
@@ -163,10 +164,55 @@ def _message(allowance: Allowance) -> str:
     return " + ".join(parts)
 
 
-def admission_policy() -> dict[str, Any]:
-    """The chart's ValidatingAdmissionPolicy's rules (templates/pod-policy.yaml adds one
-    CEL variable per podPolicy value in `values`, rendered from the install's values)."""
+# A model's Service selects its pods by MODEL_LABEL, so a pod anyone makes with it joins
+# the Service (the operator already reads only pods its workloads made: children.
+# owned_pods). Admission lets only the workloads' controllers make or label such a pod:
+# the install's podPolicy.modelPodCreators, a CEL variable of the pods' policy.
+_LABELLED = f"has(object.metadata.labels) && {_cel(MODEL_LABEL)} in object.metadata.labels"
+_LABEL_KEPT = (
+    "request.operation == 'UPDATE' && has(oldObject.metadata.labels) && "
+    f"{_cel(MODEL_LABEL)} in oldObject.metadata.labels && "
+    f"oldObject.metadata.labels[{_cel(MODEL_LABEL)}] == object.metadata.labels[{_cel(MODEL_LABEL)}]"
+)
+MODEL_POD_CREATORS_VALUE = "modelPodCreators"
+
+
+def _model_pods_policy() -> dict[str, Any]:
+    """The rules of the policy over pods: a pod carrying MODEL_LABEL is made (or given it)
+    only by one of the install's creators; an update that keeps it as it was passes."""
+    creators = f"request.userInfo.username in variables.{MODEL_POD_CREATORS_VALUE}"
     return {
+        "values": [MODEL_POD_CREATORS_VALUE],
+        "matchConstraints": {
+            "resourceRules": [
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["pods"],
+                }
+            ]
+        },
+        "validations": [
+            {
+                "expression": f"!({_LABELLED}) || {creators} || ({_LABEL_KEPT})",
+                "messageExpression": _cel(
+                    f"metadata.labels[{MODEL_LABEL}]: a model's Service selects pods by this "
+                    "label, so only its workloads' controllers make or label such pods (the "
+                    f"chart's podPolicy.{MODEL_POD_CREATORS_VALUE}), not "
+                )
+                + " + request.userInfo.username",
+            }
+        ],
+    }
+
+
+def admission_policy() -> dict[str, Any]:
+    """The chart's ValidatingAdmissionPolicies' rules (templates/pod-policy.yaml adds one
+    CEL variable per podPolicy value in `values`, rendered from the install's values): the
+    models' pod policy, and under `pods` the policy over the models' pods' label."""
+    return {
+        "pods": _model_pods_policy(),
         "values": [allowance.value for allowance in ALLOWANCES],
         "matchConstraints": {
             "resourceRules": [
