@@ -49,6 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 VLLM_TESTS = (
     "tests/test_real_engine.py",
     "tests/test_real_engine_hot_schedule.py",
+    "tests/test_real_engine_multi_node.py",
     "tests/test_vllm_speculative_config.py",
     "tests/test_runtime_vllm_contract.py",
 )

