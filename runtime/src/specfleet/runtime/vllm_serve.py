@@ -10,27 +10,24 @@ vLLM's headless executor, which the OpenAI server module alone never starts.
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 
 def main(argv: list[str]) -> None:
-    # vLLM's own CLI main, less its --version: imported here, in vLLM's Python.
-    from vllm import platforms
-    from vllm.entrypoints.cli.serve import ServeSubcommand
-    from vllm.entrypoints.serve.utils.api_utils import cli_env_setup
-    from vllm.logger import configure_logging_from_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
-
-    cli_env_setup()
+    # vLLM's own CLI main (vllm.entrypoints.cli.main), less its --version; vLLM's modules
+    # are imported here, in vLLM's Python.
+    importlib.import_module("vllm.entrypoints.serve.utils.api_utils").cli_env_setup()
+    platforms = importlib.import_module("vllm.platforms")
     if platforms.current_platform.is_unspecified():
-        from vllm.platforms.cpu import CpuPlatform
-
-        platforms.current_platform = CpuPlatform()
-    parser = FlexibleArgumentParser(description="vLLM serve")
-    command = ServeSubcommand()
+        cpu = importlib.import_module("vllm.platforms.cpu").CpuPlatform()
+        setattr(platforms, "current_platform", cpu)  # noqa: B010 (mypy sees no such attribute)
+    parsers = importlib.import_module("vllm.utils.argparse_utils")
+    parser = parsers.FlexibleArgumentParser(description="vLLM serve")
+    command = importlib.import_module("vllm.entrypoints.cli.serve").ServeSubcommand()
     command.subparser_init(parser.add_subparsers(dest="subparser"))
     args = parser.parse_args(["serve", *argv])
-    configure_logging_from_args(args)
+    importlib.import_module("vllm.logger").configure_logging_from_args(args)
     command.validate(args)
     command.cmd(args)
 
