@@ -189,7 +189,7 @@ def test_a_model_vllm_refuses_fails_with_vllm_s_own_reason(
 
 def test_the_runtime_runs_the_cpu_build_with_the_plugin(self_draft_server: Server) -> None:
     log = self_draft_server.log.read_text(errors="replace")
-    assert "vllm.entrypoints.openai.api_server" in log.split("specfleet-runtime: run ", 1)[1]
+    assert "specfleet.runtime.vllm_serve" in log.split("specfleet-runtime: run ", 1)[1]
     assert "specfleet: replaced vllm.utils.cpu_triton_utils._expand_kernel_impl" in log
 
 
