@@ -379,12 +379,39 @@ class Agent:
                 runner = PodRunner(self, pod)
                 self.pods[uid] = runner
                 runner.start()
+                self.refresh_hosts(pod["metadata"]["namespace"])
         if runner is not None:
             runner.update(pod, deleted)
 
     def forget(self, uid: str) -> None:
         with self.lock:
-            self.pods.pop(uid, None)
+            runner = self.pods.pop(uid, None)
+        if runner is not None:
+            self.refresh_hosts(runner.pod["metadata"]["namespace"])
+
+    def subdomain_names(self, namespace: str) -> list[str]:
+        """A namespace's pods with a hostname and subdomain (a StatefulSet's, under a
+        headless Service: LeaderWorkerSet's groups), as cluster DNS would answer for them
+        (HOSTNAME.SUBDOMAIN.NAMESPACE[.svc[.cluster.local]]): hosts-file lines. Pods here
+        have no DNS; the hosts file stands in for it."""
+        with self.lock:
+            runners = [r for r in self.pods.values() if r.pod["metadata"]["namespace"] == namespace]
+        lines = []
+        for runner in runners:
+            spec = runner.pod["spec"]
+            if spec.get("hostname") and spec.get("subdomain"):
+                name = f"{spec['hostname']}.{spec['subdomain']}.{namespace}"
+                lines.append(f"{runner.pod_ip}\t{name}.svc.cluster.local {name}.svc {name}\n")
+        return sorted(lines)
+
+    def refresh_hosts(self, namespace: str) -> None:
+        """Rewrite the hosts file of each of the namespace's pods in a subdomain, in place
+        (its bind mounts keep the inode), so a group's worker resolves its leader."""
+        with self.lock:
+            runners = [r for r in self.pods.values() if r.pod["metadata"]["namespace"] == namespace]
+        for runner in runners:
+            if runner.pod["spec"].get("subdomain"):
+                runner.write_hosts()
 
     def watch_pods(self) -> None:
         while not self.stopping.is_set():
@@ -435,6 +462,7 @@ class PodRunner(threading.Thread):
         self.directory = agent.state_dir / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
         self.directory.mkdir(parents=True, exist_ok=True)
         self.pod_ip = agent.allocate_address(pod["status"].get("podIP"))
+        self.hosts_lock = threading.Lock()
         self.network: Path | None = None  # the pod's network namespace, once made
         self.node = pod["spec"]["nodeName"]
         gpus = sum(
@@ -651,8 +679,12 @@ class PodRunner(threading.Thread):
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).touch(exist_ok=True)
         # A private mount namespace gives each container its own termination-message
-        # file at the path the pod spec names, as the kubelet's bind mount does.
+        # file at the path the pod spec names, as the kubelet's bind mount does; a pod in
+        # a subdomain also its hosts file, where its group's names resolve.
         assert self.network is not None
+        binds = [str(container.termination_file), target]
+        if self.pod["spec"].get("subdomain"):
+            binds += [str(self._hosts_file()), "/etc/hosts"]
         return [
             "nsenter",
             f"--net={self.network}",
@@ -664,10 +696,11 @@ class PodRunner(threading.Thread):
             "--",
             "sh",
             "-c",
-            'mount --bind "$1" "$2" && shift 2 && exec "$@"',
+            'while [ "$1" != -- ]; do mount --bind "$1" "$2" && shift 2 || exit 1; done; '
+            'shift && exec "$@"',
             "sh",
-            str(container.termination_file),
-            target,
+            *binds,
+            "--",
             *argv,
         ]
 
@@ -712,16 +745,23 @@ class PodRunner(threading.Thread):
 
     def _hosts_file(self) -> Path:
         """/etc/hosts as the kubelet writes it for a pod: `localhost` resolves without DNS
-        (an image from scratch has no hosts file of its own), the pod's name to its IP."""
-        path = self.directory / "hosts"
+        (an image from scratch has no hosts file of its own), the pod's name to its IP;
+        for a pod in a subdomain, its namespace's pods in subdomains too (`subdomain_names`),
+        as cluster DNS would resolve them."""
+        self.write_hosts()
+        return self.directory / "hosts"
+
+    def write_hosts(self) -> None:
+        namespace = self.pod["metadata"]["namespace"]
+        group = self.agent.subdomain_names(namespace) if self.pod["spec"].get("subdomain") else []
         name = self.pod["metadata"]["name"]
-        path.write_text(
-            "# Kubernetes-managed hosts file.\n"
-            "127.0.0.1\tlocalhost\n"
-            "::1\tlocalhost ip6-localhost ip6-loopback\n"
-            f"{self.pod_ip}\t{name}\n"
-        )
-        return path
+        with self.hosts_lock, (self.directory / "hosts").open("w") as out:  # the same inode
+            out.write(
+                "# Kubernetes-managed hosts file.\n"
+                "127.0.0.1\tlocalhost\n"
+                "::1\tlocalhost ip6-localhost ip6-loopback\n"
+                f"{self.pod_ip}\t{name}\n" + "".join(group)
+            )
 
     def _volume_mounts(self, spec: dict[str, Any]) -> list[oci.Mount]:
         """Each volume the container mounts, filled (see `_fill`); a subPath mounts one
