@@ -446,14 +446,19 @@ def retired_workloads(
     changed between 1 and more), of those `present` (kind, name), scaled to 0: their pods
     would otherwise hold their GPUs beside the new ones. Kept, not deleted (the operator
     deletes nothing), as the canary's workload is between trials."""
-    render_track = _deployment if spans_nodes(model) else _leader_worker_set
+    grouped = spans_nodes(model)
+    render_track = _deployment if grouped else _leader_worker_set
+    kind = workload_kind(1 if grouped else 2)
+    # Rendered only where present: nearly always none, and every reconcile asks.
+    tracks = [t for t in TRACKS if workload_ref(model.metadata.name, kind, t) in present]
+    if not tracks:
+        return []
     plans = plan(model.spec, model.status)
     retired = []
-    for track in TRACKS:
+    for track in tracks:
         manifest = render_track(model, track, plans[track], None)
-        if (manifest["kind"], manifest["metadata"]["name"]) in present:
-            manifest["spec"]["replicas"] = 0
-            retired.append(manifest)
+        manifest["spec"]["replicas"] = 0
+        retired.append(manifest)
     return retired
 
 
