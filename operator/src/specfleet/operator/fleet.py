@@ -39,6 +39,8 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import (
     CHILD_KINDS,
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
     POD,
     REPLICA_SET,
     TRACKS,
@@ -198,8 +200,12 @@ class FleetCache:
             self.deleted.popitem(last=False)
 
     def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
-        """Keep what the fleet reads of a child and wake its model, unless this very
-        version is cached already (a watch event echoing an apply's response)."""
+        """Keep what the fleet reads of a child and wake its model, unless that is what
+        the cache holds already: an echo of an apply's response, or one of the status
+        writes of a rollout that change nothing the fleet reads (a ReplicaSet's counts,
+        a Deployment's availableReplicas or a condition's lastUpdateTime, a disruption
+        budget's status). Those keep the cached version, so the model's inputs stay
+        equal and its next sweep is skipped too."""
         model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
         if model is None:
             return
@@ -932,17 +938,20 @@ _KEPT_METADATA = (
 _KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0], render.WORKER_INDEX_LABEL)
 _KEPT_ANNOTATIONS = (render.CONFIG_HASH_ANNOTATION,)
 _KEPT_OWNER_FIELDS = ("kind", "name", "uid", "controller")
-# Pods' (phase, podIP, conditions, containerStatuses) and Deployments' (replicas...).
-_KEPT_STATUS = (
-    "phase",
-    "podIP",
-    "conditions",
-    "containerStatuses",
-    "replicas",
-    "readyReplicas",
-    "updatedReplicas",
-    "observedGeneration",
-)
+# The status fields read of each kind: pods' (status.py, evaluation.py) and workloads'
+# (rollout, readiness; the conditions of the types below). A ReplicaSet is read for its
+# owner only, a Service and a disruption budget not at all: their status is not kept.
+_KEPT_STATUS = {
+    POD.kind: ("phase", "podIP", "conditions", "containerStatuses"),
+    **dict.fromkeys(
+        (DEPLOYMENT.kind, LEADER_WORKER_SET.kind),
+        ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration", "conditions"),
+    ),
+}
+# A Deployment's ReplicaFailure (a canary that cannot be created), a LeaderWorkerSet's
+# UpdateInProgress: their other conditions (Available, Progressing, whose lastUpdateTime
+# moves with every step of a rollout) are not read.
+_KEPT_WORKLOAD_CONDITIONS = ("ReplicaFailure", "UpdateInProgress")
 
 
 def _kept(mapping: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -961,7 +970,16 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
     controller = _controller(body)
     if controller is not None:
         metadata["ownerReferences"] = [_kept(controller, _KEPT_OWNER_FIELDS)]
-    status = _kept(body.get("status"), _KEPT_STATUS)
+    status = _kept(body.get("status"), _KEPT_STATUS.get(body["kind"], ()))
+    if body["kind"] != POD.kind and "conditions" in status:
+        conditions = status.pop("conditions")
+        read = [
+            c
+            for c in (conditions if isinstance(conditions, list) else [])
+            if isinstance(c, dict) and c.get("type") in _KEPT_WORKLOAD_CONDITIONS
+        ]
+        if read:
+            status["conditions"] = read
     return {"kind": body["kind"], "metadata": metadata, "status": status}
 
 
@@ -1028,13 +1046,28 @@ def _one_line(text: str) -> str:
 def _replace(
     cached: dict[Any, dict[str, Any]], name: Any, body: dict[str, Any], deleted: bool
 ) -> bool:
-    """Put `body` in (or take it out of) `cached`; False if this very version was there."""
+    """Put `body` in (or take it out of) `cached`; False, and `cached` left as it was, if
+    what it holds reads the same."""
     if deleted:
         return cached.pop(name, None) is not None
     before = cached.get(name)
+    if before is not None and _reads_the_same(before, body):
+        return False
     cached[name] = body
-    version = _version_of(body)
-    return before is None or version is None or _version_of(before) != version
+    return True
+
+
+def _reads_the_same(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Two cached versions of a child differ in nothing the fleet reads: all but the
+    resourceVersion, unless that is how edits of the kind are told (a Service's)."""
+    if child_kind(after["kind"]).edit_marker == "resourceVersion":
+        return before == after
+    return _but_version(before) == _but_version(after)
+
+
+def _but_version(body: dict[str, Any]) -> dict[str, Any]:
+    metadata = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
+    return {**body, "metadata": metadata}
 
 
 def _outside_status(body: dict[str, Any]) -> dict[str, Any]:
