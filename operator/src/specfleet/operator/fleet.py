@@ -109,6 +109,9 @@ class ModelRecord:
     # The inputs of the last complete reconcile: a tick with the same inputs and no
     # evaluation due would change nothing, so it is skipped.
     settled: Inputs | None = None
+    # The versions the running reconcile's own writes left in the cache (its status, the
+    # children it created; None for the model itself): their echoes are no new input.
+    own_writes: list[tuple[ChildRef | None, str | None]] = field(default_factory=list)
     backoff: Backoff | None = None
     # FleetCache.relists when a watch event or a listing last showed the model: older
     # than the cache's count, a relist came since, and its DELETED may have been lost.
@@ -398,6 +401,7 @@ class Fleet:
             if record.settled == inputs and not _evaluation_pending(record):
                 return
             started = time.perf_counter()
+            record.own_writes = []
             try:
                 model: SpeculativeModel | None = SpeculativeModel.model_validate(body)
             except ValidationError:
@@ -433,7 +437,21 @@ class Fleet:
                 return
             observability.RECONCILES.labels(handler, "success").inc()
             record.backoff = None
-            record.settled = inputs
+            record.settled = self._settled(key, record, inputs)
+
+    def _settled(self, key: Key, record: ModelRecord, started: Inputs) -> Inputs:
+        """The inputs a complete reconcile that started from `started` leaves settled:
+        the inputs now, if all that changed since is its own writes (the status it wrote,
+        the children it created), for a reconcile of those would change nothing more;
+        else `started`, and whatever else came is reconciled next."""
+        now = self.cache.inputs(key)
+        own = set(record.own_writes)
+        record.own_writes = []
+        model = now[0] == started[0] or (None, now[0]) in own
+        children = {ref for ref, _ in started[1]} <= {ref for ref, _ in now[1]} and all(
+            written in own for written in now[1] - started[1]
+        )
+        return now if model and children else started
 
     async def _reconcile(
         self, record: ModelRecord, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
@@ -648,6 +666,7 @@ class Fleet:
                 # rather than "Pending" and a second write. Known children are left to
                 # the watch, which delivers their versions in order.
                 self.cache.remember_child(applied)
+                record.own_writes.append((ref, _version_of(applied)))
         if strangers:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
         record.applied = AppliedChildren(_digest(manifests), markers)
@@ -763,6 +782,7 @@ class Fleet:
                 base["metadata"].get("resourceVersion"),
             )
             record.status_written = time.monotonic()
+            record.own_writes.append((None, _version_of(written)))
             return written
         except Gone:
             log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
