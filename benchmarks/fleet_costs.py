@@ -5,8 +5,9 @@ CPU and heap per model, with no API server and no shared machine in the figures.
 
 The real `Fleet`, `WorkQueue` and `Evaluator` (the production settings: 5 s period,
 status written at most every 2 s for progress) run on the fake API server of the fleet's
-tests (`tests/fake_cluster.py`), which plays the controllers too: every 0.5 s each
-Deployment takes one more of the status writes its controllers make (its ReplicaSet, the
+tests (`tests/fake_cluster.py`), which plays the controllers too: 0.5 s after the fleet
+has taken all that the last step brought, each Deployment takes one more of the status
+writes its controllers make (its ReplicaSet, the
 pods Pending -> scheduled -> Running -> Ready, the ReplicaSet's and the Deployment's
 counts and conditions, the disruption budget's status). Watch events are handed to the
 fleet as kopf would hand them (one call each). N models are created at once:
@@ -157,25 +158,25 @@ class MeteredCluster(FakeCluster):
             self.cpu += time.thread_time() - started
 
     def _deployment_step(self, name: str, body: dict[str, Any]) -> None:
-        """Each Deployment goes through the status writes its controllers make, one a
-        round: most of them change nothing the operator reads (a ReplicaSet's counts,
-        availableReplicas, a condition's lastUpdateTime, a disruption budget's status)."""
+        """Each Deployment goes through the writes its controllers make, one a round, in
+        the order they make them; most status writes change nothing the operator reads
+        (a ReplicaSet's counts, availableReplicas, the Progressing condition's
+        lastUpdateTime, a disruption budget's status)."""
         step = self.steps.get(name, 0)
         self.steps[name] = step + 1
         replicas = int(body["spec"].get("replicas", 1))
-        generation = body["metadata"]["generation"]
         replica_set, pods = f"{name}-rs", [f"{name}-rs-{i}" for i in range(replicas)]
         now = _timestamp()
 
-        def deployment(ready: int, available: bool, progress: str, **more: int) -> None:
+        def deployment(ready: int, progress: str, **more: int) -> None:
+            available = ready >= replicas
             self.set_child_status(
                 "Deployment",
                 name,
                 {
-                    "observedGeneration": generation,
-                    **({"replicas": replicas, "updatedReplicas": replicas} if step else {}),
-                    **({"readyReplicas": ready, "availableReplicas": ready} if ready else {}),
+                    "observedGeneration": body["metadata"]["generation"],
                     **more,
+                    **({"readyReplicas": ready, "availableReplicas": ready} if ready else {}),
                     "conditions": [
                         _condition("Available", available, now),
                         _condition("Progressing", True, now, progress),
@@ -183,32 +184,41 @@ class MeteredCluster(FakeCluster):
                 },
             )
 
+        def replica_set_status(ready: int) -> None:
+            counts = {"replicas": replicas, "fullyLabeledReplicas": replicas}
+            ready_counts = {"readyReplicas": ready, "availableReplicas": ready} if ready else {}
+            self.set_child_status(
+                "ReplicaSet", replica_set, {"observedGeneration": 1, **counts, **ready_counts}
+            )
+
+        counts = {"replicas": replicas, "updatedReplicas": replicas}
         if step == 0:
             self._start_replica_set(name, body)
-            deployment(0, False, "NewReplicaSetCreated")
         elif step == 1:
+            deployment(0, "NewReplicaSetCreated")
+        elif step == 2:
             for pod in pods:
                 self._create_pod(pod, replica_set, body)
-            counts = {"replicas": replicas, "fullyLabeledReplicas": replicas}
-            self.set_child_status("ReplicaSet", replica_set, {"observedGeneration": 1, **counts})
-            deployment(0, not replicas, "ReplicaSetUpdated", unavailableReplicas=replicas)
-        elif step in (2, 3, 4) and replicas:
+        elif step == 3:
+            replica_set_status(0)
+        elif step == 4:
+            deployment(0, "ReplicaSetUpdated", unavailableReplicas=replicas, **counts)
+        elif step in (5, 6, 7):
             for pod in pods:
-                self.set_child_status("Pod", pod, _pod_status(step, pod, now))
-        elif step == 5 and replicas:
-            ready = {"readyReplicas": replicas, "availableReplicas": replicas}
-            counts = {"replicas": replicas, "fullyLabeledReplicas": replicas, **ready}
-            self.set_child_status("ReplicaSet", replica_set, {"observedGeneration": 1, **counts})
-            deployment(replicas, True, "ReplicaSetUpdated")
-            if ("PodDisruptionBudget", NAMESPACE, name) in self.objects:
-                healthy = {"currentHealthy": replicas, "desiredHealthy": replicas - 1}
-                self.set_child_status(
-                    "PodDisruptionBudget",
-                    name,
-                    {"observedGeneration": 1, "expectedPods": replicas, **healthy},
-                )
-        elif step == 6 and replicas:
-            deployment(replicas, True, "NewReplicaSetAvailable")
+                self.set_child_status("Pod", pod, _pod_status(step - 3, pod, now))
+        elif step == 8 and replicas:
+            replica_set_status(replicas)
+        elif step == 9 and replicas:
+            deployment(replicas, "ReplicaSetUpdated", **counts)
+        elif step == 10 and replicas:
+            deployment(replicas, "NewReplicaSetAvailable", **counts)
+        elif step == 11 and ("PodDisruptionBudget", NAMESPACE, name) in self.objects:
+            healthy = {"currentHealthy": replicas, "desiredHealthy": replicas - 1}
+            self.set_child_status(
+                "PodDisruptionBudget",
+                name,
+                {"observedGeneration": 1, "expectedPods": replicas, **healthy},
+            )
 
     def _start_replica_set(self, name: str, deployment: dict[str, Any]) -> None:
         template = deployment["spec"]["template"]["metadata"]
@@ -322,6 +332,16 @@ def _pod_status(step: int, pod: str, now: str) -> dict[str, Any]:
     }
 
 
+async def idle(fleet: Fleet, cluster: MeteredCluster) -> None:
+    """Every watch event delivered and every reconcile it woke done."""
+    queue = fleet.cache.queue
+    while True:
+        cluster.deliver_all(fleet)
+        await asyncio.sleep(0.01)
+        if not (cluster.watch or queue.dirty or queue.queued or queue.running):
+            return
+
+
 def reconciles() -> float:
     """Full reconciles so far (those a tick with unchanged inputs skips are not)."""
     return sum(
@@ -355,13 +375,12 @@ async def run_fleet(count: int, heap: bool) -> dict[str, Any]:
         cluster.create_model(manifest, namespace=NAMESPACE)
     phases: dict[str, Counter[str]] = {}
     events: dict[str, Counter[str]] = {}
-    next_round = 0.0
     while True:
-        cluster.deliver_all(fleet)
+        # Each step of the controllers waits until the fleet has taken all the last one
+        # brought: the same events meet the same reconciles in every run, however fast
+        # the machine (a busy fleet would otherwise fold more events into one reconcile).
+        await idle(fleet, cluster)
         now = time.monotonic()
-        if now >= next_round:
-            cluster.control()
-            next_round = now + ROUND_SECONDS
         if "done" not in phases and cluster.done(names):
             phases["done"], events["done"] = Counter(cluster.counts), Counter(cluster.watch_events)
             done_seconds = now - started
@@ -369,12 +388,12 @@ async def run_fleet(count: int, heap: bool) -> dict[str, Any]:
             "done" in phases
             and cluster.pods_ready(names)
             and now - cluster.last_request > QUIET_SECONDS
-            and not cluster.watch
         ):
             break
         if now - started > 600:
             raise TimeoutError("the fleet did not settle in 10 minutes")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(ROUND_SECONDS)
+        cluster.control()
     phases["settled"], events["settled"] = Counter(cluster.counts), Counter(cluster.watch_events)
     reconciled = reconciles() - reconciles_before
     settled_seconds = time.monotonic() - started
