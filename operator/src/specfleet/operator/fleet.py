@@ -109,9 +109,10 @@ class ModelRecord:
     # The inputs of the last complete reconcile: a tick with the same inputs and no
     # evaluation due would change nothing, so it is skipped.
     settled: Inputs | None = None
-    # The versions the running reconcile's own writes left in the cache (its status, the
-    # children it created; None for the model itself): their echoes are no new input.
-    own_writes: list[tuple[ChildRef | None, str | None]] = field(default_factory=list)
+    # What the running reconcile's own writes left in the cache, in order: (None, the
+    # version written onto, the version written) of each status write, (ref, None, its
+    # version) of each child created. Their echoes are no new input.
+    own_writes: list[tuple[ChildRef | None, str | None, str | None]] = field(default_factory=list)
     backoff: Backoff | None = None
     # FleetCache.relists when a watch event or a listing last showed the model: older
     # than the cache's count, a relist came since, and its DELETED may have been lost.
@@ -445,11 +446,18 @@ class Fleet:
         the children it created), for a reconcile of those would change nothing more;
         else `started`, and whatever else came is reconciled next."""
         now = self.cache.inputs(key)
-        own = set(record.own_writes)
-        record.own_writes = []
-        model = now[0] == started[0] or (None, now[0]) in own
+        writes, record.own_writes = record.own_writes, []
+        # The model's version, followed through the status writes made onto it: one
+        # made onto a version someone else wrote (a retry after a conflict) ends the
+        # chain, for that version is an input this reconcile did not start from.
+        version = started[0]
+        for ref, onto, written in writes:
+            if ref is None and onto == version:
+                version = written
+        created = {(ref, written) for ref, _, written in writes if ref is not None}
+        model = now[0] == version
         children = {ref for ref, _ in started[1]} <= {ref for ref, _ in now[1]} and all(
-            written in own for written in now[1] - started[1]
+            child in created for child in now[1] - started[1]
         )
         return now if model and children else started
 
@@ -666,7 +674,7 @@ class Fleet:
                 # rather than "Pending" and a second write. Known children are left to
                 # the watch, which delivers their versions in order.
                 self.cache.remember_child(applied)
-                record.own_writes.append((ref, _version_of(applied)))
+                record.own_writes.append((ref, None, _version_of(applied)))
         if strangers:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
         record.applied = AppliedChildren(_digest(manifests), markers)
@@ -782,7 +790,7 @@ class Fleet:
                 base["metadata"].get("resourceVersion"),
             )
             record.status_written = time.monotonic()
-            record.own_writes.append((None, _version_of(written)))
+            record.own_writes.append((None, _version_of(base), _version_of(written)))
             return written
         except Gone:
             log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
