@@ -372,3 +372,37 @@ def test_a_childs_change_that_arrives_during_a_reconcile_is_reconciled_after_it(
     assert cluster.model("llama")["status"]["replicas"] == 1  # read before the change
     asyncio.run(fleet.reconcile(KEY))
     assert cluster.model("llama")["status"]["replicas"] == 2
+
+
+def test_a_child_status_change_renders_nothing_and_an_edit_is_still_put_back(
+    cluster: FakeCluster, peagle_manifest: dict[str, Any], monkeypatch: Any
+) -> None:
+    """Issue 46: once the children were applied (or found applied) from this very model
+    (its version, nothing decided since), a reconcile for a Deployment's replicas renders
+    nothing: the digest it would compute is the one applied. (Progress is held back
+    here, so the model's version stays.) Someone scaling that Deployment by hand moves
+    its generation, and the next reconcile renders and puts it back."""
+    fleet = Fleet(cluster, ScriptedEvaluator(), status_interval=3600.0)  # type: ignore[arg-type]
+    started(cluster, fleet, peagle_manifest)
+    rendered: list[str] = []
+    manifests = render.manifests
+
+    def counted(model: SpeculativeModel, credential: str | None = None) -> Any:
+        rendered.append(model.metadata.name)
+        return manifests(model, credential)
+
+    monkeypatch.setattr(render, "manifests", counted)
+    for replicas in (1, 2):
+        cluster.set_child_status("Deployment", "llama", {"replicas": replicas})
+        cluster.deliver(fleet)
+        asyncio.run(fleet.reconcile(KEY))
+    assert rendered == ["llama"]  # the first found the children applied from the model
+    scaled = dict(cluster.objects[("Deployment", "team", "llama")])
+    replicas = scaled["spec"]["replicas"]
+    scaled["spec"] = {**scaled["spec"], "replicas": replicas + 3}
+    scaled["metadata"] = {**scaled["metadata"], "generation": scaled["metadata"]["generation"] + 1}
+    cluster.create(scaled)
+    cluster.deliver(fleet)
+    asyncio.run(fleet.reconcile(KEY))
+    assert rendered == ["llama", "llama"]
+    assert cluster.objects[("Deployment", "team", "llama")]["spec"]["replicas"] == replicas

@@ -21,7 +21,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,15 +86,23 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "specfleet")
 CHILD_SELECTOR = f"{render.MODEL_LABEL},{MANAGED_BY[0]}={MANAGED_BY[1]}"
 
 
+# What a model's children are rendered from when nothing was decided since the model was
+# read: its resourceVersion, the hot-schedule credential, the tracks whose workloads of the
+# kind it left are present (render.retired_tracks).
+RenderSource = tuple[str | None, str | None, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class AppliedChildren:
     """What the operator last applied for a model (a digest of the manifests: the
     manifests themselves, pod templates and all, were the largest thing kept per model),
-    and each child's edit marker right after (see ChildKind.edit_marker): another marker
-    means someone else changed it."""
+    each child's edit marker right after (see ChildKind.edit_marker): another marker
+    means someone else changed it; and what they were rendered from, if known: the same
+    source renders the same manifests, so a reconcile of it renders nothing."""
 
     digest: bytes
     markers: dict[ChildRef, Any]
+    source: RenderSource | None = None
 
 
 @dataclass
@@ -481,30 +489,36 @@ class Fleet:
         in_status = False  # the decision is written
         try:
             self._check_pod_policy(model)
-            manifests = self._rendered(key, model, credential)
-            if new_schedule or self._changes_children(key, recorded, model, manifests, credential):
-                # Record the decision before acting on it: children applied from a
-                # status that is not written yet would be undone by the next reconcile.
-                # Not summarized: Ready and observedGeneration must not claim children
-                # that are not applied yet.
-                written = await self._write_status(record, body, model.status)
-                if written is None:  # someone wrote status in between: decide again
-                    return Outcome(written=False, decided=False)
-                if _outside_status(written) != _outside_status(body):
-                    # Written onto a newer spec (the first try conflicted with an edit):
-                    # decide again from it, on the decision now in status, so that the
-                    # children are applied once, not from the older spec and then again.
-                    model, more = _synced(SpeculativeModel.model_validate(written), now)
-                    actions += more
-                    model = self._keyed(model)
-                    credential = self._credential(model)
-                    self._check_pod_policy(model)
-                    manifests = self._rendered(key, model, credential)
-                    written = await self._write_status(record, written, model.status)
-                    if written is None:  # status written in between: the next reconcile
-                        return Outcome(written=False)
-                body, in_status = written, True
-            failure = await self._apply_children(record, key, body, manifests)
+            source = self._render_source(key, body, recorded, model, credential)
+            # Rendered from this very model when last applied, and each child as that
+            # apply left it: rendering again would only find the same digest.
+            if source is None or not self._applied_from(record, key, source):
+                manifests = self._rendered(key, model, credential)
+                if new_schedule or self._changes_children(
+                    key, recorded, model, manifests, credential
+                ):
+                    # Record the decision before acting on it: children applied from a
+                    # status that is not written yet would be undone by the next reconcile.
+                    # Not summarized: Ready and observedGeneration must not claim children
+                    # that are not applied yet.
+                    written = await self._write_status(record, body, model.status)
+                    if written is None:  # someone wrote status in between: decide again
+                        return Outcome(written=False, decided=False)
+                    if _outside_status(written) != _outside_status(body):
+                        # Written onto a newer spec (the first try conflicted with an edit):
+                        # decide again from it, on the decision now in status, so that the
+                        # children are applied once, not from the older spec and then again.
+                        model, more = _synced(SpeculativeModel.model_validate(written), now)
+                        actions += more
+                        model = self._keyed(model)
+                        credential = self._credential(model)
+                        self._check_pod_policy(model)
+                        manifests = self._rendered(key, model, credential)
+                        written = await self._write_status(record, written, model.status)
+                        if written is None:  # status written in between: the next reconcile
+                            return Outcome(written=False)
+                    body, in_status = written, True
+                failure = await self._apply_children(record, key, body, manifests, source)
             if credential is not None and failure is None:
                 # Every reconcile (a pod turned Ready, a decision): a repeat is a no-op.
                 model = await self._hand_schedule(model, credential)
@@ -621,12 +635,40 @@ class Fleet:
         except Exception:
             log.exception("posting the %s event of %s failed", action.kind, model.metadata.name)
 
+    def _render_source(
+        self,
+        key: Key,
+        body: dict[str, Any],
+        recorded: SpeculativeModel,
+        model: SpeculativeModel,
+        credential: str | None,
+    ) -> RenderSource | None:
+        """What the children are rendered from, if that is the model as read (nothing
+        decided since: the same status), else None."""
+        if model.status != recorded.status:
+            return None
+        present = self.cache.children.get(key, {}).keys()
+        return (_version_of(body), credential, tuple(render.retired_tracks(model, present)))
+
+    def _applied_from(self, record: ModelRecord, key: Key, source: RenderSource) -> bool:
+        """The children were last applied from `source`, and are still as it left them."""
+        applied = record.applied
+        return applied is not None and applied.source == source and self._as_left(applied, key)
+
     async def _apply_children(
-        self, record: ModelRecord, key: Key, body: dict[str, Any], manifests: list[dict[str, Any]]
+        self,
+        record: ModelRecord,
+        key: Key,
+        body: dict[str, Any],
+        manifests: list[dict[str, Any]],
+        source: RenderSource | None,
     ) -> ReconcileFailure | None:
         """Apply each child this model owns or may create; leave alone any object of a
-        child's name that belongs to someone else, and say so."""
-        if self._still_applied(record, key, manifests):
+        child's name that belongs to someone else, and say so. `source`: what the
+        manifests were rendered from, if known."""
+        last = record.applied
+        if last is not None and last.digest == _digest(manifests) and self._as_left(last, key):
+            record.applied = replace(last, source=source)
             return None  # server-side apply would be a no-op anyway
         uid = body["metadata"].get("uid")
         markers: dict[ChildRef, Any] = {}
@@ -677,7 +719,7 @@ class Fleet:
                 record.own_writes.append((ref, None, _version_of(applied)))
         if strangers:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
-        record.applied = AppliedChildren(_digest(manifests), markers)
+        record.applied = AppliedChildren(_digest(manifests), markers, source)
         return None
 
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
@@ -688,14 +730,9 @@ class Fleet:
         if record.gone:
             raise Forgotten
 
-    def _still_applied(
-        self, record: ModelRecord, key: Key, manifests: list[dict[str, Any]]
-    ) -> bool:
-        """The same manifests were applied, and each child is still there as the apply
-        left it: not deleted, scaled or edited by someone else."""
-        applied = record.applied
-        if applied is None or applied.digest != _digest(manifests):
-            return False
+    def _as_left(self, applied: AppliedChildren, key: Key) -> bool:
+        """Each child is still there as the last apply left it: not deleted, scaled or
+        edited by someone else."""
         children = self.cache.children.get(key, {})
         for ref, marker in applied.markers.items():
             cached = children.get(ref)

@@ -446,13 +446,11 @@ def retired_workloads(
     changed between 1 and more), of those `present` (kind, name), scaled to 0: their pods
     would otherwise hold their GPUs beside the new ones. Kept, not deleted (the operator
     deletes nothing), as the canary's workload is between trials."""
-    grouped = spans_nodes(model)
-    render_track = _deployment if grouped else _leader_worker_set
-    kind = workload_kind(1 if grouped else 2)
     # Rendered only where present: nearly always none, and every reconcile asks.
-    tracks = [t for t in TRACKS if workload_ref(model.metadata.name, kind, t) in present]
+    tracks = retired_tracks(model, present)
     if not tracks:
         return []
+    render_track = _deployment if spans_nodes(model) else _leader_worker_set
     plans = plan(model.spec, model.status)
     retired = []
     for track in tracks:
@@ -460,6 +458,12 @@ def retired_workloads(
         manifest["spec"]["replicas"] = 0
         retired.append(manifest)
     return retired
+
+
+def retired_tracks(model: SpeculativeModel, present: Collection[tuple[str, str]]) -> list[Track]:
+    """The tracks whose workload of the kind the model no longer runs is `present`."""
+    kind = workload_kind(1 if spans_nodes(model) else 2)
+    return [t for t in TRACKS if workload_ref(model.metadata.name, kind, t) in present]
 
 
 def service(model: SpeculativeModel) -> Manifest:
