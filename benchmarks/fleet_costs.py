@@ -1,5 +1,5 @@
-"""What each model costs the operator, in-process and deterministic: requests by verb,
-CPU and heap per model, with no API server and no shared machine in the figures.
+"""What each model costs the operator, in-process: requests by verb (the same in every
+run), reconciles, CPU and heap per model, with no shared API server in the figures.
 
     .venv/bin/python benchmarks/fleet_costs.py [--models 300] [--json build/bench/fleet_costs.json]
 
@@ -7,9 +7,9 @@ The real `Fleet`, `WorkQueue` and `Evaluator` (the production settings: 5 s peri
 status written at most every 2 s for progress) run on the fake API server of the fleet's
 tests (`tests/fake_cluster.py`), which plays the controllers too: 0.5 s after the fleet
 has taken all that the last step brought, each Deployment takes one more of the status
-writes its controllers make (its ReplicaSet, the
-pods Pending -> scheduled -> Running -> Ready, the ReplicaSet's and the Deployment's
-counts and conditions, the disruption budget's status). Watch events are handed to the
+writes its controllers make (its ReplicaSet, the pods Pending -> scheduled -> Running ->
+Ready, the ReplicaSet's and the Deployment's counts and conditions, the disruption
+budget's status). Watch events are handed to the
 fleet as kopf would hand them (one call each). N models are created at once:
 
 - requests per model by verb and resource (as `specfleet_api_requests_total` names them)
