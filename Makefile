@@ -113,6 +113,7 @@ bench-failover: $(INSTALLED) cluster-up images
 	timeout 1800 $(BIN)/python benchmarks/failover.py --fault cut --runs 10 --json build/bench/failover-cut.json
 
 bench-scale: $(INSTALLED) cluster-up
+	$(BIN)/python benchmarks/fleet_costs.py --json build/bench/fleet_costs.json
 	$(BIN)/python benchmarks/scrape_fanout.py --json build/bench/scrape_fanout.json
 	timeout 7200 $(BIN)/python benchmarks/operator_scale.py --json build/bench/operator_scale.json
 	timeout 1200 $(BIN)/python benchmarks/reaction.py --json build/bench/reaction.json

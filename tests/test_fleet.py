@@ -315,3 +315,94 @@ def test_a_models_progress_is_written_at_most_once_an_interval_and_its_spec_at_o
     assert cluster.model("llama")["status"]["replicas"] == 1
     assert edited > after
     assert cluster.model("llama")["status"]["observedGeneration"] == 2
+
+
+def test_the_echoes_of_a_reconciles_own_writes_do_not_run_it_again(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """Issue 46: a new model's reconcile creates its children and writes its status; the
+    watch then brings back those very versions, and the version its status write left
+    is already cached. Nothing there is new: the next tick is skipped, as a quiet sweep
+    is. Someone else's change after that (the Deployment's replicas) is reconciled."""
+    peagle_manifest["metadata"]["name"] = "llama"
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    full: list[tuple[str, str]] = []
+    reconcile = fleet._reconcile
+
+    async def counted(*args: Any) -> Any:
+        full.append(KEY)
+        return await reconcile(*args)
+
+    fleet._reconcile = counted  # type: ignore[method-assign,assignment]
+
+    async def scenario() -> None:
+        await fleet.reconcile(KEY)
+        assert (len(full), cluster.status_writes) == (1, 1)
+        cluster.deliver(fleet)  # the children's ADDED and the status write's echo
+        await fleet.reconcile(KEY)
+        assert len(full) == 1
+        cluster.set_child_status("Deployment", "llama", {"replicas": 1})
+        cluster.deliver(fleet)
+        await fleet.reconcile(KEY)
+        assert len(full) == 2
+
+    asyncio.run(scenario())
+    assert cluster.model("llama")["status"]["replicas"] == 1
+
+
+def test_a_childs_change_that_arrives_during_a_reconcile_is_reconciled_after_it(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """The other side of skipping a reconcile's own echoes: what someone else changed
+    while it ran (here the Deployment's replicas, seen just before its status write) is
+    not taken as settled, and the next tick writes it."""
+    started(cluster, fleet, peagle_manifest)
+    cluster.set_child_status("Deployment", "llama", {"replicas": 1})
+    cluster.deliver(fleet)
+    fleet.cache.models[KEY].next_evaluation = 0.0  # an evaluation is due: a status write
+
+    def meanwhile() -> None:
+        cluster.before_status_write = lambda: None
+        cluster.set_child_status("Deployment", "llama", {"replicas": 2})
+        cluster.deliver(fleet)
+
+    cluster.before_status_write = meanwhile
+    asyncio.run(fleet.reconcile(KEY))
+    assert cluster.model("llama")["status"]["replicas"] == 1  # read before the change
+    asyncio.run(fleet.reconcile(KEY))
+    assert cluster.model("llama")["status"]["replicas"] == 2
+
+
+def test_a_child_status_change_renders_nothing_and_an_edit_is_still_put_back(
+    cluster: FakeCluster, peagle_manifest: dict[str, Any], monkeypatch: Any
+) -> None:
+    """Issue 46: once the children were applied (or found applied) from this very model
+    (its version, nothing decided since), a reconcile for a Deployment's replicas renders
+    nothing: the digest it would compute is the one applied. (Progress is held back
+    here, so the model's version stays.) Someone scaling that Deployment by hand moves
+    its generation, and the next reconcile renders and puts it back."""
+    fleet = Fleet(cluster, ScriptedEvaluator(), status_interval=3600.0)  # type: ignore[arg-type]
+    started(cluster, fleet, peagle_manifest)
+    rendered: list[str] = []
+    manifests = render.manifests
+
+    def counted(model: SpeculativeModel, credential: str | None = None) -> Any:
+        rendered.append(model.metadata.name)
+        return manifests(model, credential)
+
+    monkeypatch.setattr(render, "manifests", counted)
+    for replicas in (1, 2):
+        cluster.set_child_status("Deployment", "llama", {"replicas": replicas})
+        cluster.deliver(fleet)
+        asyncio.run(fleet.reconcile(KEY))
+    assert rendered == ["llama"]  # the first found the children applied from the model
+    scaled = dict(cluster.objects[("Deployment", "team", "llama")])
+    replicas = scaled["spec"]["replicas"]
+    scaled["spec"] = {**scaled["spec"], "replicas": replicas + 3}
+    scaled["metadata"] = {**scaled["metadata"], "generation": scaled["metadata"]["generation"] + 1}
+    cluster.create(scaled)
+    cluster.deliver(fleet)
+    asyncio.run(fleet.reconcile(KEY))
+    assert rendered == ["llama", "llama"]
+    assert cluster.objects[("Deployment", "team", "llama")]["spec"]["replicas"] == replicas

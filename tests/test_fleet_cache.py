@@ -139,8 +139,9 @@ def test_objects_without_the_model_label_are_ignored() -> None:
     assert woken(cache) == set() and cache.children == {}
 
 
-def test_inputs_change_with_any_version_the_reconcile_reads() -> None:
-    """Equal inputs let the loop skip a tick: each new version must change them."""
+def test_inputs_change_with_anything_the_reconcile_reads() -> None:
+    """Equal inputs let the loop skip a tick: each change of what it reads must change
+    them (a new version that changes nothing read: the next test)."""
     cache = FleetCache()
     cache.remember_model(model("1"))
     cache.remember_child(child("Deployment", "m", "10"))
@@ -155,11 +156,13 @@ def test_inputs_change_with_any_version_the_reconcile_reads() -> None:
 
     cache.remember_model(model("2", status={"phase": "Ready"}))  # status echoes count too
     assert changed()
-    cache.remember_child(child("Deployment", "m", "11"))
+    cache.remember_child(child("Deployment", "m", "11", ready=1))
     assert changed()
     cache.remember_child(child("Deployment", "m-canary", "12"))
     assert changed()
-    cache.remember_child(child("Pod", "m-abc", "21"))
+    running = child("Pod", "m-abc", "21")
+    running["status"] = {"phase": "Running"}
+    cache.remember_child(running)
     assert changed()
     cache.remember_child(child("Pod", "m-def", "22"))
     assert changed()
@@ -190,3 +193,45 @@ def test_services_are_children_too() -> None:
     before = cache.inputs(KEY)
     cache.remember_child(child("Service", "m", "3"), deleted=True)
     assert woken(cache) == {KEY} and cache.inputs(KEY) != before
+
+
+def test_a_status_write_that_changes_nothing_read_neither_wakes_nor_changes_inputs() -> None:
+    """Issue 46: most status writes of a rollout (a ReplicaSet's counts, a Deployment's
+    availableReplicas and its Progressing condition's lastUpdateTime, a disruption
+    budget's status) change nothing the fleet reads: they no longer re-run the model,
+    now or at the next sweep. What it reads still does, and so does any new version of
+    a Service (its resourceVersion is how an edit of it is told)."""
+    cache = FleetCache()
+    deployment = child("Deployment", "m", "10")
+    replica_set = child("ReplicaSet", "m-abc", "11")
+    budget = child("PodDisruptionBudget", "m", "12")
+    service = child("Service", "m", "13")
+    for body in (deployment, replica_set, budget, service):
+        cache.remember_child(copy.deepcopy(body))
+    woken(cache)
+    inputs = cache.inputs(KEY)
+
+    def progressed(body: dict[str, Any], version: str, **status: Any) -> dict[str, Any]:
+        newer = copy.deepcopy(body)
+        newer["metadata"]["resourceVersion"] = version
+        newer["status"] = {**newer["status"], **status}
+        return newer
+
+    progressing = {"type": "Progressing", "status": "True", "lastUpdateTime": "T1"}
+    cache.remember_child(progressed(deployment, "20", availableReplicas=1))
+    cache.remember_child(progressed(deployment, "21", conditions=[progressing]))
+    cache.remember_child(progressed(replica_set, "22", replicas=1, fullyLabeledReplicas=1))
+    cache.remember_child(progressed(budget, "23", currentHealthy=1, observedGeneration=1))
+    assert woken(cache) == set() and cache.inputs(KEY) == inputs
+
+    failure = {"type": "ReplicaFailure", "status": "True", "lastTransitionTime": "T2"}
+    cache.remember_child(progressed(deployment, "24", conditions=[progressing, failure]))
+    assert woken(cache) == {KEY} and cache.inputs(KEY) != inputs
+    stable = cache.observed(KEY).stable
+    assert stable is not None and stable["status"]["conditions"] == [failure]
+    inputs = cache.inputs(KEY)
+    cache.remember_child(progressed(deployment, "25", readyReplicas=1))
+    assert woken(cache) == {KEY} and cache.inputs(KEY) != inputs
+    inputs = cache.inputs(KEY)
+    cache.remember_child(progressed(service, "26"))
+    assert woken(cache) == {KEY} and cache.inputs(KEY) != inputs

@@ -219,6 +219,33 @@ def test_a_scale_write_during_an_evaluation_loses_no_decision(
     assert [e["reason"] for e in cluster.events] == ["Promote"]
 
 
+def test_a_scale_write_that_a_status_write_lands_on_is_still_reconciled(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """An HPA writes /scale just before a progress write: the write conflicts and goes
+    onto the fresh model, spec.replicas 3 included. That version is the operator's own
+    write, but not only its own: the next reconcile applies 3 replicas (issue 46: a
+    reconcile's own writes are settled, someone else's change under them is not)."""
+    started(cluster, fleet, peagle_manifest)
+    cluster.set_child_status("Deployment", "llama", {"replicas": 1})
+    cluster.deliver(fleet)
+    scaled = False
+
+    def hpa() -> None:
+        nonlocal scaled
+        if not scaled:
+            scaled = True
+            cluster.scale("llama", 3)
+
+    cluster.before_status_write = hpa
+    reconcile(fleet)
+    assert scaled and cluster.model("llama")["status"]["replicas"] == 1
+    cluster.deliver(fleet)
+    reconcile(fleet)
+    assert cluster.objects[("Deployment", "team", "llama")]["spec"]["replicas"] == 3
+    assert cluster.model("llama")["status"]["observedGeneration"] == 2
+
+
 def test_a_spec_edit_during_a_decision_rolls_the_pods_once(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:

@@ -24,9 +24,9 @@ def pods_of(spec: SpeculativeModelSpec) -> PodsConfig:
     )
 
 
-def config_of(spec: SpeculativeModelSpec, pods: bool = True) -> RunningConfig:
-    """The spec's config and its hash: equal fields, equal hash, on every operator; with
-    what its pods are rendered from (`pods`), which the hash leaves out."""
+def config_hash(spec: SpeculativeModelSpec) -> str:
+    """The hash that names the spec's config: equal fields, equal hash, on every operator.
+    Alone, it is read without building (and validating) the config, on every reconcile."""
     fields = {
         "method": spec.draft.method.value,
         "draftModel": spec.draft.model,
@@ -34,13 +34,19 @@ def config_of(spec: SpeculativeModelSpec, pods: bool = True) -> RunningConfig:
         "args": list(spec.runtime.args),
     }
     blob = json.dumps(fields, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def config_of(spec: SpeculativeModelSpec) -> RunningConfig:
+    """The spec's config and its hash, with what its pods are rendered from (which the
+    hash leaves out)."""
     return RunningConfig(
-        hash=hashlib.sha256(blob).hexdigest()[:12],
+        hash=config_hash(spec),
         method=spec.draft.method,
         draft_model=spec.draft.model,
         image=spec.runtime.image,
         args=list(spec.runtime.args),
-        pods=pods_of(spec) if pods else None,
+        pods=pods_of(spec),
     )
 
 

@@ -21,7 +21,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +39,8 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import (
     CHILD_KINDS,
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
     POD,
     REPLICA_SET,
     TRACKS,
@@ -85,15 +87,23 @@ MANAGED_BY = ("app.kubernetes.io/managed-by", "specfleet")
 CHILD_SELECTOR = f"{render.MODEL_LABEL},{MANAGED_BY[0]}={MANAGED_BY[1]}"
 
 
+# What a model's children are rendered from when nothing was decided since the model was
+# read: its resourceVersion, the hot-schedule credential, the tracks whose workloads of the
+# kind it left are present (render.retired_tracks).
+RenderSource = tuple[str | None, str | None, tuple[str, ...]]
+
+
 @dataclass(frozen=True)
 class AppliedChildren:
     """What the operator last applied for a model (a digest of the manifests: the
     manifests themselves, pod templates and all, were the largest thing kept per model),
-    and each child's edit marker right after (see ChildKind.edit_marker): another marker
-    means someone else changed it."""
+    each child's edit marker right after (see ChildKind.edit_marker): another marker
+    means someone else changed it; and what they were rendered from, if known: the same
+    source renders the same manifests, so a reconcile of it renders nothing."""
 
     digest: bytes
     markers: dict[ChildRef, Any]
+    source: RenderSource | None = None
 
 
 @dataclass
@@ -108,6 +118,10 @@ class ModelRecord:
     # The inputs of the last complete reconcile: a tick with the same inputs and no
     # evaluation due would change nothing, so it is skipped.
     settled: Inputs | None = None
+    # What the running reconcile's own writes left in the cache, in order: (None, the
+    # version written onto, the version written) of each status write, (ref, None, its
+    # version) of each child created. Their echoes are no new input.
+    own_writes: list[tuple[ChildRef | None, str | None, str | None]] = field(default_factory=list)
     backoff: Backoff | None = None
     # FleetCache.relists when a watch event or a listing last showed the model: older
     # than the cache's count, a relist came since, and its DELETED may have been lost.
@@ -200,8 +214,12 @@ class FleetCache:
             self.deleted.popitem(last=False)
 
     def remember_child(self, body: dict[str, Any], deleted: bool = False) -> None:
-        """Keep what the fleet reads of a child and wake its model, unless this very
-        version is cached already (a watch event echoing an apply's response)."""
+        """Keep what the fleet reads of a child and wake its model, unless that is what
+        the cache holds already: an echo of an apply's response, or one of the status
+        writes of a rollout that change nothing the fleet reads (a ReplicaSet's counts,
+        a Deployment's availableReplicas or a condition's lastUpdateTime, a disruption
+        budget's status). Those keep the cached version, so the model's inputs stay
+        equal and its next sweep is skipped too."""
         model = body["metadata"].get("labels", {}).get(render.MODEL_LABEL)
         if model is None:
             return
@@ -396,6 +414,7 @@ class Fleet:
             if record.settled == inputs and not _evaluation_pending(record):
                 return
             started = time.perf_counter()
+            record.own_writes = []
             try:
                 model: SpeculativeModel | None = SpeculativeModel.model_validate(body)
             except ValidationError:
@@ -431,7 +450,28 @@ class Fleet:
                 return
             observability.RECONCILES.labels(handler, "success").inc()
             record.backoff = None
-            record.settled = inputs
+            record.settled = self._settled(key, record, inputs)
+
+    def _settled(self, key: Key, record: ModelRecord, started: Inputs) -> Inputs:
+        """The inputs a complete reconcile that started from `started` leaves settled:
+        the inputs now, if all that changed since is its own writes (the status it wrote,
+        the children it created), for a reconcile of those would change nothing more;
+        else `started`, and whatever else came is reconciled next."""
+        now = self.cache.inputs(key)
+        writes, record.own_writes = record.own_writes, []
+        # The model's version, followed through the status writes made onto it: one
+        # made onto a version someone else wrote (a retry after a conflict) ends the
+        # chain, for that version is an input this reconcile did not start from.
+        version = started[0]
+        for ref, onto, written in writes:
+            if ref is None and onto == version:
+                version = written
+        created = {(ref, written) for ref, _, written in writes if ref is not None}
+        model = now[0] == version
+        children = {ref for ref, _ in started[1]} <= {ref for ref, _ in now[1]} and all(
+            child in created for child in now[1] - started[1]
+        )
+        return now if model and children else started
 
     async def _reconcile(
         self, record: ModelRecord, body: dict[str, Any], model: SpeculativeModel, evaluate: bool
@@ -453,30 +493,36 @@ class Fleet:
         in_status = False  # the decision is written
         try:
             self._check_pod_policy(model)
-            manifests = self._rendered(key, model, credential)
-            if new_schedule or self._changes_children(key, recorded, model, manifests, credential):
-                # Record the decision before acting on it: children applied from a
-                # status that is not written yet would be undone by the next reconcile.
-                # Not summarized: Ready and observedGeneration must not claim children
-                # that are not applied yet.
-                written = await self._write_status(record, body, model.status)
-                if written is None:  # someone wrote status in between: decide again
-                    return Outcome(written=False, decided=False)
-                if _outside_status(written) != _outside_status(body):
-                    # Written onto a newer spec (the first try conflicted with an edit):
-                    # decide again from it, on the decision now in status, so that the
-                    # children are applied once, not from the older spec and then again.
-                    model, more = _synced(SpeculativeModel.model_validate(written), now)
-                    actions += more
-                    model = self._keyed(model)
-                    credential = self._credential(model)
-                    self._check_pod_policy(model)
-                    manifests = self._rendered(key, model, credential)
-                    written = await self._write_status(record, written, model.status)
-                    if written is None:  # status written in between: the next reconcile
-                        return Outcome(written=False)
-                body, in_status = written, True
-            failure = await self._apply_children(record, key, body, manifests)
+            source = self._render_source(key, body, recorded, model, credential)
+            # Rendered from this very model when last applied, and each child as that
+            # apply left it: rendering again would only find the same digest.
+            if source is None or not self._applied_from(record, key, source):
+                manifests = self._rendered(key, model, credential)
+                if new_schedule or self._changes_children(
+                    key, recorded, model, manifests, credential
+                ):
+                    # Record the decision before acting on it: children applied from a
+                    # status that is not written yet would be undone by the next reconcile.
+                    # Not summarized: Ready and observedGeneration must not claim children
+                    # that are not applied yet.
+                    written = await self._write_status(record, body, model.status)
+                    if written is None:  # someone wrote status in between: decide again
+                        return Outcome(written=False, decided=False)
+                    if _outside_status(written) != _outside_status(body):
+                        # Written onto a newer spec (the first try conflicted with an edit):
+                        # decide again from it, on the decision now in status, so that the
+                        # children are applied once, not from the older spec and then again.
+                        model, more = _synced(SpeculativeModel.model_validate(written), now)
+                        actions += more
+                        model = self._keyed(model)
+                        credential = self._credential(model)
+                        self._check_pod_policy(model)
+                        manifests = self._rendered(key, model, credential)
+                        written = await self._write_status(record, written, model.status)
+                        if written is None:  # status written in between: the next reconcile
+                            return Outcome(written=False)
+                    body, in_status = written, True
+                failure = await self._apply_children(record, key, body, manifests, source)
             if credential is not None and failure is None:
                 # Every reconcile (a pod turned Ready, a decision): a repeat is a no-op.
                 model = await self._hand_schedule(model, credential)
@@ -593,12 +639,40 @@ class Fleet:
         except Exception:
             log.exception("posting the %s event of %s failed", action.kind, model.metadata.name)
 
+    def _render_source(
+        self,
+        key: Key,
+        body: dict[str, Any],
+        recorded: SpeculativeModel,
+        model: SpeculativeModel,
+        credential: str | None,
+    ) -> RenderSource | None:
+        """What the children are rendered from, if that is the model as read (nothing
+        decided since: the same status), else None."""
+        if model.status != recorded.status:
+            return None
+        present = self.cache.children.get(key, {}).keys()
+        return (_version_of(body), credential, tuple(render.retired_tracks(model, present)))
+
+    def _applied_from(self, record: ModelRecord, key: Key, source: RenderSource) -> bool:
+        """The children were last applied from `source`, and are still as it left them."""
+        applied = record.applied
+        return applied is not None and applied.source == source and self._as_left(applied, key)
+
     async def _apply_children(
-        self, record: ModelRecord, key: Key, body: dict[str, Any], manifests: list[dict[str, Any]]
+        self,
+        record: ModelRecord,
+        key: Key,
+        body: dict[str, Any],
+        manifests: list[dict[str, Any]],
+        source: RenderSource | None,
     ) -> ReconcileFailure | None:
         """Apply each child this model owns or may create; leave alone any object of a
-        child's name that belongs to someone else, and say so."""
-        if self._still_applied(record, key, manifests):
+        child's name that belongs to someone else, and say so. `source`: what the
+        manifests were rendered from, if known."""
+        last = record.applied
+        if last is not None and last.digest == _digest(manifests) and self._as_left(last, key):
+            record.applied = replace(last, source=source)
             return None  # server-side apply would be a no-op anyway
         uid = body["metadata"].get("uid")
         markers: dict[ChildRef, Any] = {}
@@ -646,9 +720,10 @@ class Fleet:
                 # rather than "Pending" and a second write. Known children are left to
                 # the watch, which delivers their versions in order.
                 self.cache.remember_child(applied)
+                record.own_writes.append((ref, None, _version_of(applied)))
         if strangers:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
-        record.applied = AppliedChildren(_digest(manifests), markers)
+        record.applied = AppliedChildren(_digest(manifests), markers, source)
         return None
 
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
@@ -659,14 +734,9 @@ class Fleet:
         if record.gone:
             raise Forgotten
 
-    def _still_applied(
-        self, record: ModelRecord, key: Key, manifests: list[dict[str, Any]]
-    ) -> bool:
-        """The same manifests were applied, and each child is still there as the apply
-        left it: not deleted, scaled or edited by someone else."""
-        applied = record.applied
-        if applied is None or applied.digest != _digest(manifests):
-            return False
+    def _as_left(self, applied: AppliedChildren, key: Key) -> bool:
+        """Each child is still there as the last apply left it: not deleted, scaled or
+        edited by someone else."""
         children = self.cache.children.get(key, {})
         for ref, marker in applied.markers.items():
             cached = children.get(ref)
@@ -761,6 +831,7 @@ class Fleet:
                 base["metadata"].get("resourceVersion"),
             )
             record.status_written = time.monotonic()
+            record.own_writes.append((None, _version_of(base), _version_of(written)))
             return written
         except Gone:
             log.info("%s/%s: gone (its status write found no model); forgetting it", *key)
@@ -936,17 +1007,20 @@ _KEPT_METADATA = (
 _KEPT_LABELS = (render.MODEL_LABEL, render.TRACK_LABEL, MANAGED_BY[0], render.WORKER_INDEX_LABEL)
 _KEPT_ANNOTATIONS = (render.CONFIG_HASH_ANNOTATION,)
 _KEPT_OWNER_FIELDS = ("kind", "name", "uid", "controller")
-# Pods' (phase, podIP, conditions, containerStatuses) and Deployments' (replicas...).
-_KEPT_STATUS = (
-    "phase",
-    "podIP",
-    "conditions",
-    "containerStatuses",
-    "replicas",
-    "readyReplicas",
-    "updatedReplicas",
-    "observedGeneration",
-)
+# The status fields read of each kind: pods' (status.py, evaluation.py) and workloads'
+# (rollout, readiness; the conditions of the types below). A ReplicaSet is read for its
+# owner only, a Service and a disruption budget not at all: their status is not kept.
+_KEPT_STATUS = {
+    POD.kind: ("phase", "podIP", "conditions", "containerStatuses"),
+    **dict.fromkeys(
+        (DEPLOYMENT.kind, LEADER_WORKER_SET.kind),
+        ("replicas", "readyReplicas", "updatedReplicas", "observedGeneration", "conditions"),
+    ),
+}
+# A Deployment's ReplicaFailure (a canary that cannot be created), a LeaderWorkerSet's
+# UpdateInProgress: their other conditions (Available, Progressing, whose lastUpdateTime
+# moves with every step of a rollout) are not read.
+_KEPT_WORKLOAD_CONDITIONS = ("ReplicaFailure", "UpdateInProgress")
 
 
 def _kept(mapping: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -965,7 +1039,16 @@ def _observed_part(body: dict[str, Any]) -> dict[str, Any]:
     controller = _controller(body)
     if controller is not None:
         metadata["ownerReferences"] = [_kept(controller, _KEPT_OWNER_FIELDS)]
-    status = _kept(body.get("status"), _KEPT_STATUS)
+    status = _kept(body.get("status"), _KEPT_STATUS.get(body["kind"], ()))
+    if body["kind"] != POD.kind and "conditions" in status:
+        conditions = status.pop("conditions")
+        read = [
+            c
+            for c in (conditions if isinstance(conditions, list) else [])
+            if isinstance(c, dict) and c.get("type") in _KEPT_WORKLOAD_CONDITIONS
+        ]
+        if read:
+            status["conditions"] = read
     return {"kind": body["kind"], "metadata": metadata, "status": status}
 
 
@@ -1049,13 +1132,28 @@ def _one_line(text: str) -> str:
 def _replace(
     cached: dict[Any, dict[str, Any]], name: Any, body: dict[str, Any], deleted: bool
 ) -> bool:
-    """Put `body` in (or take it out of) `cached`; False if this very version was there."""
+    """Put `body` in (or take it out of) `cached`; False, and `cached` left as it was, if
+    what it holds reads the same."""
     if deleted:
         return cached.pop(name, None) is not None
     before = cached.get(name)
+    if before is not None and _reads_the_same(before, body):
+        return False
     cached[name] = body
-    version = _version_of(body)
-    return before is None or version is None or _version_of(before) != version
+    return True
+
+
+def _reads_the_same(before: dict[str, Any], after: dict[str, Any]) -> bool:
+    """Two cached versions of a child differ in nothing the fleet reads: all but the
+    resourceVersion, unless that is how edits of the kind are told (a Service's)."""
+    if child_kind(after["kind"]).edit_marker == "resourceVersion":
+        return before == after
+    return _but_version(before) == _but_version(after)
+
+
+def _but_version(body: dict[str, Any]) -> dict[str, Any]:
+    metadata = {k: v for k, v in body["metadata"].items() if k != "resourceVersion"}
+    return {**body, "metadata": metadata}
 
 
 def _outside_status(body: dict[str, Any]) -> dict[str, Any]:

@@ -446,15 +446,24 @@ def retired_workloads(
     changed between 1 and more), of those `present` (kind, name), scaled to 0: their pods
     would otherwise hold their GPUs beside the new ones. Kept, not deleted (the operator
     deletes nothing), as the canary's workload is between trials."""
+    # Rendered only where present: nearly always none, and every reconcile asks.
+    tracks = retired_tracks(model, present)
+    if not tracks:
+        return []
     render_track = _deployment if spans_nodes(model) else _leader_worker_set
     plans = plan(model.spec, model.status)
     retired = []
-    for track in TRACKS:
+    for track in tracks:
         manifest = render_track(model, track, plans[track], None)
-        if (manifest["kind"], manifest["metadata"]["name"]) in present:
-            manifest["spec"]["replicas"] = 0
-            retired.append(manifest)
+        manifest["spec"]["replicas"] = 0
+        retired.append(manifest)
     return retired
+
+
+def retired_tracks(model: SpeculativeModel, present: Collection[tuple[str, str]]) -> list[Track]:
+    """The tracks whose workload of the kind the model no longer runs is `present`."""
+    kind = workload_kind(1 if spans_nodes(model) else 2)
+    return [t for t in TRACKS if workload_ref(model.metadata.name, kind, t) in present]
 
 
 def service(model: SpeculativeModel) -> Manifest:

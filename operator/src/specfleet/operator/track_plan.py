@@ -19,7 +19,7 @@ from specfleet.operator.api import (
     SpeculativeModelStatus,
 )
 from specfleet.operator.children import Track
-from specfleet.operator.configs import config_of
+from specfleet.operator.configs import config_hash
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class TrackPlans:
 
 def plan(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPlans:
     """Both tracks' plans; the canary without a candidate (0 pods) at the stable K."""
-    own = config_of(spec, pods=False).hash
+    own = config_hash(spec)
     sp, canary = status.speculation, status.canary_run
     stable_spec = _runs(spec, status, "stable", own)
     stable_method = DraftMethod.NONE if sp.decoding_plainly else stable_spec.draft.method
