@@ -679,26 +679,33 @@ class PodRunner(threading.Thread):
         Path(target).parent.mkdir(parents=True, exist_ok=True)
         Path(target).touch(exist_ok=True)
         # A private mount namespace gives each container its own termination-message
-        # file at the path the pod spec names, as the kubelet's bind mount does; a pod in
-        # a subdomain also its hosts file, where its group's names resolve.
+        # file at the path the pod spec names, as the kubelet's bind mount does. A pod in
+        # a subdomain also gets its hosts file, where its group's names resolve, and its
+        # own hostname (a UTS namespace), which resolves there to its IP: Gloo binds the
+        # address its hostname resolves to, and the machine's would be loopback.
         assert self.network is not None
         binds = [str(container.termination_file), target]
+        hostname, uts = "", []
         if self.pod["spec"].get("subdomain"):
             binds += [str(self._hosts_file()), "/etc/hosts"]
+            hostname, uts = self.pod["metadata"]["name"], ["--uts"]
         return [
             "nsenter",
             f"--net={self.network}",
             "--",
             "unshare",
             "--mount",
+            *uts,
             "--propagation",
             "private",
             "--",
             "sh",
             "-c",
+            '[ -z "$1" ] || hostname "$1" || exit 1; shift; '
             'while [ "$1" != -- ]; do mount --bind "$1" "$2" && shift 2 || exit 1; done; '
             'shift && exec "$@"',
             "sh",
+            hostname,
             *binds,
             "--",
             *argv,

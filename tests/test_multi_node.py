@@ -17,6 +17,7 @@ from specfleet.operator.children import owned_pods, owned_workers
 from specfleet.operator.evaluation import canary_pending_reason, canary_pending_since
 from specfleet.operator.status import ObservedChildren, summarize
 from specfleet.operator.track_plan import plan
+from specfleet.runtime.cli import engine_env
 from specfleet.runtime.config import parse_serve_args
 from specfleet.runtime.vllm_args import vllm_argv
 from tests.conftest import REPO
@@ -236,3 +237,20 @@ def test_a_canary_group_whose_worker_no_node_takes_is_pending_with_the_scheduler
 
 
 NO_NODE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+
+
+def test_a_groups_ranks_advertise_their_pods_ip() -> None:
+    """vLLM advertises VLLM_HOST_IP to a group's other ranks, else its default route's
+    interface's address, which a pod network may lack (it then says 0.0.0.0 and the
+    group hangs): the runtime gives it the pod's IP, unless the pod set one."""
+    worker, _ = parse_serve_args(
+        ["--model", "/m", "--tensor-parallel-size", "2", "--nnodes", "2",
+         "--master-addr", LEADER, "--node-rank", "1"],
+        env={},
+    )  # fmt: skip
+    single, _ = parse_serve_args(["--model", "/m"], env={})
+    pod = {"POD_IP": "10.0.0.7"}
+    assert engine_env(worker, pod)["VLLM_HOST_IP"] == "10.0.0.7"
+    assert engine_env(worker, pod | {"VLLM_HOST_IP": "10.1.0.7"})["VLLM_HOST_IP"] == "10.1.0.7"
+    assert "VLLM_HOST_IP" not in engine_env(single, pod)
+    assert "VLLM_HOST_IP" not in engine_env(worker, {})

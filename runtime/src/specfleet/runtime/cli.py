@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from specfleet.runtime import drain, preflight
 from specfleet.runtime.config import (
     DEFAULT_TERMINATION_LOG,
+    ENV_POD_IP,
     ConfigError,
     Engine,
     RuntimeConfig,
@@ -45,6 +46,8 @@ from specfleet.runtime.inject import inject
 from specfleet.runtime.sim_model import SimProfile, load_profile
 from specfleet.runtime.vllm_args import ITERATION_DETAILS_FLAG, refuse_collisions, vllm_argv
 
+# The address vLLM advertises to the other ranks of a multi-node group.
+ENV_HOST_IP = "VLLM_HOST_IP"
 # `vllm serve` as a module of the runtime's, for a vLLM whose console script fails.
 SERVE_MODULE = "specfleet.runtime.vllm_serve"
 USAGE = (
@@ -150,10 +153,16 @@ def engine_command(vllm: list[str], env: Mapping[str, str]) -> list[str]:
 
 
 def engine_env(config: RuntimeConfig, env: Mapping[str, str]) -> dict[str, str]:
-    """vLLM's environment: the pod's, and with --hot-schedule the plugin allowlist that
-    adds the schedule endpoint, and the step-stats plugin told the per-step log lines are
-    the runtime's doing (unless the user asked for them too)."""
+    """vLLM's environment: the pod's; in a multi-node group the pod's IP as the address
+    vLLM advertises (unless the pod sets one); and with --hot-schedule the plugin
+    allowlist that adds the schedule endpoint, and the step-stats plugin told the per-step
+    log lines are the runtime's doing (unless the user asked for them too)."""
     full = dict(env)
+    if config.nnodes > 1 and ENV_HOST_IP not in env and env.get(ENV_POD_IP):
+        # A group's ranks reach each other's message queues at the address each
+        # advertises: VLLM_HOST_IP, else the default route's interface, which a pod
+        # network may not have (vLLM then advertises 0.0.0.0 and its peers hang).
+        full[ENV_HOST_IP] = env[ENV_POD_IP]
     if config.hot_schedule:
         installed = [
             entry.name
