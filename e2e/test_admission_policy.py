@@ -8,6 +8,7 @@ never meet it."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from functools import partial
@@ -22,6 +23,8 @@ from e2e import cluster
 from e2e.models import condition, get_model, sim_model
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
+from specfleet.operator.accelerator_default import with_default
+from specfleet.operator.api import AMD_ACCELERATOR, SpeculativeModel
 from specfleet.operator.render import MODEL_LABEL
 from tests.invalid_manifests import apply_changes
 from tests.test_chart import manifests, render
@@ -251,3 +254,58 @@ def test_only_the_models_workloads_make_pods_its_service_selects(
     # Without the binding, the same stray pod would be admitted: the refusal was the policy's.
     policy.remove_binding(policy.pods_name)
     wait_for("the stray pod admitted", lambda: refusal() is None, timeout=30)
+
+
+DEFAULTING_TEMPLATE = "templates/accelerator-default.yaml"
+
+
+def _gpu_source(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What the default may change in a model, as the operator reads it (the CRD's and the
+    model's defaults filled in alike)."""
+    runtime = SpeculativeModel.model_validate(manifest).spec.runtime
+    fields = {"accelerator", "resource_claim_template", "image", "inject_runtime"}
+    return runtime.model_dump(include=fields)
+
+
+def test_the_installs_default_accelerator_is_written_as_validate_writes_it(
+    crds: None, namespace: str
+) -> None:
+    """The chart's MutatingAdmissionPolicy (defaultAccelerator) on the real API server
+    stores what `specfleet validate --default-accelerator` validates: the install's
+    accelerator, and with AMD's the ROCm image; a model naming its GPU source keeps it."""
+    release = f"sf-{uuid.uuid4().hex[:6]}"
+    text = render(
+        namespace=namespace,
+        release=release,
+        show_only=DEFAULTING_TEMPLATE,
+        set_json=[f'watch.namespaces=["{namespace}"]', f'defaultAccelerator="{AMD_ACCELERATOR}"'],
+    ).stdout
+    names = {d["metadata"]["name"] for d in manifests(text)}
+    cluster.kubectl("apply", "-f", "-", input=text)
+    try:
+
+        def stored(manifest: dict[str, Any]) -> dict[str, Any]:
+            shown = cluster.kubectl(
+                "create", "-n", namespace, "--dry-run=server", "-o", "json", "-f", "-",
+                input=yaml.safe_dump(manifest),
+            ).stdout  # fmt: skip
+            return _gpu_source(json.loads(shown))
+
+        plain = sim_model("plain")
+        wait_for(
+            "the policy to write the default",
+            lambda: stored(plain).get("accelerator") == AMD_ACCELERATOR,
+            timeout=30,
+        )
+        assert stored(plain) == _gpu_source(with_default(plain, AMD_ACCELERATOR))
+        for changes in (
+            {"spec.runtime.accelerator": "nvidia.com/gpu"},
+            {"spec.runtime.resourceClaimTemplate": "h100s"},
+            {"spec.runtime.image": "registry/rocm-runtime:1"},
+        ):
+            manifest = apply_changes(sim_model("named"), changes)
+            assert stored(manifest) == _gpu_source(with_default(manifest, AMD_ACCELERATOR))
+    finally:
+        for kind in ("mutatingadmissionpolicybinding", "mutatingadmissionpolicy"):
+            for name in names:
+                cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false")

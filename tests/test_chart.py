@@ -203,6 +203,7 @@ def test_custom_rendering_has_every_optional_object() -> None:
         + ["Role", "RoleBinding"] * 2
         + ["ServiceMonitor", "PodMonitor", "PrometheusRule"]
         + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
+        + ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]  # defaultAccelerator
         + ["NetworkPolicy"]
     )
 
@@ -212,6 +213,8 @@ CLUSTER_SCOPED = (
     "ClusterRoleBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
 )
 
 
@@ -259,6 +262,7 @@ BAD_VALUES = [
     ("bad-seccomp-type", 'securityContext.seccompProfile={"type":"Unconfind"}', "type"),
     ("typo-in-resource-name", 'resources.requests={"memroy":"1Gi"}', "memroy"),
     ("negative-quantity", 'resources.limits.memory="-1Gi"', "-1Gi"),
+    ("accelerator-without-domain", 'defaultAccelerator="gpu"', "defaultAccelerator"),
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,6 +12,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from specfleet.operator import api, crd, logs, manifests, render
+from specfleet.operator.accelerator_default import with_default
 from specfleet.operator.capacity import capacity, in_words
 from specfleet.operator.errors import describe, validation_errors
 from specfleet.operator.pod_policy import PodPolicy
@@ -32,6 +34,16 @@ AllowSecretVolumes = Annotated[
 ]
 AllowHostPathCache = Annotated[
     bool, typer.Option(help="Let models keep their cache in a node's directory.")
+]
+
+
+DefaultAccelerator = Annotated[
+    str | None,
+    typer.Option(
+        "--default-accelerator",
+        help="The install's default accelerator (the chart's defaultAccelerator): written "
+        "into models that name no GPU source before they are validated, as admission does.",
+    ),
 ]
 
 
@@ -71,6 +83,7 @@ def validate_command(
     allow_service_account: AllowServiceAccount = None,
     allow_secret_volumes: AllowSecretVolumes = False,
     allow_host_path_cache: AllowHostPathCache = False,
+    default_accelerator: DefaultAccelerator = None,
 ) -> None:
     """Validate SpeculativeModel manifests offline; print each error with its field path.
 
@@ -80,6 +93,15 @@ def validate_command(
     that set one of its options twice; models of all the files whose children would share
     a name are refused too. Prints the GPUs each valid model takes at peak."""
     policy = _pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache)
+    if default_accelerator is not None and not re.fullmatch(
+        api.EXTENDED_RESOURCE, default_accelerator
+    ):
+        typer.echo(
+            f"--default-accelerator {default_accelerator!r}: not an extended resource name "
+            "with its domain, such as amd.com/gpu",
+            err=True,
+        )
+        raise typer.Exit(1)
     invalid = 0
     valid: list[tuple[str, api.SpeculativeModel]] = []
     for path in files:
@@ -97,6 +119,8 @@ def validate_command(
             invalid += 1
         for index, document in found.ours:
             name = _name(document, index)
+            if default_accelerator is not None:
+                document = with_default(document, default_accelerator)
             errors = validation_errors(document)
             if not errors:
                 spec = api.SpeculativeModel.model_validate(document).spec
