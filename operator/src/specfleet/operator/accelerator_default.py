@@ -10,10 +10,10 @@ the same defaulting (`with_default`) before it validates."""
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 from specfleet.operator import api
+from specfleet.operator.pod_policy import MODEL_WRITES, cel_string
 
 # The chart value, and the CEL variable that holds it.
 VALUE = "defaultAccelerator"
@@ -38,10 +38,6 @@ def with_default(manifest: dict[str, Any], accelerator: str) -> dict[str, Any]:
     return defaulted
 
 
-def _cel(value: str) -> str:
-    return json.dumps(value)
-
-
 def admission_defaulting() -> dict[str, Any]:
     """The chart's MutatingAdmissionPolicy's rules: `with_default` in CEL, the install's
     accelerator in the variable VALUE (templates/accelerator-default.yaml adds it)."""
@@ -49,25 +45,16 @@ def admission_defaulting() -> dict[str, Any]:
     accelerator = f"Object.spec.runtime{{accelerator: variables.{VALUE}}}"
     rocm = (
         f"Object.spec.runtime{{accelerator: variables.{VALUE}, "
-        f"image: {_cel(api.ROCM_VLLM_IMAGE)}, "
+        f"image: {cel_string(api.ROCM_VLLM_IMAGE)}, "
         "injectRuntime: Object.spec.runtime.injectRuntime{}}"
     )
     on_default_image = (
-        f"variables.{VALUE} == {_cel(api.AMD_ACCELERATOR)} && "
-        f"(!has({runtime}.image) || {runtime}.image == {_cel(api.DEFAULT_RUNTIME_IMAGE)})"
+        f"variables.{VALUE} == {cel_string(api.AMD_ACCELERATOR)} && "
+        f"(!has({runtime}.image) || {runtime}.image == {cel_string(api.DEFAULT_RUNTIME_IMAGE)})"
     )
     return {
         "values": [VALUE],
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [api.GROUP],
-                    "apiVersions": [api.VERSION],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": [api.PLURAL],
-                }
-            ]
-        },
+        "matchConstraints": MODEL_WRITES,
         "matchConditions": [
             {
                 "name": "names-no-gpu-source",

@@ -84,7 +84,7 @@ def _host_path_cache(spec: SpeculativeModelSpec, policy: PodPolicy) -> list[Slot
     return [{}] if refused else []
 
 
-def _cel(text: str) -> str:
+def cel_string(text: str) -> str:
     """A CEL string literal (JSON's escapes are CEL's)."""
     return json.dumps(text)
 
@@ -92,8 +92,8 @@ def _cel(text: str) -> str:
 # The first credential volume, as admission names it.
 _FIRST_CREDENTIAL = "variables.credentialVolumes[0]"
 _FIRST_CREDENTIAL_SOURCE = "".join(
-    f"has({_FIRST_CREDENTIAL}.{source}) ? {_cel(source)} : " for source in CREDENTIAL_VOLUMES
-) + _cel("")
+    f"has({_FIRST_CREDENTIAL}.{source}) ? {cel_string(source)} : " for source in CREDENTIAL_VOLUMES
+) + cel_string("")
 
 ALLOWANCES = (
     Allowance(
@@ -102,10 +102,10 @@ ALLOWANCES = (
         "operator's install lets models run as ({allowed}: the chart's "
         "podPolicy.serviceAccounts); remove it to run as the namespace's default",
         _other_account,
-        f"variables.account in [{_cel(DEFAULT_ACCOUNT)}] + variables.serviceAccounts",
+        f"variables.account in [{cel_string(DEFAULT_ACCOUNT)}] + variables.serviceAccounts",
         {
             "account": '"\'" + variables.account + "\'"',
-            "allowed": f"size(variables.serviceAccounts) == 0 ? {_cel(NO_OTHER_ACCOUNT)} : "
+            "allowed": f"size(variables.serviceAccounts) == 0 ? {cel_string(NO_OTHER_ACCOUNT)} : "
             "variables.serviceAccounts.join(', ')",
         },
     ),
@@ -142,7 +142,7 @@ _MODEL_VARIABLES = (
         "account",
         "has(variables.pod.serviceAccountName) && "
         "type(variables.pod.serviceAccountName) == string ? "
-        f"variables.pod.serviceAccountName : {_cel(DEFAULT_ACCOUNT)}",
+        f"variables.pod.serviceAccountName : {cel_string(DEFAULT_ACCOUNT)}",
     ),
     (
         "credentialVolumes",
@@ -158,7 +158,7 @@ def _message(allowance: Allowance) -> str:
     parts = []
     for literal, slot, _, _ in string.Formatter().parse(allowance.words):
         if literal:
-            parts.append(_cel(literal))
+            parts.append(cel_string(literal))
         if slot is not None:
             parts.append(f"({allowance.slots[slot]})")
     return " + ".join(parts)
@@ -168,11 +168,12 @@ def _message(allowance: Allowance) -> str:
 # the Service (the operator already reads only pods its workloads made: children.
 # owned_pods). Admission lets only the workloads' controllers make or label such a pod:
 # the install's podPolicy.modelPodCreators, a CEL variable of the pods' policy.
-_LABELLED = f"has(object.metadata.labels) && {_cel(MODEL_LABEL)} in object.metadata.labels"
+_KEY = cel_string(MODEL_LABEL)
+_LABELLED = f"has(object.metadata.labels) && {_KEY} in object.metadata.labels"
 _LABEL_KEPT = (
     "request.operation == 'UPDATE' && has(oldObject.metadata.labels) && "
-    f"{_cel(MODEL_LABEL)} in oldObject.metadata.labels && "
-    f"oldObject.metadata.labels[{_cel(MODEL_LABEL)}] == object.metadata.labels[{_cel(MODEL_LABEL)}]"
+    f"{_KEY} in oldObject.metadata.labels && "
+    f"oldObject.metadata.labels[{_KEY}] == object.metadata.labels[{_KEY}]"
 )
 MODEL_POD_CREATORS_VALUE = "modelPodCreators"
 
@@ -196,7 +197,7 @@ def _model_pods_policy() -> dict[str, Any]:
         "validations": [
             {
                 "expression": f"!({_LABELLED}) || {creators} || ({_LABEL_KEPT})",
-                "messageExpression": _cel(
+                "messageExpression": cel_string(
                     f"metadata.labels[{MODEL_LABEL}]: a model's Service selects pods by this "
                     "label, so only its workloads' controllers make or label such pods (the "
                     f"chart's podPolicy.{MODEL_POD_CREATORS_VALUE}), not "
@@ -207,6 +208,19 @@ def _model_pods_policy() -> dict[str, Any]:
     }
 
 
+# What an admission policy over the models matches: their creates and updates.
+MODEL_WRITES: dict[str, Any] = {
+    "resourceRules": [
+        {
+            "apiGroups": [api.GROUP],
+            "apiVersions": [api.VERSION],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [api.PLURAL],
+        }
+    ]
+}
+
+
 def admission_policy() -> dict[str, Any]:
     """The chart's ValidatingAdmissionPolicies' rules (templates/pod-policy.yaml adds one
     CEL variable per podPolicy value in `values`, rendered from the install's values): the
@@ -214,16 +228,7 @@ def admission_policy() -> dict[str, Any]:
     return {
         "pods": _model_pods_policy(),
         "values": [allowance.value for allowance in ALLOWANCES],
-        "matchConstraints": {
-            "resourceRules": [
-                {
-                    "apiGroups": [api.GROUP],
-                    "apiVersions": [api.VERSION],
-                    "operations": ["CREATE", "UPDATE"],
-                    "resources": [api.PLURAL],
-                }
-            ]
-        },
+        "matchConstraints": MODEL_WRITES,
         "variables": [{"name": name, "expression": cel} for name, cel in _MODEL_VARIABLES],
         "validations": [
             {"expression": allowance.allows, "messageExpression": _message(allowance)}
