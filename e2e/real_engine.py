@@ -265,16 +265,26 @@ def serve(
         server.started_in = time.monotonic() - started
         yield server
     finally:
-        # The runtime exec'd vLLM in its own session: stop the whole group (API server,
-        # engine core, worker), politely first.
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """Stop a runtime started in its session of its own: it exec'd vLLM there, so the
+    whole group goes (API server, engine core, worker), politely first."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def metrics_page(address: str) -> str:
+    """The /metrics page of the server at `address` (host:port)."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
+        return str(response.read().decode())
 
 
 class Load:

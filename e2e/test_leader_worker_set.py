@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import urllib.request
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -317,7 +316,7 @@ def test_real_vllm_serves_as_a_group_of_two_pods_and_takes_a_new_k(
             if not address:
                 return None
             try:
-                page = _page(f"http://{address}:8000/metrics")
+                page = real_engine.metrics_page(f"{address}:8000")
             except OSError:  # not serving yet
                 return None
             positions = parse_vllm_metrics(page).accepted_per_position
@@ -328,9 +327,9 @@ def test_real_vllm_serves_as_a_group_of_two_pods_and_takes_a_new_k(
             timeout=real_engine.START_TIMEOUT,
         )  # fmt: skip
         url = f"http://{address}:8000"
-        before = real_engine.spec_counters(_page(f"{url}/metrics"))
+        before = real_engine.spec_counters(real_engine.metrics_page(f"{address}:8000"))
         real_engine.complete_batch(url, real_engine.PROMPTS, 0.0, 32, seed=0)
-        after = real_engine.spec_counters(_page(f"{url}/metrics"))
+        after = real_engine.spec_counters(real_engine.metrics_page(f"{address}:8000"))
         delta = real_engine.counter_delta(before, after)
         assert delta["num_drafts"] > 0 and delta["accepted_per_pos_0"] > 0, delta
 
@@ -349,8 +348,3 @@ def test_real_vllm_serves_as_a_group_of_two_pods_and_takes_a_new_k(
         )  # fmt: skip
     finally:
         operator.stop()
-
-
-def _page(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return str(response.read().decode())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-import urllib.request
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -28,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from e2e import hot_schedule, real_engine
 from e2e.models import apply, condition, get_model, history
 from e2e.operator_process import OperatorProcess
+from e2e.real_engine import metrics_page
 from e2e.waiting import wait_for
 from specfleet.operator import speed
 from specfleet.operator.metrics import parse_vllm_metrics
@@ -61,11 +61,6 @@ def track_pods(
 
 def ready_addresses(api_client: client.ApiClient, namespace: str) -> list[str]:
     return real_engine.serving_addresses(track_pods(api_client, namespace))
-
-
-def metrics_page(address: str) -> str:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as response:
-        return str(response.read().decode())
 
 
 def served_tokens(address: str) -> int | None:

@@ -9,7 +9,6 @@ on the local cluster pods have no DNS for LeaderWorkerSet's leader address."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,13 +72,7 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Pa
         ) as leader:
             yield leader, worker_log
     finally:
-        try:
-            os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(timeout=60)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
+        real_engine.stop(worker)
 
 
 def test_a_group_of_two_serves_with_tensor_parallel_across_them_and_drafts(
