@@ -727,12 +727,16 @@ class Fleet:
         return None
 
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
+        """Ask the API server whether the model is still there; forgotten if not. Seen
+        there, it needs no asking again until the next relist."""
+        relists = self.cache.relists
         current = await asyncio.to_thread(self.cluster.get_model, *key)
         if current is None or current["metadata"].get("uid") != uid:
-            log.info("%s/%s: gone (found before applying its children); forgetting it", *key)
+            log.info("%s/%s: gone (found by asking before a write); forgetting it", *key)
             self._forget_record(key, record)
         if record.gone:
             raise Forgotten
+        record.seen_at_relist = max(record.seen_at_relist, relists)
 
     def _as_left(self, applied: AppliedChildren, key: Key) -> bool:
         """Each child is still there as the last apply left it: not deleted, scaled or
@@ -821,6 +825,10 @@ class Fleet:
     async def _patch_status(
         self, record: ModelRecord, key: Key, status: dict[str, Any], base: dict[str, Any]
     ) -> dict[str, Any]:
+        if record.seen_at_relist < self.cache.relists:
+            # A relist since the model was last seen: its DELETED may be lost, and a write
+            # to a model gone is one the API server refuses but the operator still sent.
+            await self._confirm_exists(record, key, base["metadata"].get("uid"))
         if record.gone:
             raise Forgotten
         try:
