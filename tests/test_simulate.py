@@ -24,6 +24,7 @@ from specfleet.operator.observations import (
     WindowTracker,
 )
 from specfleet.operator.outcomes import Action, ActionKind
+from specfleet.operator.peers import PEERS, hold
 from specfleet.operator.simulate import (
     START,
     Decider,
@@ -645,17 +646,55 @@ def test_the_default_policy_follows_load_flipping_faster_than_a_trial(variant: s
     assert goodput["achieved"] / goodput["unconstrained"] >= 0.90
 
 
-@pytest.mark.parametrize(("tax", "leaves_the_band"), [("published", False), ("twice-plain", True)])
-def test_a_k0_band_dearer_than_the_prior_is_measured_and_left(
-    tax: str, leaves_the_band: bool
+@pytest.mark.parametrize(
+    ("variant", "seed"), [("c2-c8/hot/auto/s0", 0), ("c2-c8/hot/auto/s120", 1)]
+)
+def test_hot_pods_on_load_flipping_between_2_and_8_come_within_3_percent_of_vllms_table(
+    variant: str, seed: int
 ) -> None:
+    """Issue 47's peer bar where the whole prize is small: a schedule gains 3.4% over the
+    best single K. Judged on pooled windows its trial measured "at batch 6.0", where both
+    run K=3, and against minImprovement's 5%: 0.967 of the per-phase best, 3.2 points
+    behind vLLM's per-batch table. On matched pairs weighted by the tokens at stake, and
+    held to what such a trial can prove, the schedule is promoted."""
+    scenario = load_scenario(SCENARIOS / "schedule" / "load-flip.yaml", variant)
+    [table] = [p for p in PEERS if p.name == "vLLM per-batch K"]
+    ours = simulate(scenario, seed)
+    theirs = simulate(scenario, seed, hold(table.tokens), table.rule(scenario))
+    best = ours.goodput["unconstrained"]
+    assert ours.goodput["achieved"] / best >= theirs.goodput["achieved"] / best - 0.03
+    assert any(
+        d["kind"] == "Promote" and "pairs of windows at matched load" in d["message"]
+        for d in ours.decisions
+    ), ours.decisions
+
+
+def test_a_k0_band_at_the_published_tax_is_measured_and_kept() -> None:
     """k0-tax.yaml: the tuner learns a schedule with K=0 at 20 in flight. Once that band
-    runs where plain decoding was never measured, plain decoding is measured beside it:
-    where a K=0 step really costs twice a plain one, plain pods replace the schedule;
+    runs where plain decoding was never measured, plain decoding is measured beside it;
     where the published tax holds, the band stays (plain pods lose over the load)."""
-    scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", f"{tax}/hot")
+    scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", "published/hot")
     result = simulate(scenario, 0)
     measured = [d for d in result.decisions if "a K=0 band runs at batch" in d["message"]]
     assert measured and measured[0]["kind"] == "StartCanary", result.decisions
-    stopped = any(d["kind"] == "StopSpeculation" for d in result.decisions)
-    assert stopped is leaves_the_band
+    assert not any(d["kind"] == "StopSpeculation" for d in result.decisions)
+
+
+def test_a_k0_band_dearer_than_the_prior_does_not_last() -> None:
+    """Where a K=0 step really costs twice a plain one, a schedule with that band serves
+    0.72 of plain decoding at 20 in flight: the tuner either measures the band and leaves
+    it for plain pods, or never promotes it (its trial judged on pairs at matched load
+    prefers K=1 there, the best choice on this engine), and serves at least 0.85 of the
+    best static K per phase (0.82 when the band was measured and left)."""
+    scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", "twice-plain/hot")
+    result = simulate(scenario, 0)
+    windows = [d["window"] for d in result.decisions]
+    band_from = [
+        d["window"]
+        for d in result.decisions
+        if d["kind"] == "Promote" and "K=0 above" in d["message"].split(" vs ")[0]
+    ]
+    left = [d["window"] for d in result.decisions if d["kind"] == "StopSpeculation"]
+    for promoted in band_from:
+        assert any(w > promoted for w in left), (promoted, windows)
+    assert result.steady_ratio >= 0.85, result.decisions

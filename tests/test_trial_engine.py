@@ -18,6 +18,7 @@ from specfleet.operator.trial_engine import (
     Sides,
     TrialSubject,
     advance,
+    measured_gain,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95
 from specfleet.operator.windows import Judged, judge
@@ -68,8 +69,9 @@ class Kind:
             confidence=ONE_SIDED_95,
         )
 
-    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
-        return gain, basis
+    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+        record = self.record
+        return measured_gain(subject, record.stable, record.canary, batch, _run().cost)
 
 
 def _run() -> Run:

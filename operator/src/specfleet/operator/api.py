@@ -848,7 +848,9 @@ class Tuning(SpecModel):
         default=0.05,
         ge=0,
         le=1,
-        description="Relative goodput gain a candidate must show (hysteresis).",
+        description="Relative goodput gain a candidate must show (hysteresis); with "
+        "switching Hot, only until an interleaved trial has measured how much its pairs "
+        "spread (then: what such a trial can prove).",
     )
     acceptance_margin: float = Field(
         default=0.05,
@@ -3545,6 +3547,15 @@ def _legacy(**fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
     return add
 
 
+class PairSpread(ApiModel):
+    """How far matched pairs' log gains spread within a load bucket, pooled over the
+    interleaved trials so far: the pods' noise from one window to the next, which sets
+    the smallest gain such a trial can prove."""
+
+    squares: float = Field(description="Sum of the pairs' squared deviations within buckets.")
+    dof: int = Field(ge=1, description="Their degrees of freedom (pairs less buckets).")
+
+
 class Rejected(ApiModel):
     """Candidates the tuner does not propose again before `until`."""
 
@@ -3719,6 +3730,24 @@ class LastKnownGood(ApiModel):
     )
 
 
+class MatchedPair(ApiModel):
+    """One window of an interleaved trial's candidate and one of what ran before it, at a
+    matched load: what the candidate gained there, and the tokens at stake."""
+
+    load: float = Field(
+        description="Requests in flight per pod over the previous side's window, averaged "
+        "over its time."
+    )
+    gain: float = Field(
+        description="The candidate's per-request decode speed over the previous side's, "
+        "less 1 (the candidate moved to the previous side's batch by the fitted step cost)."
+    )
+    tokens: float = Field(
+        description="Tokens the previous side's window decoded: the pair's weight, so a "
+        "window at 32 in flight counts for what it serves, not as one at 1."
+    )
+
+
 class InPlace(ApiModel):
     """A trial on the stable pods themselves: their windows before it are its baseline."""
 
@@ -3747,6 +3776,11 @@ class InPlace(ApiModel):
         default=None,
         description="The unpaired window's requests in flight per pod, averaged over its "
         "time: what a pair is matched by.",
+    )
+    pairs: list[MatchedPair] | None = Field(
+        default=None,
+        description="Interleaved: each pair's gain at its load; the trial is judged on "
+        "their mean weighted by tokens, its bounds from their spread (load left out).",
     )
 
 
@@ -3921,6 +3955,11 @@ class SpeculationState(ApiModel):
         default=None,
         description="The schedule handed to the running stable pods with "
         "spec.speculation.switching Hot; none: K changes restart them.",
+    )
+    pair_spread: PairSpread | None = Field(
+        default=None,
+        description="The spread interleaved trials' matched pairs measured; none: no such "
+        "trial has ended (a change is then held to minImprovement).",
     )
 
     @property

@@ -39,7 +39,6 @@ from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
-    TRIAL_EXTENSION,
     Ended,
     InPlaceInstead,
     Next,
@@ -48,8 +47,9 @@ from specfleet.operator.trial_engine import (
     TrialSubject,
     advance,
     candidate_rate,
+    measured_gain,
 )
-from specfleet.operator.trial_stats import ONE_SIDED_95
+from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION
 from specfleet.operator.trials import end_trial
 from specfleet.operator.windows import Judged, judge_collected
 
@@ -346,8 +346,10 @@ class _ConfigKind:
             confidence=ONE_SIDED_95,
         )
 
-    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
-        return gain, basis  # a config is compared at the K and load the stable pods run
+    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+        # A config is compared at the K and load the stable pods run.
+        trial = self.trial
+        return measured_gain(subject, trial.stable, trial.canary, batch, self.run.cost)
 
 
 def _fall_back_in_place(run: Run, trial: ConfigTrial, pending: float) -> None:

@@ -25,6 +25,7 @@ from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.prediction import Prediction, predict_ks, window_conditional, with_deeper
+from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION, resolvable_gain
 
 # How long a new K is expected to hold: a change must repay its restarts within it. An
 # hour, as the tuner changes K at most about once an hour once settled.
@@ -133,7 +134,14 @@ class Run:
     def required_gain(self) -> float:
         """The relative goodput gain a change of K must promise (and a trial prove):
         minImprovement, or more when restarting a pod costs more than that gain returns
-        within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds)."""
+        within SWITCH_HORIZON (each restarted pod serves nothing for status.startupSeconds).
+        Where the pods take K hot a change costs no restart, and an interleaved trial
+        proves it on matched pairs: a change must promise what such a trial can prove at
+        the spread its pairs measured (minImprovement until one has ended)."""
+        spread = self.sp.pair_spread
+        if spread is not None and hot_schedules.in_effect(self.spec, self.status):
+            pairs = TRIAL_EXTENSION * self.spec.tuning.canary_windows
+            return resolvable_gain(spread, pairs, ONE_SIDED_95)
         return max(self.spec.tuning.min_improvement, self.restart_cost())
 
     def conditional(self, window: TrackWindow) -> list[float]:

@@ -26,10 +26,6 @@ from specfleet.operator.trial_stats import (
 )
 from specfleet.operator.windows import Judged, timed_k0_band
 
-# A trial whose measured gain clears its required gain while its lower bound does not yet
-# runs on, up to this many times its windows: a sequential test, not a fixed length.
-TRIAL_EXTENSION = 3
-
 
 @dataclass(frozen=True)
 class Sides:
@@ -232,8 +228,9 @@ class TrialKind(Protocol):
         """What the comparison holds up against what; Ended where it cannot be made."""
         ...
 
-    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
-        """The measured gain as the kind judges it (a K trial's, over the load history)."""
+    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+        """The candidate's gain as the kind measures it, and what it rests on (a K trial's
+        over matched pairs and the load history; `measured_gain` at least)."""
         ...
 
 
@@ -289,7 +286,6 @@ def conclude(run: Run, kind: TrialKind, after: Judged, stable: Judged) -> Step:
     if isinstance(subject, Ended):
         return subject
     batch = stable.window.batch_per_pod if stable.window is not None else 1.0
-    gain, basis = measured_gain(subject, record.stable, record.canary, batch, run.cost)
-    gain, basis = kind.projected(gain, basis, batch)
+    gain, basis = kind.measure(subject, batch)
     outcome, summary = verdict(run, subject, gain, basis, record.canary.windows)
     return Next.EXTEND if outcome is None else Ended(outcome, summary)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     FittedStepCost,
+    MatchedPair,
+    PairSpread,
     ScheduledBand,
     TrackTotals,
 )
@@ -19,6 +21,10 @@ from specfleet.operator.stats import (
     Estimate,
     wilson,
 )
+
+# A trial whose measured gain clears its required gain while its lower bound does not yet
+# runs on, up to this many times its windows: a sequential test, not a fixed length.
+TRIAL_EXTENSION = 3
 
 
 def totals_merge(one: TrackTotals, other: TrackTotals) -> TrackTotals:
@@ -303,3 +309,168 @@ def schedule_gain(
     before_ms = 1000.0 * before.timed.decode_seconds / before.timed.decode_steps
     basis = f"measured step {after_ms:.1f} ms vs {before_ms:.1f} ms at batch {matched:.1f}"
     return estimate, basis
+
+
+def matched_pair(
+    previous: TrackTotals,
+    candidate: TrackTotals,
+    candidate_bands: Sequence[ScheduledBand],
+    load: float,
+    cost: FittedStepCost,
+) -> MatchedPair:
+    """One timed window of each side at a matched `load`: the candidate's per-request
+    decode speed over the previous side's (as `schedule_gain` counts it, the candidate
+    moved to the previous side's batch by the fitted cost), weighted by the tokens the
+    previous side decoded."""
+
+    def tokens(window: TrackTotals) -> float:
+        return window.timed.decode_steps + window.timed.accepted_tokens
+
+    matched = previous.timed.decode_steps / previous.timed.engine_steps
+    batch = candidate.timed.decode_steps / candidate.timed.engine_steps
+    k = schedule.k_at(candidate_bands, matched)
+    moved = speed.step_ms(cost, k, matched) / speed.step_ms(cost, k, batch)
+    faster = tokens(candidate) / (candidate.timed.decode_seconds * moved)
+    was = tokens(previous) / previous.timed.decode_seconds
+    return MatchedPair(load=load, gain=faster / was - 1, tokens=tokens(previous))
+
+
+def _bucket(load: float) -> int:
+    """A load bucket a factor of 2 wide: pairs in one are compared at one load."""
+    return round(math.log2(max(load, 1e-9)))
+
+
+def pair_spread(pairs: Sequence[MatchedPair]) -> PairSpread | None:
+    """The pairs' log gains' spread within load buckets: the gain itself may differ
+    between loads (a deep K gains at 2 in flight and loses at 8), which is the
+    candidate's, not noise. None without two pairs in one bucket."""
+    buckets: dict[int, list[MatchedPair]] = {}
+    for pair in pairs:
+        buckets.setdefault(_bucket(pair.load), []).append(pair)
+    dof = len(pairs) - len(buckets)
+    if dof < 1:
+        return None
+    squares = 0.0
+    for members in buckets.values():
+        centre = _mean_log(members)
+        squares += sum((math.log1p(p.gain) - centre) ** 2 for p in members)
+    return PairSpread(squares=squares, dof=dof)
+
+
+def _mean_log(pairs: Sequence[MatchedPair]) -> float:
+    total = sum(p.tokens for p in pairs)
+    return sum(p.tokens * math.log1p(p.gain) for p in pairs) / total
+
+
+def pooled_spread(one: PairSpread | None, other: PairSpread | None) -> PairSpread | None:
+    """Two trials' spreads as one, the older weighing at most as much as the newer (the
+    pods' noise changes with their traffic)."""
+    if one is None or other is None:
+        return one or other
+    scale = min(1.0, other.dof / one.dof)
+    return PairSpread(
+        squares=one.squares * scale + other.squares,
+        dof=max(1, round(one.dof * scale)) + other.dof,
+    )
+
+
+@dataclass(frozen=True)
+class Stake:
+    """One sample of the load a decision will live through: the tokens per ms the running
+    side serves there, and the fit's log gain of the candidate (0 where both run one K)."""
+
+    load: float
+    tokens: float
+    predicted: float
+
+
+def paired_gain(
+    pairs: Sequence[MatchedPair], confidence: Confidence, stakes: Sequence[Stake] | None = None
+) -> tuple[Estimate, str]:
+    """The candidate's gain from matched pairs, by load bucket: each bucket's pairs'
+    mean log gain (weighted by their tokens), the buckets weighted by the tokens at stake:
+    the load history's (`stakes`), else the pairs' own. A bucket of the history no pair
+    ran in takes the fit's prediction, corrected by how far the measured buckets were
+    from theirs (none where both sides run one K there: the same steps). Bounded by the
+    pairs' spread within buckets (`pair_spread`; pooled totals counted the load's moves
+    as spread) at its t quantile; without a spread: no bound."""
+    measured: dict[int, list[MatchedPair]] = {}
+    for pair in pairs:
+        measured.setdefault(_bucket(pair.load), []).append(pair)
+    means = {b: _mean_log(members) for b, members in measured.items()}
+    loads = [p.load for p in pairs]
+    basis = (
+        f"{len(pairs)} pairs of windows at matched load (batch {min(loads):.1f} to "
+        f"{max(loads):.1f}), weighted by the tokens at stake"
+    )
+    if stakes:
+        weights, predicted = _history(stakes)
+        basis += f" over the last {len(stakes)} intervals' load"
+    else:
+        tokens = {b: sum(p.tokens for p in members) for b, members in measured.items()}
+        weights = {b: t / sum(tokens.values()) for b, t in tokens.items()}
+        predicted = dict.fromkeys(weights, 0.0)
+    # Coefficient of each measured bucket's mean in the estimate: its own weight, and its
+    # share of the correction carried to the buckets no pair ran in.
+    checked = {b: weights.get(b, 0.0) for b in means if predicted.get(b, 0.0) != 0.0}
+    if sum(checked.values()) <= 0:
+        checked = {b: 1.0 for b in means if predicted.get(b, 0.0) != 0.0}
+    unmeasured = {b: w for b, w in weights.items() if b not in means and predicted[b] != 0.0}
+    carried = sum(unmeasured.values())
+    total_checked = sum(checked.values())
+    correction = (
+        sum(w * (means[b] - predicted[b]) for b, w in checked.items()) / total_checked
+        if total_checked > 0
+        else 0.0
+    )
+    estimate = sum(weights.get(b, 0.0) * m for b, m in means.items()) + sum(
+        w * (predicted[b] + correction) for b, w in unmeasured.items()
+    )
+    coefficients = {
+        b: weights.get(b, 0.0) + (carried * checked[b] / total_checked if b in checked else 0.0)
+        for b in means
+    }
+    if unmeasured:
+        edges = [2.0**b for b in unmeasured]
+        basis += (
+            f"; near batch {', '.join(f'{e:g}' for e in sorted(edges))}, {carried:.0%} of the "
+            f"tokens at stake, no pair ran: the fit's prediction there, {correction:+.1%} as "
+            "the pairs found it elsewhere"
+        )
+    spread = pair_spread(pairs)
+    if spread is None:
+        return Estimate(math.expm1(estimate), -1.0, math.inf), basis
+    # Var = (a pair's variance) x sum over pairs of (coefficient x w / bucket's tokens)^2.
+    factor = 0.0
+    for b, members in measured.items():
+        total = sum(p.tokens for p in members)
+        factor += sum((coefficients[b] * p.tokens / total) ** 2 for p in members)
+    half = confidence.quantile(spread.dof) * math.sqrt(spread.squares / spread.dof * factor)
+    return (
+        Estimate(math.expm1(estimate), math.expm1(estimate - half), math.expm1(estimate + half)),
+        basis,
+    )
+
+
+def _history(stakes: Sequence[Stake]) -> tuple[dict[int, float], dict[int, float]]:
+    """Each bucket's share of the tokens at stake over the load history, and the fit's log
+    gain there (weighted by those tokens)."""
+    tokens: dict[int, float] = {}
+    gains: dict[int, float] = {}
+    for stake in stakes:
+        b = _bucket(stake.load)
+        tokens[b] = tokens.get(b, 0.0) + stake.tokens
+        gains[b] = gains.get(b, 0.0) + stake.tokens * stake.predicted
+    total = sum(tokens.values())
+    return (
+        {b: t / total for b, t in tokens.items()},
+        {b: gains[b] / t if t > 0 else 0.0 for b, t in tokens.items()},
+    )
+
+
+def resolvable_gain(spread: PairSpread, pairs: int, confidence: Confidence) -> float:
+    """The smallest gain `pairs` equally weighted matched pairs prove (its lower bound
+    above zero) at the pods' measured spread: a candidate predicted to gain less could
+    not be promoted by its trial."""
+    half = confidence.quantile(pairs - 1) * math.sqrt(spread.squares / spread.dof / pairs)
+    return math.expm1(half)

@@ -5,6 +5,7 @@ hot), judge the canary's window, what the candidate is compared with and held to
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specfleet.operator import hot_schedules, schedule, speed
@@ -35,7 +36,6 @@ from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
-    TRIAL_EXTENSION,
     Ended,
     InPlaceInstead,
     Next,
@@ -45,8 +45,20 @@ from specfleet.operator.trial_engine import (
     advance,
     candidate_rate,
     conclude,
+    measured_gain,
 )
-from specfleet.operator.trial_stats import ONE_SIDED_95, ONE_SIDED_97_5, totals_add, totals_merge
+from specfleet.operator.trial_stats import (
+    ONE_SIDED_95,
+    ONE_SIDED_97_5,
+    TRIAL_EXTENSION,
+    Stake,
+    matched_pair,
+    pair_spread,
+    paired_gain,
+    pooled_spread,
+    totals_add,
+    totals_merge,
+)
 from specfleet.operator.windows import (
     Judged,
     judge_collected,
@@ -169,6 +181,12 @@ def _alternate(run: Run, stable: Judged) -> None:
         candidate, previous = (measured, other) if place.switched else (other, measured)
         trial.canary = totals_merge(trial.canary, candidate)
         trial.stable = totals_merge(trial.stable, previous)
+        previous_load = place.unpaired_load if place.switched else load
+        bands = trial.schedule or [ScheduledBand(tokens=trial.tokens)]
+        pair = matched_pair(
+            previous, candidate, bands, previous_load or _batch_of(previous), run.cost
+        )
+        place.pairs = [*(place.pairs or []), pair]
         place.unpaired = place.unpaired_load = None
     else:
         place.unpaired, place.unpaired_load = measured, load
@@ -187,8 +205,12 @@ def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load:
     operator has no load recorded: its per-step mean stands for it."""
     if not (one.timed_windows and other.timed_windows):
         return False
-    a = one_load if one_load is not None else one.timed.decode_steps / one.timed.engine_steps
+    a = one_load if one_load is not None else _batch_of(one)
     return max(a, load) <= min(a, load) * speed.BATCH_BUCKET
+
+
+def _batch_of(window: TrackTotals) -> float:
+    return window.timed.decode_steps / window.timed.engine_steps
 
 
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
@@ -302,10 +324,7 @@ class _KTrial:
             sides=sides,
             tried_words=schedule.describe(tried) if tried else k_words(trial.tokens),
             before_words=schedule.describe(before) if before else f"K={sides.before_tokens}",
-            # In place the restart is paid, and going back costs another: the candidate
-            # stays on proof of minImprovement. A canary's promotion rolls the stable pods:
-            # it must repay that restart too.
-            required=spec.tuning.min_improvement if trial.in_place else run.required_gain(),
+            required=_required(run, trial),
             # An exploration is a fixed-length test: each look of a sequential one is
             # another chance of a false promotion, and an exploration is already one of
             # several tries.
@@ -316,13 +335,32 @@ class _KTrial:
             confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
         )
 
-    def projected(self, gain: Estimate, basis: str, batch: float) -> tuple[Estimate, str]:
-        run = self.run
-        projected = _over_load(run, gain, _sides(run), _measured_at(self.trial.stable, batch))
-        if projected is None:
+    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+        """Over matched pairs where the trial interleaves, else between the tracks' totals;
+        over the load history where a schedule is learned for it."""
+        run, trial = self.run, self.trial
+        sides = _sides(run)
+        model = _load_model(run, sides)
+        pairs = trial.in_place.pairs if trial.in_place else None
+        if pairs:
+            stakes = model.stakes(run) if model is not None else None
+            return paired_gain(pairs, subject.confidence, stakes)
+        gain, basis = measured_gain(subject, trial.stable, trial.canary, batch, run.cost)
+        if model is None:
             return gain, basis
-        gain, over = projected
+        gain, over = _over_load(run, gain, model, _measured_at(trial.stable, batch))
         return gain, f"{basis}; {over}"
+
+
+def _required(run: Run, trial: Trial) -> float:
+    """The gain a trial's lower bound must clear. Interleaved, the candidate was proposed
+    on what its pairs can prove and switching back costs nothing: it must prove it is
+    faster. In place the restart is paid, and going back costs another: the candidate
+    stays on proof of minImprovement. A canary's promotion rolls the stable pods: it must
+    repay that restart too."""
+    if trial.in_place is None:
+        return run.required_gain()
+    return 0.0 if trial.in_place.interleaved else run.spec.tuning.min_improvement
 
 
 def _baseline_windows(run: Run) -> int:
@@ -413,12 +451,37 @@ def _measured_at(stable: TrackTotals, batch: float) -> float:
     return timed.decode_steps / timed.engine_steps if timed.engine_steps else batch
 
 
-def _over_load(run: Run, gain: Estimate, sides: Sides, batch: float) -> tuple[Estimate, str] | None:
+@dataclass(frozen=True)
+class _LoadModel:
+    """The fit's view of a trial's two sides over the load history: the acceptance the
+    trial measured, and each side's schedule (None: plain pods)."""
+
+    conditional: list[float]
+    before: list[ScheduledBand] | None
+    after: list[ScheduledBand] | None
+
+    def ratio(self, run: Run, load: list[float]) -> float:
+        was = schedule.tokens_over(self.before, load, self.conditional, run.cost)
+        after = schedule.tokens_over(self.after, load, self.conditional, run.cost)
+        return after / was if was else 1.0
+
+    def stakes(self, run: Run) -> list[Stake]:
+        """Each window of the load history: the tokens the running side serves there, and
+        the fit's log gain of the candidate."""
+        return [
+            Stake(
+                load=load,
+                tokens=schedule.tokens_over(self.before, [load], self.conditional, run.cost),
+                predicted=math.log(self.ratio(run, [load])),
+            )
+            for load in run.sp.load
+        ]
+
+
+def _load_model(run: Run, sides: Sides) -> _LoadModel | None:
     """Under a learned schedule a trial is proposed for the load the pods lived through,
-    not for its own windows' (load moves faster than a trial): its windows check the
-    prediction at the batch they ran, and the prediction, scaled by what they found,
-    carries the rest of the load history, each window by its tokens at stake. None: one
-    K tuned at the load of the moment."""
+    not for its own windows' (load moves faster than a trial): the fit that carries its
+    measurement there. None: one K tuned at the load of the moment."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None
     # The acceptance the trial measured, on whichever track drafts (a re-probe's stable
@@ -439,12 +502,15 @@ def _over_load(run: Run, gain: Estimate, sides: Sides, batch: float) -> tuple[Es
     after = None if trial.plain else (sides.tried or [ScheduledBand(tokens=trial.tokens)])
     if before is None and sides.before_tokens > 0:
         before = [ScheduledBand(tokens=sides.before_tokens)]
+    return _LoadModel(conditional, before, after)
 
-    def ratio(load: list[float]) -> float:
-        was = schedule.tokens_over(before, load, conditional, run.cost)
-        return schedule.tokens_over(after, load, conditional, run.cost) / was if was else 1.0
 
-    at_batch, over_load = ratio([batch]), ratio(sp.load)
+def _over_load(run: Run, gain: Estimate, model: _LoadModel, batch: float) -> tuple[Estimate, str]:
+    """The gain measured at `batch`, checking the fit's prediction there: the prediction,
+    scaled by what was found, carries the rest of the load history, each window by its
+    tokens at stake."""
+    sp = run.sp
+    at_batch, over_load = model.ratio(run, [batch]), model.ratio(run, sp.load)
     factor = over_load / at_batch
 
     def projected(measured: float) -> float:
@@ -482,6 +548,8 @@ def end_trial(
     assert trial is not None and sp.tokens is not None
     ended = _Ended(trial, _sides(run), candidate_rate(trial.canary))
     sp.trial = None
+    if trial.in_place and trial.in_place.pairs:
+        sp.pair_spread = pooled_spread(sp.pair_spread, pair_spread(trial.in_place.pairs))
     failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
     if not trial.in_place and not trial.plain and ended.sides.tried is None and not failed_floor:
         # What the canary measured at its K predicts that K (and deeper ones) next time,
