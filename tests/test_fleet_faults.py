@@ -542,6 +542,18 @@ def test_after_a_relist_a_child_the_cache_still_holds_is_not_applied_for_a_model
     assert KEY not in fleet.cache.models
 
 
+def serving(cluster: FakeCluster, fleet: Fleet, manifest: dict[str, Any]) -> str:
+    """Model "llama" reconciled with one Ready pod, its status written: the pod's name."""
+    manifest["metadata"]["name"] = "llama"
+    cluster.create_model(manifest)
+    cluster.deliver(fleet)
+    reconcile(fleet)
+    [pod] = cluster.run_pods("llama", ["10.0.0.1"])
+    cluster.deliver(fleet)
+    reconcile(fleet)
+    return pod
+
+
 def test_after_a_relist_no_status_is_written_to_a_model_gone(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:
@@ -549,13 +561,7 @@ def test_after_a_relist_no_status_is_written_to_a_model_gone(
     with the pod no longer Ready. The children are as applied, so none is applied, but the
     status that pod calls for would go to a model gone (CI saw the operator's status
     PATCH answered 404 after a gap): the model is confirmed first."""
-    peagle_manifest["metadata"]["name"] = "llama"
-    cluster.create_model(peagle_manifest)
-    cluster.deliver(fleet)
-    reconcile(fleet)
-    [pod] = cluster.run_pods("llama", ["10.0.0.1"])
-    cluster.deliver(fleet)
-    reconcile(fleet)
+    pod = serving(cluster, fleet, peagle_manifest)
     del cluster.objects[("SpeculativeModel", "team", "llama")]
     cluster.lose_watch()
     fleet.relisted()
@@ -572,13 +578,7 @@ def test_a_model_confirmed_after_a_relist_is_asked_about_once(
 ) -> None:
     """Seen by the API server since the relist (before its Service was put back), the
     model's status write needs no GET."""
-    peagle_manifest["metadata"]["name"] = "llama"
-    cluster.create_model(peagle_manifest)
-    cluster.deliver(fleet)
-    reconcile(fleet)
-    [pod] = cluster.run_pods("llama", ["10.0.0.1"])
-    cluster.deliver(fleet)
-    reconcile(fleet)
+    pod = serving(cluster, fleet, peagle_manifest)
     fleet.relisted()
     cluster.delete("Service", "llama")
     cluster.set_child_status("Pod", pod, {"phase": "Running", "conditions": []})

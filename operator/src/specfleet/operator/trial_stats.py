@@ -27,6 +27,11 @@ from specfleet.operator.stats import (
 TRIAL_EXTENSION = 3
 
 
+def step_batch(totals: TrackTotals) -> float:
+    """Decoding requests per engine step over a track's timed windows."""
+    return totals.timed.decode_steps / totals.timed.engine_steps
+
+
 def totals_merge(one: TrackTotals, other: TrackTotals) -> TrackTotals:
     """Two tracks' sums as one (every field is a sum)."""
     return TrackTotals(
@@ -230,8 +235,8 @@ def goodput_gain(
     a, b = totals_rate(after), totals_rate(before)
     measured = before.timed_windows > 0 and after.timed_windows > 0
     if measured:
-        matched = before.timed.decode_steps / before.timed.engine_steps
-        after_batch = after.timed.decode_steps / after.timed.engine_steps
+        matched = step_batch(before)
+        after_batch = step_batch(after)
         before_ms = 1000.0 * before.timed.decode_seconds / before.timed.decode_steps
         after_ms = (
             1000.0
@@ -284,8 +289,8 @@ def schedule_gain(
     `goodput_gain` (`_bounded`).
     """
     a, b = totals_rate(after), totals_rate(before)
-    matched = before.timed.decode_steps / before.timed.engine_steps
-    after_batch = after.timed.decode_steps / after.timed.engine_steps
+    matched = step_batch(before)
+    after_batch = step_batch(after)
 
     k_after = schedule.k_at(after_bands, matched)
     moved = speed.step_ms(cost, k_after, matched) / speed.step_ms(cost, k_after, after_batch)
@@ -326,8 +331,8 @@ def matched_pair(
     def tokens(window: TrackTotals) -> float:
         return window.timed.decode_steps + window.timed.accepted_tokens
 
-    matched = previous.timed.decode_steps / previous.timed.engine_steps
-    batch = candidate.timed.decode_steps / candidate.timed.engine_steps
+    matched = step_batch(previous)
+    batch = step_batch(candidate)
     k = schedule.k_at(candidate_bands, matched)
     moved = speed.step_ms(cost, k, matched) / speed.step_ms(cost, k, batch)
     faster = tokens(candidate) / (candidate.timed.decode_seconds * moved)

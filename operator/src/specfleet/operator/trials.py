@@ -56,6 +56,7 @@ from specfleet.operator.trial_stats import (
     pair_spread,
     paired_gain,
     pooled_spread,
+    step_batch,
     totals_add,
     totals_merge,
 )
@@ -184,7 +185,7 @@ def _alternate(run: Run, stable: Judged) -> None:
         previous_load = place.unpaired_load if place.switched else load
         bands = trial.schedule or [ScheduledBand(tokens=trial.tokens)]
         pair = matched_pair(
-            previous, candidate, bands, previous_load or _batch_of(previous), run.cost
+            previous, candidate, bands, previous_load or step_batch(previous), run.cost
         )
         place.pairs = [*(place.pairs or []), pair]
         place.unpaired = place.unpaired_load = None
@@ -205,12 +206,8 @@ def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load:
     operator has no load recorded: its per-step mean stands for it."""
     if not (one.timed_windows and other.timed_windows):
         return False
-    a = one_load if one_load is not None else _batch_of(one)
+    a = one_load if one_load is not None else step_batch(one)
     return max(a, load) <= min(a, load) * speed.BATCH_BUCKET
-
-
-def _batch_of(window: TrackTotals) -> float:
-    return window.timed.decode_steps / window.timed.engine_steps
 
 
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
@@ -447,8 +444,7 @@ def _sides(run: Run) -> Sides:
 def _measured_at(stable: TrackTotals, batch: float) -> float:
     """The batch a trial's gain is measured at: its stable windows' (the candidate's are
     moved there), else this window's."""
-    timed = stable.timed
-    return timed.decode_steps / timed.engine_steps if timed.engine_steps else batch
+    return step_batch(stable) if stable.timed.engine_steps else batch
 
 
 @dataclass(frozen=True)
@@ -468,14 +464,12 @@ class _LoadModel:
     def stakes(self, run: Run) -> list[Stake]:
         """Each window of the load history: the tokens the running side serves there, and
         the fit's log gain of the candidate."""
-        return [
-            Stake(
-                load=load,
-                tokens=schedule.tokens_over(self.before, [load], self.conditional, run.cost),
-                predicted=math.log(self.ratio(run, [load])),
-            )
-            for load in run.sp.load
-        ]
+        stakes = []
+        for load in run.sp.load:
+            was = schedule.tokens_over(self.before, [load], self.conditional, run.cost)
+            after = schedule.tokens_over(self.after, [load], self.conditional, run.cost)
+            stakes.append(Stake(load, was, math.log(after / was) if was else 0.0))
+        return stakes
 
 
 def _load_model(run: Run, sides: Sides) -> _LoadModel | None:
