@@ -206,7 +206,7 @@ async def measure(count: int, cycles: int, server_pid: int) -> dict[str, Any]:
     evaluator = Evaluator()
 
     async def scrape_cycle() -> dict[str, float]:
-        samples = await scrape(targets, timeout, SCRAPE_CONCURRENCY)
+        samples = await scrape("bench", targets, timeout, SCRAPE_CONCURRENCY)
         failed = sum(s.counters is None for s in samples)
         if failed:
             raise RuntimeError(f"{failed} of {count} scrapes failed: {samples[0].error}")
@@ -224,7 +224,7 @@ async def measure(count: int, cycles: int, server_pid: int) -> dict[str, Any]:
 
     async def slow_cycle() -> dict[str, float]:
         started = time.time()
-        samples = await scrape([*targets, slow], timeout, SCRAPE_CONCURRENCY)
+        samples = await scrape("bench", [*targets, slow], timeout, SCRAPE_CONCURRENCY)
         fast = [s.at - started for s in samples if s.pod != "slow"]
         if any(s.counters is None for s in samples if s.pod != "slow"):
             raise RuntimeError("a fast endpoint failed next to the slow one")

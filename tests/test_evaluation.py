@@ -251,7 +251,7 @@ def test_an_ipv6_pod_is_scraped_at_its_bracketed_address(peagle_manifest: dict[s
             pod = _pod("v6", model, "stable", podIP="::1")
             targets = _targets(model, ObservedChildren(pods=[pod]))
             assert [t.url for t in targets] == [f"http://[::1]:{port}/metrics"]
-            return await scrape(targets, timeout=5, concurrency=1)
+            return await scrape("tenant", targets, timeout=5, concurrency=1)
 
     (sample,) = asyncio.run(main())
     assert sample.error is None and sample.counters is not None

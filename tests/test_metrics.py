@@ -194,6 +194,7 @@ def test_scrape_is_concurrent_bounded_and_isolates_failures() -> None:
         base = f"http://127.0.0.1:{port}"
         try:
             return await scrape(
+                "tenant",
                 [
                     ScrapeTarget("a", "stable", f"{base}/good"),
                     ScrapeTarget("b", "stable", f"{base}/garbage"),
@@ -379,7 +380,7 @@ def test_scrape_names_why_each_pod_was_left_out() -> None:
             names = [*bodies, "missing", "drip"]
             targets = [ScrapeTarget(n, "stable", f"{base}/{n}") for n in names]
             # Long enough for the 8 MiB page on a loaded machine; the drip takes 9 s.
-            return await scrape(targets, timeout=6, concurrency=8)
+            return await scrape("tenant", targets, timeout=6, concurrency=8)
         finally:
             await runner.cleanup()
 

@@ -100,7 +100,7 @@ def test_what_a_pod_answers_is_not_quoted() -> None:
                 ScrapeTarget("garbage", "stable", f"{pod}/garbage"),
                 ScrapeTarget("closed", "stable", f"http://127.0.0.1:{_free_port('127.0.0.1')}/"),
             ]
-            samples = await scrape(targets, timeout=2, concurrency=4)
+            samples = await scrape("tenant", targets, timeout=2, concurrency=4)
         return {s.pod: s.error.message for s in samples if s.error is not None}
 
     assert asyncio.run(main()) == {

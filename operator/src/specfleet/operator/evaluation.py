@@ -227,8 +227,9 @@ class Evaluator:
             return await query_prometheus(
                 url, *key_of_model(model), timeout, loopback_allowed=self.outbound.listed(url)
             )
+        namespace, _ = key_of_model(model)
         targets = scrape_targets(plans, current)
-        return await scrape(targets, timeout, SCRAPE_CONCURRENCY)
+        return await scrape(namespace, targets, timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(
         self, model: SpeculativeModel, children: ObservedChildren, now: datetime

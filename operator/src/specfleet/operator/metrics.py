@@ -11,11 +11,13 @@ import ipaddress
 import json
 import re
 import socket
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, TextIO, cast
+from typing import Any, TextIO, TypeVar, cast
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -61,6 +63,8 @@ MAX_PROMETHEUS_BYTES = 32 * 2**20
 # a timeout and a name that does not resolve read alike.
 UNREACHABLE = "unreachable"
 NOT_A_QUERY_RESULT = "not a query result"
+
+T = TypeVar("T")
 
 
 class Unanswered(ValueError):
@@ -119,11 +123,65 @@ class CheckedResolver(AbstractResolver):
 _LINE_NAME = re.compile(rb"[ \t]*(?:#[ \t]+(?:TYPE|HELP)[ \t]+)?([a-zA-Z_:][a-zA-Z0-9_:]*)")
 
 
-# Pages are parsed here, one at a time, never on the event loop: a page the caps admit can
-# still cost up to PARSE_CPU_SECONDS, and on the loop that stalls every reconcile, watch
-# and the liveness endpoint. One thread: the parser is pure Python, so a second would only
-# take the GIL from the loop more often.
-_PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specfleet-page-parser")
+class PageParser:
+    """The one thread pages are parsed in, never the event loop: a page the caps admit can
+    still cost up to PARSE_CPU_SECONDS, and on the loop that stalls every reconcile, watch
+    and the liveness endpoint. One thread, since the parser is pure Python and a second
+    would only take the GIL from the loop more often.
+
+    Namespaces take turns: each namespace with pages waiting has one parsed in its turn,
+    in arrival order within it. One tenant's many pages (64 hostile pods cost 64 budgets,
+    about 3 s, a round) then delay another namespace's page by one page of each other
+    namespace waiting, not by all of them."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        # In turn order: a namespace goes to the back once one of its pages is taken.
+        self._waiting: OrderedDict[str, deque[tuple[Callable[[], Any], Future[Any]]]] = (
+            OrderedDict()
+        )
+        self._thread: threading.Thread | None = None
+
+    def submit(self, namespace: str, work: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        with self._changed:
+            self._waiting.setdefault(namespace, deque()).append((work, future))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="specfleet-page-parser", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify()
+        return future
+
+    def _next(self) -> tuple[Callable[[], Any], Future[Any]]:
+        """The next page to parse, marked running: the first of the namespace whose turn it
+        is, which then goes to the back. A page whose scrape gave up waiting is dropped
+        and takes no turn."""
+        with self._changed:
+            while True:
+                while not self._waiting:
+                    self._changed.wait()
+                namespace, pages = next(iter(self._waiting.items()))
+                work, future = pages.popleft()
+                started = future.set_running_or_notify_cancel()
+                if not pages:
+                    del self._waiting[namespace]
+                elif started:
+                    self._waiting.move_to_end(namespace)
+                if started:
+                    return work, future
+
+    def _serve(self) -> None:
+        while True:
+            work, future = self._next()
+            try:
+                future.set_result(work())
+            except BaseException as error:  # handed to the scrape waiting for it
+                future.set_exception(error)
+
+
+PAGE_PARSER = PageParser()
 
 
 def check_labels(line: bytes) -> None:
@@ -222,9 +280,10 @@ class PageReader:
             raise BadMetrics(LeftOutReason.NO_VLLM_METRICS, "no vLLM metrics on the page")
         return counters_from_series(series)
 
-    async def parse(self) -> SpecDecodeCounters:
-        """`counters`, in the parser's thread: the event loop waits for it, never runs it."""
-        return await asyncio.get_running_loop().run_in_executor(_PARSER, self.counters)
+    async def parse(self, namespace: str) -> SpecDecodeCounters:
+        """`counters`, in the parser's thread, in `namespace`'s turn (PageParser): the event
+        loop waits for it, never runs it."""
+        return await asyncio.wrap_future(PAGE_PARSER.submit(namespace, self.counters))
 
 
 def parse_vllm_metrics(text: str) -> SpecDecodeCounters:
@@ -247,7 +306,7 @@ def _http_status(status: int) -> str:
 
 
 async def _read_page(
-    session: aiohttp.ClientSession, url: str, timeout: float
+    session: aiohttp.ClientSession, namespace: str, url: str, timeout: float
 ) -> SpecDecodeCounters:
     # The total timeout covers the body too: a page trickling in is cut at `timeout`.
     # A redirect is not followed: a pod's 302 would aim the operator at any address.
@@ -259,18 +318,19 @@ async def _read_page(
         reader = PageReader()
         async for chunk in response.content.iter_chunked(READ_CHUNK):
             reader.feed(chunk)
-    return await reader.parse()
+    return await reader.parse(namespace)
 
 
 async def _scrape_one(
     session: aiohttp.ClientSession,
+    namespace: str,
     target: ScrapeTarget,
     timeout: float,
     semaphore: asyncio.Semaphore,
 ) -> PodSample:
     async with semaphore:
         try:
-            counters = await _read_page(session, target.url, timeout)
+            counters = await _read_page(session, namespace, target.url, timeout)
             return PodSample(target.pod, target.track, time.time(), counters)
         except BadMetrics as error:
             problem = error.error()
@@ -282,13 +342,16 @@ async def _scrape_one(
 
 
 async def scrape(
-    targets: Sequence[ScrapeTarget], timeout: float, concurrency: int
+    namespace: str, targets: Sequence[ScrapeTarget], timeout: float, concurrency: int
 ) -> list[PodSample]:
-    """Scrape every target at most `concurrency` at a time; a failure stays with its pod."""
+    """Scrape every target (pods in `namespace`) at most `concurrency` at a time; a failure
+    stays with its pod."""
     semaphore = asyncio.Semaphore(max(1, concurrency))
     async with aiohttp.ClientSession() as session:
         return list(
-            await asyncio.gather(*(_scrape_one(session, t, timeout, semaphore) for t in targets))
+            await asyncio.gather(
+                *(_scrape_one(session, namespace, t, timeout, semaphore) for t in targets)
+            )
         )
 
 
