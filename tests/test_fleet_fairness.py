@@ -138,3 +138,35 @@ def test_a_new_models_reconcile_takes_the_next_slot_before_waiting_refreshes() -
 
     order = asyncio.run(main())
     assert order[CONCURRENT_RECONCILES] == new, order[CONCURRENT_RECONCILES - 1 :]
+
+
+def test_a_namespace_s_model_waits_for_one_reconcile_of_a_namespace_with_many_waiting() -> None:
+    """Every slot busy with one namespace's models and 3 x the slots more of them waiting;
+    another namespace's model arrives after them and runs at the second freed slot (the
+    first goes to the namespace whose turn it is). In arrival order it ran after all 48."""
+    crowd = [("crowd", f"m{i:02d}") for i in range(4 * CONCURRENT_RECONCILES)]
+    other = ("team", "m")
+
+    async def main() -> list[Key]:
+        queue, stop, release = WorkQueue(), asyncio.Event(), asyncio.Event()
+        order: list[Key] = []
+
+        async def reconcile(key: Key) -> None:
+            order.append(key)
+            await release.wait()
+
+        known = [*crowd]
+        running = asyncio.create_task(queue.run(stop, 3600.0, lambda: known, reconcile))
+        await _until(lambda: len(order) == CONCURRENT_RECONCILES, within=5)
+        await _until(lambda: queue.slots.waiting(urgent=False) == len(crowd) - len(order), 5)
+        known.append(other)
+        queue.add(other)
+        await _until(lambda: queue.slots.waiting(urgent=False) == len(known) - len(order), 5)
+        release.set()
+        await _until(lambda: len(order) == len(known), within=5)
+        stop.set()
+        await running
+        return order
+
+    order = asyncio.run(main())
+    assert order.index(other) == CONCURRENT_RECONCILES + 1, order.index(other)

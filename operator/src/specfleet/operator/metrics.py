@@ -13,7 +13,6 @@ import re
 import socket
 import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from specfleet.operator.observations import (
     cut,
     series_name,
 )
+from specfleet.operator.turns import Turns
 
 # What one pod's page may cost, whatever it serves. A vLLM page is 100-200 KB per engine,
 # mostly histograms; the series read here are a few KB of it.
@@ -127,25 +127,19 @@ class PageParser:
     """The one thread pages are parsed in, never the event loop: a page the caps admit can
     still cost up to PARSE_CPU_SECONDS, and on the loop that stalls every reconcile, watch
     and the liveness endpoint. One thread, since the parser is pure Python and a second
-    would only take the GIL from the loop more often.
-
-    Namespaces take turns: each namespace with pages waiting has one parsed in its turn,
-    in arrival order within it. One tenant's many pages (64 hostile pods cost 64 budgets,
-    about 3 s, a round) then delay another namespace's page by one page of each other
-    namespace waiting, not by all of them."""
+    would only take the GIL from the loop more often. Namespaces take turns (`Turns`):
+    one tenant's 64 hostile pods cost 64 budgets, about 3 s, a round, and another
+    namespace's page waits for one of them."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        # In turn order: a namespace goes to the back once one of its pages is taken.
-        self._waiting: OrderedDict[str, deque[tuple[Callable[[], Any], Future[Any]]]] = (
-            OrderedDict()
-        )
+        self._waiting: Turns[tuple[Callable[[], Any], Future[Any]]] = Turns()
         self._thread: threading.Thread | None = None
 
     def submit(self, namespace: str, work: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()
         with self._changed:
-            self._waiting.setdefault(namespace, deque()).append((work, future))
+            self._waiting.add(namespace, (work, future))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._serve, name="specfleet-page-parser", daemon=True
@@ -155,22 +149,14 @@ class PageParser:
         return future
 
     def _next(self) -> tuple[Callable[[], Any], Future[Any]]:
-        """The next page to parse, marked running: the first of the namespace whose turn it
-        is, which then goes to the back. A page whose scrape gave up waiting is dropped
-        and takes no turn."""
+        """The next page to parse, marked running; a page whose scrape gave up waiting is
+        dropped."""
         with self._changed:
             while True:
-                while not self._waiting:
-                    self._changed.wait()
-                namespace, pages = next(iter(self._waiting.items()))
-                work, future = pages.popleft()
-                started = future.set_running_or_notify_cancel()
-                if not pages:
-                    del self._waiting[namespace]
-                elif started:
-                    self._waiting.move_to_end(namespace)
-                if started:
-                    return work, future
+                taken = self._waiting.take(lambda page: page[1].set_running_or_notify_cancel())
+                if taken is not None:
+                    return taken
+                self._changed.wait()
 
     def _serve(self) -> None:
         while True:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from specfleet.operator.keys import Key
+from specfleet.operator.turns import Turns
 
 log = logging.getLogger("specfleet.workqueue")
 # Reconciles in flight at once: enough to keep the API server busy, few enough that
@@ -28,46 +28,51 @@ MAX_BACKOFF_SECONDS = 300.0
 
 
 class Slots:
-    """A semaphore whose urgent waiters are handed a freed slot before the others, each
-    kind in arrival order. A reconcile taking its slot again after I/O (`without_slot`)
-    counts as urgent: it is half done."""
+    """A semaphore whose urgent waiters are handed a freed slot before the others; within
+    each kind the namespaces take turns (`Turns`), so one namespace's hundreds of models
+    waiting delay another's by one reconcile each round, not by all of them. A reconcile
+    taking its slot again after I/O (`without_slot`) counts as urgent: it is half done."""
 
     def __init__(self, value: int) -> None:
         self._value = value
-        self._waiters: dict[bool, deque[asyncio.Future[None]]] = {True: deque(), False: deque()}
+        self._waiters: dict[bool, Turns[asyncio.Future[None]]] = {True: Turns(), False: Turns()}
 
     def waiting(self, urgent: bool) -> int:
         return sum(1 for future in self._waiters[urgent] if not future.done())
 
-    async def acquire(self, urgent: bool = True) -> None:
+    async def acquire(self, namespace: str, urgent: bool = True) -> None:
         if self._value > 0 and not (self.waiting(True) or self.waiting(False)):
             self._value -= 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[urgent].append(future)
+        self._waiters[urgent].add(namespace, future)
         try:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()  # handed a slot it will not use
             else:
-                with suppress(ValueError):
-                    self._waiters[urgent].remove(future)
+                self._waiters[urgent].remove(namespace, future)
             raise
 
     def release(self) -> None:
         for urgent in (True, False):
-            waiters = self._waiters[urgent]
-            while waiters:
-                future = waiters.popleft()
-                if not future.done():
-                    future.set_result(None)  # the slot passes on: _value stays
-                    return
+            if self._waiters[urgent].take(_hand_slot) is not None:
+                return  # the slot passes on: _value stays
         self._value += 1
 
 
-# The slots the running reconcile holds one of (set in its own task).
-_holding: ContextVar[Slots | None] = ContextVar("holding", default=None)
+def _hand_slot(waiter: asyncio.Future[None]) -> bool:
+    """Hand a freed slot to `waiter`, unless it gave up waiting."""
+    if waiter.done():
+        return False
+    waiter.set_result(None)
+    return True
+
+
+# The slots the running reconcile holds one of, and its model's namespace (set in its own
+# task).
+_holding: ContextVar[tuple[Slots, str] | None] = ContextVar("holding", default=None)
 
 
 @asynccontextmanager
@@ -75,17 +80,18 @@ async def without_slot() -> AsyncIterator[None]:
     """Wait on I/O a tenant controls (a scrape, a Prometheus query) without holding a
     reconcile slot, and take one again after: one tenant's slow pods must not keep other
     models' reconciles from starting. Outside a reconcile, only the body runs."""
-    slots = _holding.get()
-    if slots is None:
+    holding = _holding.get()
+    if holding is None:
         yield
         return
+    slots, namespace = holding
     slots.release()
     try:
         yield
     finally:
         # Shielded: if cancelled here, the slot is still taken, for the reconcile's own
         # release to give back.
-        await asyncio.shield(slots.acquire())
+        await asyncio.shield(slots.acquire(namespace))
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,7 @@ class WorkQueue:
     async def _tick(
         self, key: Key, reconcile: Callable[[Key], Awaitable[None]], urgent: bool = False
     ) -> None:
-        await self.slots.acquire(urgent)
+        await self.slots.acquire(key[0], urgent)
         try:
             await self._run(key, reconcile)
         finally:
@@ -189,7 +195,7 @@ class WorkQueue:
         """One reconcile of `key`, holding a slot."""
         self.queued.discard(key)
         self.running.add(key)
-        _holding.set(self.slots)  # this task's own context
+        _holding.set((self.slots, key[0]))  # this task's own context
         try:
             await reconcile(key)
         finally:
