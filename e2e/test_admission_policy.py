@@ -213,6 +213,33 @@ STRAY: dict[str, Any] = {
 }
 
 
+DEPLOYMENT_CONTROLLER = "system:serviceaccount:kube-system:deployment-controller"
+# Someone with every right (the masters group) who is neither the operator nor a
+# workload's controller: what RBAC lets a tenant do in its namespace, and more.
+TENANT = "tenant-bot"
+
+
+def _stray_workload(kind: str) -> dict[str, Any]:
+    """A workload of `kind` (apps/v1) whose pods would carry the model's label."""
+    selector = {"matchLabels": LABELLED["metadata"]["labels"]}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": {"name": f"stray-{kind.lower()}"},
+        "spec": {
+            "selector": selector,
+            "template": {"metadata": LABELLED["metadata"], "spec": STRAY["spec"]},
+            **({"serviceName": "stray"} if kind == "StatefulSet" else {}),
+        },
+    }
+
+
+def _create_as_tenant(manifest: dict[str, Any], namespace: str) -> tuple[bool, str]:
+    """`manifest` created as TENANT in a server-side dry run: admitted, and what was said."""
+    as_tenant = (f"--as={TENANT}", "--as-group=system:masters", "--dry-run=server")
+    return _create(manifest, namespace, *as_tenant)
+
+
 def test_only_the_models_workloads_make_pods_its_service_selects(
     policy: Policy,
     operator: OperatorProcess,
@@ -221,8 +248,11 @@ def test_only_the_models_workloads_make_pods_its_service_selects(
 ) -> None:
     """A pod anyone labels as a model's would join the model's Service (the operator
     already ignores it: children.owned_pods). The chart's policy over pods lets only the
-    workloads' controllers make or label such a pod; the model's own pods still come."""
-    policy.apply()
+    workloads' controllers make or label such a pod, and only the operator and those
+    controllers make a workload whose pods carry the label (a tenant's own Deployment
+    would have the ReplicaSet controller make them); the model's own pods still come."""
+    # This test's operator runs as the cluster's admin, the chart's as its ServiceAccount.
+    policy.apply(f'podPolicy.modelWorkloadCreators=["{DEPLOYMENT_CONTROLLER}","admin"]')
     core = client.CoreV1Api(api_client)
 
     def refusal() -> str | None:
@@ -240,6 +270,12 @@ def test_only_the_models_workloads_make_pods_its_service_selects(
     with pytest.raises(client.ApiException) as relabel:
         core.patch_namespaced_pod("plain", model_namespace, LABELLED)
     assert f"metadata.labels[{MODEL_LABEL}]" in str(relabel.value.body)
+    # Nor may a tenant (authorized for anything) make a workload whose pods carry it.
+    for kind in ("Deployment", "ReplicaSet", "StatefulSet"):
+        admitted, said = _create_as_tenant(_stray_workload(kind), model_namespace)
+        assert not admitted, kind
+        assert f"the pod template's metadata.labels[{MODEL_LABEL}]" in said, said
+        assert f"not {TENANT}" in said, said
 
     # The model's own pods, made by its ReplicaSet's controller, are admitted and serve.
     manifest = sim_model("llama")
@@ -254,6 +290,7 @@ def test_only_the_models_workloads_make_pods_its_service_selects(
     # Without the binding, the same stray pod would be admitted: the refusal was the policy's.
     policy.remove_binding(policy.pods_name)
     wait_for("the stray pod admitted", lambda: refusal() is None, timeout=30)
+    assert _create_as_tenant(_stray_workload("Deployment"), model_namespace)[0]
 
 
 DEFAULTING_TEMPLATE = "templates/accelerator-default.yaml"

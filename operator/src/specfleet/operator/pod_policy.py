@@ -166,43 +166,108 @@ def _message(allowance: Allowance) -> str:
 
 # A model's Service selects its pods by MODEL_LABEL, so a pod anyone makes with it joins
 # the Service (the operator already reads only pods its workloads made: children.
-# owned_pods). Admission lets only the workloads' controllers make or label such a pod:
-# the install's podPolicy.modelPodCreators, a CEL variable of the pods' policy.
+# owned_pods). Admission lets only the workloads' controllers make or label such a pod
+# (the install's podPolicy.modelPodCreators), and only the operator and the controllers
+# of the workloads it makes make a workload whose pods would carry it (podPolicy.
+# modelWorkloadCreators, the operator's own ServiceAccount added by the chart): else a
+# tenant's own Deployment would have the ReplicaSet controller make the pods for it.
 _KEY = cel_string(MODEL_LABEL)
-_LABELLED = f"has(object.metadata.labels) && {_KEY} in object.metadata.labels"
-_LABEL_KEPT = (
-    "request.operation == 'UPDATE' && has(oldObject.metadata.labels) && "
-    f"{_KEY} in oldObject.metadata.labels && "
-    f"oldObject.metadata.labels[{_KEY}] == object.metadata.labels[{_KEY}]"
-)
 MODEL_POD_CREATORS_VALUE = "modelPodCreators"
+MODEL_WORKLOAD_CREATORS_VALUE = "modelWorkloadCreators"
+_POD = "Pod"
+_LEADER_WORKER_SET = "LeaderWorkerSet"
+# Where each kind's pods take their labels from; the apps kinds' (Deployment, ReplicaSet,
+# StatefulSet) by default.
+_POD_METADATA = {
+    _POD: ("metadata",),
+    _LEADER_WORKER_SET: (
+        "spec.leaderWorkerTemplate.leaderTemplate.metadata",
+        "spec.leaderWorkerTemplate.workerTemplate.metadata",
+    ),
+}
+_TEMPLATE_METADATA = ("spec.template.metadata",)
+_WORKLOADS = {  # API group: the workloads the policy also matches
+    "apps": ["deployments", "replicasets", "statefulsets"],
+    "leaderworkerset.x-k8s.io": ["leaderworkersets"],
+}
+
+
+def _model_label_at(root: str, path: str) -> str:
+    """CEL: [the model label's value] at `path`'s labels in `root`, or [] where any part
+    is absent. `root` is read as dyn: the policy matches several kinds, and the type check
+    of one kind's path against another's schema would only warn."""
+    parts = f"dyn({root}).{path}.labels".split(".")
+    present = [f"has({'.'.join(parts[: i + 1])})" for i in range(1, len(parts))]
+    labels = ".".join(parts)
+    return f"({' && '.join(present)} && {_KEY} in {labels} ? [{labels}[{_KEY}]] : [])"
+
+
+def _model_labels(root: str) -> str:
+    """CEL: the model label's values the write's pods would carry, by the kind written."""
+
+    def of(paths: tuple[str, ...]) -> str:
+        return " + ".join(_model_label_at(root, path) for path in paths)
+
+    kinds = "".join(
+        f"request.kind.kind == {cel_string(kind)} ? {of(paths)} : "
+        for kind, paths in _POD_METADATA.items()
+    )
+    return kinds + of(_TEMPLATE_METADATA)
 
 
 def _model_pods_policy() -> dict[str, Any]:
-    """The rules of the policy over pods: a pod carrying MODEL_LABEL is made (or given it)
-    only by one of the install's creators; an update that keeps it as it was passes."""
-    creators = f"request.userInfo.username in variables.{MODEL_POD_CREATORS_VALUE}"
+    """The rules of the policy over pods and the workloads that make them: a write whose
+    pods carry MODEL_LABEL is made only by one of the install's creators of its kind; an
+    update that keeps the label as it was passes."""
+    is_pod = f"request.kind.kind == {cel_string(_POD)}"
+    creators = (
+        f"request.userInfo.username in ({is_pod} ? variables.{MODEL_POD_CREATORS_VALUE}"
+        f" : variables.{MODEL_WORKLOAD_CREATORS_VALUE})"
+    )
     return {
-        "values": [MODEL_POD_CREATORS_VALUE],
+        "values": [MODEL_POD_CREATORS_VALUE, MODEL_WORKLOAD_CREATORS_VALUE],
         "matchConstraints": {
             "resourceRules": [
                 {
-                    "apiGroups": [""],
+                    "apiGroups": [group],
                     "apiVersions": ["v1"],
                     "operations": ["CREATE", "UPDATE"],
-                    "resources": ["pods"],
+                    "resources": resources,
                 }
+                for group, resources in {"": ["pods"], **_WORKLOADS}.items()
             ]
         },
+        "variables": [
+            {"name": "modelLabels", "expression": _model_labels("object")},
+            {
+                "name": "oldModelLabels",
+                "expression": (
+                    f"request.operation == 'UPDATE' ? ({_model_labels('oldObject')}) : []"
+                ),
+            },
+        ],
         "validations": [
             {
-                "expression": f"!({_LABELLED}) || {creators} || ({_LABEL_KEPT})",
-                "messageExpression": cel_string(
-                    f"metadata.labels[{MODEL_LABEL}]: a model's Service selects pods by this "
-                    "label, so only its workloads' controllers make or label such pods (the "
-                    f"chart's podPolicy.{MODEL_POD_CREATORS_VALUE}), not "
-                )
-                + " + request.userInfo.username",
+                "expression": (
+                    "size(variables.modelLabels) == 0 || "
+                    f"{creators} || variables.modelLabels == variables.oldModelLabels"
+                ),
+                "messageExpression": (
+                    f"({is_pod} ? "
+                    + cel_string(
+                        f"metadata.labels[{MODEL_LABEL}]: a model's Service selects pods by "
+                        "this label, so only its workloads' controllers make or label such "
+                        f"pods (the chart's podPolicy.{MODEL_POD_CREATORS_VALUE}), not "
+                    )
+                    + " : "
+                    + cel_string(
+                        f"the pod template's metadata.labels[{MODEL_LABEL}]: a model's Service "
+                        "selects pods by this label, so only the operator and the controllers "
+                        "of its workloads make workloads whose pods carry it (the chart's "
+                        f"podPolicy.{MODEL_WORKLOAD_CREATORS_VALUE}), not "
+                    )
+                    + ") + request.userInfo.username"
+                ),
             }
         ],
     }
