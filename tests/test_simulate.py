@@ -170,6 +170,32 @@ def test_an_engine_window_times_every_step_of_the_batch(k: int, batch: int) -> N
     assert window.drafts == (window.decode_steps if k else 0)
 
 
+def test_a_schedule_pod_keeps_the_deeper_positions_it_counted() -> None:
+    """A pod restarted with a schedule (K=7 at low load, K=3 above) drafts at both Ks in
+    one process; vLLM sizes its per-position counts by the ceiling, so a window at K=3
+    after one at K=7 is a true reading. Cut to K=3's positions, every window of the pod
+    after the load rose was left out as impossible counters, and a schedule's canary
+    measured nothing from then on."""
+    import random
+
+    engine, cost = SimProfile(acceptance=CHAT), StepCost()
+    rng, tracker = random.Random(3), WindowTracker()
+    counters = SpecDecodeCounters(process_start_time=0.0)
+    windows = []
+    for at, k, batch in ((60.0, 7, 2), (120.0, 7, 2), (180.0, 3, 8)):
+        counters = _engine_window(
+            rng, engine, cost, counters, CHAT, k, batch, 60.0, Drafting.PARALLEL, True
+        )
+        observation = tracker.observe([PodSample("p", "canary", at, counters)], {"canary": 7})
+        windows.append(observation.canary)
+    assert not observation.errors
+    assert len(counters.accepted_per_position) == 7
+    assert sum(counters.accepted_per_position) == pytest.approx(counters.accepted_tokens)
+    last = windows[-1]
+    assert last is not None and last.batch_per_pod == 8
+    assert last.accepted_per_position[3:] == pytest.approx([0.0] * 4)  # K=3 drafted none
+
+
 def test_step_noise_jitters_each_window_around_the_model() -> None:
     import random
 

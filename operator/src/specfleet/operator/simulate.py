@@ -509,8 +509,10 @@ def _engine_window(
 ) -> SpecDecodeCounters:
     """One pod's counters after serving `seconds` more at K=k (k=0: no drafting; the
     spec-decode series exist only if speculation is `configured`, e.g. a schedule's K=0
-    band), its steps slowed to `share` of their speed; `hot`: its engine takes K hot, so
-    its per-position counts are sized for the ceiling and keep what deeper Ks counted.
+    band), its steps slowed to `share` of their speed; `hot`: its engine takes K hot and
+    exports the runtime's step statistics. Per-position counts are sized for the ceiling
+    the process started with (vLLM's `SpecDecodingStats`), so a schedule's or a hot
+    pod's smaller K keeps what deeper Ks counted.
     Every engine step serves the whole batch: one draft and one inter-token latency
     observation per request, one iteration-tokens observation per step; with no request
     (batch 0) no step runs."""
@@ -534,8 +536,6 @@ def _engine_window(
         decode_steps=decode_steps,
         engine_steps=engine_steps,
     )
-    if k and not hot:  # vLLM counts the positions of the K it drafts now
-        total = replace(total, accepted_per_position=total.accepted_per_position[:k])
     tallies, bound = previous.step_tallies, batch_bucket(batch)
     if hot and engine_steps and bound.isdigit():  # the runtime's step statistics (hot pods)
         steps = StepTally(int(bound), k, engine_steps, engine_steps * step)
