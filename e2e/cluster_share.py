@@ -50,6 +50,15 @@ def turn(alone: bool) -> Iterator[None]:
         yield
 
 
+@contextmanager
+def engine_turn() -> Iterator[None]:
+    """Hold the cluster's one real vLLM server for one test. Two vLLM servers on 2 cores
+    slow each other by the minute, and a test that judges K by the speed vLLM measures
+    (a hot trial's pairs) then measures its neighbour: single pairs strayed +-40%."""
+    with _locked("engine.lock", fcntl.LOCK_EX):
+        yield
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

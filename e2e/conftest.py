@@ -6,6 +6,7 @@ SPECFLEET_KEEP_CLUSTER=1 to keep it). Each test gets a fresh namespace.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import uuid
@@ -35,10 +36,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
+    # The e2e worker's modules with real vLLM last (whole, so their module fixtures are
+    # set up once): by then the other worker's real vLLM on the cluster is done, and
+    # their engine's turn (cluster_turn) comes without waiting.
+    engine_modules = {item.fspath for item in items if item.get_closest_marker("real_engine")}
     items.sort(
         key=lambda item: (
             item.nodeid.startswith(REAL_ENGINE_E2E),
             item.get_closest_marker("cluster_alone") is None,
+            item.fspath in engine_modules,
         )
     )
 
@@ -133,8 +139,13 @@ def control_plane() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def cluster_turn(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Each e2e test shares the cluster, or has it alone where marked cluster_alone."""
-    with cluster_share.turn(alone=request.node.get_closest_marker("cluster_alone") is not None):
+    """Each e2e test shares the cluster, or has it alone where marked cluster_alone; a
+    test that runs real vLLM on it takes the engine's turn first (one vLLM at a time)."""
+    engine = request.node.get_closest_marker("real_engine") is not None
+    with (
+        cluster_share.engine_turn() if engine else contextlib.nullcontext(),
+        cluster_share.turn(alone=request.node.get_closest_marker("cluster_alone") is not None),
+    ):
         yield
 
 
