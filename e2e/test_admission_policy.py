@@ -263,10 +263,10 @@ def test_only_the_models_workloads_make_pods_its_service_selects(
         return None
 
     said = wait_for("the policy to refuse a stray labelled pod", refusal, timeout=30)
+    assert f"metadata.labels[{MODEL_LABEL}]" in said and "not admin" in said, said
     # One expression over pods and four workload kinds type-checks against each schema.
     checked = wait_for("the type check", partial(_type_check, policy.pods_name))
     assert checked == {"done": True}, checked
-    assert f"metadata.labels[{MODEL_LABEL}]" in said and "not admin" in said, said
     # Nor may an unlabelled pod be given the label afterwards.
     plain = {"metadata": {"name": "plain"}, "spec": STRAY["spec"]}
     core.create_namespaced_pod(model_namespace, plain)

@@ -181,17 +181,15 @@ def test_a_schedule_pod_keeps_the_deeper_positions_it_counted() -> None:
     engine, cost = SimProfile(acceptance=CHAT), StepCost()
     rng, tracker = random.Random(3), WindowTracker()
     counters = SpecDecodeCounters(process_start_time=0.0)
-    windows = []
     for at, k, batch in ((60.0, 7, 2), (120.0, 7, 2), (180.0, 3, 8)):
         counters = _engine_window(
             rng, engine, cost, counters, CHAT, k, batch, 60.0, Drafting.PARALLEL, True
         )
         observation = tracker.observe([PodSample("p", "canary", at, counters)], {"canary": 7})
-        windows.append(observation.canary)
     assert not observation.errors
     assert len(counters.accepted_per_position) == 7
     assert sum(counters.accepted_per_position) == pytest.approx(counters.accepted_tokens)
-    last = windows[-1]
+    last = observation.canary  # the window at K=3, after the load rose
     assert last is not None and last.batch_per_pod == 8
     assert last.accepted_per_position[3:] == pytest.approx([0.0] * 4)  # K=3 drafted none
 
