@@ -12,6 +12,7 @@ by URL, with the CA of a certificate made for it."""
 from __future__ import annotations
 
 import base64
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -90,19 +91,24 @@ class LeaderWorkerSetController:
         )
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(self.configurations))
         wait_for(
-            "LeaderWorkerSet's controller to be ready",
-            lambda: self._ready(f"http://127.0.0.1:{health_port}/readyz"),
+            "LeaderWorkerSet's controller and its webhooks to be ready",
+            lambda: self._ready(f"http://127.0.0.1:{health_port}/readyz", webhook_port),
             timeout=60,
             context=lambda: (self.directory / "lws-controller.log").read_text()[-2000:],
         )
 
-    def _ready(self, url: str) -> bool:
+    def _ready(self, url: str, webhook_port: int) -> bool:
         assert self.process is not None
         if self.process.poll() is not None:
             raise RuntimeError(f"lws-controller exited with {self.process.returncode}")
         try:
             with urllib.request.urlopen(url, timeout=2) as response:
-                return bool(response.status == 200)
+                if response.status != 200:
+                    return False
+            # Its readyz is a ping, answered before the manager starts the webhook server;
+            # a LeaderWorkerSet created in between is refused by the API server.
+            with socket.create_connection(("127.0.0.1", webhook_port), timeout=2):
+                return True
         except (urllib.error.URLError, OSError):
             return False
 
