@@ -19,7 +19,7 @@ namespaces (`bench-scale-*`, deleted afterwards):
   created and apply -> status written (p50, p99). With `--standby`, two replicas run
   behind a Lease (the first leads); the standby's peak RSS and CPU seconds are measured too.
 
-An extra ServiceCIDR `specfleet-bench` (10.100.0.0/20) gives the 1,000 Services their
+An extra ServiceCIDR `specfleet-bench` (10.100.0.0/16) gives the 1,000 Services their
 ClusterIPs (the test cluster's own range is a /24); it is deleted at the end.
 Pods run nowhere: a second node agent (`e2e.node_agent --no-process`) registers 4
 nodes `bench-node-*` (1,000 GPUs, 1,100 pods, room for their requests each) that are tainted
@@ -70,7 +70,7 @@ SERVICE_CIDR: dict[str, Any] = {
     "apiVersion": "networking.k8s.io/v1",
     "kind": "ServiceCIDR",
     "metadata": {"name": "specfleet-bench"},
-    "spec": {"cidrs": ["10.100.0.0/20"]},
+    "spec": {"cidrs": ["10.100.0.0/16"]},
 }
 
 
@@ -93,7 +93,9 @@ def bench_nodes(state_dir: Path) -> Iterator[None]:
     """A no-process node agent with tainted nodes of its own; removed on exit."""
     nodes = [f"{NODE_PREFIX}-{i}" for i in range(BENCH_NODES)]
     # The test cluster's service range is a /24; 1,000 models need 1,000 ClusterIPs.
-    # An extra ServiceCIDR (networking.k8s.io/v1) widens it without a restart.
+    # An extra ServiceCIDR (networking.k8s.io/v1) widens it without a restart; a /16,
+    # since a run's namespaces are deleted in the background and their Services still
+    # hold addresses when the next run creates 2,000 (a /20 filled up in a second run).
     kubectl("apply", "--server-side", "-f", "-", input=json.dumps(SERVICE_CIDR))
     state_dir.mkdir(parents=True, exist_ok=True)
     agent = subprocess.Popen(
