@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds prometheus-operator and its config reloader (e2e/monitoring) and Prometheus
-# v3.5.0 (e2e/prometheus-server: module v0.305.0, the version the operator's module
-# requires) from their Go modules into a cache outside the repo, and copies the CRDs and
-# the operator's ClusterRole of that operator version beside them. A second run builds
-# nothing.
+# v3.5.0 with its Kubernetes service discovery only (e2e/prometheus-server: module
+# v0.305.0, the version the operator's module requires) from their Go modules into a
+# cache outside the repo, and copies the CRDs and the operator's ClusterRole of that
+# operator version beside them. A second run builds nothing.
 # Prints the cache directory (bin/ and crds/ under it) on stdout's last line; progress
 # goes to stderr.
 set -euo pipefail
@@ -18,8 +18,23 @@ package=github.com/prometheus-operator/prometheus-operator
 version_ldflags="-s -w -X github.com/prometheus/common/version.Version=${version#v}"
 go_build prometheus-operator "$package/cmd/operator" "$version_ldflags"
 go_build prometheus-config-reloader "$package/cmd/prometheus-config-reloader" "$version_ldflags"
+# Prometheus with the one service discovery its pods use, not two dozen clouds' SDKs: its
+# README's way is a plugins.yml and `make plugins`, which rewrites plugins/plugins.go. The
+# module cache is read-only (and `go build -overlay` may not touch it), so the build uses a
+# copy of the module with e2e/prometheus-server/plugins.go.in in that file's place.
+server="$here/prometheus-server"
+source_copy="$cache/prometheus-source"
+if [[ ! -d "$source_copy" ]]; then
+    rm -rf "$source_copy.tmp"
+    cp -r "$(cd "$server" && go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)" "$source_copy.tmp"
+    chmod -R u+w "$source_copy.tmp"
+    cp "$server/plugins.go.in" "$source_copy.tmp/plugins/plugins.go"
+    mv "$source_copy.tmp" "$source_copy"
+fi
+{ cat "$server/go.mod"; echo "replace github.com/prometheus/prometheus => $source_copy"; } > "$cache/prometheus.mod"
+cp "$server/go.sum" "$cache/prometheus.sum"
 go_build prometheus github.com/prometheus/prometheus/cmd/prometheus \
-    "-s -w -X github.com/prometheus/common/version.Version=3.5.0" "$here/prometheus-server"
+    "-s -w -X github.com/prometheus/common/version.Version=3.5.0" "$server" "$cache/prometheus.mod"
 if [[ ! -d "$cache/crds" ]]; then
     source_dir="$(cd "$module" && go list -m -f '{{.Dir}}' "$package")"
     mkdir -p "$cache/crds.tmp"
