@@ -13,7 +13,9 @@ go_build_cache() {
     # A module's *.go.in files replace sources of its dependencies in its builds.
     key="$(for dir in "${modules[@]}"; do
         cat "$dir/go.mod" "$dir/go.sum"
-        find "$dir" -maxdepth 1 -name '*.go.in' -exec cat {} +
+        for file in "$dir"/*.go.in; do  # in the glob's sorted order: a stable key
+            if [[ -e "$file" ]]; then cat "$file"; fi
+        done
     done | sha256sum | cut -c1-12)"
     cache="${SPECFLEET_CACHE:-$HOME/.cache/specfleet}/$name/$version-$key"
     bin="$cache/bin"
