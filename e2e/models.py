@@ -27,6 +27,9 @@ def sim_model(name: str = "llama", replicas: int = 1, **spec: Any) -> dict[str, 
         "gpus": 1,
         "env": [{"name": "SPECFLEET_ENGINE", "value": "sim"}],
     }
+    # Restart: these tests follow canaries and rollouts; a test of hot K changes asks
+    # for switching Auto (the default) or Hot.
+    body["speculation"] = {**body.get("speculation", {}), "switching": "Restart"}
     for field, value in spec.items():
         if isinstance(value, dict) and isinstance(body.get(field), dict):
             body[field] = {**body[field], **copy.deepcopy(value)}

@@ -401,7 +401,8 @@ def real_model(name: str, target: Path | str, draft: Path | str, floor: float) -
         "spec": {
             "model": {"name": str(target), "servedName": SERVED_NAME},
             "draft": {"method": "peagle", "model": str(draft)},
-            "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 4},
+            # Restart: each K its own pod (the hot test asks for Hot itself).
+            "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 4, "switching": "Restart"},
             "tuning": {
                 "strategy": "InPlace",
                 "interval": "10s",

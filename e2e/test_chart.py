@@ -121,11 +121,15 @@ class Identity:
 
     def __init__(self, namespace: str, name: str) -> None:
         self.namespace = namespace
+        self.name = name  # the release's full name, as the chart names its ServiceAccount
         self.user = f"system:serviceaccount:{namespace}:{name}"
 
-    def can(self, verb: str, resource: str, *, namespace: str | None = None) -> bool:
+    def can(
+        self, verb: str, resource: str, *, namespace: str | None = None, name: str | None = None
+    ) -> bool:
         resource, _, subresource = resource.partition("/")
-        args = ["auth", "can-i", verb, resource, f"--as={self.user}"]
+        named = resource if name is None else f"{resource}/{name}"
+        args = ["auth", "can-i", verb, named, f"--as={self.user}"]
         if subresource:
             args.append(f"--subresource={subresource}")
         args += ["--all-namespaces"] if namespace is None else ["-n", namespace]
@@ -289,6 +293,21 @@ def test_cluster_wide_operator_cannot_read_secrets_cluster_wide(cluster_wide: Id
     assert not cluster_wide.can("list", "secrets")
     assert not cluster_wide.can("get", "secrets", namespace="kube-system")
     assert not cluster_wide.can("get", "secrets", namespace=cluster_wide.namespace)
+
+
+def test_the_operator_reaches_only_its_own_schedule_key_secret(
+    cluster_wide: Identity, other_namespace: str
+) -> None:
+    """hotSchedules.keySecret empty: the operator creates its key's Secret in its own
+    namespace and reads that one Secret by name, nothing else."""
+    own, key = cluster_wide.namespace, f"{cluster_wide.name}-schedule-key"
+    assert cluster_wide.can("get", "secrets", namespace=own, name=key)
+    assert cluster_wide.can("create", "secrets", namespace=own)
+    assert not cluster_wide.can("get", "secrets", namespace=own, name="another-secret")
+    assert not cluster_wide.can("get", "secrets", namespace=other_namespace, name=key)
+    assert not cluster_wide.can("create", "secrets", namespace=other_namespace)
+    for verb in ("update", "patch", "delete", "list", "watch"):
+        assert not cluster_wide.can(verb, "secrets", namespace=own, name=key), verb
 
 
 def test_namespaced_operator_works_only_in_watched_namespaces(

@@ -5,6 +5,7 @@ says which replica wrote what: each replica's user agent carries its pod's name.
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -75,6 +76,25 @@ def assert_finished_once(after: dict[str, Any], during: dict[str, Any]) -> None:
     assert starts == [candidate]
 
 
+def schedule_key(namespace: str) -> tuple[str, str] | None:
+    """The Secret the chart's operator keeps its hot-schedule key in (hotSchedules.keySecret
+    empty), created at its first start: (name, the key), if exactly one such Secret."""
+    found = cluster.kubectl(
+        "get",
+        "secrets",
+        "-n",
+        namespace,
+        "-l",
+        "app.kubernetes.io/managed-by=specfleet",
+        "-o",
+        "json",
+    ).stdout
+    items = json.loads(found)["items"]
+    if len(items) != 1:
+        return None
+    return items[0]["metadata"]["name"], items[0]["data"]["key"]
+
+
 def replica(api_client: client.ApiClient, namespace: str, name: str) -> Replica | None:
     return operator_pods.replicas(api_client, namespace).get(name)
 
@@ -84,6 +104,8 @@ def test_the_charts_replicas_through_a_killed_then_a_frozen_leader(
 ) -> None:
     namespace = ha_namespace
     first, _, during = two_replicas_mid_canary(api_client, namespace)
+    # Both replicas started at once, each creating the key's Secret if absent: one won.
+    key = wait_for("the operator's schedule key", lambda: schedule_key(namespace), timeout=30)
 
     # SIGKILL of the leader's container: the node agent restarts it, as a kubelet does.
     # Named by its pod, the restarted operator takes its own Lease back at once; the
@@ -134,6 +156,8 @@ def test_the_charts_replicas_through_a_killed_then_a_frozen_leader(
     wait_for("the thawed replica to exit (1) and run again", exited_and_back, timeout=60)
     assert not writes(namespace, successor.name, other_took_over)
     wait_for("the other replica leading on", other.leading, timeout=30)
+    # Every replica, restarted or not, derives the pods' credentials from that one key.
+    assert schedule_key(namespace) == key
     print(
         f"failover: SIGKILL -> first write by {successor.name} "
         f"({'restarted' if successor.name == first.name else 'standby'}) "

@@ -44,7 +44,9 @@ def make_spec(**policy: Any) -> SpeculativeModelSpec:
     manifest: dict[str, Any] = {
         "model": {"name": "t"},
         "draft": {"method": "peagle", "model": "d"},
-        "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 8},
+        # Restart: these tests follow trials on canary and restarted pods; hot pods'
+        # tests ask for switching Hot (or the default, Auto) themselves.
+        "speculation": {"tokens": 3, "minTokens": 1, "maxTokens": 8, "switching": "Restart"},
         "tuning": {"minDraftTokens": 1000, "cooldown": "3m", "interval": "60s"},
     }
     for key, value in policy.items():

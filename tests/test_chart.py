@@ -186,6 +186,8 @@ def test_default_rendering_has_the_expected_objects() -> None:
             "ClusterRoleBinding",
             "Role",  # the leader Lease
             "RoleBinding",
+            "Role",  # the hot-schedule key's Secret
+            "RoleBinding",
             "Deployment",
             "PodDisruptionBudget",
             "Service",
@@ -200,7 +202,7 @@ def test_custom_rendering_has_every_optional_object() -> None:
     kinds = sorted(d["kind"] for d in rendered(values=[CUSTOM_VALUES]))
     assert kinds == sorted(
         ["ServiceAccount", "Deployment", "Service", "ConfigMap"]
-        + ["Role", "RoleBinding"] * 2
+        + ["Role", "RoleBinding"] * 3  # the two watched namespaces, the hot-schedule key
         + ["ServiceMonitor", "PodMonitor", "PrometheusRule"]
         + ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"] * 2
         + ["MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"]  # defaultAccelerator
@@ -449,11 +451,13 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_needs() -> None:
         {"kind": "ServiceAccount", "name": account["name"], "namespace": NAMESPACE}
     ]
     assert [d["metadata"]["name"] for d in documents if d["kind"] in ("Role", "RoleBinding")] == [
-        LEASE_ROLE
+        LEASE_ROLE,
+        KEY_ROLE,
     ] * 2
 
 
 LEASE_ROLE = f"{RELEASE}-leader-election"
+KEY_SECRET = KEY_ROLE = f"{RELEASE}-schedule-key"
 
 
 def test_the_lease_role_reaches_only_the_operators_own_lease() -> None:
@@ -478,9 +482,10 @@ def test_the_lease_role_reaches_only_the_operators_own_lease() -> None:
 def test_namespaced_rbac_has_a_role_per_namespace_and_nothing_cluster_wide() -> None:
     documents = rendered(set_json=['watch.namespaces=["team-a","team-b"]'])
     assert not [d for d in documents if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    roles = [d for d in documents if d["kind"] == "Role" and d["metadata"]["name"] != LEASE_ROLE]
+    own = (LEASE_ROLE, KEY_ROLE)  # in the release's namespace
+    roles = [d for d in documents if d["kind"] == "Role" and d["metadata"]["name"] not in own]
     bindings = [
-        d for d in documents if d["kind"] == "RoleBinding" and d["metadata"]["name"] != LEASE_ROLE
+        d for d in documents if d["kind"] == "RoleBinding" and d["metadata"]["name"] not in own
     ]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
@@ -498,7 +503,9 @@ def test_rbac_never_grants_secrets_delete_or_wildcards() -> None:
                 continue
             for group, resource, verb in permissions(document["rules"]):
                 assert "*" not in (group, resource, verb)
-                assert resource != "secrets"
+                # Secrets: only the hot-schedule key's, created once (next test).
+                name = document["metadata"]["name"]
+                assert resource != "secrets" or name.endswith("-schedule-key"), name
                 # A Lease is renewed by update (at the resourceVersion read), as client-go does.
                 if not (resource == "leases" and verb == "update"):
                     assert verb not in ("update",)
@@ -572,6 +579,8 @@ def test_operator_deployment_follows_the_contract() -> None:
         "4",
         "--max-scrape-timeout",
         "30",
+        "--schedule-key-secret",
+        KEY_SECRET,
     ]
     assert {p["name"]: p["containerPort"] for p in main["ports"]} == {
         "metrics": 8080,
@@ -609,10 +618,31 @@ def test_namespaced_watching_passes_each_namespace() -> None:
     assert args[:4] == ["--namespace", "team-a", "--namespace", "team-b"]
 
 
-def test_a_schedule_key_secret_reaches_the_operator_as_a_file_and_none_by_default() -> None:
-    """hotSchedules.keySecret: every replica reads the same key (speculation.switching Hot)."""
-    assert "--schedule-key-file" not in container(rendered())["args"]
+def test_the_schedule_key_role_reaches_only_its_own_secret() -> None:
+    """By default the operator keeps the hot-schedule key in a Secret it creates: it may
+    create Secrets in its namespace (create has no name to limit) and read that one."""
+    role = next(d for d in rendered() if d["kind"] == "Role" and d["metadata"]["name"] == KEY_ROLE)
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": [KEY_SECRET],
+            "verbs": ["get"],
+        },
+    ]
+
+
+def test_a_schedule_key_secret_reaches_the_operator_as_a_file_else_the_operator_keeps_one() -> None:
+    """hotSchedules.keySecret: every replica reads the same key (speculation.switching
+    Auto or Hot); empty, the operator keeps one in a Secret of its own (previous test)."""
+    args = container(rendered())["args"]
+    assert "--schedule-key-file" not in args
+    assert args[args.index("--schedule-key-secret") + 1] == KEY_SECRET
     documents = rendered(set_json=['hotSchedules.keySecret="specfleet-schedule-key"'])
+    assert KEY_ROLE not in [d["metadata"]["name"] for d in documents if d["kind"] == "Role"]
+    assert "--schedule-key-secret" not in container(documents)["args"]
     main = container(documents)
     path = main["args"][main["args"].index("--schedule-key-file") + 1]
     mount = next(m for m in main["volumeMounts"] if m["name"] == "schedule-key")

@@ -79,6 +79,7 @@ def _targets(model: SpeculativeModel, children: ObservedChildren) -> list[Scrape
 
 
 def test_pods_of_an_older_k_are_not_read(peagle_manifest: dict[str, Any]) -> None:
+    peagle_manifest["spec"]["speculation"]["switching"] = "Restart"  # a new K, a new pod
     before = _model(peagle_manifest, tokens=3)
     after = _model(peagle_manifest, tokens=1)
     pods = [_pod("old", before, "stable"), _pod("new-pod", after, "stable")]
@@ -163,6 +164,8 @@ def test_a_pod_left_out_is_named_in_status_and_counted(peagle_manifest: dict[str
     hostile = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="1000000"} 1\n'
     port = _free_port("127.0.0.3")  # the pods "bad" and "good" are at 127.0.0.3 and .4
     peagle_manifest["spec"]["runtime"]["port"] = port
+    # Restart: a hot pod is read only once it reports its schedule's generation.
+    peagle_manifest["spec"]["speculation"]["switching"] = "Restart"
     model = _model(peagle_manifest, tokens=3)
     children = ObservedChildren(pods=[_pod("bad", model, "stable"), _pod("good", model, "stable")])
     before = _scrape_errors(model, "ImpossibleCounters")

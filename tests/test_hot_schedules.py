@@ -73,6 +73,34 @@ def _args(template: dict[str, Any]) -> list[str]:
     return list(template["spec"]["containers"][0]["args"])
 
 
+@pytest.mark.parametrize(
+    ("switching", "method", "data", "hot"),
+    [
+        ("Auto", "peagle", 1, True),  # the default: hot where the engine can
+        ("Auto", "eagle3", 1, True),
+        ("Auto", "peagle", 2, False),  # vLLM drops the per-batch schedule with DP > 1
+        ("Auto", "suffix", 1, False),  # suffix decoding sets its own draft length
+        ("Restart", "peagle", 1, False),
+        ("Hot", "peagle", 1, True),
+    ],
+)
+def test_auto_switching_is_hot_where_the_engine_schedules_k(
+    switching: str, method: str, data: int, hot: bool
+) -> None:
+    manifest = yaml.safe_load((REPO / "examples/llama-peagle.yaml").read_text())
+    spec = manifest["spec"]
+    spec["speculation"]["switching"] = switching
+    spec["draft"]["method"] = method
+    if method == "suffix":
+        spec["draft"].pop("model", None)
+        spec["speculation"] = {"switching": switching, "tokens": 8, "minTokens": 8, "maxTokens": 8}
+    spec["runtime"] = {**spec.get("runtime", {}), "gpus": data, "parallelism": {"data": data}}
+    model = SpeculativeModel.model_validate(manifest)
+    assert hot_schedules.wanted(model.spec) is hot
+    args = _args(_stable(model))
+    assert ("--hot-schedule" in args) is hot
+
+
 def test_hot_stable_pods_start_at_the_ceiling_and_a_new_k_keeps_their_template() -> None:
     at_three, at_five = _model(tokens=3), _model(tokens=5)
     args = _args(_stable(at_three))

@@ -15,6 +15,7 @@ the status written must be exactly the old ones, read in today's shape.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from datetime import datetime
@@ -176,10 +177,18 @@ def before_exploration(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(exploration, "PLAIN_EXPLORATION_BUDGET", 0)
 
 
+def _old_spec(record: dict[str, Any]) -> SpeculativeModelSpec:
+    """The recorded spec as it was read then: before speculation.switching Auto became
+    the default, a spec that named none restarted its pods for each K."""
+    spec = copy.deepcopy(record["spec"])
+    spec.setdefault("speculation", {}).setdefault("switching", "Restart")
+    return SpeculativeModelSpec.model_validate(spec)
+
+
 def _decided_on(record: dict[str, Any]) -> tuple[list[str], SpeculativeModelStatus]:
     """What today's decide() makes of an old body and the window recorded after it (the
     v1 bodies predate the pending reason and runtime failures: none)."""
-    spec = SpeculativeModelSpec.model_validate(record["spec"])
+    spec = _old_spec(record)
     old = SpeculativeModelStatus.model_validate(record["status"])
     observation = Observation(
         _window(record["stable"]),
@@ -197,7 +206,7 @@ def test_an_old_status_is_read_and_decided_on_as_before(
     path: Path, before_exploration: None
 ) -> None:
     record = json.loads(path.read_text())
-    spec = SpeculativeModelSpec.model_validate(record["spec"])
+    spec = _old_spec(record)
     actions, status = _decided_on(record)
     changed = ISSUE_47.get((path.parent.name, path.stem))
     if changed is not None:  # a new decision: a status written after it is new too

@@ -199,6 +199,8 @@ def test_a_schedule_left_in_status_is_not_rendered_with_data_parallel_ranks(
     status = {
         "speculation": {"tokens": 6, "schedule": [{"upToBatch": 8, "tokens": 6}, {"tokens": 2}]}
     }
+    # Restart: a schedule at startup (hot pods take theirs from the operator).
+    peagle_manifest["spec"]["speculation"]["switching"] = "Restart"
     assert _value(_args(peagle_manifest, **status), "--batch-schedule") == "1:8:6"
     manifest = apply_changes(
         peagle_manifest, {"spec.runtime.gpus": 2, "spec.runtime.parallelism": {"data": 2}}

@@ -108,7 +108,10 @@ def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> Non
     container = _container(stable)
     assert container["command"] == ["specfleet-runtime", "serve"]
     assert _arg(container, "--method") == "peagle"
-    assert _arg(container, "--num-speculative-tokens") == "3"
+    # speculation.switching Auto (the default): P-EAGLE's K is the engine's to schedule,
+    # so the pod starts at the ceiling (maxTokens) and takes its K hot.
+    assert _arg(container, "--num-speculative-tokens") == "8"
+    assert "--hot-schedule" in container["args"]
     assert _arg(container, "--host") is None  # every address of the pod: see below
     assert container["args"][-3:] == ["--", "--max-model-len", "8192"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -132,6 +135,7 @@ def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> Non
 
 def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -> None:
     trial = {"tokens": 5, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
+    peagle_manifest["spec"]["speculation"]["switching"] = "Restart"  # a canary restarts
     model = model_from(peagle_manifest, speculation={"tokens": 3, "trial": trial})
     stable, canary, *_ = render.manifests(model)
     assert canary["metadata"]["name"] == "llama-8b-canary"
@@ -143,6 +147,7 @@ def test_canary_runs_the_candidate_on_one_pod(peagle_manifest: dict[str, Any]) -
 
 def test_a_canary_of_plain_decoding_runs_without_a_draft(peagle_manifest: dict[str, Any]) -> None:
     trial = {"tokens": 0, "startedAt": "2026-01-01T00:00:00Z", "stableReplicas": 2}
+    peagle_manifest["spec"]["speculation"]["switching"] = "Restart"  # a canary restarts
     model = model_from(peagle_manifest, speculation={"tokens": 3, "trial": trial})
     stable, canary, *_ = render.manifests(model)
     assert canary["spec"]["replicas"] == 1
@@ -173,16 +178,18 @@ def test_ngram_renders_prompt_lookup() -> None:
     assert "--draft-model" not in container["args"]
 
 
-@given(k1=st.integers(1, 8), k2=st.integers(1, 8))
-def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int) -> None:
+@given(k1=st.integers(1, 8), k2=st.integers(1, 8), switching=st.sampled_from(["Restart", "Auto"]))
+def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int, switching: str) -> None:
     manifest = example(REPO / "examples/llama-peagle.yaml")
+    manifest["spec"]["speculation"]["switching"] = switching
     hashes = [
         render.manifests(model_from(manifest, speculation={"tokens": k}))[0]["spec"]["template"][
             "metadata"
         ]["annotations"][render.CONFIG_HASH_ANNOTATION]
         for k in (k1, k2)
     ]
-    assert (hashes[0] == hashes[1]) == (k1 == k2)
+    # Hot pods (Auto, the default, for P-EAGLE) take a new K with no new template.
+    assert (hashes[0] == hashes[1]) == (k1 == k2 or switching != "Restart")
 
 
 def test_rendering_is_deterministic(peagle_manifest: dict[str, Any]) -> None:

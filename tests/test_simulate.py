@@ -453,7 +453,11 @@ def test_a_scale_out_mid_canary_restarts_the_trial_at_the_new_load() -> None:
     1 request per pod, stays; when the fleet scales back in, K=3 is tried and promoted.
     One K (mode Off): a schedule for both loads is load-flip.yaml's story."""
     scenario = load_scenario(SCENARIOS / "scale-out.yaml")
-    speculation = {**scenario.policy["speculation"], "schedule": {"mode": "Off"}}
+    speculation = {
+        **scenario.policy["speculation"],
+        "schedule": {"mode": "Off"},
+        "switching": "Restart",  # a trial on a canary pod
+    }
     policy = {**scenario.policy, "speculation": speculation}
     scenario = scenario.model_copy(update={"policy": policy})
     assert [p.concurrency for p in phases(scenario)] == [8, 1, 8]
@@ -530,7 +534,7 @@ def test_a_restarted_pod_serves_nothing_for_startup_seconds() -> None:
         "concurrency": 1,
         "replicas": 1,
         "policy": {
-            "speculation": {"tokens": 1, "minTokens": 1, "maxTokens": 16},
+            "speculation": {"tokens": 1, "minTokens": 1, "maxTokens": 16, "switching": "Restart"},
             "tuning": {"strategy": "InPlace"},
         },
     }

@@ -3,6 +3,7 @@ transitions (spec changes, the fitted cost, no flapping)."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -183,11 +184,8 @@ def test_no_flapping_in_a_noisy_stable_run_of_1000_windows(seed: int) -> None:
     scenario = load_scenario(Path(__file__).parent.parent / "scenarios" / "noisy-stable.yaml")
     result = simulate(scenario, seed)
     assert len(result.records) == 1000
-    changes = [
-        r.tokens
-        for a, r in zip(result.records, result.records[1:], strict=False)
-        if a.tokens != r.tokens
-    ]
+    served = [r for r in result.records if not r.alternating]  # not a hot trial's slices
+    changes = [r.tokens for a, r in itertools.pairwise(served) if a.tokens != r.tokens]
     assert result.rollbacks == 0
     assert len(changes) <= 3, changes  # climbs once or twice, then stays
     # never back to a K it left: no A -> B -> A

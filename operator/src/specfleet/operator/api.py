@@ -291,6 +291,7 @@ class TuningStrategy(StrEnum):
 class KSwitching(StrEnum):
     """How the stable pods take a new K or schedule."""
 
+    AUTO = "Auto"  # Hot where the engine can take K between steps, else Restart
     RESTART = "Restart"  # a new pod template: every method, every engine
     HOT = "Hot"  # handed to the running engine between two steps (the runtime's plugin)
 
@@ -807,12 +808,14 @@ class Speculation(SpecModel):
         description="K by batch size: off, learned from measurements, or fixed.",
     )
     switching: Annotated[KSwitching, Lax] = Field(
-        default=KSwitching.RESTART,
+        default=KSwitching.AUTO,
         description="How the stable pods take a new K or schedule. Restart: a new pod "
         "template (the pods restart). Hot: the running engine takes it between two steps "
         "(specfleet-runtime's --hot-schedule; the pods start with maxTokens as their "
         "ceiling); where a pod cannot, K changes restart it again, and "
-        "status.speculation.hotSchedule.fallback says why.",
+        "status.speculation.hotSchedule.fallback says why. Auto: Hot where the engine "
+        "schedules the method's K and keeps a per-batch schedule (runtime.parallelism.data "
+        "1), else Restart.",
     )
 
 

@@ -284,8 +284,16 @@ def operator_command(
         typer.Option(
             envvar="SPECFLEET_SCHEDULE_KEY_FILE",
             help="A file holding the key each model's hot-schedule credential is derived "
-            "from (speculation.switching Hot); every replica needs the same one. None: K "
-            "changes restart the pods.",
+            "from (speculation.switching Hot or Auto); every replica needs the same one. "
+            "Neither this nor --schedule-key-secret: K changes restart the pods.",
+        ),
+    ] = None,
+    schedule_key_secret: Annotated[
+        str | None,
+        typer.Option(
+            envvar="SPECFLEET_SCHEDULE_KEY_SECRET",
+            help="[NAMESPACE/]NAME of a Secret that holds that key (its data key 'key'), "
+            "created with a random key when absent; the namespace defaults to $POD_NAMESPACE.",
         ),
     ] = None,
     log_level: Annotated[
@@ -324,6 +332,9 @@ def operator_command(
         typer.echo(f"--leader-elect: {problem}", err=True)
     if problems:
         raise typer.Exit(2)
+    if schedule_key_file is not None and schedule_key_secret is not None:
+        typer.echo("--schedule-key-file and --schedule-key-secret: give one", err=True)
+        raise typer.Exit(2)
     schedule_key = None
     if schedule_key_file is not None:
         try:
@@ -337,6 +348,8 @@ def operator_command(
     logs.configure(log_level, log_format)
     start_http_server(metrics_port)
     api = kube.api_client(instance)
+    if schedule_key_secret is not None:
+        schedule_key = _kept_schedule_key(api, schedule_key_secret, request_timeout)
     stop_flag = asyncio.Event()
     election = None
     if leader_elect:
@@ -375,6 +388,28 @@ def operator_command(
     if election is not None and election.lost:
         # A restart comes back as a standby, with nothing stale in memory.
         raise typer.Exit(1)
+
+
+def _kept_schedule_key(api: Any, secret: str, timeout: float) -> bytes:
+    """The key in the Secret --schedule-key-secret names, created when absent."""
+    import os
+
+    from specfleet.operator import schedule_key
+
+    namespace, _, name = secret.rpartition("/")
+    namespace = namespace or os.environ.get("POD_NAMESPACE", "")
+    if not namespace or not name:
+        typer.echo(
+            f"--schedule-key-secret: {secret!r} names no namespace (NAMESPACE/NAME, or set "
+            "POD_NAMESPACE)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        return schedule_key.ensure(api, namespace, name, timeout)
+    except schedule_key.ScheduleKeyError as error:
+        typer.echo(f"--schedule-key-secret: {error}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command("simulate")

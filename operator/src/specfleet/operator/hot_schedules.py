@@ -1,7 +1,8 @@
 """Hot schedules: the K (or per-batch schedule) the stable pods run, handed to their
 running engines between two steps instead of restarting them (spec.speculation.switching
-Hot, the runtime's --hot-schedule). Pure: what to hand them and under which generation;
-`evaluation` does the HTTP, `render` starts the pods with the ceiling.
+Hot, or Auto where the engine can; the runtime's --hot-schedule). Pure: what to hand them
+and under which generation; `evaluation` does the HTTP, `render` starts the pods with the
+ceiling.
 
 A pod reports the generation in force on its /metrics page; its windows count only at
 the generation status asks for (observations.WindowTracker cuts a window at each change),
@@ -23,14 +24,18 @@ from specfleet.operator.api import (
 
 # The fallback while the operator has no key to derive the pods' credential from.
 NO_KEY = (
-    "the operator has no schedule key (SPECFLEET_SCHEDULE_KEY_FILE): it cannot give the pods "
-    "a credential"
+    "the operator has no schedule key (--schedule-key-file or --schedule-key-secret): it "
+    "cannot give the pods a credential"
 )
 
 
 def wanted(spec: SpeculativeModelSpec) -> bool:
-    """The spec asks for hot changes, with a method whose K the engine schedules."""
-    return spec.speculation.switching is KSwitching.HOT and spec.draft.method.tuned
+    """The spec asks for hot changes, with a method whose K the engine schedules: Hot, or
+    Auto (the default) where vLLM keeps the per-batch schedule (one data-parallel rank)."""
+    switching = spec.speculation.switching
+    if switching is KSwitching.AUTO:
+        return spec.draft.method.tuned and spec.runtime.parallelism.data == 1
+    return switching is KSwitching.HOT and spec.draft.method.tuned
 
 
 def in_effect(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> bool:

@@ -420,6 +420,9 @@ class WindowRecord:
     acceptance: float | None  # the rollback metric: the figure the floor judges
     actions: list[str] = field(default_factory=list)
     stable_new_head: bool = False  # the stable pods ran the config change's new head
+    # The stable pods alternated a trial's K with the running one, taken hot: a slice of
+    # a measurement, not a change of the K they serve.
+    alternating: bool = False
 
 
 HOUR = 3600.0
@@ -448,6 +451,7 @@ class SimulationResult:
     drift_to_plain: list[int | None]
     steady_k_changes: list[float]  # when the stable K changed in steady state (seconds)
     decisions: list[dict[str, Any]]
+    pod_starts: list[float]  # when a pod's engine (re)started after the first window (seconds)
     # The config change's trial: PromoteConfig or RejectConfig (None: undecided), the
     # windows from the change to it, and windows the stable pods ran the new head before.
     config_outcome: str | None = None
@@ -487,6 +491,7 @@ class SimulationResult:
             "windows_from_drift_to_plain_decoding": self.drift_to_plain,
             "steady_state_k_changes_seconds": self.steady_k_changes,
             "max_k_changes_per_hour": self.max_k_changes_per_hour,
+            "pod_starts_seconds": self.pod_starts,
             "final_tokens": self.records[-1].tokens if self.records else None,
             "decisions": self.decisions,
         }
@@ -604,6 +609,7 @@ class _Simulation:
         # hot: None) its draft alone. A pod restarts when it changes.
         self.pod_config: dict[str, tuple[int | None, tuple[ScheduledBand, ...], bool]] = {}
         self.ready_at: dict[str, float] = {}  # when a restarted pod serves again
+        self.pod_starts: list[float] = []
         self.serving: dict[str, float] = {}  # each pod's share of this window it served
         change = scenario.config_change
         self.change_window = None if change is None else int(change.after // self.interval)
@@ -739,6 +745,8 @@ class _Simulation:
         measured = self.scenario.startup_seconds or None
         self.status = self.status.model_copy(update={"startup_seconds": measured})
         stable_new_head = self.new_head("stable")
+        trial = self.status.speculation.trial
+        alternating = plans["stable"].hot and trial is not None and trial.in_place is not None
         if stable_new_head and not (self.config_outcome and self.config_outcome[0] == "Promote"):
             self.new_head_on_stable += 1
         decided = self.decider(self.spec, self.status, observation, now)
@@ -760,6 +768,7 @@ class _Simulation:
                 self.status.acceptance.judged,
                 kinds,
                 stable_new_head,
+                alternating,
             )
         )
 
@@ -806,6 +815,8 @@ class _Simulation:
                 self.counters[name] = SpecDecodeCounters(process_start_time=start)
                 self.pod_config[name] = config
                 self.ready_at[name] = start + self.scenario.startup_seconds if start else 0.0
+                if start:
+                    self.pod_starts.append(start)
             served = max(0.0, end - max(start, self.ready_at[name]))
             self.serving[name] = served / self.interval
             # Smallest K first: vLLM's per-position counts end at the last K drafted.
@@ -969,6 +980,7 @@ class _Simulation:
             drift_to_plain=self.drift_to_plain,
             steady_k_changes=steady_k_changes,
             decisions=self.decisions,
+            pod_starts=self.pod_starts,
             config_outcome=self.config_outcome[0] if self.config_outcome else None,
             config_decided_after=self.config_outcome[1] if self.config_outcome else None,
             new_head_on_stable_before_promotion=self.new_head_on_stable,
@@ -979,9 +991,11 @@ def _k_changes(records: list[WindowRecord]) -> Iterator[tuple[WindowRecord, Wind
     """Each change of the stable K (the window before, the window after) and whether it
     only ends an excursion: an aborted in-place trial going back to the K before it. Such
     a trial is one decision (two restarts, which the goodput counts), so it is one change
-    in the bar's count, made when it started."""
+    in the bar's count, made when it started. A hot trial's alternation changes nothing:
+    only its promotion does."""
     before = None  # the K before the last change
-    for previous, record in itertools.pairwise(records):
+    served = [record for record in records if not record.alternating]
+    for previous, record in itertools.pairwise(served):
         if record.tokens == previous.tokens:
             continue
         yield previous, record, ActionKind.ABORT in previous.actions and record.tokens == before
