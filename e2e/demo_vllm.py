@@ -8,21 +8,22 @@ speculates, the requests then turn hot (temperature 1), first-position acceptanc
 below the floor and the operator acts on it. A live table, a summary and a plot; exits
 non-zero if the story did not happen.
 
-With --hot the model asks for speculation.switching Hot (the chart holds the key of the
-schedule credentials): a new K reaches the running engine between two steps, a trial of a
-K alternates with the running K on the same pod, and after the first trial the load
-flips between 1 and 4 requests in flight; the summary counts the schedules handed to the
-engine and the pod restarts (plain decoding is still a restart: plain pods).
+Without --hot the model asks for speculation.switching Restart; with it, for nothing (the
+default, Auto, takes P-EAGLE's K hot; the chart's operator keeps the key of the schedule
+credentials in a Secret it creates): a new K reaches the running engine between two
+steps, a trial of a K alternates with the running K on the same pod, and after the first
+trial the load flips between 1 and 4 requests in flight; the summary counts the
+schedules handed to the engine and the pod restarts (plain decoding is still a restart:
+plain pods).
 """
 
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from pathlib import Path
 
-from e2e import cluster, real_engine
+from e2e import real_engine
 from e2e.demo import COLUMNS, LiveView, close_stage, open_stage, plot
 from e2e.models import apply, history
 from e2e.story import MODEL, Story
@@ -35,7 +36,6 @@ INTERVAL_SECONDS = 10
 # How long a trial on the measured speed is waited for after vLLM is Ready (as
 # e2e/test_real_engine.py).
 DECISION_SECONDS = 420
-SCHEDULE_KEY = "specfleet-schedule-key"
 # --hot: requests in flight per load phase after the first trial, each phase this long.
 LOAD_PHASES = (1, 4, 1, 4)
 PHASE_SECONDS = 90
@@ -64,12 +64,8 @@ def main() -> int:
     try:
         manifest = real_engine.real_model(MODEL, target, draft, floor=FLOOR)
         if args.hot:
-            key = f"--from-literal=key={secrets.token_hex(32)}"
-            cluster.kubectl("create", "secret", "generic", SCHEDULE_KEY, "-n", NAMESPACE, key)
-            story.install_chart([f"hotSchedules.keySecret={SCHEDULE_KEY}"])
-            manifest["spec"]["speculation"]["switching"] = "Hot"
-        else:
-            story.install_chart()
+            del manifest["spec"]["speculation"]["switching"]  # the default: Auto
+        story.install_chart()
         view.milestone("helm install: the operator runs as the chart's pod", story)
         apply(manifest, NAMESPACE)
         view.milestone(
