@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from specfleet.operator.peers import PEERS, Peer, adaptive_verification, hold
+from specfleet.operator.peers import PEERS, Peer, adaptive_verification, hold, started_at_their_k
 from specfleet.operator.simulate import Scenario, SimulationResult, load_scenarios, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +44,8 @@ def _specfleet_capped(scenario: Scenario, seed: int) -> SimulationResult:
 
 def _peer_run(peer: Peer) -> Run:
     def run(scenario: Scenario, seed: int) -> SimulationResult:
-        return simulate(scenario, seed, hold(peer.tokens), peer.rule(scenario))
+        started = started_at_their_k(scenario)
+        return simulate(started, seed, hold(peer.tokens), peer.rule(started))
 
     return run
 

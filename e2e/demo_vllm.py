@@ -8,13 +8,12 @@ speculates, the requests then turn hot (temperature 1), first-position acceptanc
 below the floor and the operator acts on it. A live table, a summary and a plot; exits
 non-zero if the story did not happen.
 
-Without --hot the model asks for speculation.switching Restart; with it, for nothing (the
-default, Auto, takes P-EAGLE's K hot; the chart's operator keeps the key of the schedule
-credentials in a Secret it creates): a new K reaches the running engine between two
-steps, a trial of a K alternates with the running K on the same pod, and after the first
-trial the load flips between 1 and 4 requests in flight; the summary counts the
-schedules handed to the engine and the pod restarts (plain decoding is still a restart:
-plain pods).
+With --hot the model asks for speculation.switching Hot (the chart's operator keeps the
+key of the schedule credentials in a Secret it creates): a new K reaches the running
+engine between two steps, a trial of a K alternates with the running K on the same pod,
+and after the first trial the load flips between 1 and 4 requests in flight; the summary
+counts the schedules handed to the engine and the pod restarts (plain decoding is still
+a restart: plain pods).
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ def main() -> int:
     try:
         manifest = real_engine.real_model(MODEL, target, draft, floor=FLOOR)
         if args.hot:
-            del manifest["spec"]["speculation"]["switching"]  # the default: Auto
+            manifest["spec"]["speculation"]["switching"] = "Hot"
         story.install_chart()
         view.milestone("helm install: the operator runs as the chart's pod", story)
         apply(manifest, NAMESPACE)

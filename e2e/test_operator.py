@@ -349,10 +349,9 @@ def _schedule_generation(pod_ip: str) -> int | None:
 def test_a_new_k_reaches_the_running_engine_with_no_restart(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
-    """speculation.switching Auto (the default), which P-EAGLE on one data-parallel rank
-    takes hot: the stable pod starts at the ceiling, and a new K is handed to the engine
-    it runs (same pod, no container restart, same template)."""
-    speculation = {"tokens": 3, "maxTokens": 6, "switching": "Auto"}
+    """speculation.switching Hot: the stable pod starts at the ceiling, and a new K is
+    handed to the engine it runs (same pod, no container restart, same template)."""
+    speculation = {"tokens": 3, "maxTokens": 6, "switching": "Hot"}
     apply(sim_model("hot", speculation=speculation), model_namespace)
     _ready(api_client, model_namespace, "hot", generation=1)
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)

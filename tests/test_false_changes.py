@@ -20,16 +20,16 @@ from specfleet.operator.trial_stats import ONE_SIDED_95, ONE_SIDED_97_5
 SCENARIOS = Path(__file__).parent.parent / "scenarios"
 
 
-def _restarting(scenario: Scenario) -> Scenario:
-    """The scenario with pods that restart for each K (speculation.switching Restart)."""
-    speculation = {**scenario.policy.get("speculation", {}), "switching": "Restart"}
+def _switching(scenario: Scenario, switching: str) -> Scenario:
+    """The scenario with pods that take K as `switching` says (speculation.switching)."""
+    speculation = {**scenario.policy.get("speculation", {}), "switching": switching}
     return scenario.model_copy(update={"policy": {**scenario.policy, "speculation": speculation}})
 
 
 @pytest.mark.parametrize("seed", [3, 9])
 def test_an_exploration_that_gains_less_than_needed_is_not_promoted(seed: int) -> None:
     """On pods that restart for each K; hot pods need no +3% to repay restarts (below)."""
-    result = simulate(_restarting(load_scenario(SCENARIOS / "idle-hour.yaml")), seed)
+    result = simulate(_switching(load_scenario(SCENARIOS / "idle-hour.yaml"), "Restart"), seed)
     decisions = result.decisions
     explored = [d for d in decisions if d["reason"] == "Explore"]
     promoted = [
@@ -45,9 +45,9 @@ def test_an_exploration_that_gains_less_than_needed_is_not_promoted(seed: int) -
 
 @pytest.mark.parametrize("seed", [3, 9])
 def test_hot_pods_promote_only_what_gains_and_never_go_back(seed: int) -> None:
-    """The same explorations on hot pods (the default): a K that truly gains 1.6% may be
-    promoted (no restart to repay), but no promotion is undone and none loses."""
-    result = simulate(load_scenario(SCENARIOS / "idle-hour.yaml"), seed)
+    """The same explorations on hot pods: a K that truly gains 1.6% may be promoted (no
+    restart to repay), but no promotion is undone and the run keeps its steady ratio."""
+    result = simulate(_switching(load_scenario(SCENARIOS / "idle-hour.yaml"), "Hot"), seed)
     served = [r.tokens for r in result.records if not r.alternating]
     ks = [k for k, _ in itertools.groupby(served)]
     assert len(ks) == len(set(ks)), ks  # never back to a K it left

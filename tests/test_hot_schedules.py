@@ -76,9 +76,10 @@ def _args(template: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize(
     ("switching", "method", "data", "hot"),
     [
-        ("Auto", "peagle", 1, True),  # the default: hot where the engine can
-        ("Auto", "eagle3", 1, True),
-        ("Auto", "peagle", 2, False),  # vLLM drops the per-batch schedule with DP > 1
+        ("Auto", "eagle3", 1, True),  # the default: hot where a hot pod costs no more
+        ("Auto", "mtp", 1, True),
+        ("Auto", "peagle", 1, False),  # a parallel drafter drafts its ceiling's slots
+        ("Auto", "eagle3", 2, False),  # vLLM drops the per-batch schedule with DP > 1
         ("Auto", "suffix", 1, False),  # suffix decoding sets its own draft length
         ("Restart", "peagle", 1, False),
         ("Hot", "peagle", 1, True),

@@ -187,7 +187,10 @@ def test_hold_keeps_one_k_and_never_restarts() -> None:
 
 
 def test_a_window_in_parts_counts_each_parts_share() -> None:
-    s = scenario("code/c1/published")
+    """On a sequential drafter, which drafts each step's K. A parallel one (P-EAGLE)
+    started at 7 drafts all 7 slots in the K=3 half too: less than the two halves."""
+    parallel = scenario("code/c1/published")
+    s = parallel.model_copy(update={"method": "eagle3"})
 
     def half_and_half(name: str, k: int, p: Phase, rng: random.Random) -> list[EnginePart]:
         return [EnginePart(3, 0.5, 3), EnginePart(7, 0.5, 7)]
@@ -198,6 +201,9 @@ def test_a_window_in_parts_counts_each_parts_share() -> None:
     assert mixed.goodput["achieved"] == pytest.approx((three + seven) / 2)
     # The pods were never restarted: one configured K throughout.
     assert {r.tokens for r in mixed.records} == {7}
+    halves = [simulate(parallel, 0, hold(k)).goodput["achieved"] for k in (3, 7)]
+    at_ceiling = simulate(parallel, 0, hold(7), half_and_half).goodput["achieved"]
+    assert at_ceiling < 0.999 * sum(halves) / 2
 
 
 def test_every_peer_runs_where_it_applies() -> None:

@@ -108,10 +108,9 @@ def test_peagle_renders_runtime_contract(peagle_manifest: dict[str, Any]) -> Non
     container = _container(stable)
     assert container["command"] == ["specfleet-runtime", "serve"]
     assert _arg(container, "--method") == "peagle"
-    # speculation.switching Auto (the default): P-EAGLE's K is the engine's to schedule,
-    # so the pod starts at the ceiling (maxTokens) and takes its K hot.
-    assert _arg(container, "--num-speculative-tokens") == "8"
-    assert "--hot-schedule" in container["args"]
+    # speculation.switching Auto (the default) restarts a parallel drafter for each K.
+    assert _arg(container, "--num-speculative-tokens") == "3"
+    assert "--hot-schedule" not in container["args"]
     assert _arg(container, "--host") is None  # every address of the pod: see below
     assert container["args"][-3:] == ["--", "--max-model-len", "8192"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
@@ -178,7 +177,7 @@ def test_ngram_renders_prompt_lookup() -> None:
     assert "--draft-model" not in container["args"]
 
 
-@given(k1=st.integers(1, 8), k2=st.integers(1, 8), switching=st.sampled_from(["Restart", "Auto"]))
+@given(k1=st.integers(1, 8), k2=st.integers(1, 8), switching=st.sampled_from(["Auto", "Hot"]))
 def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int, switching: str) -> None:
     manifest = example(REPO / "examples/llama-peagle.yaml")
     manifest["spec"]["speculation"]["switching"] = switching
@@ -188,8 +187,8 @@ def test_config_hash_changes_exactly_when_k_changes(k1: int, k2: int, switching:
         ]["annotations"][render.CONFIG_HASH_ANNOTATION]
         for k in (k1, k2)
     ]
-    # Hot pods (Auto, the default, for P-EAGLE) take a new K with no new template.
-    assert (hashes[0] == hashes[1]) == (k1 == k2 or switching != "Restart")
+    # Hot pods take a new K with no new template; Auto restarts P-EAGLE's.
+    assert (hashes[0] == hashes[1]) == (k1 == k2 or switching == "Hot")
 
 
 def test_rendering_is_deterministic(peagle_manifest: dict[str, Any]) -> None:

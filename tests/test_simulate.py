@@ -24,7 +24,7 @@ from specfleet.operator.observations import (
     WindowTracker,
 )
 from specfleet.operator.outcomes import Action, ActionKind
-from specfleet.operator.peers import PEERS, hold
+from specfleet.operator.peers import PEERS, hold, started_at_their_k
 from specfleet.operator.simulate import (
     START,
     Decider,
@@ -630,14 +630,22 @@ def test_a_recovered_draft_is_back_at_a_good_k_within_the_documented_bound(
     assert result.steady_ratio >= 0.95
 
 
-def test_k_changes_taken_hot_restart_no_pod_and_serve_more_than_restarts() -> None:
+@pytest.mark.parametrize(("method", "hot_over_restart"), [("eagle3", 1.01), ("peagle", None)])
+def test_k_changes_taken_hot_restart_no_pod_and_serve_more_where_auto_takes_them(
+    method: str, hot_over_restart: float | None
+) -> None:
     """restart-cost with speculation.switching Hot: the stable pod takes each new K
     between two steps (its process never restarts after the first), so the 5-minute
-    restarts are not paid and the run serves more than with K changes by restart."""
-    restart = load_scenario(SCENARIOS / "restart-cost.yaml")
+    restarts are not paid. A sequential drafter (EAGLE-3) drafts the K of each step and
+    the run serves more than with K changes by restart; a parallel one (P-EAGLE) drafts
+    every slot of its ceiling (maxTokens 16) at every K and serves less: why Auto, the
+    default, takes the first hot and restarts the second."""
+    restart = load_scenario(SCENARIOS / "restart-cost.yaml").model_copy(update={"method": method})
     policy = copy.deepcopy(restart.policy)
     policy["speculation"]["switching"] = "Hot"
     hot = restart.model_copy(update={"policy": policy})
+    auto = copy.deepcopy(policy)
+    del auto["speculation"]["switching"]
     seeds = range(3)
     by_restart = [simulate(restart, seed) for seed in seeds]
     taken_hot = [simulate(hot, seed) for seed in seeds]
@@ -647,8 +655,16 @@ def test_k_changes_taken_hot_restart_no_pod_and_serve_more_than_restarts() -> No
     assert all(changed), changed  # K did change, hot
     for run in taken_hot:
         assert all(record.goodput > 0 for record in run.records[1:])  # never a restart's gap
+        assert run.pod_starts == []
     served = sum(r.goodput["achieved"] for r in taken_hot)
-    assert served > 1.01 * sum(r.goodput["achieved"] for r in by_restart)
+    restarted = sum(r.goodput["achieved"] for r in by_restart)
+    default = simulate(hot.model_copy(update={"policy": auto}), 0)
+    if hot_over_restart is not None:
+        assert served > hot_over_restart * restarted
+        assert default.decisions == taken_hot[0].decisions
+    else:
+        assert served < restarted
+        assert default.decisions == by_restart[0].decisions
 
 
 def test_a_k0_band_is_taxed_on_an_engine_started_to_speculate() -> None:
@@ -675,40 +691,40 @@ def test_the_default_policy_follows_load_flipping_faster_than_a_trial(variant: s
 
 
 @pytest.mark.parametrize(
-    ("variant", "seed"), [("c2-c8/hot/auto/s0", 0), ("c2-c8/hot/auto/s120", 1)]
+    ("variant", "seed"),
+    [("c2-c8/restart/auto/s0", 0), ("c2-c8/restart/auto/s120", 1), ("c2-c8/hot/auto/s0", 0)],
 )
-def test_hot_pods_on_load_flipping_between_2_and_8_come_within_3_percent_of_vllms_table(
+def test_load_flipping_between_2_and_8_comes_within_3_percent_of_vllms_table(
     variant: str, seed: int
 ) -> None:
-    """Issue 47's peer bar where the whole prize is small: a schedule gains 3.4% over the
-    best single K. Judged on pooled windows its trial measured "at batch 6.0", where both
-    run K=3, and against minImprovement's 5%: 0.967 of the per-phase best, 3.2 points
-    behind vLLM's per-batch table. On matched pairs weighted by the tokens at stake, and
-    held to what such a trial can prove, the schedule is promoted. The default policy
-    (switching Auto) is that hot variant on these pods, decision for decision."""
+    """Issue 47's peer bar where the whole prize is small: a per-batch table gains 3.4%
+    over the best single K, and about nothing once a parallel drafter pays its ceiling's
+    slots at every K, as vLLM's table does. The default policy (switching Auto: Restart
+    for P-EAGLE, whose hot pods draft every slot of maxTokens) is the restart row,
+    decision for decision; hot pods come within 3% with maxTokens the deepest K the load
+    needs (the scenario's hot variants: 8; at 16 they serve 0.89 of the per-phase best,
+    the tuner not weighing the ceiling)."""
     scenario = load_scenario(SCENARIOS / "schedule" / "load-flip.yaml", variant)
+    ours = simulate(scenario, seed)
     speculation = dict(scenario.policy["speculation"])
-    assert speculation.pop("switching") == "Hot"
-    default = scenario.model_copy(
-        update={"policy": {**scenario.policy, "speculation": speculation}}
-    )
+    if speculation.pop("switching") == "Restart":  # Auto, the default, is Restart here
+        policy = {**scenario.policy, "speculation": speculation}
+        default = simulate(scenario.model_copy(update={"policy": policy}), seed)
+        assert default.decisions == ours.decisions
     [table] = [p for p in PEERS if p.name == "vLLM per-batch K"]
-    ours = simulate(default, seed)
-    assert ours.decisions == simulate(scenario, seed).decisions
-    theirs = simulate(scenario, seed, hold(table.tokens), table.rule(scenario))
+    started = started_at_their_k(scenario)
+    theirs = simulate(started, seed, hold(table.tokens), table.rule(started))
     best = ours.goodput["unconstrained"]
     assert ours.goodput["achieved"] / best >= theirs.goodput["achieved"] / best - 0.03
-    assert any(
-        d["kind"] == "Promote" and "pairs of windows at matched load" in d["message"]
-        for d in ours.decisions
-    ), ours.decisions
 
 
 def test_a_k0_band_at_the_published_tax_is_measured_and_kept() -> None:
     """k0-tax.yaml: the tuner learns a schedule with K=0 at 20 in flight. Once that band
     runs where plain decoding was never measured, plain decoding is measured beside it;
-    where the published tax holds, the band stays (plain pods lose over the load)."""
-    scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", "published/hot")
+    where the published tax holds, the band stays (plain pods lose over the load). On the
+    default pods (Auto: P-EAGLE restarts); hot at ceiling 8 the tuner, blind to the
+    ceiling's slots a hot parallel drafter drafts, keeps K=1 there instead."""
+    scenario = load_scenario(SCENARIOS / "schedule" / "k0-tax.yaml", "published/restart")
     result = simulate(scenario, 0)
     measured = [d for d in result.decisions if "a K=0 band runs at batch" in d["message"]]
     assert measured and measured[0]["kind"] == "StartCanary", result.decisions

@@ -291,7 +291,7 @@ class TuningStrategy(StrEnum):
 class KSwitching(StrEnum):
     """How the stable pods take a new K or schedule."""
 
-    AUTO = "Auto"  # Hot where the engine can take K between steps, else Restart
+    AUTO = "Auto"  # Hot where a hot pod costs what one started at its K does, else Restart
     RESTART = "Restart"  # a new pod template: every method, every engine
     HOT = "Hot"  # handed to the running engine between two steps (the runtime's plugin)
 
@@ -814,7 +814,8 @@ class Speculation(SpecModel):
         "(specfleet-runtime's --hot-schedule; the pods start with maxTokens as their "
         "ceiling); where a pod cannot, K changes restart it again, and "
         "status.speculation.hotSchedule.fallback says why. Auto: Hot where the engine "
-        "schedules the method's K and keeps a per-batch schedule (runtime.parallelism.data "
+        "schedules the method's K, drafts only the K of each step (not a parallel drafter: "
+        "peagle, dflash, dspark) and keeps a per-batch schedule (runtime.parallelism.data "
         "1), else Restart.",
     )
 

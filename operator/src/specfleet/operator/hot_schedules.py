@@ -31,11 +31,19 @@ NO_KEY = (
 
 def wanted(spec: SpeculativeModelSpec) -> bool:
     """The spec asks for hot changes, with a method whose K the engine schedules: Hot, or
-    Auto (the default) where vLLM keeps the per-batch schedule (one data-parallel rank)."""
+    Auto (the default) where a hot pod costs no more a step than one started at its K.
+    vLLM keeps a per-batch schedule only on one data-parallel rank, and a parallel drafter
+    drafts every slot of its ceiling (maxTokens) at every K, which the tuner does not
+    weigh: Auto restarts those."""
     switching = spec.speculation.switching
+    method = spec.draft.method
     if switching is KSwitching.AUTO:
-        return spec.draft.method.tuned and spec.runtime.parallelism.data == 1
-    return switching is KSwitching.HOT and spec.draft.method.tuned
+        return (
+            method.tuned
+            and not method.runtime.parallel_drafting
+            and spec.runtime.parallelism.data == 1
+        )
+    return switching is KSwitching.HOT and method.tuned
 
 
 def in_effect(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> bool:

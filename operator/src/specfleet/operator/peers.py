@@ -53,6 +53,13 @@ from specfleet.runtime.decoding import cumulative_acceptance
 from specfleet.runtime.sim_model import goodput, sample_positions, step_seconds
 
 
+def started_at_their_k(scenario: Scenario) -> Scenario:
+    """The scenario as a peer's pods run it: started at the peer's K (switching Restart),
+    not at specfleet's hot ceiling, whatever the variant asks of specfleet's pods."""
+    speculation = {**scenario.policy.get("speculation", {}), "switching": "Restart"}
+    return scenario.model_copy(update={"policy": {**scenario.policy, "speculation": speculation}})
+
+
 def hold(tokens: int) -> Decider:
     """A static K: the pods start at `tokens` and are never restarted. What KServe, llm-d
     and LLMKube ship (one `num_speculative_tokens` in the serving arguments)."""

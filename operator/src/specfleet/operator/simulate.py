@@ -669,11 +669,20 @@ class _Simulation:
             return self.cost, p
         return self.head_cost, replace(p, acceptance=list(change.acceptance))
 
-    def parts(self, name: str, k: int, p: Phase) -> list[EnginePart]:
-        """How a pod started at K=k runs this window: its engine's rule, or k all along."""
+    def parts(self, name: str, k: int, p: Phase, ceiling: int) -> list[EnginePart]:
+        """How a pod runs this window at K=k: its engine's rule (a peer's engine, started
+        at k), or k all along. A parallel drafter below its engine's ceiling drafts every
+        slot of the ceiling in its one pass and keeps the first K (vLLM sizes the slots
+        once, by num_speculative_tokens: docs/runtime.md), whoever picks the K."""
         if self.engine_rule is None:
-            return [EnginePart(k, 1.0, k)]
-        return self.engine_rule(name, k, p, self.rng)
+            found = [EnginePart(k, 1.0, k)]
+        else:
+            found, ceiling = self.engine_rule(name, k, p, self.rng), k
+        if self.drafting is not Drafting.PARALLEL:
+            return found
+        return [
+            replace(part, drafted=max(part.drafted, ceiling)) if part.k else part for part in found
+        ]
 
     def good_parts(self, track: Track, window: PodWindow, configured: bool) -> float:
         """A pod's goodput over a window of parts, each weighted by its share of the time,
@@ -725,7 +734,13 @@ class _Simulation:
         plans = plan(self.spec, self.status)
         parts: dict[str, PodWindow] = {
             name: [
-                (share, at, self.parts(name, _k_in_window(k, bands, at.concurrency), at))
+                (
+                    share,
+                    at,
+                    self.parts(
+                        name, _k_in_window(k, bands, at.concurrency), at, _ceiling(plans[track], k)
+                    ),
+                )
                 for share, at in self.slices_run(phase, _ceiling(plans[track], k))
             ]
             for name, track, k, bands in running
