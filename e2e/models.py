@@ -51,6 +51,20 @@ def sim_admin(pod_ip: str, path: str, payload: Any) -> None:
         pass
 
 
+def schedule_generation(pod_ip: str) -> int | None:
+    """The hot schedule generation a sim pod reports on its /metrics page (None: none, or
+    the pod does not answer yet)."""
+    try:
+        with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=5) as response:
+            page = response.read().decode()
+    except OSError:
+        return None
+    for line in page.splitlines():
+        if line.startswith("specfleet:schedule_generation "):
+            return int(float(line.split()[1]))
+    return None
+
+
 def apply(manifest: dict[str, Any], namespace: str, *extra: str) -> str:
     result = cluster.kubectl(
         "apply", "-n", namespace, *extra, "-f", "-", input=yaml.safe_dump(manifest)

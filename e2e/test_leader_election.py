@@ -15,7 +15,15 @@ from kubernetes import client
 
 from e2e import cluster, operator_pods
 from e2e.cluster import AuditedWrite
-from e2e.models import apply, canary_running, canary_tokens, get_model, history
+from e2e.models import (
+    apply,
+    canary_running,
+    canary_tokens,
+    get_model,
+    history,
+    schedule_generation,
+    sim_model,
+)
 from e2e.operator_pods import Replica
 from e2e.story import MODEL, install_chart, story_model
 from e2e.waiting import wait_for
@@ -156,8 +164,32 @@ def test_the_charts_replicas_through_a_killed_then_a_frozen_leader(
     wait_for("the thawed replica to exit (1) and run again", exited_and_back, timeout=60)
     assert not writes(namespace, successor.name, other_took_over)
     wait_for("the other replica leading on", other.leading, timeout=30)
-    # Every replica, restarted or not, derives the pods' credentials from that one key.
+    # Every replica, restarted or not, derives the pods' credentials from that one key,
+    # and a hot model's engine takes its schedule from the leader with it.
     assert schedule_key(namespace) == key
+    speculation = {"tokens": 2, "maxTokens": 4, "switching": "Hot"}
+    apply(sim_model("hot", speculation=speculation), namespace)
+
+    def hot_pod_in_force() -> int | None:
+        pods = (
+            client.CoreV1Api(api_client)
+            .list_namespaced_pod(
+                namespace, label_selector="specfleet.io/model=hot,specfleet.io/track=stable"
+            )
+            .items
+        )
+        ips = [p.status.pod_ip for p in pods if p.status.pod_ip]
+        generation = schedule_generation(ips[0]) if len(ips) == 1 else None
+        return generation if generation else None
+
+    wait_for(
+        "a hot schedule in force on the hot model's pod",
+        hot_pod_in_force,
+        timeout=120,
+        context=lambda: get_model(api_client, namespace, "hot").get("status"),
+    )
+    hot = get_model(api_client, namespace, "hot")["status"]["speculation"]["hotSchedule"]
+    assert hot.get("fallback") is None, hot
     print(
         f"failover: SIGKILL -> first write by {successor.name} "
         f"({'restarted' if successor.name == first.name else 'standby'}) "

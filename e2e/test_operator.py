@@ -12,7 +12,14 @@ import yaml
 from kubernetes import client
 
 from e2e import cluster, real_engine
-from e2e.models import apply, canary_tokens, condition, get_model, sim_model
+from e2e.models import (
+    apply,
+    canary_tokens,
+    condition,
+    get_model,
+    schedule_generation,
+    sim_model,
+)
 from e2e.operator_process import OperatorProcess
 from e2e.waiting import wait_for
 
@@ -332,20 +339,6 @@ def test_a_fixed_schedule_reaches_the_pods_and_they_follow_it(
     assert 1.0 <= counters["num_draft_tokens"] / counters["num_drafts"] < 6.0, counters
 
 
-def _schedule_generation(pod_ip: str) -> int | None:
-    """The hot schedule generation a sim pod reports on its /metrics page (None: none, or
-    the pod does not answer yet)."""
-    try:
-        with urllib.request.urlopen(f"http://{pod_ip}:8000/metrics", timeout=5) as response:
-            page = response.read().decode()
-    except OSError:
-        return None
-    for line in page.splitlines():
-        if line.startswith("specfleet:schedule_generation "):
-            return int(float(line.split()[1]))
-    return None
-
-
 def test_a_new_k_reaches_the_running_engine_with_no_restart(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
@@ -370,10 +363,10 @@ def test_a_new_k_reaches_the_running_engine_with_no_restart(
     # The first evaluation hands the pod generation 1 (its startup schedule is the spec's K).
     wait_for(
         "generation 1 in force on the pod",
-        lambda: _schedule_generation(pod.status.pod_ip) == 1,
+        lambda: schedule_generation(pod.status.pod_ip) == 1,
         timeout=120,
         context=lambda: (
-            _schedule_generation(pod.status.pod_ip),
+            schedule_generation(pod.status.pod_ip),
             cluster.kubectl("get", "pods", "-o", "wide", "-n", model_namespace).stdout,
             get_model(api_client, model_namespace, "hot").get("status"),
         ),
@@ -382,7 +375,7 @@ def test_a_new_k_reaches_the_running_engine_with_no_restart(
     asked = time.monotonic()
     wait_for(
         "generation 2 in force on the pod",
-        lambda: _schedule_generation(pod.status.pod_ip) == 2,
+        lambda: schedule_generation(pod.status.pod_ip) == 2,
         timeout=30,
         interval=0.2,
     )
