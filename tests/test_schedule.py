@@ -484,3 +484,28 @@ def test_a_failing_fixed_schedule_with_no_k_predicted_to_clear_goes_below_the_fl
         decided = decide(spec, status, Observation(failing, None), T0 + timedelta(minutes=minute))
         status, kinds = decided.status, kinds + [a.kind for a in decided.actions]
     assert ActionKind.ROLLBACK not in kinds and status.speculation.tokens != 2
+
+
+def test_a_parallel_drafters_schedule_pays_its_ceiling_in_every_band() -> None:
+    """P-EAGLE drafts every slot of its engine's ceiling, the schedule's largest K, in
+    every band (vLLM sizes the slots by num_speculative_tokens). Load flipping between 2
+    and 8 in flight: the schedule learned as if each band drafted its own K serves less
+    than predicted, and the one learned weighing the ceiling serves more."""
+    spec = make_spec()
+    cost = speed.prior(Drafting.PARALLEL)
+    load = [2.0, 8.0] * 12
+    blind = schedule.learn(spec, load, CODE, cost)
+    weighed = schedule.learn(spec, load, CODE, cost, parallel=True)
+    assert blind is not None and weighed is not None
+    assert len(schedule.drafting_ks(blind)) == 2  # a deep K at 2, a shallow one at 8
+
+    def served(bands: list[ScheduledBand], parallel: bool) -> float:
+        return schedule.tokens_over(bands, load, CODE, cost, parallel=parallel)
+
+    assert served(blind, parallel=True) < served(blind, parallel=False)
+    # Here: K=8 up to batch 5, K=4 above; weighed: K=5 above (its ceiling is paid anyway).
+    assert weighed != blind
+    assert served(weighed, parallel=True) > served(blind, parallel=True)
+    # One K everywhere drafts its own K: the ceiling costs nothing there.
+    one = [ScheduledBand(tokens=3)]
+    assert served(one, parallel=True) == served(one, parallel=False)

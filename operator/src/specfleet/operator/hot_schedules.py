@@ -57,6 +57,13 @@ def in_effect(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> boo
     )
 
 
+def drafts_its_ceiling(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> bool:
+    """Pods restarted with each schedule whose drafter drafts every slot of the engine's
+    ceiling, the schedule's largest K (schedule.tokens_over's `parallel`). Hot parallel
+    drafters pay maxTokens' slots at every K alike, which no prediction weighs yet."""
+    return spec.draft.method.runtime.parallel_drafting and not in_effect(spec, status)
+
+
 def stable_schedule(
     status: SpeculativeModelStatus, spec: SpeculativeModelSpec
 ) -> list[ScheduledBand]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from specfleet.operator import exploration, schedule, speed
+from specfleet.operator import exploration, hot_schedules, schedule, speed
 from specfleet.operator.api import (
     ScheduledBand,
     ScheduleMode,
@@ -48,9 +48,14 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
     assert judged.window is not None and sp.tokens is not None
     conditional = run.conditional(judged.window)
     running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
-    best = schedule.learn(spec, sp.load, conditional, run.cost)
-    now_tokens = schedule.tokens_over(running, sp.load, conditional, run.cost)
-    best_tokens = schedule.tokens_over(best, sp.load, conditional, run.cost) if best else 0.0
+    parallel = hot_schedules.drafts_its_ceiling(spec, run.status)
+    best = schedule.learn(spec, sp.load, conditional, run.cost, parallel=parallel)
+    now_tokens = schedule.tokens_over(running, sp.load, conditional, run.cost, parallel=parallel)
+    best_tokens = (
+        schedule.tokens_over(best, sp.load, conditional, run.cost, parallel=parallel)
+        if best
+        else 0.0
+    )
     plain_tokens = schedule.tokens_over(None, sp.load, conditional, run.cost)
     load = (
         f"across the last {len(sp.load)} intervals' load "

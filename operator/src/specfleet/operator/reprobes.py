@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from specfleet.operator import exploration, schedule, speed
+from specfleet.operator import exploration, hot_schedules, schedule, speed
 from specfleet.operator.api import (
     ConditionType,
     LastKnownGood,
@@ -115,10 +115,11 @@ def _pays_over_load(run: Run, acceptance: list[float]) -> bool:
         run.spec, sp.load, acceptance, run.cost, scheduled=sp.schedule is not None
     ):
         return True
-    best = schedule.learn(run.spec, sp.load, acceptance, run.cost)
+    parallel = hot_schedules.drafts_its_ceiling(run.spec, run.status)
+    best = schedule.learn(run.spec, sp.load, acceptance, run.cost, parallel=parallel)
     plain_tokens = schedule.tokens_over(None, sp.load, acceptance, run.cost)
     return best is not None and schedule.tokens_over(
-        best, sp.load, acceptance, run.cost
+        best, sp.load, acceptance, run.cost, parallel=parallel
     ) >= plain_tokens * (1 + run.required_gain())
 
 

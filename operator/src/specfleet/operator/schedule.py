@@ -12,7 +12,9 @@ and the fitted step cost: each band gets the K that serves the most tokens over 
 samples in it (a window at 32 in flight has 32 times the tokens at stake of one at 1),
 and without bands in the spec one edge is placed where the samples split best. A K=0
 band is not plain decoding: the engine was started to speculate and pays the K=0 tax
-(`speed.step_ms`), so plain pods (`tokens_over(None, ...)`) are weighed apart.
+(`speed.step_ms`), so plain pods (`tokens_over(None, ...)`) are weighed apart. A
+parallel drafter (P-EAGLE) drafts every slot of its engine's ceiling, the schedule's
+largest K, at each step of every band: a deep K in one band costs the others.
 """
 
 from __future__ import annotations
@@ -134,21 +136,36 @@ def request_speed(
     cost: FittedStepCost,
     *,
     configured: bool = True,
+    slots: int | None = None,
 ) -> float:
     """Tokens per millisecond one decoding request gets at K=k and this batch; K=0 on an
     engine started to speculate (`configured`, a schedule's band) pays the K=0 tax, on
-    plain pods it does not."""
+    plain pods it does not. `slots`: what a drafting step drafts (a parallel drafter's
+    ceiling; None: k)."""
     rates = extrapolate(conditional, k)
-    step = speed.step_ms(cost, k, max(1.0, batch), configured=configured)
+    step = speed.step_ms(cost, k, max(1.0, batch), slots if k else None, configured=configured)
     return (1.0 + expected_accepted(rates, k)) / step
 
 
 def pod_speed(
-    conditional: Sequence[float], k: int, batch: float, cost: FittedStepCost, configured: bool
+    conditional: Sequence[float],
+    k: int,
+    batch: float,
+    cost: FittedStepCost,
+    configured: bool,
+    slots: int | None = None,
 ) -> float:
     """Tokens per millisecond a pod serves at K=k and this batch: what is at stake in a
     window is its requests' tokens, so a window at 32 in flight weighs 32 at 1."""
-    return max(1.0, batch) * request_speed(conditional, k, batch, cost, configured=configured)
+    speed_of_one = request_speed(conditional, k, batch, cost, configured=configured, slots=slots)
+    return max(1.0, batch) * speed_of_one
+
+
+def slots(schedule: Sequence[ScheduledBand], parallel: bool) -> int | None:
+    """What each drafting step of pods restarted with `schedule` drafts: a parallel
+    drafter every slot of its engine's ceiling, the schedule's largest K (vLLM sizes them
+    by num_speculative_tokens); None: each step its own K."""
+    return largest(schedule) if parallel and schedule else None
 
 
 def tokens_over(
@@ -156,13 +173,19 @@ def tokens_over(
     load: Sequence[float],
     conditional: Sequence[float],
     cost: FittedStepCost,
+    *,
+    parallel: bool = False,
 ) -> float:
     """A pod's mean tokens per millisecond over the load samples (each a window's
-    batch) under a schedule; None: plain pods (no draft loaded, no K=0 tax)."""
+    batch) under a schedule; None: plain pods (no draft loaded, no K=0 tax). `parallel`:
+    the method drafts in one pass over its ceiling's slots."""
     if not load:
         return 0.0
+    drafted = slots(schedule or [], parallel)
     return sum(
-        pod_speed(conditional, k_at(schedule, b) if schedule else 0, b, cost, bool(schedule))
+        pod_speed(
+            conditional, k_at(schedule, b) if schedule else 0, b, cost, bool(schedule), drafted
+        )
         for b in load
     ) / len(load)
 
@@ -191,13 +214,15 @@ def learn(
     load: Sequence[float],
     conditional: Sequence[float],
     cost: FittedStepCost,
+    *,
+    parallel: bool = False,
 ) -> Bands | None:
     """The schedule that serves the most tokens over `load`, or None when it would draft
-    nowhere (plain decoding everywhere is the tuner's StopSpeculation)."""
+    nowhere (plain decoding everywhere is the tuner's StopSpeculation). `parallel` as in
+    `tokens_over`."""
     if not load:
         return None
     everything = [0, *range(spec.speculation.min_tokens, spec.speculation.max_tokens + 1)]
-    table = {k: [pod_speed(conditional, k, b, cost, True) for b in load] for k in everything}
     layouts = [_spec_layout(spec)]
     placed = not layouts[0]  # no bands in the spec: the tuner places the edge
     if placed:
@@ -205,21 +230,34 @@ def learn(
         # One K everywhere, or one edge between two load levels.
         layouts = [[(None, everything)]]
         layouts += [[(edge, everything), (None, everything)] for edge in sizes[:-1]]
+    # A parallel drafter's every band pays the ceiling: schedules are scored per ceiling,
+    # each exact for those whose largest K it is.
+    ceilings: list[int | None] = [k for k in everything if k] if parallel else [None]
     best: tuple[float, Bands] | None = None
-    for layout in layouts:
-        scored = _best_ks(layout, load, table)
-        if scored is not None and (best is None or scored[0] > best[0] + 1e-12):
-            best = scored
+    for ceiling in ceilings:
+        allowed = [k for k in everything if ceiling is None or k <= ceiling]
+        table = {
+            k: [pod_speed(conditional, k, b, cost, True, ceiling) for b in load] for k in allowed
+        }
+        for layout in layouts:
+            kept = [(edge, [k for k in ks if k in table]) for edge, ks in layout]
+            scored = _best_ks(kept, load, table)
+            if scored is not None and (best is None or scored[0] > best[0] + 1e-12):
+                best = scored
     if best is None or not drafting_ks(best[1]):
         return None
     learned = _merged(best[1])
     if placed and len(learned) == 2:
-        learned = _break_even(learned, load, conditional, cost)
+        learned = _break_even(learned, load, conditional, cost, slots(learned, parallel))
     return learned
 
 
 def _break_even(
-    learned: Bands, load: Sequence[float], conditional: Sequence[float], cost: FittedStepCost
+    learned: Bands,
+    load: Sequence[float],
+    conditional: Sequence[float],
+    cost: FittedStepCost,
+    drafted: int | None,
 ) -> Bands:
     """Move the edge to where the fitted cost says the upper band's K starts to win: the
     load samples fix only which side each measured load is on, not where between them
@@ -229,8 +267,8 @@ def _break_even(
     above = min(_size(b) for b in load if _size(b) > low.up_to_batch)
     edge = low.up_to_batch
     for batch in range(low.up_to_batch, min(above, low.up_to_batch + 1024)):
-        if request_speed(conditional, low.tokens, batch, cost) >= request_speed(
-            conditional, high.tokens, batch, cost
+        if request_speed(conditional, low.tokens, batch, cost, slots=drafted) >= request_speed(
+            conditional, high.tokens, batch, cost, slots=drafted
         ):
             edge = batch
         else:

@@ -457,17 +457,19 @@ class _LoadModel:
     after: list[ScheduledBand] | None
 
     def ratio(self, run: Run, load: list[float]) -> float:
-        was = schedule.tokens_over(self.before, load, self.conditional, run.cost)
-        after = schedule.tokens_over(self.after, load, self.conditional, run.cost)
+        was, after = (self.tokens(run, side, load) for side in (self.before, self.after))
         return after / was if was else 1.0
+
+    def tokens(self, run: Run, side: list[ScheduledBand] | None, load: list[float]) -> float:
+        parallel = hot_schedules.drafts_its_ceiling(run.spec, run.status)
+        return schedule.tokens_over(side, load, self.conditional, run.cost, parallel=parallel)
 
     def stakes(self, run: Run) -> list[Stake]:
         """Each window of the load history: the tokens the running side serves there, and
         the fit's log gain of the candidate."""
         stakes = []
         for load in run.sp.load:
-            was = schedule.tokens_over(self.before, [load], self.conditional, run.cost)
-            after = schedule.tokens_over(self.after, [load], self.conditional, run.cost)
+            was, after = (self.tokens(run, side, [load]) for side in (self.before, self.after))
             stakes.append(Stake(load, was, math.log(after / was) if was else 0.0))
         return stakes
 
