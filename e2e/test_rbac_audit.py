@@ -157,6 +157,8 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
         tmp_path / "operator.log",
         lease=(NAMESPACE, RELEASE),
         identity="op-audited",
+        # As the chart's Deployment passes it (hotSchedules.keySecret empty).
+        extra_args=("--schedule-key-secret", f"{NAMESPACE}/{RELEASE}-schedule-key"),
         kubeconfig=token_kubeconfig(account, tmp_path / "operator.kubeconfig"),
     )
     try:
