@@ -87,9 +87,7 @@ def main() -> None:
             for label, age in (("growing (maxWindowAge 20m)", None), ("cut every 60s", "60s")):
                 scenario = slower(load_scenario(SCENARIO, f"code/{load}/published"), factor)
                 if age is not None:
-                    tuning = {**scenario.policy["tuning"], "maxWindowAge": age}
-                    policy = {**scenario.policy, "tuning": tuning}
-                    scenario = scenario.model_copy(update={"policy": policy})
+                    scenario = scenario.with_policy({"tuning": {"maxWindowAge": age}})
                 runs = [first_times(scenario, seed) for seed in range(args.seeds)]
                 hourly = statistics.median(r[1] for r in runs)
                 print(

@@ -16,6 +16,26 @@ from typing import Any
 import yaml
 
 
+def status(code: int, reason: str) -> dict[str, Any]:
+    """An API server's error body (kind Status)."""
+    return {"kind": "Status", "code": code, "reason": reason}
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A quiet handler that answers JSON, as the API server does."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _answer(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
 def kubeconfig(url: str, path: Path) -> Path:
     """A kubeconfig naming `url` as the API server: what `kube.api_client` loads."""
     config = {
@@ -110,7 +130,7 @@ class LateLease:
             sent = body["metadata"].get("resourceVersion") if method == "PUT" else None
             if (method == "POST") != (self.lease is None) or sent != stored:
                 self.writes.append((method, 409))
-                return 409, {"kind": "Status", "code": 409, "reason": "Conflict"}
+                return 409, status(409, "Conflict")
             self.version += 1
             self.lease = {**body, "metadata": {**body["metadata"]}}
             self.lease["metadata"]["resourceVersion"] = str(self.version)
@@ -120,22 +140,11 @@ class LateLease:
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def _answer(self, code: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 lease = owner.lease
                 if lease is None:
-                    self._answer(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+                    self._answer(404, status(404, "NotFound"))
                 else:
                     self._answer(200, lease)
 

@@ -22,8 +22,7 @@ SCENARIOS = Path(__file__).parent.parent / "scenarios"
 
 def _switching(scenario: Scenario, switching: str) -> Scenario:
     """The scenario with pods that take K as `switching` says (speculation.switching)."""
-    speculation = {**scenario.policy.get("speculation", {}), "switching": switching}
-    return scenario.model_copy(update={"policy": {**scenario.policy, "speculation": speculation}})
+    return scenario.with_policy({"speculation": {"switching": switching}})
 
 
 @pytest.mark.parametrize("seed", [3, 9])

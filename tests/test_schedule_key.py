@@ -10,13 +10,14 @@ import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from kubernetes import client
 
 from specfleet.operator import kube, schedule_key
+from tests.api_servers import JsonHandler, status
 
 PATH = "/api/v1/namespaces/ops/secrets"
 
@@ -33,29 +34,15 @@ class Secrets:
 
 @contextlib.contextmanager
 def api_server(secrets: Secrets) -> Iterator[Any]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: Any) -> None:
-            pass
-
-        def _answer(self, code: int, body: dict[str, Any]) -> None:
-            payload = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def _status(self, code: int, reason: str) -> None:
-            self._answer(code, {"kind": "Status", "code": code, "reason": reason})
-
+    class Handler(JsonHandler):
         def do_GET(self) -> None:
             path = self.path.split("?")[0]
             secrets.requests.append(("GET", path))
             if secrets.refuse is not None:
-                return self._status(secrets.refuse, "Forbidden")
+                return self._answer(secrets.refuse, status(secrets.refuse, "Forbidden"))
             name = path.rsplit("/", 1)[1]
             if name not in secrets.stored:
-                return self._status(404, "NotFound")
+                return self._answer(404, status(404, "NotFound"))
             self._answer(200, secrets.stored[name])
 
         def do_POST(self) -> None:
@@ -64,7 +51,7 @@ def api_server(secrets: Secrets) -> Iterator[Any]:
             secrets.before_create()
             name = body["metadata"]["name"]
             if name in secrets.stored:
-                return self._status(409, "AlreadyExists")
+                return self._answer(409, status(409, "AlreadyExists"))
             secrets.stored[name] = body
             self._answer(201, body)
 

@@ -453,13 +453,10 @@ def test_a_scale_out_mid_canary_restarts_the_trial_at_the_new_load() -> None:
     1 request per pod, stays; when the fleet scales back in, K=3 is tried and promoted.
     One K (mode Off): a schedule for both loads is load-flip.yaml's story."""
     scenario = load_scenario(SCENARIOS / "scale-out.yaml")
-    speculation = {
-        **scenario.policy["speculation"],
-        "schedule": {"mode": "Off"},
-        "switching": "Restart",  # a trial on a canary pod
-    }
-    policy = {**scenario.policy, "speculation": speculation}
-    scenario = scenario.model_copy(update={"policy": policy})
+    # One K, and its trial on a canary pod.
+    scenario = scenario.with_policy(
+        {"speculation": {"schedule": {"mode": "Off"}, "switching": "Restart"}}
+    )
     assert [p.concurrency for p in phases(scenario)] == [8, 1, 8]
     for seed in range(3):
         result = simulate(scenario, seed)
@@ -641,10 +638,8 @@ def test_k_changes_taken_hot_restart_no_pod_and_serve_more_where_auto_takes_them
     every slot of its ceiling (maxTokens 16) at every K and serves less: why Auto, the
     default, takes the first hot and restarts the second."""
     restart = load_scenario(SCENARIOS / "restart-cost.yaml").model_copy(update={"method": method})
-    policy = copy.deepcopy(restart.policy)
-    policy["speculation"]["switching"] = "Hot"
-    hot = restart.model_copy(update={"policy": policy})
-    auto = copy.deepcopy(policy)
+    hot = restart.with_policy({"speculation": {"switching": "Hot"}})
+    auto = copy.deepcopy(hot.policy)
     del auto["speculation"]["switching"]
     seeds = range(3)
     by_restart = [simulate(restart, seed) for seed in seeds]

@@ -56,8 +56,7 @@ from specfleet.runtime.sim_model import goodput, sample_positions, step_seconds
 def started_at_their_k(scenario: Scenario) -> Scenario:
     """The scenario as a peer's pods run it: started at the peer's K (switching Restart),
     not at specfleet's hot ceiling, whatever the variant asks of specfleet's pods."""
-    speculation = {**scenario.policy.get("speculation", {}), "switching": "Restart"}
-    return scenario.model_copy(update={"policy": {**scenario.policy, "speculation": speculation}})
+    return scenario.with_policy({"speculation": {"switching": "Restart"}})
 
 
 def hold(tokens: int) -> Decider:

@@ -215,6 +215,10 @@ class Scenario(_Strict):
         """The step cost the engines run (never shown to the tuner)."""
         return scaled_drafting(self.engine.cost, self.draft_cost_scale)
 
+    def with_policy(self, override: Mapping[str, Any]) -> Scenario:
+        """This scenario with `override` merged into its policy, as a variant's is."""
+        return self.model_copy(update={"policy": _merged(self.policy, override)})
+
 
 # ----------------------------------------------------------------------------- files
 
@@ -732,18 +736,17 @@ class _Simulation:
             self.spec = self.spec.model_copy(update={"draft": draft})
         running = self.pods()
         plans = plan(self.spec, self.status)
+        ceilings = {name: _ceiling(plans[track], k) for name, track, k, _ in running}
         parts: dict[str, PodWindow] = {
             name: [
                 (
                     share,
                     at,
-                    self.parts(
-                        name, _k_in_window(k, bands, at.concurrency), at, _ceiling(plans[track], k)
-                    ),
+                    self.parts(name, _k_in_window(k, bands, at.concurrency), at, ceilings[name]),
                 )
-                for share, at in self.slices_run(phase, _ceiling(plans[track], k))
+                for share, at in self.slices_run(phase, ceilings[name])
             ]
-            for name, track, k, bands in running
+            for name, _, k, bands in running
         }
         observation = self._run_engines(running, phase, start, parts)
         now = START + timedelta(seconds=start + self.interval)
