@@ -35,6 +35,7 @@ REQUEST_PATH = [
     "operator/src/specfleet/operator/kube.py",
     "operator/src/specfleet/operator/fleet.py",
     "operator/src/specfleet/operator/handlers.py",
+    "operator/src/specfleet/operator/child_watches.py",
     "operator/src/specfleet/operator/workqueue.py",
 ]
 

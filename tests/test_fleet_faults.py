@@ -620,21 +620,3 @@ def test_a_child_whose_name_is_taken_by_an_uncached_object_is_asked_about_once(
     assert service == [("patch", "Service", "llama"), ("get", "Service", "llama")]
     assert cluster.objects[("Service", "team", "llama")] == before
     assert degraded(cluster, "llama")["reason"] == "ChildNotOwned"
-
-
-def test_the_child_watches_ask_the_api_server_for_the_operators_children_only() -> None:
-    """kopf's handler filter runs in the operator, after every pod, Deployment and Service
-    of a shared namespace was sent and parsed; the same selector on the watch (and its
-    listings) has the API server leave out the rest."""
-    from kopf._cogs.structs import references
-
-    from specfleet.operator.children import CHILD_KINDS
-    from specfleet.operator.fleet import CHILD_SELECTOR
-
-    settings = kopf.OperatorSettings()
-    handlers.watch_only_children(settings)
-    for kind in CHILD_KINDS:
-        resource = references.Resource(kind.group, kind.version, kind.plural, kind=kind.kind)
-        assert list(settings.watching.label_selectors.collect(resource)) == [CHILD_SELECTOR]
-    model = references.Resource("specfleet.io", "v1alpha1", "speculativemodels")
-    assert list(settings.watching.label_selectors.collect(model)) == []

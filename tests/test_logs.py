@@ -33,8 +33,8 @@ def test_kopf_s_handler_lines_are_left_out_at_info_but_not_its_failures(
 ) -> None:
     logs.configure(logs.LogLevel.INFO, logs.LogFormat.JSON)
     # kopf's own logger for its per-object lines, as its handler execution uses it.
-    kopf_loggers.logger.info("Handler 'child_event' succeeded.")
-    kopf_loggers.logger.error("Handler 'child_event' failed with an exception.")
+    kopf_loggers.logger.info("Handler 'model_event' succeeded.")
+    kopf_loggers.logger.error("Handler 'model_event' failed with an exception.")
     logging.getLogger("specfleet.operator.fleet").info("m0001: children applied")
     assert [(line["logger"], line["level"]) for line in _lines(capsys)] == [
         ("kopf.objects", "ERROR"),
@@ -45,5 +45,5 @@ def test_kopf_s_handler_lines_are_left_out_at_info_but_not_its_failures(
 def test_debug_shows_kopf_s_handler_lines_again(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure(logs.LogLevel.INFO, logs.LogFormat.JSON)
     logs.configure(logs.LogLevel.DEBUG, logs.LogFormat.JSON)
-    kopf_loggers.logger.info("Handler 'child_event' succeeded.")
-    assert [line["message"] for line in _lines(capsys)] == ["Handler 'child_event' succeeded."]
+    kopf_loggers.logger.info("Handler 'model_event' succeeded.")
+    assert [line["message"] for line in _lines(capsys)] == ["Handler 'model_event' succeeded."]

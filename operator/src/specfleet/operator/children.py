@@ -38,8 +38,13 @@ class ChildKind:
 
     def path(self, namespace: str, name: str) -> str:
         """The object's URL path on the API server."""
+        return f"{self.collection(namespace)}/{name}"
+
+    def collection(self, namespace: str | None) -> str:
+        """The URL path of the kind's objects in `namespace` (None: in every namespace)."""
         root = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
-        return f"{root}/namespaces/{namespace}/{self.plural}/{name}"
+        within = f"/namespaces/{namespace}" if namespace else ""
+        return f"{root}{within}/{self.plural}"
 
 
 DEPLOYMENT = ChildKind("Deployment", "apps/v1", "deployments", True, "generation")

@@ -312,9 +312,10 @@ def operator_command(
     import kopf
     from prometheus_client import start_http_server
 
-    from specfleet.operator import handlers, kube, leadership, observability
+    from specfleet.operator import allocator, handlers, kube, leadership, observability
+    from specfleet.operator.child_watches import ChildWatches, Credentials
     from specfleet.operator.evaluation import Evaluator, Outbound
-    from specfleet.operator.fleet import STATUS_INTERVAL_SECONDS, Fleet
+    from specfleet.operator.fleet import CHILD_SELECTOR, STATUS_INTERVAL_SECONDS, Fleet
 
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
     instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -345,6 +346,7 @@ def operator_command(
         if schedule_key is None:
             typer.echo(f"--schedule-key-file: {schedule_key_file} is empty", err=True)
             raise typer.Exit(2)
+    allocator.fewer_arenas()  # before any thread starts
     logs.configure(log_level, log_format)
     start_http_server(metrics_port)
     api = kube.api_client(instance)
@@ -358,26 +360,34 @@ def operator_command(
     else:
         observability.LEADER.set(1)  # alone, it always writes
     namespaces = namespace or []
-    running = handlers.Running(
-        Fleet(
-            kube.Cluster(
-                api, instance, election.may_write if election else kube.always, request_timeout
-            ),
-            Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
-            period=period,
-            schedule_key=schedule_key,
-            pod_policy=_pod_policy(
-                allow_service_account, allow_secret_volumes, allow_host_path_cache
-            ),
-            status_interval=STATUS_INTERVAL_SECONDS,
+    fleet_namespaces = None if all_namespaces or not namespaces else tuple(namespaces)
+    fleet = Fleet(
+        kube.Cluster(
+            api, instance, election.may_write if election else kube.always, request_timeout
         ),
+        Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
+        period=period,
+        schedule_key=schedule_key,
+        pod_policy=_pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache),
+        status_interval=STATUS_INTERVAL_SECONDS,
+    )
+    running = handlers.Running(
+        fleet,
         election,
-        scan_namespaces=any(c in n for n in namespaces for c in "*?["),
+        child_watches=ChildWatches(
+            Credentials.of(api.configuration),
+            instance,
+            CHILD_SELECTOR,
+            fleet.cache.remember_child,
+            fleet.relisted,
+            request_timeout=request_timeout,
+        ),
+        namespaces=fleet_namespaces,
         request_timeout=request_timeout,
     )
     asyncio.run(
         kopf.operator(
-            clusterwide=all_namespaces or not namespaces,
+            clusterwide=fleet_namespaces is None,
             namespaces=namespaces,
             standalone=standalone,
             liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz",

@@ -1,12 +1,12 @@
 """The operator's state of the world and the reconciler of each SpeculativeModel.
 
-kopf's watches feed `FleetCache` (models, their Deployments and pods); a listing of its
-own after each relist and every `resync_period` removes what vanished while a watch was
-away, for kopf sends no DELETED for it. `Fleet.reconcile` renders and applies children
-and writes status; `WorkQueue` runs it for every model each period and, in between, for
-each model that was created, edited or whose children changed. It is level-triggered:
-with nothing changed it changes nothing. Tuning evaluations run on the same path when a
-model's `tuning.interval` has elapsed.
+Watches feed `FleetCache` (kopf's of the models, child_watches.py's of their children); a
+listing of its own after each relist and every `resync_period` removes what vanished
+while a watch was away, for a relist sends no DELETED for it. `Fleet.reconcile` renders
+and applies children and writes status; `WorkQueue` runs it for every model each period
+and, in between, for each model that was created, edited or whose children changed. It
+is level-triggered: with nothing changed it changes nothing. Tuning evaluations run on
+the same path when a model's `tuning.interval` has elapsed.
 
 All the fleet keeps about a model is one `ModelRecord`; forgetting a model drops it, and
 a reconcile still in flight for it writes nothing more.
@@ -142,7 +142,7 @@ class PodPolicyRefused(Exception):
 
 @dataclass
 class FleetCache:
-    """The latest view of every model and child, kept current by kopf's watches, the
+    """The latest view of every model and child, kept current by the watches, the
     fleet's own listings and the responses of the operator's own writes."""
 
     models: dict[Key, ModelRecord] = field(default_factory=dict)

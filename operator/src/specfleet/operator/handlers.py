@@ -1,7 +1,8 @@
 """kopf handlers: each hands what it is given to the fleet.
 
-Only event handlers: the fleet is level-triggered (it compares the rendered children
-and status with what is there), so kopf's change detection, with its bookkeeping
+kopf watches the models; the children have watches of their own (child_watches.py),
+started here. Only event handlers: the fleet is level-triggered (it compares the rendered
+children and status with what is there), so kopf's change detection, with its bookkeeping
 annotations written on every SpeculativeModel, would add a write per change and
 nothing else. The operator never writes a model outside its status.
 No finalizers: children are deleted by the garbage collector through owner
@@ -18,14 +19,12 @@ from typing import Any
 
 import kopf
 
-from specfleet.operator import render
 from specfleet.operator.api import GROUP, PLURAL, VERSION
-from specfleet.operator.children import CHILD_KINDS
-from specfleet.operator.fleet import CHILD_SELECTOR, Fleet
+from specfleet.operator.child_watches import ChildWatches
+from specfleet.operator.fleet import Fleet
 from specfleet.operator.leadership import Election
 
 log = logging.getLogger("specfleet.handlers")
-MANAGED = {"app.kubernetes.io/managed-by": "specfleet"}
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -54,13 +53,19 @@ class Running:
     fleet: Fleet
     # With leader election, the fleet runs only while this replica holds the Lease.
     election: Election | None = None
-    # Namespace globs (e.g. "team-*") need kopf to list and watch Namespaces.
-    scan_namespaces: bool = False
+    # The children's watches (none in tests that hand the fleet its events).
+    child_watches: ChildWatches | None = None
+    # The namespaces watched, as given (globs included); None: every namespace.
+    namespaces: tuple[str, ...] | None = None
     # Seconds any request of kopf's own (not its watch streams) may take, as the fleet's.
     request_timeout: float | None = None
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     election_task: asyncio.Task[None] | None = None
     loop_task: asyncio.Task[None] | None = None
+
+    def scanning_namespaces(self) -> bool:
+        """Namespace globs (e.g. "team-*") need kopf to list and watch Namespaces."""
+        return self.namespaces is not None and any(_glob(n) for n in self.namespaces)
 
 
 def memo_for(running: Running) -> kopf.Memo:
@@ -91,18 +96,27 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.posting.level = logging.WARNING
     # The chart grants no access to Namespaces (least privilege); with plain namespace
     # names or cluster-wide watching kopf takes them as given instead of scanning.
-    settings.scanning.disabled = not run.scan_namespaces
-    watch_only_children(settings)
+    settings.scanning.disabled = not run.scanning_namespaces()
+    follow_children(run)
     run.loop_task = asyncio.create_task(lead_then_run(settings, run))
 
 
-def watch_only_children(settings: kopf.OperatorSettings) -> None:
-    """The API server sends the child watches only the operator's own children (its
-    labels), not every pod, Deployment and Service of a shared namespace for kopf to
-    drop: the handlers' label filter, applied where the objects are. An object of a
-    child's name that is not the operator's is found by the create-only apply."""
-    for kind in CHILD_KINDS:
-        settings.watching.label_selectors[kind.group, kind.version, kind.plural] = CHILD_SELECTOR
+def follow_children(run: Running) -> None:
+    """Watch the children cluster-wide, or in each namespace named plainly; those of a
+    glob are followed once a model there is seen (model_event)."""
+    if run.child_watches is None:
+        return
+    if run.namespaces is None:
+        run.child_watches.follow(None)
+        return
+    for namespace in run.namespaces:
+        if not _glob(namespace):
+            run.child_watches.follow(namespace)
+
+
+def _glob(namespace: str) -> bool:
+    """A namespace pattern of kopf's (`team-*`, `!team-x`, `a,b`), not a name."""
+    return any(c in namespace for c in "*?[!,")
 
 
 async def lead_then_run(settings: kopf.OperatorSettings, run: Running) -> None:
@@ -129,6 +143,8 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         await run.loop_task
     if run.election_task is not None:
         await run.election_task
+    if run.child_watches is not None:
+        await run.child_watches.close()
     if run.election is not None:
         await asyncio.to_thread(run.election.release)
 
@@ -139,24 +155,11 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def model_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    fleet = running(memo).fleet
-    fleet.remember_model(dict(body), deleted=type == "DELETED")
+    run = running(memo)
+    if run.child_watches is not None and run.namespaces is not None:
+        namespace = body.get("metadata", {}).get("namespace")
+        if namespace:
+            run.child_watches.follow(namespace)
+    run.fleet.remember_model(dict(body), deleted=type == "DELETED")
     if type is None:
-        fleet.relisted()
-
-
-async def child_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    fleet = running(memo).fleet
-    fleet.cache.remember_child(dict(body), deleted=type == "DELETED")
-    if type is None:
-        fleet.relisted()
-
-
-# Every kind a model owns is watched: a child deleted or edited by hand is put back.
-for _child in CHILD_KINDS:
-    kopf.on.event(
-        _child.group,
-        _child.version,
-        _child.plural,
-        labels={render.MODEL_LABEL: kopf.PRESENT, **MANAGED},
-    )(child_event)
+        run.fleet.relisted()

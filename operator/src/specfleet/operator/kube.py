@@ -198,7 +198,7 @@ class Cluster:
     ) -> tuple[list[dict[str, Any]], str]:
         """Every object of a child kind in `namespace` that matches the label `selector`;
         none of a kind the cluster does not serve (LeaderWorkerSet without its CRD)."""
-        path = child_kind(kind).path(namespace, "").rstrip("/")
+        path = child_kind(kind).collection(namespace)
         try:
             return self._list(path, selector)
         except ApiException as error:

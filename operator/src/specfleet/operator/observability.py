@@ -15,8 +15,9 @@ RECONCILE_SECONDS = Histogram(
 API_REQUESTS = Counter(
     "specfleet_api_requests_total",
     "Requests the operator sent to the API server, by verb (APPLY: server-side apply; "
-    "LIST: a GET of a collection) and resource (with /status for the subresource), and "
-    "by code (the HTTP status; 0 when no answer came). Not kopf's watches and listings.",
+    "LIST: a GET of a collection; WATCH: a watch of the children) and resource (with "
+    "/status for the subresource), and by code (the HTTP status; 0 when no answer came). "
+    "Not kopf's watch and listings of the models.",
     ["verb", "resource", "code"],
 )
 LEADER = Gauge(
