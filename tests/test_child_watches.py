@@ -287,3 +287,30 @@ def test_the_operator_follows_plain_namespaces_at_start_and_a_globs_as_models_co
     assert asyncio.run(followed(("team-*",), "team-1")) == (set(), {"team-1"})
     fleet = Fleet(FakeCluster(), ScriptedEvaluator())  # type: ignore[arg-type]
     assert handlers.Running(fleet, namespaces=("!x",)).scanning_namespaces()
+
+
+def test_more_watches_than_aiohttps_default_pool_each_get_a_connection(
+    server: ScriptedApiServer,
+) -> None:
+    """Each watch holds its connection: 20 namespaces of 6 kinds is more than the 100
+    connections aiohttp allows a session by default, and the last ones never started."""
+    namespaces = [f"team-{i}" for i in range(20)]
+    cache = Cache()
+
+    async def run() -> int:
+        watches = ChildWatches(
+            Credentials(server.url, False, lambda: None), "r", CHILD_SELECTOR,
+            cache.remember, cache.listed,
+        )  # fmt: skip
+        for namespace in namespaces:
+            watches.follow(namespace)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            started = sum(1 for _, q, _ in server.requests if q.get("watch") == "true")
+            if started >= 6 * len(namespaces):
+                break
+            await asyncio.sleep(0.05)
+        await watches.close()
+        return started
+
+    assert asyncio.run(run()) == 6 * len(namespaces)

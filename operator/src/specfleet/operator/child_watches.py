@@ -132,6 +132,9 @@ class ChildWatches:
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
             self._session = aiohttp.ClientSession(
+                # Each watch holds a connection while it runs: aiohttp's default of 100 in
+                # all would leave the 101st waiting for one (17 namespaces of 6 kinds).
+                connector=aiohttp.TCPConnector(limit=0),
                 headers={"User-Agent": user_agent(self.instance), "Accept": "application/json"},
                 timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_SECONDS),
             )
