@@ -47,8 +47,9 @@ LAST_PAUSE = 60.0
 Remember = Callable[[dict[str, Any], bool], None]
 
 
-class Gone(Exception):
-    """The resourceVersion a watch resumes from is no longer kept (410): list again."""
+class Expired(Exception):
+    """The resourceVersion a watch resumes from is no longer kept (410 Expired): list
+    again. (kube.Gone is another thing: an object deleted.)"""
 
 
 class Refused(Exception):
@@ -153,7 +154,7 @@ class ChildWatches:
                 async for event in self._events(kind, namespace, version):
                     version = self._take(kind, event) or version
                     pause = FIRST_PAUSE
-            except Gone:
+            except Expired:
                 version = None
                 continue
             except asyncio.CancelledError:
@@ -179,7 +180,7 @@ class ChildWatches:
         body = event.get("object") or {}
         if kind_of_event == "ERROR":
             if body.get("code") == 410:
-                raise Gone(body.get("message", ""))
+                raise Expired(body.get("message", ""))
             raise Refused(int(body.get("code") or 0), str(body.get("message", "")))
         version = (body.get("metadata") or {}).get("resourceVersion")
         if kind_of_event in ("ADDED", "MODIFIED", "DELETED"):
@@ -208,7 +209,7 @@ class ChildWatches:
         ) as response:
             observability.API_REQUESTS.labels(verb, kind.plural, str(response.status)).inc()
             if response.status == 410:
-                raise Gone(f"{verb}: the version asked for is no longer kept")
+                raise Expired(f"{verb}: the version asked for is no longer kept")
             if response.status != 200:
                 raise Refused(response.status, await response.text())
             yield response
