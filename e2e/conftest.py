@@ -25,10 +25,10 @@ from e2e.operator_process import OperatorProcess
 REPO = Path(__file__).resolve().parent.parent
 
 
-# Real vLLM on the cluster: its own unit of work, run by the worker that ran the vLLM
-# tests without a cluster (VLLM_TESTS) right after them, so that two vLLM servers never
+# Real vLLM on the cluster: run by the worker that ran the vLLM tests without a cluster
+# (VLLM_TESTS), right after them in the same unit of work, so that two vLLM servers never
 # share the 2 cores; its decisions rest on the step times vLLM measures. Meanwhile the
-# other worker runs the rest of the e2e tests, those that need the cluster alone first.
+# other workers run the rest of the e2e tests, a file at a time.
 REAL_ENGINE_E2E = "e2e/test_real_engine.py"
 
 
@@ -36,8 +36,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
-    # The e2e worker's modules with real vLLM last (whole, so their module fixtures are
-    # set up once): by then the other worker's real vLLM on the cluster is done, and
+    # Real vLLM on the cluster last in the vLLM unit; the tests that need the cluster alone
+    # first, and the e2e files with real vLLM last (their files queued so by the
+    # scheduler): by then the vLLM worker's real vLLM on the cluster is likely done, and
     # their engine's turn (cluster_turn) comes without waiting.
     engine_modules = {item.fspath for item in items if item.get_closest_marker("real_engine")}
     items.sort(
@@ -49,9 +50,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     )
 
 
-# The tests that start vLLM without a cluster: one unit of work, the other worker's
-# first, while the e2e worker starts the cluster and runs the tests without vLLM. Split
-# across workers, a module's vLLM server would start on each.
+# The tests that start vLLM without a cluster: with real vLLM on the cluster, one unit of
+# work, the first of one worker, while the others start the cluster and run the e2e tests
+# without vLLM. Split across workers, a module's vLLM server would start on each.
 VLLM_TESTS = (
     "tests/test_real_engine.py",
     "tests/test_real_engine_hot_schedule.py",
@@ -62,26 +63,28 @@ VLLM_TESTS = (
 
 
 class _OneClusterScheduling(LoadGroupScheduling):
-    """Under pytest-xdist (`make pytest`: -n 2 --dist loadgroup) the e2e tests without
-    vLLM are one work unit, run in order by one worker; the other runs the vLLM tests,
-    then real vLLM on the cluster (the two share it: e2e/cluster_share.py), then the
-    rest. Grouped by path, not by an `xdist_group` marker: xdist 3.8 marks a group by
-    renaming the test's node id, which pytest 9.2's node ids ignore."""
+    """Under pytest-xdist (`make pytest`: -n 3 --dist loadgroup) the vLLM tests and then
+    real vLLM on the cluster are one unit of work; every other file is a unit of its own.
+    One worker starts the vLLM unit while the others take the e2e files one at a time
+    (the tests waiting on the cluster's clocks overlap: they share it, e2e/cluster_share.py),
+    then whatever is left. Grouped by path, not by an `xdist_group` marker: xdist 3.8
+    marks a group by renaming the test's node id, which pytest 9.2's node ids ignore."""
 
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith(REAL_ENGINE_E2E):
-            return "real-engine-e2e"
-        if nodeid.startswith("e2e/"):
-            return "e2e"
-        if nodeid.startswith(VLLM_TESTS):
+        if nodeid.startswith((*VLLM_TESTS, REAL_ENGINE_E2E)):
             return "vllm"
         scope: str = super()._split_scope(nodeid)
         return scope
 
     def _assign_work_unit(self, node: WorkerController) -> None:
-        # xdist queues the largest units first; instead the e2e unit and the vLLM unit
-        # start at once, and real vLLM on the cluster comes next.
-        for scope in ("real-engine-e2e", "vllm", "e2e"):
+        # xdist queues the largest units first; instead the vLLM unit, then the e2e files
+        # in the order of the collection (pytest_collection_modifyitems), then the rest.
+        assert self.collection is not None
+        first: dict[str, int] = {}
+        for nodeid in self.collection:
+            first.setdefault(self._split_scope(nodeid), len(first))
+        e2e = sorted((s for s in self.workqueue if s.startswith("e2e/")), key=first.__getitem__)
+        for scope in [*e2e, "vllm"][::-1]:
             if scope in self.workqueue:
                 self.workqueue.move_to_end(scope, last=False)
         super()._assign_work_unit(node)
