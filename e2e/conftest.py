@@ -64,17 +64,26 @@ VLLM_TESTS = (
 
 class _OneClusterScheduling(LoadGroupScheduling):
     """Under pytest-xdist (`make pytest`: -n 3 --dist loadgroup) the vLLM tests and then
-    real vLLM on the cluster are one unit of work; every other file is a unit of its own.
-    One worker starts the vLLM unit while the others take the e2e files one at a time
-    (the tests waiting on the cluster's clocks overlap: they share it, e2e/cluster_share.py),
-    then whatever is left. Grouped by path, not by an `xdist_group` marker: xdist 3.8
-    marks a group by renaming the test's node id, which pytest 9.2's node ids ignore."""
+    real vLLM on the cluster are one unit of work, and its worker takes nothing else until
+    it is done; every other file is a unit of its own. One worker starts the vLLM unit
+    while the others take the e2e files one at a time (the tests waiting on the cluster's
+    clocks overlap: they share it, e2e/cluster_share.py), then whatever is left. Grouped
+    by path, not by an `xdist_group` marker: xdist 3.8 marks a group by renaming the
+    test's node id, which pytest 9.2's node ids ignore."""
 
     def _split_scope(self, nodeid: str) -> str:
         if nodeid.startswith((*VLLM_TESTS, REAL_ENGINE_E2E)):
             return "vllm"
-        scope: str = super()._split_scope(nodeid)
-        return scope
+        # A file, not loadgroup's single test: its module fixtures are set up once.
+        return nodeid.split("::", 1)[0]
+
+    def _reschedule(self, node: WorkerController) -> None:
+        # xdist hands a worker its next unit when two of its tests are left; behind the
+        # vLLM unit's last two (real vLLM on the cluster, minutes each) that unit would
+        # wait while the other workers run dry.
+        if False in self.assigned_work[node].get("vllm", {}).values():
+            return
+        super()._reschedule(node)
 
     def _assign_work_unit(self, node: WorkerController) -> None:
         # xdist queues the largest units first; instead the vLLM unit, then the e2e files
