@@ -98,7 +98,7 @@ def test_both_installed_keep_stdlib_operator(wheels: dict[str, Path], tmp_path: 
     stdlib, api = result.stdout.split()
     assert not stdlib.startswith(str(REPO)), stdlib
     assert api.startswith(str(site)), api
-    assert (site / "specfleet" / "operator" / "api.py").exists()
+    assert (site / "specfleet" / "operator" / "api" / "old_status.py").exists()
     assert (site / "specfleet" / "runtime" / "config.py").exists()
     assert not (site / "operator").exists()
 

@@ -143,10 +143,10 @@ class _Module:
 
 def _modules() -> dict[str, _Module]:
     modules = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-        modules[path.stem] = _Module(tree, parents)
+        modules[path.relative_to(PACKAGE).with_suffix("").as_posix()] = _Module(tree, parents)
     return modules
 
 
