@@ -15,6 +15,8 @@ from specfleet.operator import observability, render, track_plan, tuner
 from specfleet.operator.api import (
     MAX_SCRAPE_TIMEOUT_SECONDS,
     ConditionType,
+    HotSchedule,
+    Metrics,
     MetricsSource,
     SpeculativeModel,
     SpeculativeModelStatus,
@@ -56,8 +58,8 @@ class Outbound:
         urls = frozenset(url.rstrip("/") for url in self.prometheus_urls)
         object.__setattr__(self, "prometheus_urls", urls)
 
-    def timeout(self, model: SpeculativeModel) -> float:
-        asked = parse_duration(model.spec.metrics.scrape_timeout).total_seconds()
+    def timeout(self, metrics: Metrics) -> float:
+        asked = parse_duration(metrics.scrape_timeout).total_seconds()
         return min(asked, self.max_timeout)
 
     def listed(self, url: str) -> bool:
@@ -198,10 +200,9 @@ def canary_pending_reason(children: ObservedChildren) -> str | None:
     return f"its pod is not created ({reason}): {message}" if message else reason
 
 
-def _hot_tracks(model: SpeculativeModel, plans: TrackPlans) -> dict[Track, HotTrack] | None:
-    """Where the stable pods take K hot: the generation they must run for their windows
-    to count at status' K, and their ceiling."""
-    hot = model.status.speculation.hot_schedule
+def _hot_tracks(hot: HotSchedule | None, plans: TrackPlans) -> dict[Track, HotTrack] | None:
+    """Where the stable pods take K hot (`hot`, status' schedule handed to them): the
+    generation they must run for their windows to count at status' K, and their ceiling."""
     if hot is None or not plans.stable.hot:
         return None
     return {"stable": HotTrack(hot.generation, plans.stable.spec.speculation.max_tokens)}
@@ -216,18 +217,18 @@ class Evaluator:
         self.trackers.pop(key, None)
 
     async def _samples(
-        self, model: SpeculativeModel, plans: TrackPlans, current: CurrentPods
+        self, key: Key, metrics: Metrics, plans: TrackPlans, current: CurrentPods
     ) -> list[PodSample]:
-        timeout = self.outbound.timeout(model)
-        if model.spec.metrics.source is MetricsSource.PROMETHEUS and model.spec.metrics.prometheus:
-            url = model.spec.metrics.prometheus.url
+        timeout = self.outbound.timeout(metrics)
+        if metrics.source is MetricsSource.PROMETHEUS and metrics.prometheus:
+            url = metrics.prometheus.url
             refused = self.outbound.refused(url)
             if refused is not None:
                 raise SourceUnavailable(cut(refused))
             return await query_prometheus(
-                url, *key_of_model(model), timeout, loopback_allowed=self.outbound.listed(url)
+                url, *key, timeout, loopback_allowed=self.outbound.listed(url)
             )
-        namespace, _ = key_of_model(model)
+        namespace, _ = key
         targets = scrape_targets(plans, current)
         return await scrape(namespace, targets, timeout, SCRAPE_CONCURRENCY)
 
@@ -240,28 +241,29 @@ class Evaluator:
         current = current_pods(model, children, plans)
         try:
             async with without_slot():
-                samples = await self._samples(model, plans, current)
+                samples = await self._samples(key, model.spec.metrics, plans, current)
         except SourceUnavailable as error:
             # No pod has data. The tracker keeps its readings: the next answer spans the gap.
             observation = Observation(stable=None, canary=None, prometheus_error=str(error))
         else:
             tokens = {track: plans[track].tokens for track in TRACKS}
-            observation = tracker.observe(samples, tokens, _hot_tracks(model, plans))
+            observation = tracker.observe(
+                samples, tokens, _hot_tracks(model.status.speculation.hot_schedule, plans)
+            )
         observation = replace(
             observation,
             canary_pending_since=canary_pending_since(children),
             runtime_failures=runtime_failures(current),
             canary_pending_reason=canary_pending_reason(children),
         )
-        self._count_errors(model, observation)
+        self._count_errors(key, observation)
         decided = tuner.decide(
             model.spec, model.status, observation, now, generation=model.metadata.generation
         )
-        self._export(model, decided.status)
+        self._export(key, decided.status)
         return decided
 
-    def _count_errors(self, model: SpeculativeModel, observation: Observation) -> None:
-        labels = key_of_model(model)
+    def _count_errors(self, labels: Key, observation: Observation) -> None:
         for error in observation.errors.values():
             observability.SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
         if observation.prometheus_error is not None:
@@ -282,8 +284,7 @@ class Evaluator:
             eventful.append(action)
         return eventful
 
-    def _export(self, model: SpeculativeModel, status: SpeculativeModelStatus) -> None:
-        labels = key_of_model(model)
+    def _export(self, labels: Key, status: SpeculativeModelStatus) -> None:
         window = status.acceptance
         for gauge, value in (
             (observability.ACCEPTANCE_RATE, window.rate),
