@@ -6,6 +6,12 @@ declared on its model: its CEL rule goes into the CRD's `x-kubernetes-validation
 (admission by the API server), its Python check runs in pydantic (offline `specfleet
 validate`, the operator), both with one message, and its refusals are the tests'
 invalid manifests (`RULES` lists them all).
+
+The models are in five modules, each using only those before it: `common` (the API's
+group and names, the bases of its models, the strings it checks as the API server does),
+`pod` (pod settings: the core/v1 types a model's pods take), `spec`, `old_status` (readers
+of status bodies an earlier version wrote) and `status`; the root, `SpeculativeModel`,
+is here, and every name of those modules is `api.<name>`.
 """
 
 from __future__ import annotations
