@@ -1,6 +1,6 @@
-"""One local cluster shared by the two pytest workers of `make test`.
+"""One local cluster shared by the pytest workers of `make test`, and one vLLM at a time.
 
-The cluster listens on fixed ports, so both workers use the same one: the first to need
+The cluster listens on fixed ports, so every worker uses the same one: the first to need
 it starts it, and it goes down when the last one leaves (if this run started it). Tests
 take turns on it: most share it (each in its own namespaces), while a test that breaks
 it for everyone (an API server restart, a killed node agent, an operator watching every
@@ -21,8 +21,19 @@ from e2e import cluster
 
 SHARE = cluster.STATE / "share"
 USERS = SHARE / "users"
-# How long the run that started the cluster waits for the other worker before stopping it.
+# How long the run that started the cluster waits for the other workers before stopping it.
 LAST_USER_TIMEOUT = 3600.0
+# The test files that start vLLM without the cluster (real vLLM's CPU build, or vLLM 0.33
+# for its own argument and config checks): each holds the engine's turn while it runs
+# (tests/conftest.py), and with real vLLM on the cluster they are one worker's unit of
+# work (e2e/conftest.py).
+VLLM_TESTS = (
+    "tests/test_real_engine.py",
+    "tests/test_real_engine_hot_schedule.py",
+    "tests/test_real_engine_multi_node.py",
+    "tests/test_vllm_speculative_config.py",
+    "tests/test_runtime_vllm_contract.py",
+)
 
 
 @contextmanager
@@ -52,9 +63,11 @@ def turn(alone: bool) -> Iterator[None]:
 
 @contextmanager
 def engine_turn() -> Iterator[None]:
-    """Hold the cluster's one real vLLM server for one test. Two vLLM servers on 2 cores
-    slow each other by the minute, and a test that judges K by the speed vLLM measures
-    (a hot trial's pairs) then measures its neighbour: single pairs strayed +-40%."""
+    """Hold the machine's one vLLM for one e2e test or one file of VLLM_TESTS. Two vLLM
+    servers on 2 cores slow each other by the minute, and a test that judges K by the
+    speed vLLM measures (a hot trial's pairs) then measures its neighbour: single pairs
+    strayed +-40%; vLLM 0.33's config check, 60 s alone, timed out at 300 s beside a
+    real vLLM group on a new machine."""
     with _locked("engine.lock", fcntl.LOCK_EX):
         yield
 

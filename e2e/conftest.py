@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # Real vLLM on the cluster: run by the worker that ran the vLLM tests without a cluster
-# (VLLM_TESTS), right after them in the same unit of work, so that two vLLM servers never
-# share the 2 cores; its decisions rest on the step times vLLM measures. Meanwhile the
-# other workers run the rest of the e2e tests, a file at a time.
+# (cluster_share.VLLM_TESTS), right after them in the same unit of work; its decisions
+# rest on the step times vLLM measures. Meanwhile the other workers run the rest of the
+# e2e tests, a file at a time.
 REAL_ENGINE_E2E = "e2e/test_real_engine.py"
 
 
@@ -50,18 +50,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     )
 
 
-# The tests that start vLLM without a cluster: with real vLLM on the cluster, one unit of
-# work, the first of one worker, while the others start the cluster and run the e2e tests
-# without vLLM. Split across workers, a module's vLLM server would start on each.
-VLLM_TESTS = (
-    "tests/test_real_engine.py",
-    "tests/test_real_engine_hot_schedule.py",
-    "tests/test_real_engine_multi_node.py",
-    "tests/test_vllm_speculative_config.py",
-    "tests/test_runtime_vllm_contract.py",
-)
-
-
 class _OneClusterScheduling(LoadGroupScheduling):
     """Under pytest-xdist (`make pytest`: -n 3 --dist loadgroup) the vLLM tests and then
     real vLLM on the cluster are one unit of work, and its worker takes nothing else until
@@ -72,7 +60,7 @@ class _OneClusterScheduling(LoadGroupScheduling):
     test's node id, which pytest 9.2's node ids ignore."""
 
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith((*VLLM_TESTS, REAL_ENGINE_E2E)):
+        if nodeid.startswith((*cluster_share.VLLM_TESTS, REAL_ENGINE_E2E)):
             return "vllm"
         # A file, not loadgroup's single test: its module fixtures are set up once.
         return nodeid.split("::", 1)[0]

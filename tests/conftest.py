@@ -2,12 +2,15 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from hypothesis import settings
+
+from e2e import cluster_share
 
 # Shared, noisy machines (and two pytest workers): an example that takes longer than
 # hypothesis's 200 ms deadline is slow, not wrong.
@@ -17,6 +20,18 @@ settings.load_profile("shared-machine")
 REPO = Path(__file__).resolve().parent.parent
 # The fake API server's fixtures (`cluster`, `fleet`) for the fleet's tests.
 pytest_plugins = ["tests.fake_cluster"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def engine_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A file that starts vLLM holds the engine's turn from before its first fixture to
+    after its last, so no real vLLM on the cluster runs beside it (e2e/cluster_share.py)."""
+    path = Path(str(request.path)).relative_to(REPO).as_posix()
+    if path not in cluster_share.VLLM_TESTS:
+        yield
+        return
+    with cluster_share.engine_turn():
+        yield
 
 
 @pytest.fixture

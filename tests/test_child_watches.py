@@ -304,7 +304,8 @@ def test_more_watches_than_aiohttps_default_pool_each_get_a_connection(
         )  # fmt: skip
         for namespace in namespaces:
             watches.follow(namespace)
-        deadline = time.monotonic() + 10
+        # Seconds each idle, a minute beside real vLLM: only a stuck watch waits it out.
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             started = sum(1 for _, q, _ in server.requests if q.get("watch") == "true")
             if started >= 6 * len(namespaces):
