@@ -50,11 +50,15 @@ class Timeline:
         default_factory=lambda: defaultdict(lambda: defaultdict(float))
     )
     done: dict[str, float] = field(default_factory=dict)  # worker -> seconds into the run
+    # worker -> file -> seconds into the run its first test began: the order each ran in
+    began: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
 
     def report(self, report: pytest.TestReport) -> None:
         node = getattr(report, "node", None)
         worker = str(node.gateway.id) if node is not None else "main"
-        self.files[worker][report.nodeid.split("::")[0]] += report.duration
+        path = report.nodeid.split("::")[0]
+        self.files[worker][path] += report.duration
+        self.began[worker].setdefault(path, time.time() - report.duration - self.started)
 
     def worker_down(self, worker: str) -> None:
         self.done[worker] = time.time() - self.started
@@ -75,7 +79,8 @@ class Timeline:
             total = sum(seconds for _, seconds in files)
             out.append(f"worker {worker}: {len(files)} files, {total:.0f} s of tests{ended}")
             shown = [(f, s) for f, s in files if s >= SHOWN_FILE_SECONDS]
-            out += [f"  {seconds:8.1f}  {name}" for name, seconds in shown]
+            began = self.began[worker]
+            out += [f"  {s:8.1f}  {name} (from {began[name]:.0f} s)" for name, s in shown]
             rest = files[len(shown) :]
             if rest:
                 seconds = sum(s for _, s in rest)

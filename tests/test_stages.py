@@ -8,7 +8,12 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
+
+import pytest
 
 from e2e import stages
 from tests.conftest import REPO
@@ -31,6 +36,17 @@ def test_a_stage_keeps_its_output_and_exit_status_and_is_written_down(tmp_path: 
     lines = stages.Timeline().lines(read)
     assert lines[1].startswith("first") and lines[1].endswith("exit status 3"), lines
     assert lines[2].split() == ["second", f"{read[1].seconds:.1f}"], lines
+
+
+def test_each_file_shows_when_its_first_test_began() -> None:
+    timeline = stages.Timeline(started=time.time() - 100)
+    for nodeid, duration in [("tests/a.py::one", 30.0), ("tests/a.py::two", 20.0)]:
+        timeline.report(cast(pytest.TestReport, SimpleNamespace(nodeid=nodeid, duration=duration)))
+    lines = timeline.lines([])
+    shown = next(line for line in lines if "tests/a.py" in line)
+    match = re.fullmatch(r"\s*50\.0  tests/a\.py \(from (\d+) s\)", shown)
+    assert match is not None, shown
+    assert 65 <= float(match[1]) <= 75, shown  # 100 s ago, the first test's 30 s back from its end
 
 
 def test_without_a_stages_file_a_stage_only_runs(tmp_path: Path) -> None:
