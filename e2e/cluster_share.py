@@ -35,6 +35,19 @@ VLLM_TESTS = (
     "tests/test_runtime_vllm_contract.py",
 )
 
+# The unit of work of VLLM_TESTS and real vLLM on the cluster, one worker's (e2e/conftest.py).
+VLLM_UNIT = "vllm"
+
+
+def work_order(queued: list[str], first_seen: dict[str, int]) -> list[str]:
+    """The order the workers take the queued units in: the vLLM unit first (its worker
+    starts vLLM without the cluster while the others start on the cluster), then the e2e
+    files in the order they were collected (`first_seen`: those that need the cluster
+    alone first), then the rest as queued."""
+    e2e = sorted((unit for unit in queued if unit.startswith("e2e/")), key=first_seen.__getitem__)
+    lead = [VLLM_UNIT] * (VLLM_UNIT in queued) + e2e
+    return lead + [unit for unit in queued if unit not in lead]
+
 
 @contextmanager
 def _locked(name: str, operation: int) -> Iterator[None]:

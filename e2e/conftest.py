@@ -61,7 +61,7 @@ class _OneClusterScheduling(LoadGroupScheduling):
 
     def _split_scope(self, nodeid: str) -> str:
         if nodeid.startswith((*cluster_share.VLLM_TESTS, REAL_ENGINE_E2E)):
-            return "vllm"
+            return cluster_share.VLLM_UNIT
         # A file, not loadgroup's single test: its module fixtures are set up once.
         return nodeid.split("::", 1)[0]
 
@@ -69,21 +69,18 @@ class _OneClusterScheduling(LoadGroupScheduling):
         # xdist hands a worker its next unit when two of its tests are left; behind the
         # vLLM unit's last two (real vLLM on the cluster, minutes each) that unit would
         # wait while the other workers run dry.
-        if False in self.assigned_work[node].get("vllm", {}).values():
+        if False in self.assigned_work[node].get(cluster_share.VLLM_UNIT, {}).values():
             return
         super()._reschedule(node)
 
     def _assign_work_unit(self, node: WorkerController) -> None:
-        # xdist queues the largest units first; instead the vLLM unit, then the e2e files
-        # in the order of the collection (pytest_collection_modifyitems), then the rest.
+        # xdist queues the largest units first; instead cluster_share.work_order.
         assert self.collection is not None
         first: dict[str, int] = {}
         for nodeid in self.collection:
             first.setdefault(self._split_scope(nodeid), len(first))
-        e2e = sorted((s for s in self.workqueue if s.startswith("e2e/")), key=first.__getitem__)
-        for scope in [*e2e, "vllm"][::-1]:
-            if scope in self.workqueue:
-                self.workqueue.move_to_end(scope, last=False)
+        for scope in cluster_share.work_order(list(self.workqueue), first):
+            self.workqueue.move_to_end(scope)
         super()._assign_work_unit(node)
 
 
