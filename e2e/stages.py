@@ -40,11 +40,35 @@ def read_stages(path: Path) -> list[Stage]:
     return stages
 
 
+def cpu_jiffies(stat: Path = Path("/proc/stat")) -> tuple[int, int] | None:
+    """The machine's CPU time since boot in clock ticks, (busy, all), from /proc/stat's
+    first line; None where there is none (not Linux). Idle and iowait are not busy."""
+    try:
+        fields = stat.read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(value) for value in fields[1:]]
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    total = sum(ticks[:8])
+    return total - ticks[3] - ticks[4], total
+
+
+def busy_share(start: tuple[int, int] | None, end: tuple[int, int] | None) -> float | None:
+    """The share of all cores' time spent busy between two `cpu_jiffies` readings: how
+    much room more workers would find."""
+    if start is None or end is None or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1])
+
+
 @dataclass
 class Timeline:
     """What the controller (or a run without workers) saw of the run."""
 
     started: float = field(default_factory=time.time)
+    cpu_at_start: tuple[int, int] | None = field(default_factory=cpu_jiffies)
     # worker ("gw0"; "main" without xdist) -> file -> seconds (setup, call and teardown)
     files: dict[str, dict[str, float]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(float))
@@ -70,7 +94,9 @@ class Timeline:
         for stage in stages:
             note = "" if stage.status == 0 else f"exit status {stage.status}"
             out.append(f"{stage.name:<20} {stage.seconds:8.1f}  {note}".rstrip())
-        out.append(f"{'pytest':<20} {now - self.started:8.1f}  to this table")
+        busy = busy_share(self.cpu_at_start, cpu_jiffies())
+        cores = f"{os.cpu_count()} cores {busy:.0%} busy" if busy is not None else ""
+        out.append(f"{'pytest':<20} {now - self.started:8.1f}  to this table; {cores}".rstrip("; "))
         out.append(f"{'total':<20} {now - first:8.1f}  from the first stage")
         for worker in sorted(self.files):
             files = sorted(self.files[worker].items(), key=lambda item: -item[1])

@@ -49,6 +49,22 @@ def test_each_file_shows_when_its_first_test_began() -> None:
     assert 65 <= float(match[1]) <= 75, shown  # 100 s ago, the first test's 30 s back from its end
 
 
+def test_the_cores_busy_share_leaves_out_idle_and_iowait(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 7 0\ncpu0 1 2 3\n")
+    start = stages.cpu_jiffies(stat)
+    assert start == (150, 1000)
+    stat.write_text("cpu  400 0 150 1200 250 0 0 0 7 0\n")
+    end = stages.cpu_jiffies(stat)
+    assert stages.busy_share(start, end) == 400 / 1000  # 400 busy of 1,000 ticks
+    assert stages.busy_share(end, start) is None  # no time passed between them
+    assert stages.cpu_jiffies(tmp_path / "absent") is None
+    timeline = stages.Timeline(cpu_at_start=start)
+    pytest_line = next(line for line in timeline.lines([]) if line.startswith("pytest"))
+    assert re.search(r"to this table; \d+ cores \d+% busy$", pytest_line), pytest_line
+
+
 def test_without_a_stages_file_a_stage_only_runs(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "SPECFLEET_STAGES"}
     done = subprocess.run(
