@@ -26,7 +26,7 @@ LAST_USER_TIMEOUT = 3600.0
 # The test files that start vLLM without the cluster (real vLLM's CPU build, or vLLM 0.33
 # for its own argument and config checks): each holds the engine's turn while it runs
 # (tests/conftest.py), and with real vLLM on the cluster they are one worker's unit of
-# work (e2e/conftest.py).
+# work (e2e/scheduling.py).
 VLLM_TESTS = (
     "tests/test_real_engine.py",
     "tests/test_real_engine_hot_schedule.py",
@@ -34,20 +34,6 @@ VLLM_TESTS = (
     "tests/test_vllm_speculative_config.py",
     "tests/test_runtime_vllm_contract.py",
 )
-
-# The unit of work of VLLM_TESTS and real vLLM on the cluster, one worker's (e2e/conftest.py).
-VLLM_UNIT = "vllm"
-
-
-def work_order(queued: list[str], first_seen: dict[str, int]) -> list[str]:
-    """The order the workers take the queued units in: the vLLM unit first (its worker
-    starts vLLM without the cluster while the others start on the cluster), then the e2e
-    files in the order they were collected (`first_seen`: those that need the cluster
-    alone first), then the rest as queued."""
-    e2e = sorted((unit for unit in queued if unit.startswith("e2e/")), key=first_seen.__getitem__)
-    lead = [VLLM_UNIT] * (VLLM_UNIT in queued) + e2e
-    return lead + [unit for unit in queued if unit not in lead]
-
 
 @contextmanager
 def _locked(name: str, operation: int) -> Iterator[None]:

@@ -19,17 +19,10 @@ from xdist.remote import Producer
 from xdist.scheduler import LoadGroupScheduling
 from xdist.workermanage import WorkerController
 
-from e2e import cluster, cluster_share, podnet, stages
+from e2e import cluster, cluster_share, podnet, scheduling, stages
 from e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-# Real vLLM on the cluster: run by the worker that ran the vLLM tests without a cluster
-# (cluster_share.VLLM_TESTS), right after them in the same unit of work; its decisions
-# rest on the step times vLLM measures. Meanwhile the other workers run the rest of the
-# e2e tests, a file at a time.
-REAL_ENGINE_E2E = "e2e/test_real_engine.py"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,52 +36,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     engine_modules = {item.fspath for item in items if item.get_closest_marker("real_engine")}
     items.sort(
         key=lambda item: (
-            item.nodeid.startswith(REAL_ENGINE_E2E),
+            item.nodeid.startswith(scheduling.REAL_ENGINE_E2E),
             item.get_closest_marker("cluster_alone") is None,
             item.fspath in engine_modules,
         )
     )
 
 
-class _OneClusterScheduling(LoadGroupScheduling):
-    """Under pytest-xdist (`make pytest`: -n 3 --dist loadgroup) the vLLM tests and then
-    real vLLM on the cluster are one unit of work, and its worker takes nothing else until
-    it is done; every other file is a unit of its own. One worker starts the vLLM unit
-    while the others take the e2e files one at a time (the tests waiting on the cluster's
-    clocks overlap: they share it, e2e/cluster_share.py), then whatever is left. Grouped
-    by path, not by an `xdist_group` marker: xdist 3.8 marks a group by renaming the
-    test's node id, which pytest 9.2's node ids ignore."""
-
-    def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith((*cluster_share.VLLM_TESTS, REAL_ENGINE_E2E)):
-            return cluster_share.VLLM_UNIT
-        # A file, not loadgroup's single test: its module fixtures are set up once.
-        return nodeid.split("::", 1)[0]
-
-    def _reschedule(self, node: WorkerController) -> None:
-        # xdist hands a worker its next unit when two of its tests are left; behind the
-        # vLLM unit's last two (real vLLM on the cluster, minutes each) that unit would
-        # wait while the other workers run dry.
-        if False in self.assigned_work[node].get(cluster_share.VLLM_UNIT, {}).values():
-            return
-        super()._reschedule(node)
-
-    def _assign_work_unit(self, node: WorkerController) -> None:
-        # xdist queues the largest units first; instead cluster_share.work_order.
-        assert self.collection is not None
-        first: dict[str, int] = {}
-        for nodeid in self.collection:
-            first.setdefault(self._split_scope(nodeid), len(first))
-        for scope in cluster_share.work_order(list(self.workqueue), first):
-            self.workqueue.move_to_end(scope)
-        super()._assign_work_unit(node)
-
-
 @pytest.hookimpl(tryfirst=True, optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadGroupScheduling | None:
     if config.getvalue("dist") != "loadgroup":
         return None
-    return _OneClusterScheduling(config, log)
+    return scheduling.OneClusterScheduling(config, log)
 
 
 # `make test` (SPECFLEET_STAGES set): the stages' table, each worker's end and each file's

@@ -40,22 +40,3 @@ def test_the_engines_turn_is_held_by_one_at_a_time(
         other.join()
     try_to_take()
     assert results == ["held", "free"]
-
-
-def test_the_vllm_unit_goes_first_then_the_e2e_files_as_collected() -> None:
-    """The vLLM unit first: behind the e2e files it started 566 s into a run, and its
-    real vLLM on the cluster set the run's end."""
-    queued = ["tests/test_b.py", "e2e/test_shared.py", cluster_share.VLLM_UNIT, "e2e/test_alone.py"]
-    first_seen = {"e2e/test_alone.py": 0, "tests/test_b.py": 1, "e2e/test_shared.py": 2}
-    first_seen[cluster_share.VLLM_UNIT] = 3
-    assert cluster_share.work_order(queued, first_seen) == [
-        cluster_share.VLLM_UNIT,
-        "e2e/test_alone.py",
-        "e2e/test_shared.py",
-        "tests/test_b.py",
-    ]
-    # Once the vLLM unit is taken, the e2e files still lead.
-    assert cluster_share.work_order(["tests/test_b.py", "e2e/test_shared.py"], first_seen) == [
-        "e2e/test_shared.py",
-        "tests/test_b.py",
-    ]
