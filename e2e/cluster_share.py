@@ -35,6 +35,7 @@ VLLM_TESTS = (
     "tests/test_runtime_vllm_contract.py",
 )
 
+
 @contextmanager
 def _locked(name: str, operation: int) -> Iterator[None]:
     SHARE.mkdir(parents=True, exist_ok=True)
