@@ -20,7 +20,7 @@ from specfleet.operator import tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet, without_nulls
-from specfleet.operator.kube import Conflict, Exists, Gone
+from specfleet.operator.kube import PAGE, Conflict, Exists, Gone, Page
 from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren
 
@@ -51,6 +51,8 @@ class FakeCluster:
         # Returns the API server's message to refuse an apply with (HTTP 422), or None.
         self.refuse: Callable[[dict[str, Any]], str | None] = lambda manifest: None
         self._versions = itertools.count(100)
+        self.page = PAGE  # objects a listing's page holds
+        self._listings: list[tuple[list[dict[str, Any]], str]] = []  # (items, version)
 
     # ------------------------------------------------------------- the API server
 
@@ -173,34 +175,38 @@ class FakeCluster:
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def list_models(self, namespace: str) -> tuple[list[dict[str, Any]], str]:
-        return self._list("SpeculativeModel", namespace)
+    def list_models(self, namespace: str, start: str = "") -> Page:
+        return self._list("SpeculativeModel", namespace, None, start)
 
-    def list_children(
-        self, kind: str, namespace: str, selector: str
-    ) -> tuple[list[dict[str, Any]], str]:
-        required = [term.split("=") for term in selector.split(",")]
-        listed, version = self._list(kind, namespace)
-        matching = [
-            body
-            for body in listed
-            if all(
-                term[0] in body["metadata"].get("labels", {})
-                and (len(term) == 1 or body["metadata"]["labels"][term[0]] == term[1])
-                for term in required
-            )
-        ]
-        return matching, version
+    def list_children(self, kind: str, namespace: str, selector: str, start: str = "") -> Page:
+        return self._list(kind, namespace, selector, start)
 
-    def _list(self, kind: str, namespace: str) -> tuple[list[dict[str, Any]], str]:
+    def _list(self, kind: str, namespace: str, selector: str | None, start: str) -> Page:
+        """A page of `page` objects of a snapshot taken at the first page, as the API
+        server's paged listings are: every page has the first page's version."""
         self.requests.append(("list", kind, ""))
-        version = str(next(self._versions))
-        items = [
-            copy.deepcopy(body)
-            for (k, ns, _), body in self.objects.items()
-            if k == kind and ns == namespace
-        ]
-        return items, version
+        if start:
+            listing, offset = start.split(":")
+            items, version = self._listings[int(listing)]
+        else:
+            required = [term.split("=") for term in selector.split(",")] if selector else []
+            items = [
+                copy.deepcopy(body)
+                for (k, ns, _), body in sorted(self.objects.items())
+                if k == kind
+                and ns == namespace
+                and all(
+                    term[0] in body["metadata"].get("labels", {})
+                    and (len(term) == 1 or body["metadata"]["labels"][term[0]] == term[1])
+                    for term in required
+                )
+            ]
+            version = str(next(self._versions))
+            listing, offset = str(len(self._listings)), "0"
+            self._listings.append((items, version))
+        end = int(offset) + self.page
+        following = f"{listing}:{end}" if end < len(items) else ""
+        return Page(items[int(offset) : end], version, following)
 
     def lose_watch(self) -> None:
         """The watches break (410 Gone): queued events are never delivered; a relist

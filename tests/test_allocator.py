@@ -58,3 +58,34 @@ def test_the_operators_threads_share_two_arenas() -> None:
 def test_malloc_arena_max_set_by_the_user_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
     assert allocator.fewer_arenas() is False
+
+
+# Fragments the heap as decoded replies do: large chunks freed between small ones that
+# stay, so no free() can shrink the heap; then the resident size before and after.
+FRAGMENTED = textwrap.dedent(
+    """
+    import sys
+    from specfleet.operator import allocator
+    def rss_mb():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) // 1024
+    replies, kept = [], []
+    for _ in range(2000):
+        replies.append(bytearray(b"x" * 50_000))  # touched: resident
+        kept.append(bytearray(b"y" * 1_000))
+    del replies
+    before = rss_mb()
+    assert allocator.give_back()
+    print(before, rss_mb())
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_the_free_pages_between_kept_objects_go_back_to_the_system() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FRAGMENTED], capture_output=True, text=True, check=True, timeout=60
+    )
+    before, after = (int(mb) for mb in done.stdout.split())
+    assert before - after > 50, (before, after)  # 100 MB freed between the kept ones

@@ -235,3 +235,21 @@ def test_a_status_write_that_changes_nothing_read_neither_wakes_nor_changes_inpu
     inputs = cache.inputs(KEY)
     cache.remember_child(progressed(service, "26"))
     assert woken(cache) == {KEY} and cache.inputs(KEY) != inputs
+
+
+def test_a_model_of_the_version_cached_keeps_the_cached_body() -> None:
+    """A listing's copy of every model, or the echo of a status write whose response is
+    cached, is the body the cache holds: it keeps that one (the listing's copies, taken
+    in, left the operator's memory larger for good), and still counts it as seen."""
+    cache = FleetCache()
+    cache.remember_model(model("1"))
+    woken(cache)
+    cached = cache.models[KEY].body
+    cache.relists = 1
+    cache.remember_model(model("1"))
+    assert cache.models[KEY].body is cached and woken(cache) == set()
+    assert cache.models[KEY].seen_at_relist == 1
+    recreated = model("1")
+    recreated["metadata"]["uid"] = "another"  # deleted and created again: not the same
+    cache.remember_model(recreated)
+    assert cache.models[KEY].body["metadata"]["uid"] == "another" and woken(cache) == {KEY}

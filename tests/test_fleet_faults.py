@@ -85,17 +85,46 @@ def test_a_listing_forgets_a_model_that_is_gone(
     assert series("specfleet_speculative_tokens", track="stable") is None
 
 
+def test_a_listing_of_many_pages_forgets_only_what_no_page_holds(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """The listings come a page at a time (kube.PAGE objects; one here): a model or a
+    child on a later page is not taken for gone, and one on no page is."""
+    for name in ("alpha", "zeta"):
+        manifest = copy.deepcopy(peagle_manifest)
+        manifest["metadata"]["name"] = name
+        cluster.create_model(manifest)
+    started(cluster, fleet, peagle_manifest)
+    for key in (("team", "alpha"), ("team", "zeta")):
+        reconcile(fleet, key)
+    cluster.deliver(fleet)
+    cluster.delete_model("alpha")
+    cluster.delete("Deployment", "zeta")
+    cluster.lose_watch()
+    cluster.page = 1
+    cluster.requests.clear()
+    asyncio.run(fleet.resync())
+    assert set(fleet.cache.models) == {KEY, ("team", "zeta")}
+    listed = [kind for verb, kind, _ in cluster.requests if verb == "list"]
+    assert (listed.count("SpeculativeModel"), listed.count("Deployment")) == (2, 3)  # a page each
+    zeta = {ref for ref in fleet.cache.children[("team", "zeta")] if ref[0] == "Deployment"}
+    llama = {ref for ref in fleet.cache.children[KEY] if ref[0] == "Deployment"}
+    assert zeta == {("Deployment", "zeta-canary")}, zeta  # the stable one is gone
+    assert llama == {("Deployment", "llama"), ("Deployment", "llama-canary")}, llama
+
+
 def test_a_listing_keeps_what_was_written_after_it(
     cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
 ) -> None:
     """A model created after the listing was taken is not in it, and not gone."""
     started(cluster, fleet, peagle_manifest)
-    listed, version = cluster.list_models("team")
+    listing = cluster.list_models("team")
     later = copy.deepcopy(peagle_manifest)
     later["metadata"]["name"] = "later"
     cluster.create_model(later)
     cluster.deliver(fleet)
-    assert fleet.cache.models_listed("team", listed, version) == set()
+    listed = {body["metadata"]["name"] for body in listing.items}
+    assert fleet.cache.models_listed("team", listed, listing.version) == set()
 
 
 def test_a_404_on_a_status_write_forgets_the_model(

@@ -4,18 +4,21 @@ margin."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client
 from kubernetes.config import kube_config
 
-from specfleet.operator.kube import Cluster, always, api_client, client_for
+from specfleet.operator.kube import PAGE, Cluster, Page, always, api_client, client_for
 from tests.api_servers import FullAcceptQueue, kubeconfig
 
 TIMEOUT = 0.5
@@ -219,12 +222,50 @@ def test_a_child_kind_the_cluster_does_not_serve_lists_as_none(
 
     cluster = Cluster(client_for(client.Configuration(host="http://127.0.0.1:9"), "t"), "t", always)
 
-    def refused(path: str, selector: str | None) -> tuple[list[dict[str, Any]], str]:
+    def refused(path: str, selector: str | None, start: str) -> Page:
         raise ApiException(status=status)
 
     monkeypatch.setattr(cluster, "_list", refused)
     if status == 404:
-        assert cluster.list_children("LeaderWorkerSet", "team", "x") == ([], "")
+        assert cluster.list_children("LeaderWorkerSet", "team", "x") == Page([], "", "")
     else:
         with pytest.raises(ApiException):
             cluster.list_children("LeaderWorkerSet", "team", "x")
+
+
+def test_a_listing_is_asked_for_a_page_at_a_time() -> None:
+    """Each page asks for PAGE objects, the next one where the last left off; every
+    page carries the listing's version, and the last no continue token."""
+    asked: list[dict[str, list[str]]] = []
+    pages = {
+        "": {"metadata": {"resourceVersion": "7", "continue": "c1"}, "items": [{"metadata": {}}]},
+        "c1": {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {}}]},
+    }
+
+    class Pages(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = parse_qs(urlsplit(self.path).query)
+            asked.append(query)
+            body = json.dumps({"kind": "PodList", **pages[query.get("continue", [""])[0]]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        cluster = Cluster(client_for(client.Configuration(host=url), "t"), "t", always)
+        first = cluster.list_children("Pod", "team", "a=b")
+        assert first == Page([{"kind": "Pod", "metadata": {}}], "7", "c1")
+        last = cluster.list_children("Pod", "team", "a=b", first.next)
+        assert (last.version, last.next) == ("7", "")
+    finally:
+        server.shutdown()
+    assert [q["limit"] for q in asked] == [[str(PAGE)], [str(PAGE)]]
+    assert [q.get("continue") for q in asked] == [None, ["c1"]]
+    assert [q["labelSelector"] for q in asked] == [["a=b"], ["a=b"]]

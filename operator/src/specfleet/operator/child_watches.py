@@ -29,7 +29,7 @@ import aiohttp
 
 from specfleet.operator import observability
 from specfleet.operator.children import CHILD_KINDS, ChildKind
-from specfleet.operator.kube import REQUEST_TIMEOUT, user_agent
+from specfleet.operator.kube import PAGE, REQUEST_TIMEOUT, user_agent
 
 log = logging.getLogger("specfleet.child_watches")
 
@@ -38,8 +38,6 @@ log = logging.getLogger("specfleet.child_watches")
 WATCH_SECONDS = 120
 READ_SECONDS = 150.0
 CONNECT_SECONDS = 10.0
-# A listing's page: bounded memory for a reply, and the API server's own page size.
-PAGE = 500
 # Pauses between failed attempts: doubling from the first to the last.
 FIRST_PAUSE = 1.0
 LAST_PAUSE = 60.0

@@ -23,12 +23,21 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from specfleet.operator import hot_handoff, hot_schedules, observability, render, track_plan, tuner
+from specfleet.operator import (
+    allocator,
+    hot_handoff,
+    hot_schedules,
+    observability,
+    render,
+    track_plan,
+    tuner,
+)
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
@@ -54,7 +63,7 @@ from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
 from specfleet.operator.evaluation import Evaluator, current_pods, scrape_targets
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
-from specfleet.operator.kube import Cluster, Conflict, Exists, Gone, NotLeading
+from specfleet.operator.kube import Cluster, Conflict, Exists, Gone, NotLeading, Page
 from specfleet.operator.outcomes import Action
 from specfleet.operator.pod_policy import NOTHING_MORE, PodPolicy
 from specfleet.operator.status import (
@@ -170,12 +179,18 @@ class FleetCache:
         of the operator's own status write would re-run it to no effect). `relists`: the
         relist count when the body was read (a listing's start), if not now."""
         seen_at = self.relists if relists is None else relists
-        body = _model_part(body)
         key = key_of(body)
+        record = self.models.get(key)
+        if record is not None and _same_version(body, record.body):
+            # What the cache holds already (the echo of a status write whose response
+            # it took, or a listing's copy): keeping it spares a copy of every model
+            # body at each listing, which left the operator's memory larger for good.
+            record.seen_at_relist = max(record.seen_at_relist, seen_at)
+            return
+        body = _model_part(body)
         uid = body["metadata"].get("uid")
         if uid is not None and uid in self.deleted:
             return  # a late event of a deleted model
-        record = self.models.get(key)
         if record is not None and uid != record.body["metadata"].get("uid"):
             self.forget(key)  # deleted and created again while a watch was away
             record = None
@@ -248,38 +263,27 @@ class FleetCache:
     def namespaces(self) -> set[str]:
         return {namespace for namespace, _ in [*self.models, *self.children]}
 
-    def models_listed(
-        self,
-        namespace: str,
-        listed: list[dict[str, Any]],
-        version: str,
-        relists: int | None = None,
-    ) -> set[Key]:
-        """Take a listing of the models in `namespace` (at resourceVersion `version`,
-        started at relist count `relists`): keep what it holds; the keys of cached models
-        it lacks, which are gone (unless cached from after the listing)."""
-        for body in listed:
-            self.remember_model(body, relists)
-        present = {key_of(body) for body in listed}
+    def models_listed(self, namespace: str, listed: set[str], version: str) -> set[Key]:
+        """After a listing of the models in `namespace` (the names it held, at
+        resourceVersion `version`; each listed body remembered page by page): the keys
+        of cached models it lacked, which are gone (unless cached from after it)."""
         return {
             key
             for key, record in self.models.items()
-            if key[0] == namespace and key not in present and not _newer_than(record.body, version)
+            if key[0] == namespace
+            and key[1] not in listed
+            and not _newer_than(record.body, version)
         }
 
-    def children_listed(
-        self, namespace: str, kind: str, listed: list[dict[str, Any]], version: str
-    ) -> None:
-        """Take a listing of one child kind in `namespace`: what it lacks is deleted."""
-        present = {(body["kind"], body["metadata"]["name"]) for body in listed}
+    def children_listed(self, namespace: str, kind: str, listed: set[str], version: str) -> None:
+        """After a listing of one child kind in `namespace` (the names it held; each
+        listed body remembered page by page): what it lacked is deleted."""
         for (owner_namespace, _), children in list(self.children.items()):
             if owner_namespace != namespace:
                 continue
             for ref, body in list(children.items()):
-                if ref[0] == kind and ref not in present and not _newer_than(body, version):
+                if ref[0] == kind and ref[1] not in listed and not _newer_than(body, version):
                     self.remember_child(body, deleted=True)
-        for body in listed:
-            self.remember_child(body)
 
     def inputs(self, key: Key) -> Inputs:
         """The versions a reconcile of `key` reads: equal inputs, equal outputs."""
@@ -386,15 +390,19 @@ class Fleet:
         listings: what is gone is forgotten, as a DELETED event would have it."""
         for namespace in sorted(self.cache.namespaces()):
             relists = self.cache.relists
-            listed, version = await asyncio.to_thread(self.cluster.list_models, namespace)
-            for key in self.cache.models_listed(namespace, listed, version, relists):
+            listed, version = await _take_listing(
+                partial(self.cluster.list_models, namespace),
+                partial(self.cache.remember_model, relists=relists),
+            )
+            for key in self.cache.models_listed(namespace, listed, version):
                 log.info("%s/%s: gone (found by a listing); forgetting it", *key)
                 self.forget(key)
             for kind in CHILD_KINDS:
-                children, version = await asyncio.to_thread(
-                    self.cluster.list_children, kind.kind, namespace, CHILD_SELECTOR
+                listed, version = await _take_listing(
+                    partial(self.cluster.list_children, kind.kind, namespace, CHILD_SELECTOR),
+                    self.cache.remember_child,
                 )
-                self.cache.children_listed(namespace, kind.kind, children, version)
+                self.cache.children_listed(namespace, kind.kind, listed, version)
 
     # --------------------------------------------------------------- reconcile
 
@@ -907,6 +915,7 @@ class Fleet:
             await self.resync()
         except Exception:
             log.exception("listing models and children failed; the watches carry on")
+        allocator.give_back()  # what the listing's replies left free in malloc's arenas
 
     async def _tick(self, key: Key) -> None:
         try:
@@ -915,6 +924,23 @@ class Fleet:
             log.info("%s/%s: not reconciled: this replica no longer holds the Lease", *key)
         except Exception:
             log.exception("reconciling %s/%s failed", *key)
+
+
+async def _take_listing(
+    list_page: Callable[[str], Page], take: Callable[[dict[str, Any]], None]
+) -> tuple[set[str], str]:
+    """Hand each object of a listing to `take`, a page at a time (a reply's memory stays
+    bounded); the names it held and its resourceVersion."""
+    names: set[str] = set()
+    start = ""
+    while True:
+        page = await asyncio.to_thread(list_page, start)
+        for body in page.items:
+            take(body)
+            names.add(body["metadata"]["name"])
+        if not page.next:
+            return names, page.version
+        start = page.next
 
 
 def _new_schedule(recorded: SpeculativeModel, decided: SpeculativeModel) -> bool:
@@ -1092,6 +1118,16 @@ def _version_of(body: dict[str, Any] | None) -> str | None:
 def _newer_than(body: dict[str, Any], version: str) -> bool:
     """`body` was written after a listing at `version` (so the listing could not hold it)."""
     return _older({"metadata": {"resourceVersion": version}}, body)
+
+
+def _same_version(body: dict[str, Any], than: dict[str, Any]) -> bool:
+    """The same version of the same object: equal in every field."""
+    version = _version_of(body)
+    return (
+        version is not None
+        and version == _version_of(than)
+        and body["metadata"].get("uid") == than["metadata"].get("uid")
+    )
 
 
 def _older(body: dict[str, Any], than: dict[str, Any]) -> bool:
