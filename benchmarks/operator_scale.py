@@ -1,7 +1,7 @@
 """Operator scale on the local control plane: N SpeculativeModels applied at once.
 
     .venv/bin/python benchmarks/operator_scale.py [--counts 100,500,1000] [--repeats 3]
-        [--json build/bench/operator_scale.json] [--standby]
+        [--json build/bench/operator_scale.json] [--standby] [--memory-trace FILE]
 
 Needs the local control plane (`make cluster-up`). For each N and repeat, in fresh
 namespaces (`bench-scale-*`, deleted afterwards):
@@ -589,7 +589,19 @@ def main() -> None:
     parser.add_argument(
         "--standby", action="store_true", help="run a second replica behind a Lease"
     )
+    parser.add_argument(
+        "--memory-trace",
+        type=Path,
+        help="append the operator's memory every 10 s to this file, a JSON line each "
+        "(benchmarks/memory_trace/sitecustomize.py)",
+    )
     args = parser.parse_args()
+    if args.memory_trace is not None:
+        # The operator processes inherit the environment (e2e/operator_process.py).
+        trace = ROOT / "benchmarks" / "memory_trace"
+        path = [str(trace), os.environ.get("PYTHONPATH", "")]
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+        os.environ["SPECFLEET_MEMORY_TRACE"] = str(args.memory_trace.resolve())
     # `timeout` and Ctrl-C still clean up: namespaces, the operator, the agent, its nodes.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logs = args.json.parent / "logs"
