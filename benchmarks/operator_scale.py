@@ -411,6 +411,7 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
             started = time.monotonic()
             kubectl("apply", "--server-side", "-f", str(models), "--request-timeout=60s")
             models_seconds = time.monotonic() - started
+            log(f"N={count} baseline: models applied alone in {models_seconds:.1f} s")
             listed = json.loads(kubectl("get", "specmodel", "-n", namespace, "-o", "json"))
             children = []
             for body in listed["items"]:
@@ -432,6 +433,7 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
                     "--request-timeout=60s",
                 )
                 seconds = time.monotonic() - started
+                log(f"N={count} baseline: children applied in {seconds:.1f} s; pods next")
                 # Let the cascade (ReplicaSets, pods, scheduling) finish before the next run.
                 wait_until(
                     "every baseline pod Running",
@@ -492,8 +494,10 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
                 with seen.lock:
                     return all(seen.done(n) is not None for n in names)
 
+            log(f"N={count} operator: models applied in {applied:.1f} s; reconciles next")
             wait_until("every model reconciled", all_done, timeout)
             done = max(seen.done(n) or 0.0 for n in names)
+            log(f"N={count} operator: every model reconciled; pods Running next")
             cpu = cpu_seconds(pid) - cpu_before
             writes_done = api_writes()
             requests_done = operator_requests(operator.metrics())
