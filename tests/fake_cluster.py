@@ -52,7 +52,9 @@ class FakeCluster:
         self.refuse: Callable[[dict[str, Any]], str | None] = lambda manifest: None
         self._versions = itertools.count(100)
         self.page = PAGE  # objects a listing's page holds
-        self._listings: list[tuple[list[dict[str, Any]], str]] = []  # (items, version)
+        # The snapshots of listings with pages still to come: id -> (items, version).
+        self._listings: dict[int, tuple[list[dict[str, Any]], str]] = {}
+        self._listing_ids = itertools.count()
 
     # ------------------------------------------------------------- the API server
 
@@ -186,8 +188,8 @@ class FakeCluster:
         server's paged listings are: every page has the first page's version."""
         self.requests.append(("list", kind, ""))
         if start:
-            listing, offset = start.split(":")
-            items, version = self._listings[int(listing)]
+            listing, offset = (int(part) for part in start.split(":"))
+            items, version = self._listings.pop(listing)
         else:
             required = [term.split("=") for term in selector.split(",")] if selector else []
             items = [
@@ -202,11 +204,13 @@ class FakeCluster:
                 )
             ]
             version = str(next(self._versions))
-            listing, offset = str(len(self._listings)), "0"
-            self._listings.append((items, version))
-        end = int(offset) + self.page
-        following = f"{listing}:{end}" if end < len(items) else ""
-        return Page(items[int(offset) : end], version, following)
+            listing, offset = next(self._listing_ids), 0
+        end = offset + self.page
+        following = ""
+        if end < len(items):
+            self._listings[listing] = (items, version)  # kept until its next page is asked
+            following = f"{listing}:{end}"
+        return Page(items[offset:end], version, following)
 
     def lose_watch(self) -> None:
         """The watches break (410 Gone): queued events are never delivered; a relist
