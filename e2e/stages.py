@@ -94,9 +94,11 @@ class Timeline:
         for stage in stages:
             note = "" if stage.status == 0 else f"exit status {stage.status}"
             out.append(f"{stage.name:<20} {stage.seconds:8.1f}  {note}".rstrip())
+        note = "to this table"
         busy = busy_share(self.cpu_at_start, cpu_jiffies())
-        cores = f"{os.cpu_count()} cores {busy:.0%} busy" if busy is not None else ""
-        out.append(f"{'pytest':<20} {now - self.started:8.1f}  to this table; {cores}".rstrip("; "))
+        if busy is not None:
+            note += f"; {os.cpu_count()} cores {busy:.0%} busy"
+        out.append(f"{'pytest':<20} {now - self.started:8.1f}  {note}")
         out.append(f"{'total':<20} {now - first:8.1f}  from the first stage")
         for worker in sorted(self.files):
             files = sorted(self.files[worker].items(), key=lambda item: -item[1])
