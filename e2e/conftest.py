@@ -51,8 +51,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> LoadGro
 
 
 # `make test` (SPECFLEET_STAGES set): the stages' table, each worker's end and each file's
-# time, printed before pytest's closing line and written beside the stages' file.
+# time and CPU (measured in the workers by stages.CpuMeter), printed before pytest's closing
+# line and written beside the stages' file.
 _timeline = stages.Timeline()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(stages.CpuMeter(), "specfleet-cpu-meter")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -4,6 +4,7 @@ and docs/development.md lists the stages the Makefile times."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -38,15 +39,108 @@ def test_a_stage_keeps_its_output_and_exit_status_and_is_written_down(tmp_path: 
     assert lines[2].split() == ["second", f"{read[1].seconds:.1f}"], lines
 
 
+def _report(
+    nodeid: str, duration: float, cpu: float | None = None, worker: str | None = None
+) -> pytest.TestReport:
+    """A test report as the controller gets it, with stages.CpuMeter's figure if any."""
+    return cast(
+        pytest.TestReport,
+        SimpleNamespace(
+            nodeid=nodeid,
+            duration=duration,
+            user_properties=[] if cpu is None else [(stages.CPU_PROPERTY, cpu)],
+            node=None if worker is None else SimpleNamespace(gateway=SimpleNamespace(id=worker)),
+        ),
+    )
+
+
 def test_each_file_shows_when_its_first_test_began() -> None:
     timeline = stages.Timeline(started=time.time() - 100)
     for nodeid, duration in [("tests/a.py::one", 30.0), ("tests/a.py::two", 20.0)]:
-        timeline.report(cast(pytest.TestReport, SimpleNamespace(nodeid=nodeid, duration=duration)))
+        timeline.report(_report(nodeid, duration))
     lines = timeline.lines([])
     shown = next(line for line in lines if "tests/a.py" in line)
-    match = re.fullmatch(r"\s*50\.0  tests/a\.py \(from (\d+) s\)", shown)
+    match = re.fullmatch(r"\s*50\.0 s  cpu\s+0\.0 s  tests/a\.py \(from (\d+) s\)", shown)
     assert match is not None, shown
     assert 65 <= float(match[1]) <= 75, shown  # 100 s ago, the first test's 30 s back from its end
+
+
+def test_each_file_shows_its_workers_cpu_on_it_and_the_rest_is_outside(tmp_path: Path) -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\n")
+    timeline = stages.Timeline(
+        started=time.time() - 100, cpu_at_start=stages.cpu_jiffies(stat), stat=stat
+    )
+    for report in [
+        _report("tests/a.py::one", 30.0, cpu=9.5, worker="gw0"),
+        _report("tests/a.py::two", 20.0, cpu=3.0, worker="gw0"),
+        _report("tests/b.py::one", 2.0, cpu=1.5, worker="gw0"),
+        _report("tests/c.py::one", 1.0, cpu=0.5, worker="gw0"),
+        _report("e2e/d.py::one", 40.0, cpu=4.0, worker="gw1"),
+        _report("e2e/d.py::one", 0.5, worker="gw1"),  # the session's end: no figure
+    ]:
+        timeline.report(report)
+    # 100 core-seconds busy since the start (and 50 idle)
+    stat.write_text(f"cpu  {100 + 60 * tick} 0 {50 + 40 * tick} {800 + 50 * tick} 50 0 0 0 0 0\n")
+    lines = timeline.lines([])
+    gw0 = lines.index(next(line for line in lines if line.startswith("worker gw0")))
+    expected = [
+        r"worker gw0: 3 files, 53 s of tests, cpu 14\.5 s",  # 9.5 + 3.0 + 1.5 + 0.5
+        r"\s+50\.0 s  cpu\s+12\.5 s  tests/a\.py \(from \d+ s\)",
+        r"\s+3\.0 s  cpu\s+2\.0 s  2 files under 5 s",
+        r"worker gw1: 1 files, 40 s of tests, cpu 4\.0 s",
+        r"\s+40\.5 s  cpu\s+4\.0 s  e2e/d\.py \(from \d+ s\)",
+    ]
+    shown = lines[gw0 : gw0 + len(expected)]
+    assert all(re.fullmatch(p, line) for p, line in zip(expected, shown, strict=True)), shown
+    # 100 busy less the workers' 14.5 and 4.0
+    assert lines[-1].startswith("cpu outside the tests: 81.5 core-seconds ("), lines
+
+
+def test_the_cpu_meter_puts_each_phases_cpu_children_included_in_its_report(
+    tmp_path: Path,
+) -> None:
+    """Tests outside the folder whose conftest registers the meter are measured too, and
+    the session's end (the last teardown) is left out of the tests' figures."""
+    reports = tmp_path / "reports.jsonl"
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "conftest.py").write_text(
+        "import json\n"
+        "from e2e import stages\n"
+        "class Record:\n"
+        "    def pytest_runtest_logreport(self, report):\n"
+        f"        with open({str(reports)!r}, 'a') as out:\n"
+        "            properties = dict(report.user_properties)\n"
+        "            out.write(json.dumps([report.nodeid, report.when, properties]) + '\\n')\n"
+        "def pytest_configure(config):\n"
+        "    config.pluginmanager.register(stages.CpuMeter())\n"
+        "    config.pluginmanager.register(Record())\n"
+    )
+    burn = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end: pass\n"
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "test_burn.py").write_text(
+        f"import subprocess, sys\nBURN = {burn!r}\n"
+        "def test_burns(): exec(BURN)\n"
+        "def test_child_burns(): subprocess.run([sys.executable, '-c', BURN], check=True)\n"
+        "def test_idle(): pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "plugin", "work"],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    cpu = {
+        (nodeid.split("::")[1], when): properties.get(stages.CPU_PROPERTY)
+        for nodeid, when, properties in map(json.loads, reports.read_text().splitlines())
+    }
+    assert cpu[("test_burns", "call")] >= 0.2, cpu
+    assert cpu[("test_child_burns", "call")] >= 0.2, cpu
+    assert cpu[("test_idle", "call")] < 0.1, cpu
+    assert cpu.pop(("test_idle", "teardown")) is None, cpu
+    assert len(cpu) == 8 and all(seconds is not None for seconds in cpu.values()), cpu
 
 
 def test_the_cores_busy_share_leaves_out_idle_and_iowait(tmp_path: Path) -> None:
