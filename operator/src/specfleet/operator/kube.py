@@ -55,9 +55,10 @@ class Exists(Exception):
 # 409 Conflict, while an apply that creates drops it (an object being created has none).
 NO_OBJECT_HAS_THIS_VERSION = str(2**63 - 1)
 # A listing's page: a reply's memory stays bounded (the whole listing of one kind at
-# 1,000 models, decoded at once, left the operator 40-90 MB larger for good), and it is
-# the API server's own page size.
-PAGE = 500
+# 1,000 models, decoded at once, left the operator 40-90 MB larger for good). A page of
+# 500 Deployments is 2.2 MB of JSON and 12 MB decoded, the rise in resident size at
+# each 2-minute listing; a page of 100 is a fifth of that, for 4 more requests a kind.
+PAGE = 100
 
 
 @dataclass(frozen=True)
