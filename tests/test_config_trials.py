@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from specfleet.operator import render
 from specfleet.operator.api import (
@@ -20,6 +21,7 @@ from specfleet.operator.api import (
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.configs import config_of
 from specfleet.operator.observations import Observation
+from specfleet.operator.run import working_copy
 from specfleet.operator.track_plan import plan
 from specfleet.operator.tuner import decide, sync_with_spec
 from specfleet.runtime.sim_model import StepCost
@@ -438,3 +440,23 @@ def test_other_fields_of_a_trials_commit_reach_the_stable_pods_with_it() -> None
     assert {"name": "A", "value": "2"} in stable["env"] and _draft_arg(
         render.deployment(fleet.model(), "stable")
     ) == "d2"
+
+
+def test_a_config_trial_never_changes_the_status_it_decided_from() -> None:
+    """A decision's working copy shares the configs in status (frozen: replaced whole,
+    never changed in place) and copies the rest: through a trial started, measured and
+    promoted, the status each call was given reads as it did before it."""
+    fleet = _settled({"d": CHAT, "d2": CODE})
+    fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
+    given: list[tuple[SpeculativeModelStatus, dict[str, Any]]] = []
+    for _ in range(8):
+        given.append((fleet.status, fleet.status.model_dump()))
+        fleet.step()
+    assert "StartConfigTrial" in fleet.kinds and "PromoteConfig" in fleet.kinds
+    for status, before in given:
+        assert status.model_dump() == before
+    config = fleet.status.config
+    assert config is not None and working_copy(fleet.status).config is not config
+    assert working_copy(fleet.status).config.running is config.running  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match="frozen"):
+        config.running.hash = "another"  # type: ignore[misc]

@@ -109,3 +109,22 @@ def test_the_pod_policy_holds_for_the_pods_status_renders(peagle_manifest: dict[
     assert degraded["reason"] == "PodPolicyRefused"
     assert "status.config.running.pods (stable pods)" in degraded["message"]
     assert "cluster-admin" in degraded["message"]
+
+
+@pytest.mark.parametrize("where", ["both", "config-only"])
+def test_a_running_config_with_its_pods_is_held_to_the_rules_too(where: str) -> None:
+    """With the pods' runtime kept, the arguments the pods run are judged with it: as the
+    pods' own Runtime when the config repeats its arguments and image (read as a Runtime
+    once, not twice), and merged with it when the config's differ."""
+    owned = ["--port=1"]
+    pods_args = owned if where == "both" else []
+    pods = {
+        "model": {"name": MODEL},
+        "draft": {"method": "eagle3", "model": "draft"},
+        "runtime": {"image": "vllm/x:1", "args": pods_args},
+    }
+    with pytest.raises(ValidationError, match=r"--port"):
+        RunningConfig.model_validate(_running(args=owned, pods=pods))
+    fine = {**pods, "runtime": {"image": "vllm/x:1", "args": ["--max-model-len", "8192"]}}
+    read = RunningConfig.model_validate(_running(args=["--max-model-len", "8192"], pods=fine))
+    assert read.pods is not None and read.pods.runtime.args == read.args

@@ -4,7 +4,9 @@ of them, so the transitions form layers under `tuner` instead of a loop back to 
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timedelta
+from typing import Any
 
 from specfleet.operator import hot_schedules, speed, track_plan
 from specfleet.operator.api import (
@@ -30,6 +32,20 @@ from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION, resolv
 # How long a new K is expected to hold: a change must repay its restarts within it. An
 # hour, as the tuner changes K at most about once an hour once settled.
 SWITCH_HORIZON = timedelta(hours=1)
+
+
+def working_copy(status: SpeculativeModelStatus) -> SpeculativeModelStatus:
+    """A deep copy of status for `Run` to change, sharing its configs: they are frozen and
+    replaced whole, and, holding the spec's pod settings, they were half of copying a
+    status (which every reconcile does)."""
+    memo: dict[int, Any] = {}
+    config = status.config
+    if config is not None:
+        for kept in (config.running, config.trial.config if config.trial else None):
+            if kept is not None:
+                memo[id(kept)] = kept
+    copied: SpeculativeModelStatus = copy.deepcopy(status, memo)
+    return copied
 
 
 class Run:

@@ -68,7 +68,7 @@ from specfleet.operator.plain import stop_if_plain_is_faster
 from specfleet.operator.proposals import propose
 from specfleet.operator.reprobes import maybe_reprobe
 from specfleet.operator.rollback_metrics import floor_caps_k
-from specfleet.operator.run import SWITCH_HORIZON, Run
+from specfleet.operator.run import SWITCH_HORIZON, Run, working_copy
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial
 from specfleet.operator.windows import (
@@ -97,7 +97,7 @@ def decide(
 
     `generation` is the object's metadata.generation, written into the conditions.
     """
-    run = Run(spec, status.model_copy(deep=True), now, generation)
+    run = Run(spec, working_copy(status), now, generation)
     if spec.draft.method is DraftMethod.NONE:
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "False", "PlainDecoding", "draft.method is none"
@@ -238,7 +238,7 @@ def sync_with_spec(
     a new `speculation.tokens` resets K, clears a trial and re-enables speculation, and
     K or a trial outside new bounds is clamped or ended; each change is in history.
     `forced_config`: the hash a user's annotation forces through (config_trials.force)."""
-    run = Run(spec, status.model_copy(deep=True), now, generation)
+    run = Run(spec, working_copy(status), now, generation)
     config_trials.force(run, forced_config)
     _sync_with_spec(run)
     return _decided(run)

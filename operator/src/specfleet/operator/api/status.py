@@ -579,7 +579,10 @@ _SPEC_FIELDS: dict[str, Any] = {
 class RunningConfig(ApiModel):
     """The part of the spec a config change is named by, as the stable pods run it, and
     the rest of what their pods are rendered from: enough to render them, whole, while
-    the spec already says the next one."""
+    the spec already says the next one. Frozen: a config is replaced whole, never changed
+    in place, so a working copy of status shares it (`run.working_copy`)."""
+
+    model_config = ConfigDict(frozen=True)
 
     hash: str = Field(description="Names the config: a hash of the fields below but pods.")
     method: DraftMethod
@@ -604,7 +607,13 @@ class RunningConfig(ApiModel):
         invalid spec is."""
         runtime: dict[str, Any] = {"args": self.args}
         if self.pods is not None:
-            runtime = self.pods.runtime.model_dump(by_alias=True, mode="json") | runtime
+            pods = self.pods.runtime
+            if self.args == pods.args and self.image == pods.image:
+                # The runtime they run is `pods.runtime` as it stands, which was read as a
+                # Runtime already: judged again, it would only cost every reconcile a
+                # second validation of it.
+                return self
+            runtime = pods.model_dump(by_alias=True, mode="json") | runtime
             runtime["image"] = self.image
         elif not self.image:
             raise ValueError("breaks spec.runtime's rules: image: an empty image")
