@@ -19,6 +19,7 @@ from specfleet.operator import child_watches, handlers
 from specfleet.operator.child_watches import ChildWatches, Credentials
 from specfleet.operator.children import DEPLOYMENT, LEADER_WORKER_SET, POD
 from specfleet.operator.fleet import CHILD_SELECTOR, Fleet
+from specfleet.operator.kube import PAGE
 from tests.api_servers import JsonHandler, status
 from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 
@@ -188,7 +189,7 @@ def test_a_watch_lists_page_by_page_then_watches_from_the_listings_version(
     ]
     assert cache.listings == 1  # a dropped connection resumes: no listing, nothing lost
     first, second = server.lists(PATH)
-    assert first["labelSelector"] == CHILD_SELECTOR and first["limit"] == "500"
+    assert first["labelSelector"] == CHILD_SELECTOR and first["limit"] == str(PAGE)
     assert second["continue"] == "page-2"
     watches = server.watches(PATH)
     assert [w["resourceVersion"] for w in watches[:2]] == ["9", "12"]
