@@ -29,10 +29,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).is_relative_to(REPO / "e2e"):
             item.add_marker(pytest.mark.e2e)
-    # Real vLLM on the cluster last in the vLLM unit; the tests that need the cluster alone
-    # first, and the e2e files with real vLLM last (their files queued so by the
-    # scheduler): by then the vLLM worker's real vLLM on the cluster is likely done, and
-    # their engine's turn (cluster_turn) comes without waiting.
+    # In the vLLM unit (e2e/scheduling.py): vLLM 0.33's checks, then real vLLM without the
+    # cluster, then on it, where the tests that need the cluster alone have had its first
+    # minutes; those tests first among the other e2e files.
     engine_modules = {item.fspath for item in items if item.get_closest_marker("real_engine")}
     items.sort(
         key=lambda item: (

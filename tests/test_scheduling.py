@@ -90,7 +90,7 @@ def test_the_vllm_worker_runs_its_last_test_at_once_and_then_takes_more() -> Non
     for more work that never came: it ran only when the whole run was done with
     (about 500 s idle in the runs of 4 December)."""
     vllm = [f"{VLLM_TESTS[0]}::test_{i}" for i in range(4)]
-    vllm += [f"{scheduling.REAL_ENGINE_E2E}::test_{i}" for i in range(3)]
+    vllm += [f"{path}::test_{i}" for path in scheduling.REAL_ENGINE_E2E for i in range(2)]
     others = [f"tests/test_{f}.py::test_{i}" for f in range(12) for i in range(3)]
     nodes = run(vllm + others, workers=3)
     assert sorted(nid for node in nodes for _, nid in node.ran) == sorted(vllm + others)
