@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from e2e import cluster
@@ -16,9 +15,6 @@ from e2e.models import apply, condition, get_model, sim_admin, sim_model
 from e2e.operator_process import OperatorProcess
 from e2e.story import HIGH_ACCEPTANCE, STALE_ACCEPTANCE, sim_profile
 from e2e.waiting import wait_for
-
-# Judged on step times measured in seconds: run without real vLLM beside them.
-pytestmark = pytest.mark.cluster_alone
 
 NAME = "heads"
 RUNNING_HEAD = "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3"

@@ -10,7 +10,6 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from e2e import cluster, operator_pods
@@ -28,9 +27,6 @@ from e2e.operator_pods import Replica
 from e2e.story import MODEL, install_chart, story_model
 from e2e.waiting import wait_for
 from specfleet.operator.kube import user_agent
-
-# Leases and fences on deadlines of seconds: run without real vLLM beside them.
-pytestmark = pytest.mark.cluster_alone
 
 # Shorter than the chart's defaults (15/10/2 s, measured by benchmarks/failover.py) to keep
 # the test quick; the same ratios: the renew deadline well before the Lease runs out.
