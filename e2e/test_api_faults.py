@@ -29,10 +29,6 @@ from e2e.story import MODEL, story_model
 from e2e.waiting import wait_for
 from specfleet.operator.kube import user_agent
 
-# Fences, restarts and watch gaps on deadlines of seconds: run without real vLLM beside
-# them (two of these also break the cluster for everyone).
-pytestmark = pytest.mark.cluster_alone
-
 # Shorter than the defaults (15/10/2 s) to keep the test quick, in the same ratios, with
 # requests that time out within the margin between the renew deadline and the Lease.
 QUICK_ELECTION = (
@@ -250,6 +246,7 @@ def test_a_leader_whose_lease_renewals_are_answered_late_keeps_leading(
         proxy.stop()
 
 
+@pytest.mark.cluster_alone  # restarts the API server under everyone
 def test_a_watch_gap_hides_neither_a_deleted_model_nor_a_deleted_child(
     crds: None, api_client: client.ApiClient, ha_namespace: str, tmp_path: Path, proxy: TcpProxy
 ) -> None:
@@ -381,6 +378,7 @@ def test_a_scale_writer_during_evaluations_loses_no_decision(
     print(f"/scale writer: {len(conflicts)} conflicting status writes, every decision kept")
 
 
+@pytest.mark.cluster_alone  # restarts the API server under everyone
 def test_an_api_server_restart_mid_canary_loses_no_decision(
     operator: OperatorProcess, api_client: client.ApiClient, model_namespace: str
 ) -> None:
