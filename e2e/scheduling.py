@@ -1,8 +1,9 @@
 """How `make pytest` (`-n 3 --dist loadgroup`) hands out the tests: the vLLM tests and then
-real vLLM on the cluster are one unit of work, and its worker takes nothing else until
-it is nearly done; every other file is a unit of its own. One worker starts the vLLM
-unit while the others take the e2e files one at a time (the tests waiting on the
-cluster's clocks overlap: they share it, e2e/cluster_share.py), then whatever is left.
+the e2e files with real vLLM on the cluster are one unit of work, and its worker takes
+nothing else until it is nearly done; every other file is a unit of its own. One worker
+starts the vLLM unit while the others take the e2e files one at a time (the tests waiting
+on the cluster's clocks overlap: they share it, e2e/cluster_share.py), then whatever is
+left.
 Grouped by path, not by an `xdist_group` marker: xdist 3.8 marks a group by renaming
 the test's node id, which pytest 9.2's node ids ignore.
 """
@@ -14,26 +15,21 @@ from xdist.workermanage import WorkerController
 
 from e2e import cluster_share
 
-# Real vLLM on the cluster: run by the worker that ran the vLLM tests without a cluster
-# (cluster_share.VLLM_TESTS), right after them in the same unit of work; its decisions
-# rest on the step times vLLM measures.
-REAL_ENGINE_E2E = "e2e/test_real_engine.py"
-# The other e2e file with real vLLM (a LeaderWorkerSet group of two vLLM pods, its other
-# two tests without vLLM): the first e2e file another worker takes, so that its tests
-# without vLLM run beside the vLLM unit's and its group takes the engine's turn between
-# the vLLM unit's files. Taken late, it waited 237 s for a worker; in the vLLM unit, its
-# tests without vLLM made the unit 120 s longer (runs of 4 December).
-GROUP_E2E = "e2e/test_leader_worker_set.py"
+# The e2e files with real vLLM on the cluster: run by the worker that ran the vLLM tests
+# without a cluster (cluster_share.VLLM_TESTS), right after them in the same unit of work.
+# They hold the machine's one vLLM in turn anyway, so one worker runs them back to back:
+# as a unit of its own, the LeaderWorkerSet file waited 237 s behind other files on a
+# worker that took it late, after real vLLM on the cluster was done (runs of 4 December).
+REAL_ENGINE_E2E = ("e2e/test_real_engine.py", "e2e/test_leader_worker_set.py")
 VLLM_UNIT = "vllm"
 
 
 def work_order(queued: list[str], first_seen: dict[str, int]) -> list[str]:
     """The order the workers take the queued units in: the vLLM unit first (its worker
-    starts vLLM without the cluster while the others start on the cluster), then
-    GROUP_E2E, then the other e2e files in the order they were collected (`first_seen`:
-    those that need the cluster alone first), then the rest as queued."""
+    starts vLLM without the cluster while the others start on the cluster), then the e2e
+    files in the order they were collected (`first_seen`: those that need the cluster
+    alone first), then the rest as queued."""
     e2e = sorted((unit for unit in queued if unit.startswith("e2e/")), key=first_seen.__getitem__)
-    e2e.sort(key=lambda unit: unit != GROUP_E2E)  # stable: the others keep their order
     lead = [VLLM_UNIT] * (VLLM_UNIT in queued) + e2e
     return lead + [unit for unit in queued if unit not in lead]
 
@@ -51,7 +47,7 @@ def holds_back(vllm_tests_left: int) -> bool:
 
 class OneClusterScheduling(LoadGroupScheduling):
     def _split_scope(self, nodeid: str) -> str:
-        if nodeid.startswith((*cluster_share.VLLM_TESTS, REAL_ENGINE_E2E)):
+        if nodeid.startswith((*cluster_share.VLLM_TESTS, *REAL_ENGINE_E2E)):
             return VLLM_UNIT
         # A file, not loadgroup's single test: its module fixtures are set up once.
         return nodeid.split("::", 1)[0]

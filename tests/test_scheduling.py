@@ -15,17 +15,14 @@ from e2e.cluster_share import VLLM_TESTS
 VLLM = scheduling.VLLM_UNIT
 
 
-def test_the_vllm_unit_goes_first_then_the_group_then_the_e2e_files_as_collected() -> None:
+def test_the_vllm_unit_goes_first_then_the_e2e_files_as_collected() -> None:
     """The vLLM unit first: behind the e2e files it started 566 s into a run, and its
-    real vLLM on the cluster set the run's end. Then the group of two vLLM pods, whose
-    turn on the engine comes between the vLLM unit's files."""
-    group = scheduling.GROUP_E2E
-    queued = ["tests/test_b.py", "e2e/test_shared.py", group, VLLM, "e2e/test_alone.py"]
+    real vLLM on the cluster set the run's end."""
+    queued = ["tests/test_b.py", "e2e/test_shared.py", VLLM, "e2e/test_alone.py"]
     first_seen = {"e2e/test_alone.py": 0, "tests/test_b.py": 1, "e2e/test_shared.py": 2}
-    first_seen |= {group: 3, VLLM: 4}
+    first_seen[VLLM] = 3
     assert scheduling.work_order(queued, first_seen) == [
         VLLM,
-        group,
         "e2e/test_alone.py",
         "e2e/test_shared.py",
         "tests/test_b.py",
@@ -93,7 +90,7 @@ def test_the_vllm_worker_runs_its_last_test_at_once_and_then_takes_more() -> Non
     for more work that never came: it ran only when the whole run was done with
     (about 500 s idle in the runs of 4 December)."""
     vllm = [f"{VLLM_TESTS[0]}::test_{i}" for i in range(4)]
-    vllm += [f"{scheduling.REAL_ENGINE_E2E}::test_{i}" for i in range(3)]
+    vllm += [f"{path}::test_{i}" for path in scheduling.REAL_ENGINE_E2E for i in range(2)]
     others = [f"tests/test_{f}.py::test_{i}" for f in range(12) for i in range(3)]
     nodes = run(vllm + others, workers=3)
     assert sorted(nid for node in nodes for _, nid in node.ran) == sorted(vllm + others)
