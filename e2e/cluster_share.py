@@ -72,6 +72,16 @@ def engine_turn() -> Iterator[None]:
         yield
 
 
+@contextmanager
+def leader_worker_set_turn() -> Iterator[None]:
+    """Hold LeaderWorkerSet's controller for one test file. Its CRDs and webhook
+    configurations are the cluster's, so two files' controllers at once would replace
+    each other's webhooks and both reconcile every group; the file with real vLLM and
+    the one without run on different workers and take turns."""
+    with _locked("lws.lock", fcntl.LOCK_EX):
+        yield
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -20,6 +20,7 @@ from xdist.scheduler import LoadGroupScheduling
 from xdist.workermanage import WorkerController
 
 from e2e import cluster, cluster_share, podnet, scheduling, stages
+from e2e.lws import LeaderWorkerSetController
 from e2e.operator_process import OperatorProcess
 
 REPO = Path(__file__).resolve().parent.parent
@@ -160,6 +161,21 @@ def model_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest
 def ha_namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
     """A namespace no session operator watches, for tests that run their own replicas."""
     yield from _fresh_namespace(api_client, request, "t-ha-")
+
+
+@pytest.fixture(scope="module")
+def lws_controller(
+    control_plane: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LeaderWorkerSetController]:
+    """LeaderWorkerSet's controller for the tests of one file (e2e/lws.py), in turn with
+    the other files that run it."""
+    with cluster_share.leader_worker_set_turn():
+        controller = LeaderWorkerSetController(tmp_path_factory.mktemp("lws"))
+        try:
+            controller.start()
+            yield controller
+        finally:
+            controller.stop()
 
 
 @pytest.fixture(scope="session")

