@@ -123,6 +123,11 @@ def test_real_vllm_is_tuned_from_its_measured_speed(
     manifest["spec"]["runtime"]["image"] = real_engine.PLAIN_IMAGE
     manifest["spec"]["runtime"]["injectRuntime"] = {}
     manifest["spec"]["runtime"]["env"].append({"name": "HF_HUB_CACHE", "value": str(cache)})
+    # What is tried and what it concludes are the engine's to decide (every outcome is
+    # followed below), so the trial is as short as the tuner allows: one window of the
+    # candidate after a baseline of three (TRIAL_EXTENSION x canaryWindows), 30 s less of
+    # the engine's turn than two after six.
+    manifest["spec"]["tuning"]["canaryWindows"] = 1
     apply(manifest, model_namespace)
 
     def model() -> dict[str, Any]:
