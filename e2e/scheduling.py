@@ -1,9 +1,9 @@
-"""How `make pytest` (`-n 3 --dist loadgroup`) hands out the tests: the vLLM tests and then
-the e2e files with real vLLM on the cluster are one unit of work, and its worker takes
-nothing else until it is nearly done; every other file is a unit of its own. One worker
-starts the vLLM unit while the others take the e2e files one at a time (the tests waiting
-on the cluster's clocks overlap: they share it, e2e/cluster_share.py), then whatever is
-left.
+"""How `make pytest` (`pytest -n 4 --dist loadgroup`) hands out the tests: the vLLM tests
+and then the e2e files with real vLLM on the cluster are one unit of work, and its worker
+takes nothing else until it is nearly done; every other file is a unit of its own. One
+worker starts the vLLM unit while the others take the e2e files one at a time (the tests
+waiting on the cluster's clocks overlap: they share it, e2e/cluster_share.py), then
+whatever is left.
 Grouped by path, not by an `xdist_group` marker: xdist 3.8 marks a group by renaming
 the test's node id, which pytest 9.2's node ids ignore.
 """

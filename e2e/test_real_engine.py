@@ -48,9 +48,11 @@ CONFIG_FLOOR = 0.3
 # K gets exactly these, at the 97.5% t quantile). With 2 (one degree of freedom, t 12.7) no
 # K could be promoted: single pairs here stray +-20-30%, and with another vLLM server
 # beside it on the 2 cores +-40% (the cluster's engine turn now keeps that one away). 6
-# pairs proved +28.0% (lower bound +8.1%) and +14.5% (+9.2%) alone; 8 take about 40 s more
-# and hold the bound about a fifth closer to the gain.
-HOT_TRIAL_PAIRS = 8
+# pairs proved +28.0% (lower bound +8.1%) and +14.5% (+9.2%) alone. 8 hold the bound about
+# a fifth closer to the gain (+33.7%, lower bound +31.2%, on 5 December), but for 40 s more
+# of the machine's one vLLM, on the path that bounds `make test`; what the test asserts
+# holds either way: the candidate measured faster, and the tuner keeps what its figures say.
+HOT_TRIAL_PAIRS = 6
 # The hot test's ceiling, where it starts: this head is trained for 4 positions and past
 # its second they are all but never accepted, while vLLM verifies every one. At ceiling 4
 # the Ks differ by a few tokens a step and a trial measured noise (K=2 vs K=4: -12.8%,
@@ -346,7 +348,7 @@ def test_real_vllm_takes_a_new_k_and_schedule_hot_and_a_trial_runs_on_the_same_p
             timeout=600,
         )
         print(f"hot trial: {trial['reason']}\noutcome: {ended['action']}: {ended['reason']}")
-        # Whether 8 pairs prove the gain is the engine's noise to decide: K=2 over K=8 has
+        # Whether its pairs prove the gain is the engine's noise to decide: K=2 over K=8 has
         # measured +28.0%, +14.5% and +11.5% (lower bounds +8.1%, +9.2%, -2.2%) on this
         # machine. What must hold in every run: the candidate measured faster (the head
         # accepts all but nothing past its second position, and vLLM verifies all 8), and
