@@ -20,9 +20,10 @@ from specfleet.operator.stats import (
     conditional_acceptance,
     draft_acceptance_rate,
     extrapolate,
+    mean_length,
     per_position,
 )
-from specfleet.runtime.decoding import expected_accepted, expected_draft_acceptance_rate
+from specfleet.runtime.decoding import expected_draft_acceptance_rate
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,14 @@ def predict(
     `cap` (vLLM's adaptive verification) k is the engine's cap: it drafts k and verifies
     the count at most k that pays best, so the goodput is the best of those."""
     rates = extrapolate(conditional, k)
-    mean_length = 1.0 + expected_accepted(rates, k)
-    good = goodput_at(mean_length, k, batch, cost)
+    length = mean_length(conditional, k)
+    good = goodput_at(length, k, batch, cost)
     if cap:
-        good = max(
-            goodput_at(1.0 + expected_accepted(rates, j), j, batch, cost, k) for j in range(k + 1)
-        )
+        good = max(goodput_at(mean_length(conditional, j), j, batch, cost, k) for j in range(k + 1))
     return Prediction(
         k,
         expected_draft_acceptance_rate(rates, k),
-        mean_length,
+        length,
         ROLLBACK_METRICS[metric].expected(rates, k),
         good,
     )

@@ -31,9 +31,8 @@ from specfleet.operator.api import (
     ScheduleMode,
     SpeculativeModelSpec,
 )
-from specfleet.operator.stats import extrapolate
+from specfleet.operator.stats import mean_length
 from specfleet.runtime.config import BatchScheduleEntry
-from specfleet.runtime.decoding import expected_accepted
 
 Bands = list[ScheduledBand]  # a schedule as the status holds it
 
@@ -142,9 +141,8 @@ def request_speed(
     engine started to speculate (`configured`, a schedule's band) pays the K=0 tax, on
     plain pods it does not. `slots`: what a drafting step drafts (a parallel drafter's
     ceiling; None: k)."""
-    rates = extrapolate(conditional, k)
     step = speed.step_ms(cost, k, max(1.0, batch), slots if k else None, configured=configured)
-    return (1.0 + expected_accepted(rates, k)) / step
+    return mean_length(conditional, k) / step
 
 
 def pod_speed(

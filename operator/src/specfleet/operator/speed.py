@@ -32,9 +32,9 @@ import itertools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
 from specfleet.operator.observations import TrackWindow
@@ -229,19 +229,28 @@ def _fit_at_knee(
         (_features(s.tokens, s.batch, knee), s.step_ms, weight)
         for s, weight in zip(samples, weights, strict=True)
     ]
+    # The system with every coefficient free; each one pinned at zero leaves it.
+    full_matrix = [[0.0] * 4 for _ in range(4)]
+    full_vector = [0.0] * 4
+    for x, y, weight in rows:
+        w = weight / (y * STEP_TIME_PRECISION) ** 2
+        x0, x1, x2, x3 = x
+        for i in range(4):
+            wx = w * x[i]
+            full_vector[i] += wx * y
+            row = full_matrix[i]
+            row[0] += wx * x0
+            row[1] += wx * x1
+            row[2] += wx * x2
+            row[3] += wx * x3
+    for i in range(4):
+        full_matrix[i][i] += 1 / spread[i] ** 2
+        full_vector[i] += centre[i] / spread[i] ** 2
     free = [True] * 4
     while True:
-        matrix = [[0.0] * 4 for _ in range(4)]
-        vector = [0.0] * 4
-        for x, y, weight in rows:
-            w = weight / (y * STEP_TIME_PRECISION) ** 2
-            for i in range(4):
-                vector[i] += w * x[i] * y
-                for j in range(4):
-                    matrix[i][j] += w * x[i] * x[j]
+        matrix = [row.copy() for row in full_matrix]
+        vector = full_vector.copy()
         for i in range(4):
-            matrix[i][i] += 1 / spread[i] ** 2
-            vector[i] += centre[i] / spread[i] ** 2
             if not free[i]:  # pinned at zero: drop it from the system
                 matrix[i] = [1.0 if j == i else 0.0 for j in range(4)]
                 vector[i] = 0.0
@@ -254,9 +263,10 @@ def _fit_at_knee(
             break
         free[min(negative, key=lambda i: theta[i])] = False
     theta = [max(0.0, t) for t in theta]
+    t0, t1, t2, t3 = theta
     objective = sum(
         weight
-        * ((y - sum(a * b for a, b in zip(x, theta, strict=True))) / (y * STEP_TIME_PRECISION)) ** 2
+        * ((y - (x[0] * t0 + x[1] * t1 + x[2] * t2 + x[3] * t3)) / (y * STEP_TIME_PRECISION)) ** 2
         for x, y, weight in rows
     ) + sum(((t - c) / s) ** 2 for t, c, s in zip(theta, centre, spread, strict=True))
     objective += KNEE_PENALTY * (math.log2(knee) - math.log2(base.compute_bound_tokens)) ** 2
@@ -312,15 +322,7 @@ class Posterior:
         prior alone: 1 if its prediction is, else 0)."""
         if not self.knees:
             return 1.0 if step_ms(self.fitted, k, batch, drafted) <= ms else 0.0
-        parts = self._parts(k, batch, drafted)
-        total = sum(w for w, _, _ in parts)
-        return (
-            sum(
-                w * (0.5 * (1 + math.erf((ms - m) / (sd * math.sqrt(2)))) if sd else float(ms >= m))
-                for w, m, sd in parts
-            )
-            / total
-        )
+        return _chance_at_most(self._parts(k, batch, drafted), ms)
 
     def interval(self, k: int, batch: float, drafted: int | None = None) -> StepInterval:
         """The fit's step time at (K, batch) and its 90% interval: narrow near the
@@ -343,8 +345,20 @@ class Posterior:
         hi = max(m + 10 * sd for _, m, sd in parts)
         for _ in range(50):  # bisection on the mixture's distribution
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if self.chance_at_most(k, batch, mid, drafted) < q else (lo, mid)
+            lo, hi = (mid, hi) if _chance_at_most(parts, mid) < q else (lo, mid)
         return (lo + hi) / 2
+
+
+def _chance_at_most(parts: list[tuple[float, float, float]], ms: float) -> float:
+    """How likely a mixture of normals (weight, mean, standard deviation) is at most `ms`."""
+    total = sum(w for w, _, _ in parts)
+    return (
+        sum(
+            w * (0.5 * (1 + math.erf((ms - m) / (sd * math.sqrt(2)))) if sd else float(ms >= m))
+            for w, m, sd in parts
+        )
+        / total
+    )
 
 
 def posterior(
@@ -355,6 +369,23 @@ def posterior(
     loss), with every knee's fit for the intervals."""
     if not samples:
         return Posterior(prior(drafting), [])
+    key = tuple((s.tokens, s.batch, s.step_ms, s.steps, s.windows, s.measured_at) for s in samples)
+    return _posterior(_Samples(key, tuple(samples)), drafting, now)
+
+
+@dataclass(frozen=True)
+class _Samples:
+    """Samples as a cache key: equal where every field of every sample is."""
+
+    key: tuple[tuple[int, float, float, float, int, datetime], ...]
+    samples: tuple[StepTimeSample, ...] = field(compare=False)
+
+
+# One evaluation fits the same samples at the same time up to three times (recording a
+# window, then exploring, proposing or re-probing): the fit is most of its CPU.
+@lru_cache(maxsize=64)
+def _posterior(measured: _Samples, drafting: Drafting, now: datetime | None) -> Posterior:
+    samples = measured.samples
     base = _scaled(prior(drafting), samples)
     now = now or max(s.measured_at for s in samples)
     aged = _weights(samples, now)

@@ -10,11 +10,13 @@ of every rate here is the number of drafts, not of tokens: conservative, never o
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specfleet.operator.observations import TrackWindow
+from specfleet.runtime.decoding import expected_accepted
 
 Z_ONE_SIDED_95 = 1.6449
 
@@ -128,3 +130,16 @@ def extrapolate(conditional: Sequence[float], length: int) -> list[float]:
     last = known[-1]
     extra = [last * EXTRAPOLATION_DECAY ** (i + 1) for i in range(length - len(known))]
     return known + extra
+
+
+def mean_length(conditional: Sequence[float], k: int) -> float:
+    """Tokens one drafting step at K=k yields a request: the bonus token and the expected
+    accepted, positions past the measured ones extrapolated."""
+    return _mean_length(tuple(conditional), k)
+
+
+# A schedule's search asks it per K for every load sample of every layout: the same few
+# (conditional, K) pairs thousands of times an evaluation.
+@functools.lru_cache(maxsize=1024)
+def _mean_length(conditional: tuple[float, ...], k: int) -> float:
+    return 1.0 + expected_accepted(extrapolate(conditional, k), k)
