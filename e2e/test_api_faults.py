@@ -54,7 +54,7 @@ def operator_writes(
     """Audit events of the operator's writes in `namespace` received after `after`
     (accepted or not): `agent` names the replica, else any replica."""
     found = []
-    for event in cluster.audit_events():
+    for event in cluster.audit_events(namespace):
         received = datetime.fromisoformat(event["requestReceivedTimestamp"])
         ua = str(event.get("userAgent") or "")
         if (

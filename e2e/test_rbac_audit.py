@@ -56,7 +56,7 @@ def used_by(user: str) -> tuple[set[Permission], list[dict[str, Any]]]:
     requests the API server refused it (403)."""
     used: set[Permission] = set()
     refused = []
-    for event in cluster.audit_events():
+    for event in cluster.audit_events(user):
         if (event.get("user") or {}).get("username") != user or "objectRef" not in event:
             continue
         ref = event["objectRef"]
