@@ -431,6 +431,11 @@ def real_model(name: str, target: Path | str, draft: Path | str, floor: float) -
                 "env": [
                     {"name": k, "value": v} for k, v in {**VLLM_ENV, "OMP_NUM_THREADS": "1"}.items()
                 ],
+                # vLLM's CPU build stopped with requests in flight aborts them, then can
+                # hold their connections until the load's clients time out (60 s): the
+                # grace period bounds how long a rejected canary or an old K's pod takes
+                # to go (the runtime's STOP_SECONDS and a 5-s drain on a kubelet).
+                "pod": {"terminationGracePeriodSeconds": 15},
             },
         },
     }
