@@ -64,12 +64,11 @@ typecheck: $(INSTALLED)
 
 # The contract test runs against real vLLM from its own cached venv (install-vllm.sh).
 # The real_engine tests (real vLLM's CPU build) run only where SPECFLEET_REAL_ENGINE=1.
-# Three workers on the 2 cores: one runs the tests that start vLLM, then real vLLM on the
-# cluster; the other two the e2e files, which mostly wait on the cluster's clocks, a file
-# at a time; then all of them the rest, which mostly computes (e2e/scheduling.py). Four
-# ended sooner but left the cores 89-92% busy, and tests held to deadlines of seconds
-# failed in two of seven runs (docs/development.md).
-PYTEST_WORKERS ?= 3
+# Four workers on the 2 cores: one runs the tests that start real vLLM, then real vLLM on
+# the cluster, the chain that bounds the run; the other three the e2e files, which mostly
+# wait on the cluster's clocks, a file at a time; then all of them the rest, which mostly
+# computes (e2e/scheduling.py, docs/development.md). `make test PYTEST_WORKERS=3` for three.
+PYTEST_WORKERS ?= 4
 pytest: $(INSTALLED)
 	SPECFLEET_VLLM_PYTHON="$$(e2e/install-vllm.sh)" SPECFLEET_REAL_ENGINE=1 \
 		$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup

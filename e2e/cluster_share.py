@@ -23,16 +23,15 @@ SHARE = cluster.STATE / "share"
 USERS = SHARE / "users"
 # How long the run that started the cluster waits for the other workers before stopping it.
 LAST_USER_TIMEOUT = 3600.0
-# The test files that start vLLM without the cluster (real vLLM's CPU build, or vLLM 0.33
-# for its own argument and config checks): each holds the engine's turn while it runs
-# (tests/conftest.py), and with real vLLM on the cluster they are one worker's unit of
-# work (e2e/scheduling.py).
+# The test files that start real vLLM (its CPU build) without the cluster: each holds the
+# engine's turn while it runs (tests/conftest.py), and with real vLLM on the cluster they
+# are one worker's unit of work (e2e/scheduling.py). vLLM 0.33's argument and config
+# checks start no engine: they import vLLM and compute (135 s of that unit's chain, the
+# one that bounds the run), so they run on any worker, as tests/test_vllm_flags.py does.
 VLLM_TESTS = (
     "tests/test_real_engine.py",
     "tests/test_real_engine_hot_schedule.py",
     "tests/test_real_engine_multi_node.py",
-    "tests/test_vllm_speculative_config.py",
-    "tests/test_runtime_vllm_contract.py",
 )
 
 
@@ -66,8 +65,7 @@ def engine_turn() -> Iterator[None]:
     """Hold the machine's one vLLM for one e2e test or one file of VLLM_TESTS. Two vLLM
     servers on 2 cores slow each other by the minute, and a test that judges K by the
     speed vLLM measures (a hot trial's pairs) then measures its neighbour: single pairs
-    strayed +-40%; vLLM 0.33's config check, 60 s alone, timed out at 300 s beside a
-    real vLLM group on a new machine."""
+    strayed +-40%."""
     with _locked("engine.lock", fcntl.LOCK_EX):
         yield
 

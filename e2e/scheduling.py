@@ -1,4 +1,4 @@
-"""How `make pytest` (`pytest -n 3 --dist loadgroup`) hands out the tests: the vLLM tests
+"""How `make pytest` (`pytest -n 4 --dist loadgroup`) hands out the tests: the vLLM tests
 and then the e2e files with real vLLM on the cluster are one unit of work, and its worker
 takes nothing else until it is nearly done; every other file is a unit of its own. One
 worker starts the vLLM unit while the others take the e2e files one at a time (the tests

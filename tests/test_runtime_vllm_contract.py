@@ -194,7 +194,8 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         input=json.dumps(request),
         capture_output=True,
         text=True,
-        timeout=300,
+        # A hang's limit: vLLM's imports run beside the other workers' tests and real vLLM.
+        timeout=600,
         check=False,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]

@@ -475,7 +475,8 @@ def report(models: Path) -> dict[str, Any]:
         input=json.dumps({"cases": cases}),
         capture_output=True,
         text=True,
-        timeout=300,
+        # A hang's limit: 60 s alone, 125 s beside the cluster's tests; more beside real vLLM.
+        timeout=600,
         check=False,
         env={
             **os.environ,
