@@ -312,7 +312,14 @@ def operator_command(
     import kopf
     from prometheus_client import start_http_server
 
-    from specfleet.operator import allocator, handlers, kube, leadership, observability
+    from specfleet.operator import (
+        allocator,
+        handlers,
+        kube,
+        leadership,
+        namespace_listings,
+        observability,
+    )
     from specfleet.operator.child_watches import ChildWatches, Credentials
     from specfleet.operator.evaluation import Evaluator, Outbound
     from specfleet.operator.fleet import CHILD_SELECTOR, STATUS_INTERVAL_SECONDS, Fleet
@@ -385,6 +392,7 @@ def operator_command(
         namespaces=fleet_namespaces,
         request_timeout=request_timeout,
     )
+    namespace_listings.take_listed_namespaces()
     asyncio.run(
         kopf.operator(
             clusterwide=fleet_namespaces is None,
