@@ -3,11 +3,11 @@
 With `--namespace` patterns, kopf (1.45) lists the namespaces once, then starts a watch
 of them, and that watch lists them again before it streams changes: that second
 listing's events (no type) are dropped. A namespace made between the two listings, as
-one made while the operator starts, is not followed until it changes: its models waited
-until the namespace was deleted in one run of the suite (made 8 s after the operator
-started, under load). The same gap opens each time the watch lists anew (its resource
-version expired). `take_listed_namespaces` makes kopf revise its namespaces by every
-listing, as it does by its first.
+one made while the operator starts, is not followed until it changes: in one run of the
+suite, a test's namespace made right after its operator answered its health check, under
+load, was followed only when the test deleted it, a minute later. The same gap opens
+each time the watch lists anew (its resource version expired). `take_listed_namespaces`
+makes kopf revise its namespaces by every listing, as it does by its first.
 """
 
 from __future__ import annotations
