@@ -14,22 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from kopf._cogs.structs import bodies
 from kopf._core.reactor import observation
 
-# kopf's own, kept to show it still drops listings (tests/test_namespace_listings.py): a
-# kopf that takes them makes this module unneeded.
+# kopf's own, which revise_by_every_event hands every event. Alone it still drops listings
+# (tests/test_namespace_listings.py): a kopf that takes them makes this module unneeded.
 KOPF_PROCESSOR = observation.process_discovered_namespace_event
 
 
-async def revise_by_every_event(
-    *, raw_event: Any, namespaces: Any, insights: Any, **_: Any
-) -> None:
-    """kopf's processor of the namespace watch's events, listings included."""
-    async with insights.revised:
-        observation.revise_namespaces(
-            raw_events=[raw_event], insights=insights, namespaces=namespaces
-        )
-        insights.revised.notify_all()
+async def revise_by_every_event(*, raw_event: bodies.RawEvent, **kwargs: Any) -> None:
+    """kopf's processor of the namespace watch's events, given a listed namespace as a
+    namespace added (a deleted one stays deleted: kopf reads its deletion mark)."""
+    if raw_event["type"] is None:
+        raw_event = bodies.RawEvent(type="ADDED", object=raw_event["object"])
+    await KOPF_PROCESSOR(raw_event=raw_event, **kwargs)
 
 
 def take_listed_namespaces() -> None:

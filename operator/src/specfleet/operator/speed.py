@@ -369,7 +369,7 @@ def posterior(
     loss), with every knee's fit for the intervals."""
     if not samples:
         return Posterior(prior(drafting), [])
-    key = tuple((s.tokens, s.batch, s.step_ms, s.steps, s.windows, s.measured_at) for s in samples)
+    key = tuple(tuple(vars(s).values()) for s in samples)  # every field, as declared
     return _posterior(_Samples(key, tuple(samples)), drafting, now)
 
 
@@ -377,7 +377,7 @@ def posterior(
 class _Samples:
     """Samples as a cache key: equal where every field of every sample is."""
 
-    key: tuple[tuple[int, float, float, float, int, datetime], ...]
+    key: tuple[tuple[object, ...], ...]
     samples: tuple[StepTimeSample, ...] = field(compare=False)
 
 

@@ -10,13 +10,13 @@ of every rate here is the number of drafts, not of tokens: conservative, never o
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from specfleet.operator.observations import TrackWindow
-from specfleet.runtime.decoding import expected_accepted
+from specfleet.runtime import decoding
 
 Z_ONE_SIDED_95 = 1.6449
 
@@ -140,6 +140,6 @@ def mean_length(conditional: Sequence[float], k: int) -> float:
 
 # A schedule's search asks it per K for every load sample of every layout: the same few
 # (conditional, K) pairs thousands of times an evaluation.
-@functools.lru_cache(maxsize=1024)
+@lru_cache(maxsize=1024)
 def _mean_length(conditional: tuple[float, ...], k: int) -> float:
-    return 1.0 + expected_accepted(extrapolate(conditional, k), k)
+    return decoding.mean_acceptance_length(extrapolate(conditional, k), k)
