@@ -101,7 +101,7 @@ def run_round(
 
     def healthy(name: str) -> bool:
         status = get_model(api, namespace, name).get("status") or {}
-        windows = status.get("speculation", {}).get("windows") or 0
+        windows = status.get("speculation", {}).get("sinceChange", {}).get("windows") or 0
         rate = (status.get("acceptance") or {}).get("rate")
         return status.get("phase") == "Ready" and rate is not None and rate > 0.8 and windows >= 2
 

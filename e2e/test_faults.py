@@ -129,7 +129,7 @@ def test_a_pod_serving_garbage_or_timing_out_causes_no_rollback(
     assert measured_at() != start, "evaluations stopped"
     assert not ROLLBACK_ACTIONS & {h["action"] for h in history(body)}
     assert body["status"]["acceptance"]["conclusive"] is False
-    assert body["status"]["speculation"]["failingWindows"] == 0
+    assert body["status"]["speculation"]["sinceChange"]["failingWindows"] == 0
     available = condition(body, "MetricsAvailable")
     assert available is not None and available["status"] == "False"
 
@@ -217,7 +217,10 @@ def test_a_hostile_page_leaves_out_its_pod_while_the_healthy_pod_keeps_deciding(
         lambda: conclusive_after(measured_at(first) + 3 * INTERVAL_SECONDS),
         timeout=60,
     )
-    assert later["speculation"]["windows"] >= first["speculation"]["windows"] + 2
+    assert (
+        later["speculation"]["sinceChange"]["windows"]
+        >= first["speculation"]["sinceChange"]["windows"] + 2
+    )
     window = later["acceptance"]
     assert len(window["perPosition"]) <= 6  # K at most maxTokens, never the page's position
     assert len(json.dumps(later)) < 20_000

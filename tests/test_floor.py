@@ -104,7 +104,7 @@ def test_stop_speculation_needs_failure_limit_windows_not_one() -> None:
         fleet = Fleet(make_spec(rollback={"failureLimit": limit}), engine=NO_K_PAYS)
         for index in range(30):
             if "StopSpeculation" in fleet.step(CODE):
-                assert fleet.status.speculation.plain_faster_windows == 0
+                assert fleet.status.speculation.since_change.plain_faster_windows == 0
                 return index
         raise AssertionError("speculation never stopped")
 

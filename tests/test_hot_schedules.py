@@ -20,6 +20,7 @@ from specfleet.operator.api import (
     InPlace,
     KSwitching,
     ScheduledBand,
+    SinceChange,
     SpeculativeModel,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -337,7 +338,9 @@ def test_in_place_trials_taken_hot_wait_for_the_cooldown_only() -> None:
         time=NOW - timedelta(minutes=20), action=ActionKind.START_IN_PLACE, reason="Explore: K=4"
     )
     for switching, cooled in ((KSwitching.HOT, True), (KSwitching.RESTART, False)):
-        model = _model(switching, tokens=3, changed_at=NOW - timedelta(minutes=10))
+        model = _model(
+            switching, tokens=3, since_change=SinceChange(at=NOW - timedelta(minutes=10))
+        )
         model.spec.tuning.strategy = TuningStrategy.IN_PLACE
         model.status.history = [started]
         assert tuner._cooled(Run(model.spec, model.status, NOW, 1)) is cooled, switching

@@ -270,6 +270,33 @@ def test_old_flat_rejected_fields_become_one_rejected_object() -> None:
     assert SpeculationState.model_validate(both) == state
 
 
+def test_old_flat_memory_of_the_k_becomes_one_since_change_object() -> None:
+    old = {
+        "tokens": 4,
+        "changedAt": "2026-01-01T01:00:00Z",
+        "windows": 3,
+        "failingWindows": 1,
+        "plainFasterWindows": 2,
+        "baselineAcceptance": 0.81,
+    }
+    state = SpeculationState.model_validate(old)
+    seen = state.since_change
+    assert seen.at == datetime.fromisoformat("2026-01-01T01:00:00+00:00")
+    assert (seen.windows, seen.failing_windows, seen.plain_faster_windows) == (3, 1, 2)
+    assert seen.baseline_acceptance == 0.81
+    # Never written (the spec's K): no cooldown, as before.
+    assert SpeculationState.model_validate({"tokens": 4, "changedAt": None}).since_change.at is None
+    # A merge patch leaves the old keys beside the new object: the object wins.
+    both = {**old, **state.model_dump(by_alias=True, mode="json"), "failingWindows": 7}
+    assert SpeculationState.model_validate(both) == state
+    # And the first write of today's shape sends them as null: they are gone after it.
+    written = replacing(old, state.model_dump(by_alias=True, mode="json", exclude_none=True))
+    assert {key: written[key] for key in ("changedAt", "windows") if key in written} == {
+        "changedAt": None,
+        "windows": None,
+    }
+
+
 @pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)
 def test_a_status_with_flat_states_is_decided_on_exactly_as_before(
     path: Path, before_exploration: None

@@ -135,7 +135,7 @@ def test_after_stop_speculation_a_predicted_gain_reprobes_but_a_failed_one_waits
                         "failedReprobes": failed,
                         "reprobeAt": (T0 + timedelta(minutes=20)).isoformat(),
                     },
-                    "changedAt": T0.isoformat(),
+                    "sinceChange": {"at": T0.isoformat()},
                 }
             }
         )
@@ -228,7 +228,7 @@ def _reprobe_after_a_lull(mode: str, reprobes: bool) -> None:
                     "acceptance": CODE,
                     "reprobeAt": (T0 + timedelta(hours=2)).isoformat(),
                 },
-                "changedAt": T0.isoformat(),
+                "sinceChange": {"at": T0.isoformat()},
             }
         }
     )

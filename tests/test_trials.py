@@ -89,11 +89,11 @@ def test_a_trial_running_when_the_fleet_scales_restarts_at_the_new_size(strategy
     sp = fleet.status.speculation
     # Not promoted, not rejected: the candidate may be tried again at the new load.
     assert sp.tokens == k_before_trial and sp.rejected_tokens == []
-    assert sp.trial is None and sp.changed_at == fleet.now
+    assert sp.trial is None and sp.since_change.at == fleet.now
     # The next trial starts after the cooldown and remembers the new size.
     while (trial := fleet.status.speculation.trial) is None:
         fleet.step(CODE)
-    assert fleet.now - sp.changed_at >= timedelta(minutes=3)
+    assert fleet.now - sp.since_change.at >= timedelta(minutes=3)
     assert trial.stable_replicas == 4
 
 

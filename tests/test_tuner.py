@@ -141,7 +141,7 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
             assert "Promote" not in kinds
         # No tuning decision before the cooldown since the last change.
         if {"StartCanary", "StartInPlace"} & set(kinds):
-            assert sp.changed_at is None or now - sp.changed_at >= cooldown
+            assert sp.since_change.at is None or now - sp.since_change.at >= cooldown
         # Rollback after exactly failureLimit conclusive failing windows (outside trials);
         # once below the floor with the fastest K kept, every failing window is re-checked.
         rolled = bool({"Rollback", "StepDown", "Disable", "KeepFastest"} & set(kinds))
@@ -154,7 +154,7 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
         below = condition_status(status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
         if stable is not None and conclusive and sp.off is None and not in_place:
             metric = ROLLBACK_METRICS[spec.rollback.metric].of_window(
-                stable, sp.baseline_acceptance
+                stable, sp.since_change.baseline_acceptance
             )
             floor = spec.rollback.min_acceptance
             failing = metric is not None and metric.low < floor

@@ -72,7 +72,7 @@ def test_failing_windows_do_not_carry_across_a_long_run_of_inconclusive_windows(
     for _ in range(17):  # a run long enough to call the metrics unavailable
         fleet.step(None)
     assert not {"Rollback", "StepDown", "Disable"} & set(fleet.step(CHAT))
-    assert fleet.status.speculation.failing_windows == 1
+    assert fleet.status.speculation.since_change.failing_windows == 1
 
 
 def test_pods_left_out_are_named_in_status_bounded() -> None:

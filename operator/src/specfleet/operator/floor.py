@@ -38,17 +38,18 @@ def floor_message(run: Run, judged: Judged) -> str:
 
 def count_stable_window(run: Run, judged: Judged) -> None:
     sp = run.sp
-    sp.windows += 1
-    if rollback_metric_of(run.spec).needs_baseline and sp.baseline_acceptance is None:
+    seen = sp.since_change
+    seen.windows += 1
+    if rollback_metric_of(run.spec).needs_baseline and seen.baseline_acceptance is None:
         # The first conclusive window at a K is its baseline: measured, not judged.
-        sp.baseline_acceptance = round(judged.rate.value, 6) if judged.rate else None
-        sp.failing_windows = 0
+        seen.baseline_acceptance = round(judged.rate.value, 6) if judged.rate else None
+        seen.failing_windows = 0
         return
-    sp.failing_windows = sp.failing_windows + 1 if stable_failing(run, judged) else 0
-    if sp.failing_windows == 0 and sp.schedule is None and judged.window is not None:
+    seen.failing_windows = seen.failing_windows + 1 if stable_failing(run, judged) else 0
+    if seen.failing_windows == 0 and sp.schedule is None and judged.window is not None:
         # What a recovered draft is expected to do again: where a re-probe looks first.
         remember_acceptance(run, window_conditional(judged.window))
-    passing = sp.failing_windows == 0 and sp.windows >= 2 * run.spec.rollback.failure_limit
+    passing = seen.failing_windows == 0 and seen.windows >= 2 * run.spec.rollback.failure_limit
     if passing and held(run):
         sp.reprobing = None  # the re-probe held: the back-off starts over
 
@@ -60,7 +61,7 @@ def rollback(run: Run, judged: Judged) -> None:
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
     predicted = run.predictions(judged.window)
-    why = floor_message(run, judged) + f" for {sp.failing_windows} windows"
+    why = floor_message(run, judged) + f" for {sp.since_change.failing_windows} windows"
     metric = judged.metric.value if judged.metric else None
     lkg = sp.last_known_good.tokens if sp.last_known_good else None
     if not floor_caps_k(spec):
@@ -249,7 +250,7 @@ def _keep_fastest(run: Run, judged: Judged, message: str) -> None:
             acceptance=judged.metric.value if judged.metric else None,
             goodput=judged.goodput,
         )
-    run.sp.failing_windows = 0
+    run.sp.since_change.failing_windows = 0
     run.condition(ConditionType.ACCEPTANCE_BELOW_FLOOR, "True", "NoKClearsFloor", message)
 
 

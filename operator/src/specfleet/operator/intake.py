@@ -68,7 +68,8 @@ def _learn_speed(run: Run, observation: Observation) -> None:
     # timed their steps by K.
     flat = sp.decoding_plainly or sp.schedule is None
     settled = window is not None and (
-        sp.changed_at is None or run.now - timedelta(seconds=window.seconds) >= sp.changed_at
+        sp.since_change.at is None
+        or run.now - timedelta(seconds=window.seconds) >= sp.since_change.at
     )
     if settled and flat:
         _learn_at(run, sp.stable_k, window)
@@ -110,7 +111,7 @@ def _judge_stable(run: Run, observation: Observation) -> Judged:
         run.collected("stable"),
         observation.stable,
         sp.stable_k,
-        sp.baseline_acceptance,
+        sp.since_change.baseline_acceptance,
         running,
     )
     run.keep_collecting("stable", collecting)

@@ -33,12 +33,12 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     if plain < fastest.goodput * (1 + run.required_gain()) or 0 in sp.rejected_tokens:
         # Not predicted faster, or a trial measured it no faster lately: the measurement
         # stands over the prediction until reprobeAfter.
-        sp.plain_faster_windows = 0
+        sp.since_change.plain_faster_windows = 0
         return False
     # As a rollback: one window (one slow minute, one odd batch) is not enough evidence;
     # nor is it the time to try another K (True: no proposal while the evidence grows).
-    sp.plain_faster_windows += 1
-    if sp.plain_faster_windows < spec.rollback.failure_limit:
+    sp.since_change.plain_faster_windows += 1
+    if sp.since_change.plain_faster_windows < spec.rollback.failure_limit:
         return True
     reason = (
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "

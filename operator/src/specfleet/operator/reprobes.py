@@ -54,7 +54,9 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
     if window is None or window.generation_tokens <= 0:
         return  # an idle fleet measures nothing: the re-probe waits for traffic
     k, why = recovered_k(run, window.batch_per_pod), "BackoffElapsed"
-    cooled = sp.changed_at is None or run.now - sp.changed_at >= run.seconds(spec.tuning.cooldown)
+    cooled = sp.since_change.at is None or run.now - sp.since_change.at >= run.seconds(
+        spec.tuning.cooldown
+    )
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
     backed_off = off.failed_reprobes == 0 or run.now >= off.reprobe_at
     if off.acceptance and speed.measured(window) and cooled and backed_off:

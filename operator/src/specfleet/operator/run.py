@@ -16,6 +16,7 @@ from specfleet.operator.api import (
     FittedStepCost,
     OpenWindow,
     OpenWindows,
+    SinceChange,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     StepTimeSample,
@@ -110,14 +111,10 @@ class Run:
 
     def changed(self, tokens: int | None) -> None:
         """K in effect changed (None: to plain decoding, speculation off or on trial):
-        restart cooldown and every per-K memory."""
+        cooldown restarts, and what was seen of the K before is dropped whole."""
         if tokens is not None:
             self.sp.tokens = tokens
-        self.sp.changed_at = self.now
-        self.sp.failing_windows = 0
-        self.sp.plain_faster_windows = 0
-        self.sp.windows = 0
-        self.sp.baseline_acceptance = None
+        self.sp.since_change = SinceChange(at=self.now)
         self.status.open_windows = None
 
     @property

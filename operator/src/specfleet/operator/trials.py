@@ -583,10 +583,10 @@ def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> Non
         tokens=ended.sides.before_tokens, schedule=ended.sides.before
     )
     sp.schedule = ended.sides.tried
-    failing = sp.failing_windows
+    failing = sp.since_change.failing_windows
     run.changed(candidate)
     if ended.trial.in_place:  # the stable pods ran it through the trial: its failures count on
-        sp.failing_windows = failing
+        sp.since_change.failing_windows = failing
 
 
 def _abort(
@@ -621,7 +621,7 @@ def _abort(
         sp.schedule = ended.sides.before
         run.changed(ended.sides.before_tokens)
     else:
-        sp.changed_at = run.now
+        sp.since_change.at = run.now
 
 
 def end_trial_if_scaled(run: Run) -> None:

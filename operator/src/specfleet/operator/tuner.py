@@ -172,7 +172,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
             return sp.off is not None or started
         if stable.metric is not None and stable.metric.low >= run.floor + run.margin:
             recovered(run, stable)  # the margin keeps noise at the floor from flapping
-    elif sp.failing_windows >= spec.rollback.failure_limit:
+    elif sp.since_change.failing_windows >= spec.rollback.failure_limit:
         if trial is not None:
             message = "the stable K is failing the floor"
             end_trial(run, promote=False, reason=TrialOutcome.STABLE_ROLLING_BACK, message=message)
@@ -187,8 +187,8 @@ def _propose_if_settled(run: Run, stable: Judged) -> None:
     if (
         spec.tuning.enabled
         # A schedule's K=0 band has no acceptance, but its speed says what it serves.
-        and (timed_k0_band(stable) or (stable.conclusive and sp.windows >= 1))
-        and sp.failing_windows == 0
+        and (timed_k0_band(stable) or (stable.conclusive and sp.since_change.windows >= 1))
+        and sp.since_change.failing_windows == 0
         and _cooled(run)
         # A schedule decides per load where drafting stops; no switch for the whole model.
         and (
@@ -218,7 +218,8 @@ def _cooled(run: Run) -> bool:
     last in-place trial started: the serving K then changes at most once an hour, an
     aborted trial (there and back) included. Pods that take K hot restart for none."""
     sp, spec = run.sp, run.spec
-    if sp.changed_at is not None and run.now - sp.changed_at < run.seconds(spec.tuning.cooldown):
+    changed_at = sp.since_change.at
+    if changed_at is not None and run.now - changed_at < run.seconds(spec.tuning.cooldown):
         return False
     if not run.in_place or hot_schedules.in_effect(spec, run.status):
         return True
@@ -314,7 +315,7 @@ def _restart_from_spec(run: Run, schedule_changed: bool) -> None:
         tokens=min(drafting) if drafting else start, schedule=sp.schedule
     )
     run.changed(start)
-    sp.changed_at = None  # the spec's K needs no cooldown before tuning starts
+    sp.since_change.at = None  # the spec's K needs no cooldown before tuning starts
 
 
 def _keep_within_range(run: Run) -> None:

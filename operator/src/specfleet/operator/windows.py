@@ -209,7 +209,7 @@ def _judged_figure(run: Run, judged: Judged) -> float | None:
     `rate` is), so ACCEPT shows what the floor judges."""
     window = judged.window
     metric = judged.metric or (
-        rollback_metric_of(run.spec).of_window(window, run.sp.baseline_acceptance)
+        rollback_metric_of(run.spec).of_window(window, run.sp.since_change.baseline_acceptance)
         if window and window.draft_tokens > 0
         else None
     )
@@ -254,7 +254,7 @@ def metrics_condition(run: Run, judged: Judged) -> None:
         # failureLimit counts failing windows in a row. A gap long enough to call the
         # metrics unavailable ends the row: windows before it (another hour, another
         # load, another set of pods) do not add up with the ones after it to a rollback.
-        sp.failing_windows = 0
+        sp.since_change.failing_windows = 0
         run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
         if was != "False":
             run.act(

@@ -170,6 +170,31 @@ def rejected_from_flat(data: Any) -> Any:
     return data
 
 
+# What status.speculation kept flat of the K in effect before `sinceChange`: old key, new key.
+FLAT_SINCE_CHANGE = {
+    "changedAt": "at",
+    "windows": "windows",
+    "failingWindows": "failingWindows",
+    "plainFasterWindows": "plainFasterWindows",
+    "baselineAcceptance": "baselineAcceptance",
+}
+
+
+def since_change_from_flat(data: Any) -> Any:
+    """status.speculation written before `sinceChange` kept what was seen of the K in
+    effect flat beside it. Old keys are dropped whenever they appear (a merge patch
+    leaves them beside the new object); they are read only into a body without one."""
+    if not isinstance(data, dict) or not FLAT_SINCE_CHANGE.keys() & data.keys():
+        return data
+    old = {key: data[key] for key in FLAT_SINCE_CHANGE if key in data}
+    data = {key: value for key, value in data.items() if key not in FLAT_SINCE_CHANGE}
+    if "sinceChange" not in data:
+        data["sinceChange"] = {
+            FLAT_SINCE_CHANGE[key]: value for key, value in old.items() if value is not None
+        }
+    return data
+
+
 def states_from_flat(data: Any, *, no_k_clears_floor: str, no_k_pays: str) -> Any:
     """status.speculation written before the states were objects kept them flat:
     `disabled` with its reason, acceptance and re-probe time is `off` (for the reason

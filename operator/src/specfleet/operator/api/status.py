@@ -37,6 +37,7 @@ from specfleet.operator.api.old_status import (
     old_fields,
     open_window_from_flat,
     rejected_from_flat,
+    since_change_from_flat,
     states_from_flat,
     track_totals_from_flat,
     trial_from_flat,
@@ -227,6 +228,31 @@ class LastKnownGood(ApiModel):
     )
 
 
+class SinceChange(ApiModel):
+    """What the tuner has seen of the K in effect since it last changed: replaced whole on
+    a change, so that no memory of one K is carried over to the next."""
+
+    at: datetime | None = Field(
+        default=None,
+        description="When K last changed (cooldown runs from it); none: the spec's K, which "
+        "needs no cooldown before tuning starts.",
+    )
+    windows: int = Field(default=0, description="Conclusive windows seen since.")
+    failing_windows: int = Field(
+        default=0,
+        description="Conclusive windows in a row whose rollback metric's lower bound is "
+        "below the floor; rollback.failureLimit of them roll back.",
+    )
+    plain_faster_windows: int = Field(
+        default=0,
+        description="Conclusive windows in a row in which plain decoding was predicted "
+        "faster than every K; StopSpeculation needs rollback.failureLimit of them.",
+    )
+    baseline_acceptance: float | None = Field(
+        default=None, description="Acceptance measured when the K in effect was promoted."
+    )
+
+
 class MatchedPair(ApiModel):
     """One window of an interleaved trial's candidate and one of what ran before it, at a
     matched load: what the candidate gained there, and the tokens at stake."""
@@ -336,6 +362,11 @@ class SpeculationState(ApiModel):
             candidateTokens=INTEGER,
             candidateSchedule=OBJECTS,
             canaryStartedAt=STRING,
+            changedAt=STRING,
+            windows=INTEGER,
+            failingWindows=INTEGER,
+            plainFasterWindows=INTEGER,
+            baselineAcceptance=NUMBER,
         )
     )
 
@@ -357,6 +388,7 @@ class SpeculationState(ApiModel):
     def _from_older_shapes(cls, data: Any) -> Any:
         data = drafting_from_parallel(data)
         data = rejected_from_flat(data)
+        data = since_change_from_flat(data)
         return states_from_flat(
             data, no_k_clears_floor=OffReason.NO_K_CLEARS_FLOOR, no_k_pays=OffReason.NO_K_PAYS
         )
@@ -376,9 +408,9 @@ class SpeculationState(ApiModel):
     strategy: TuningStrategy | None = Field(
         default=None, description="Strategy in effect (InPlace when no canary fits)."
     )
-    changed_at: datetime | None = Field(default=None, description="Last change of K (cooldown).")
-    baseline_acceptance: float | None = Field(
-        default=None, description="Acceptance measured when the K in effect was promoted."
+    since_change: SinceChange = Field(
+        default_factory=SinceChange,
+        description="What the tuner has seen of the K in effect since it last changed.",
     )
     rejected: Rejected | None = Field(
         default=None,
@@ -404,14 +436,7 @@ class SpeculationState(ApiModel):
     def rejected_schedule(self) -> list[ScheduledBand] | None:
         return self.rejected.schedule if self.rejected else None
 
-    failing_windows: int = 0
-    plain_faster_windows: int = Field(
-        default=0,
-        description="Conclusive windows in a row in which plain decoding was predicted "
-        "faster than every K; StopSpeculation needs rollback.failureLimit of them.",
-    )
     inconclusive_windows: int = 0
-    windows: int = Field(default=0, description="Conclusive windows seen since the last change.")
 
     good_acceptance: list[float] | None = Field(
         default=None,
