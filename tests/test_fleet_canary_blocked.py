@@ -107,7 +107,7 @@ def test_a_canary_whose_pod_is_never_created_falls_back_in_place(
     reasons = [e["reason"] for e in cluster.events]
     assert reasons == ["StartConfigTrial", "InPlaceFallback"], reasons
     config = cluster.model("llama")["status"]["config"]
-    assert config["trial"]["inPlace"] is True and "rejected" not in config
+    assert config["trial"]["inPlace"]["switched"] is False and "rejected" not in config
     assert cluster.objects[("Deployment", "team", "llama-canary")]["spec"]["replicas"] == 0
     # The trial in place starts at the fall-back: not rejected for Timeout 2h after commit.
     _evaluate_at(cluster, fleet, blocked + timedelta(hours=2, minutes=3))
@@ -124,7 +124,7 @@ def test_a_canary_whose_pod_is_never_created_is_never_rejected_for_timeout(
     for hours in (1, 2, 3):
         _evaluate_at(cluster, fleet, blocked + timedelta(hours=hours, minutes=1))
     config = cluster.model("llama")["status"]["config"]
-    assert "rejected" not in config and config["trial"]["inPlace"] is False
+    assert "rejected" not in config and "inPlace" not in config["trial"]
     assert [e["reason"] for e in cluster.events] == ["StartConfigTrial"]
     waiting = _condition(cluster, "ConfigRejected")
     assert waiting["status"] == "False" and waiting["reason"] == "CanaryNotRunning"

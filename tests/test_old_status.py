@@ -26,6 +26,8 @@ import pytest
 
 from specfleet.operator import exploration
 from specfleet.operator.api import (
+    ConfigTrial,
+    InPlace,
     LastKnownGood,
     OffReason,
     SpeculationState,
@@ -295,6 +297,27 @@ def test_old_flat_memory_of_the_k_becomes_one_since_change_object() -> None:
         "changedAt": None,
         "windows": None,
     }
+
+
+def test_an_old_config_trial_s_flat_placement_becomes_the_in_place_object() -> None:
+    config = {"hash": "abc", "method": "eagle3", "image": "runtime:1", "args": []}
+    base = {"config": config, "tokens": 3, "startedAt": "2026-01-01T00:00:00Z"}
+    switched = ConfigTrial.model_validate(
+        {**base, "inPlace": True, "switched": True, "previousTokens": 5, "previousSchedule": None}
+    )
+    assert switched.in_place == InPlace(previous_tokens=5, switched=True)
+    # Not switched yet: no K before was kept (the switch sets it); its own K stands in.
+    waiting = ConfigTrial.model_validate(
+        {**base, "inPlace": True, "switched": False, "previousTokens": None}
+    )
+    assert waiting.in_place == InPlace(previous_tokens=3, switched=False)
+    # On a canary: no placement object, whatever flat keys came with it.
+    assert (
+        ConfigTrial.model_validate({**base, "inPlace": False, "switched": False}).in_place is None
+    )
+    # A merge patch leaves the old keys beside the new object: the object wins.
+    both = {**switched.model_dump(by_alias=True, mode="json"), "switched": False}
+    assert ConfigTrial.model_validate(both) == switched
 
 
 @pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)

@@ -4,9 +4,9 @@ the floor, when the in-place switch comes and when a Pending canary is replaced.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from specfleet.operator.api import SpeculativeModelStatus, TrackTotals
+from specfleet.operator.api import InPlace, SpeculativeModelStatus, TrackTotals, TrialRecord
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -19,6 +19,7 @@ from specfleet.operator.trial_engine import (
     TrialSubject,
     advance,
     measured_gain,
+    placement,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95
 from specfleet.operator.windows import Judged, judge
@@ -27,16 +28,18 @@ from tests.decisions import CODE, T0, make_spec, window
 SPEC = make_spec(tuning={"canaryWindows": 2, "canaryPendingTimeout": "5m"})
 
 
-@dataclass
-class Record:
-    stable: TrackTotals = field(default_factory=TrackTotals)
-    canary: TrackTotals = field(default_factory=TrackTotals)
+def placed(where: Placement) -> TrialRecord:
+    """A trial of K=4 against K=3 that runs where `where` says: its placement is read
+    from its record."""
+    in_place = None
+    if where is not Placement.CANARY:
+        in_place = InPlace(previous_tokens=3, switched=where is Placement.AFTER)
+    return TrialRecord(tokens=4, started_at=T0, in_place=in_place)
 
 
 @dataclass
 class Kind:
-    placement: Placement
-    record: Record = field(default_factory=Record)
+    record: TrialRecord
     windows: int = 2
     k0_band: bool = False
     may_go_in_place: bool = True
@@ -87,8 +90,13 @@ def _judged(k: int) -> Judged:
 INCONCLUSIVE = judge(SPEC, None, None)
 
 
+def test_a_trial_s_placement_is_read_from_its_record() -> None:
+    for where in Placement:
+        assert placement(placed(where)) is where
+
+
 def test_in_place_the_stable_pods_switch_once_their_windows_before_are_in() -> None:
-    kind = Kind(Placement.BEFORE)
+    kind = Kind(placed(Placement.BEFORE))
     assert advance(_run(), kind, _judged(3), None) is Next.MEASURE
     assert advance(_run(), kind, INCONCLUSIVE, None) is Next.MEASURE
     assert kind.record.stable.windows == 1
@@ -97,7 +105,7 @@ def test_in_place_the_stable_pods_switch_once_their_windows_before_are_in() -> N
 
 
 def test_after_the_switch_the_stable_windows_are_the_candidates() -> None:
-    kind = Kind(Placement.AFTER)
+    kind = Kind(placed(Placement.AFTER))
     kind.record.stable = TrackTotals(windows=2)
     assert advance(_run(), kind, _judged(4), None) is Next.MEASURE
     assert kind.record.canary.windows == 1
@@ -107,14 +115,14 @@ def test_after_the_switch_the_stable_windows_are_the_candidates() -> None:
 
 
 def test_a_canary_window_under_the_floor_ends_the_trial_uncounted() -> None:
-    kind = Kind(Placement.CANARY, fails_window=True)
+    kind = Kind(placed(Placement.CANARY), fails_window=True)
     step = advance(_run(), kind, _judged(3), _judged(4))
     assert step == Ended(TrialOutcome.BELOW_FLOOR, "one window under the floor")
     assert (kind.record.stable.windows, kind.record.canary.windows) == (1, 0)
 
 
 def test_windows_under_the_floor_end_the_trial_counted() -> None:
-    kind = Kind(Placement.AFTER, fails_totals=True)
+    kind = Kind(placed(Placement.AFTER), fails_totals=True)
     step = advance(_run(), kind, _judged(4), None)
     assert step == Ended(TrialOutcome.BELOW_FLOOR, "every window under the floor")
     assert kind.record.canary.windows == 1
@@ -122,9 +130,12 @@ def test_windows_under_the_floor_end_the_trial_counted() -> None:
 
 def test_a_canary_pending_past_its_timeout_is_replaced_in_place_where_the_kind_may() -> None:
     long_ago = T0.timestamp() - 600
-    step = advance(_run(), Kind(Placement.CANARY), _judged(3), _judged(4), long_ago)
+    step = advance(_run(), Kind(placed(Placement.CANARY)), _judged(3), _judged(4), long_ago)
     assert step == InPlaceInstead(600.0)
-    kept = Kind(Placement.CANARY, may_go_in_place=False)
+    kept = Kind(placed(Placement.CANARY), may_go_in_place=False)
     assert advance(_run(), kept, _judged(3), _judged(4), long_ago) is Next.MEASURE
     recent = T0.timestamp() - 60
-    assert advance(_run(), Kind(Placement.CANARY), _judged(3), _judged(4), recent) is Next.MEASURE
+    assert (
+        advance(_run(), Kind(placed(Placement.CANARY)), _judged(3), _judged(4), recent)
+        is Next.MEASURE
+    )

@@ -19,6 +19,7 @@ from specfleet.operator.api import (
     ConfigState,
     ConfigTrial,
     DraftMethod,
+    InPlace,
     RolloutStrategy,
     RunningConfig,
     ScheduledBand,
@@ -42,7 +43,6 @@ from specfleet.operator.trial_engine import (
     Ended,
     InPlaceInstead,
     Next,
-    Placement,
     Sides,
     TrialSubject,
     advance,
@@ -170,10 +170,11 @@ def feed(run: Run, stable: Judged, observation: Observation) -> None:
     assert trial is not None
     timeout = run.seconds(run.spec.rollout.timeout)
     # The pods running the new config: the canary, or switched in place the stable pods.
+    place = trial.in_place
     failed = observation.runtime_failures.get(
-        "stable" if trial.in_place and trial.switched else "canary"
+        "stable" if place is not None and place.switched else "canary"
     )
-    if failed is not None and (trial.switched or not trial.in_place):
+    if failed is not None and (place is None or place.switched):
         _reject(run, TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
     elif run.now - trial.started_at > timeout and not _waits_for_canary(trial, observation):
         message = (
@@ -218,7 +219,7 @@ def _start(run: Run, wanted: RunningConfig) -> None:
         config=wanted.model_copy(update={"pods": None}),  # the canary runs the spec
         tokens=k,
         schedule=None if in_place else bands,
-        in_place=in_place,
+        in_place=InPlace(previous_tokens=k, previous_schedule=bands) if in_place else None,
         started_at=run.now,
     )
     where = "the stable pods, after their windows before," if in_place else "a canary"
@@ -236,7 +237,7 @@ def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observat
     """Feed the windows to the trial engine and apply the step it leads to."""
     kind = _ConfigKind(run, trial, observation)
     canary = None
-    if kind.placement is Placement.CANARY:
+    if trial.in_place is None:  # on a canary pod: its window judged here
         collected, window = run.collected("canary"), observation.canary
         canary, collecting = judge_collected(
             run.spec, run.now, collected, window, trial.tokens, None, trial.schedule
@@ -275,12 +276,6 @@ class _ConfigKind:
     @property
     def record(self) -> ConfigTrial:
         return self.trial
-
-    @property
-    def placement(self) -> Placement:
-        if not self.trial.in_place:
-            return Placement.CANARY
-        return Placement.AFTER if self.trial.switched else Placement.BEFORE
 
     @property
     def windows(self) -> int:
@@ -324,9 +319,9 @@ class _ConfigKind:
         while the gain is promising but not proven, up to TRIAL_EXTENSION times the
         windows."""
         run, trial, spec, sp = self.run, self.trial, self.run.spec, self.run.sp
-        if trial.in_place:
-            before_k = trial.previous_tokens or 0
-            sides = Sides(trial.tokens, sp.schedule, before_k, trial.previous_schedule)
+        if trial.in_place is not None:
+            place = trial.in_place
+            sides = Sides(trial.tokens, sp.schedule, place.previous_tokens, place.previous_schedule)
         elif sp.off is not None:
             # Beside plain stable pods (speculation off) the new config is compared with
             # plain decoding, not with what ran before.
@@ -356,7 +351,10 @@ def _fall_back_in_place(run: Run, trial: ConfigTrial, pending: float) -> None:
     """No node for the canary pod: the trial goes on in place, as a K trial's would; the
     stable windows so far are its windows before (the canary's judged, if any, go with
     the canary)."""
-    trial.in_place, trial.schedule = True, None
+    sp = run.sp
+    # Its K and schedule before are taken at the switch, after the windows before.
+    trial.in_place = InPlace(previous_tokens=sp.tokens or 0, previous_schedule=sp.schedule)
+    trial.schedule = None
     trial.started_at = run.now  # the trial starts here: its canary never ran
     run.keep_collecting("canary", None)
     run.act(
@@ -374,7 +372,7 @@ def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
     it (quota, admission, a missing ServiceAccount: evaluation.canary_pending_since), and
     no window of the new config is in."""
     waiting = observation.canary_pending_since is not None
-    return waiting and not trial.in_place and trial.canary.windows == 0
+    return waiting and trial.in_place is None and trial.canary.windows == 0
 
 
 def _wait_for_canary(run: Run, trial: ConfigTrial, why: str | None) -> None:
@@ -411,20 +409,21 @@ def _canary_runs(run: Run, trial: ConfigTrial) -> None:
 
 def _switch_in_place(run: Run, trial: ConfigTrial) -> None:
     """The window before is in: the stable pods switch to the new config, at their K."""
-    sp = run.sp
-    trial.previous_tokens, trial.previous_schedule = sp.tokens, sp.schedule
-    trial.switched = True
+    sp, place = run.sp, trial.in_place
+    assert place is not None
+    place.previous_tokens, place.previous_schedule = sp.tokens or 0, sp.schedule
+    place.switched = True
     run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
     message = (
         f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
-        f"compared with K={trial.previous_tokens} of config "
+        f"compared with K={place.previous_tokens} of config "
         f"{run.status.config.running.hash if run.status.config else '?'} before"
     )
     run.act(
         ActionKind.SWITCH_CONFIG_IN_PLACE,
         "ConfigChanged",
         message,
-        from_tokens=trial.previous_tokens,
+        from_tokens=place.previous_tokens,
         to_tokens=trial.tokens,
     )
 
@@ -462,11 +461,12 @@ def _end(run: Run, trial: ConfigTrial) -> None:
     sp, state = run.sp, run.status.config
     assert state is not None
     state.trial = None
-    if trial.in_place:
-        if trial.switched:
-            sp.schedule = trial.previous_schedule
+    place = trial.in_place
+    if place is not None:
+        if place.switched:
+            sp.schedule = place.previous_schedule
             run.status.step_cost = None  # its last samples are the rejected config's
-            run.changed(trial.previous_tokens or run.spec.speculation.tokens)
+            run.changed(place.previous_tokens or run.spec.speculation.tokens)
         return
     run.keep_collecting("canary", None)
 

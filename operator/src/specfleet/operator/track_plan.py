@@ -92,7 +92,8 @@ def _running(status: SpeculativeModelStatus, track: Track, own: str) -> RunningC
     if state is None:
         return None
     trial = state.trial
-    if trial is not None and (track == "canary" or (trial.in_place and trial.switched)):
+    switched = trial is not None and trial.in_place is not None and trial.in_place.switched
+    if trial is not None and (track == "canary" or switched):
         return None if trial.config.hash == own else trial.config
     if state.running.hash == own:
         return None

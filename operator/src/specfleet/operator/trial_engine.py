@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from specfleet.operator.api import FittedStepCost, ScheduledBand, TrackTotals
+from specfleet.operator.api import FittedStepCost, ScheduledBand, TrackTotals, TrialRecord
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -176,11 +176,12 @@ class InPlaceInstead:
 Step = Next | Ended | InPlaceInstead  # what `advance` leads to
 
 
-class TrialRecord(Protocol):
-    """A trial's windows in status: the stable pods' and the candidate's."""
-
-    stable: TrackTotals
-    canary: TrackTotals
+def placement(record: TrialRecord) -> Placement:
+    """Where the trial's candidate runs now."""
+    place = record.in_place
+    if place is None:
+        return Placement.CANARY
+    return Placement.AFTER if place.switched else Placement.BEFORE
 
 
 class TrialKind(Protocol):
@@ -188,9 +189,6 @@ class TrialKind(Protocol):
 
     @property
     def record(self) -> TrialRecord: ...
-
-    @property
-    def placement(self) -> Placement: ...
 
     @property
     def windows(self) -> int:
@@ -244,14 +242,15 @@ def advance(
     """One evaluation's windows counted on the trial; the step they lead to. `canary`: the
     canary's window judged (None in place, where the stable pods run both sides), its pod
     Pending since `canary_pending_since` (a timestamp) if it is."""
-    record, placement = kind.record, kind.placement
-    if placement is Placement.BEFORE:
+    record = kind.record
+    where = placement(record)
+    if where is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None
         if added and stable.window is not None:
             record.stable = totals_add(record.stable, stable.window)
         return Next.SWITCH if kind.measured_before(added) else Next.MEASURE
     after = stable
-    if placement is Placement.CANARY:
+    if where is Placement.CANARY:
         pending = pending_seconds(run, canary_pending_since)
         if pending is not None and kind.may_go_in_place:
             return InPlaceInstead(pending)
@@ -260,7 +259,7 @@ def advance(
         if kind.waits_for_canary():
             return Next.WAIT_FOR_CANARY
         after = canary
-    on_canary = placement is Placement.CANARY
+    on_canary = where is Placement.CANARY
     window = after.window
     if window is not None and (
         after.conclusive or (on_canary and kind.k0_band and timed_k0_band(after))

@@ -39,7 +39,6 @@ from specfleet.operator.trial_engine import (
     Ended,
     InPlaceInstead,
     Next,
-    Placement,
     Sides,
     TrialSubject,
     advance,
@@ -270,13 +269,6 @@ class _KTrial:
     @property
     def record(self) -> Trial:
         return self.trial
-
-    @property
-    def placement(self) -> Placement:
-        place = self.trial.in_place
-        if place is None:
-            return Placement.CANARY
-        return Placement.AFTER if place.switched else Placement.BEFORE
 
     @property
     def windows(self) -> int:

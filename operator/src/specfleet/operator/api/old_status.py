@@ -195,6 +195,37 @@ def since_change_from_flat(data: Any) -> Any:
     return data
 
 
+# A config trial's placement, kept flat before it was the K trial's `inPlace` object.
+FLAT_CONFIG_PLACEMENT = ("switched", "previousTokens", "previousSchedule")
+
+
+def config_trial_in_place_from_flat(data: Any) -> Any:
+    """status.config.trial written before its placement was an `InPlace` object kept it
+    flat: `inPlace` a boolean beside `switched`, `previousTokens` and `previousSchedule`
+    (the K and schedule before, set at the switch). An in-place trial not yet switched had
+    no K before: none was read before the switch, which sets it, so its own K stands in.
+    Old keys are dropped whenever they appear (a merge patch leaves them beside the new
+    object)."""
+    if not isinstance(data, dict):
+        return data
+    flat = isinstance(data.get("inPlace"), bool)
+    if not flat and not any(key in data for key in FLAT_CONFIG_PLACEMENT):
+        return data
+    old = {key: data.get(key) for key in FLAT_CONFIG_PLACEMENT}
+    data = {key: value for key, value in data.items() if key not in FLAT_CONFIG_PLACEMENT}
+    if not flat:
+        return data
+    if not data.pop("inPlace"):
+        return data
+    previous = old["previousTokens"]
+    data["inPlace"] = {
+        "previousTokens": data.get("tokens") if previous is None else previous,
+        "previousSchedule": old["previousSchedule"],
+        "switched": bool(old["switched"]),
+    }
+    return data
+
+
 def states_from_flat(data: Any, *, no_k_clears_floor: str, no_k_pays: str) -> Any:
     """status.speculation written before the states were objects kept them flat:
     `disabled` with its reason, acceptance and re-probe time is `off` (for the reason

@@ -33,6 +33,7 @@ from specfleet.operator.api.old_status import (
     OBJECTS,
     STRING,
     TRACK_TOTALS_FLAT_COUNTERS,
+    config_trial_in_place_from_flat,
     drafting_from_parallel,
     old_fields,
     open_window_from_flat,
@@ -307,20 +308,37 @@ class InPlace(ApiModel):
     )
 
 
-class Trial(ApiModel):
-    """A running trial of a candidate K or schedule: on a canary pod, or in place."""
+class TrialRecord(ApiModel):
+    """What every trial holds, whatever it tries: the K it runs, where (on the stable pods
+    themselves, or a canary pod), since when, and the windows of both sides. The trial
+    engine (trial_engine.advance) reads and counts it the same way for every kind."""
 
     tokens: StatusK = Field(
-        description="The candidate K (a schedule's largest; 0: plain decoding, measured on "
-        "a canary or in place before speculation stops)."
+        description="K the candidate runs: a K trial's candidate (a schedule's largest; 0: "
+        "plain decoding, measured before speculation stops), a config trial's the stable "
+        "pods' K, so that it compares the configs and not two Ks."
     )
     schedule: list[ScheduledBand] | None = Field(
-        default=None, description="The candidate schedule, if it tries one (K by batch size)."
+        default=None,
+        description="K by batch size the candidate runs, if a schedule (a config trial's on "
+        "a canary: the stable pods' when it started).",
     )
     started_at: datetime
     in_place: InPlace | None = Field(
-        default=None, description="On the stable pods themselves; none: on a canary pod."
+        default=None,
+        description="On the stable pods themselves (a config trial's K and schedule before "
+        "are those at the switch); none: on a canary pod.",
     )
+    stable: TrackTotals = Field(
+        default_factory=TrackTotals,
+        description="The windows it is compared with (in place: those before the switch).",
+    )
+    canary: TrackTotals = Field(default_factory=TrackTotals, description="The candidate's windows.")
+
+
+class Trial(TrialRecord):
+    """A running trial of a candidate K or schedule: on a canary pod, or in place."""
+
     stable_replicas: int = Field(
         description="spec.replicas when the trial started: a trial whose fleet is scaled "
         "ends unjudged (FleetScaled), its windows no longer at matched load."
@@ -331,11 +349,6 @@ class Trial(ApiModel):
         "not favour tried in a row, so its gain is held to a one-sided 97.5% bound, the "
         "exploration budget sharing one 5% chance of a false promotion.",
     )
-    stable: TrackTotals = Field(
-        default_factory=TrackTotals,
-        description="The windows it is compared with (in place: those before the switch).",
-    )
-    canary: TrackTotals = Field(default_factory=TrackTotals, description="The candidate's windows.")
 
     @property
     def plain(self) -> bool:
@@ -655,35 +668,21 @@ class RunningConfig(ApiModel):
         return self
 
 
-class ConfigTrial(ApiModel):
+class ConfigTrial(TrialRecord):
     """A new config on trial against the running one."""
 
+    model_config = ConfigDict(
+        json_schema_extra=old_fields(
+            switched=BOOLEAN, previousTokens=INTEGER, previousSchedule=OBJECTS
+        )
+    )
+
     config: RunningConfig = Field(description="The config on trial (the spec's).")
-    tokens: StatusK = Field(description="K the new config runs in the trial (the spec's K).")
-    schedule: list[ScheduledBand] | None = Field(
-        default=None,
-        description="On a canary: K by batch size it runs, if a schedule (the stable pods' "
-        "when the trial started).",
-    )
-    in_place: bool = Field(
-        default=False, description="InPlace: the stable pods themselves switch to it."
-    )
-    switched: bool = Field(
-        default=False, description="InPlace: the stable pods run it (after the windows before)."
-    )
-    previous_tokens: int | None = Field(
-        default=None, description="InPlace: the stable K before the switch, restored on reject."
-    )
-    previous_schedule: list[ScheduledBand] | None = Field(
-        default=None, description="InPlace: the stable schedule before the switch."
-    )
-    started_at: datetime
-    stable: TrackTotals = Field(
-        default_factory=TrackTotals, description="The running config's windows."
-    )
-    canary: TrackTotals = Field(
-        default_factory=TrackTotals, description="The new config's windows."
-    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_older_shapes(cls, data: Any) -> Any:
+        return config_trial_in_place_from_flat(data)
 
 
 class ConfigRejection(ApiModel):
