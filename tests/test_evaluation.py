@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import REGISTRY
 
-from specfleet.operator import render
+from specfleet.operator import render, track_plan
 from specfleet.operator.api import (
     ConditionType,
     SpeculativeModel,
@@ -33,7 +33,7 @@ from specfleet.operator.evaluation import (
 )
 from specfleet.operator.metrics import ScrapeTarget, scrape
 from specfleet.operator.status import ObservedChildren
-from specfleet.operator.track_plan import plan
+from specfleet.operator.track_plan import TrackPlans, plan
 from tests.test_runtime_sim_server import PEAGLE, sim
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -193,6 +193,24 @@ def test_a_pod_left_out_is_named_in_status_and_counted(peagle_manifest: dict[str
     assert "position 1000000" in listed[0].message
     assert window.draft_tokens > 0 and len(window.per_position) == 3  # the good pod's window
     assert _scrape_errors(model, "ImpossibleCounters") == before + 2
+
+
+def test_an_evaluation_works_out_what_each_track_runs_once(
+    peagle_manifest: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pods it reads, the K it reads them at and the tuner's drafting style all go by
+    one track plan, worked out once an evaluation."""
+    planned: list[SpeculativeModelStatus] = []
+
+    def counted(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPlans:
+        planned.append(status)
+        return plan(spec, status)
+
+    monkeypatch.setattr(track_plan, "plan", counted)
+    model = _model(peagle_manifest, tokens=3)
+    decided = asyncio.run(Evaluator().evaluate(model, ObservedChildren(), T0))
+    assert decided.status.acceptance.measured_at == T0  # it did evaluate
+    assert planned == [model.status]
 
 
 @pytest.mark.parametrize("answer", ["unreachable", "html"])

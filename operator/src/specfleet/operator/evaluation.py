@@ -258,7 +258,12 @@ class Evaluator:
         )
         self._count_errors(key, observation)
         decided = tuner.decide(
-            model.spec, model.status, observation, now, generation=model.metadata.generation
+            model.spec,
+            model.status,
+            observation,
+            now,
+            generation=model.metadata.generation,
+            plans=plans,
         )
         self._export(key, decided.status)
         return decided

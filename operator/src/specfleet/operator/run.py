@@ -58,6 +58,7 @@ class Run:
         status: SpeculativeModelStatus,
         now: datetime,
         generation: int | None,
+        plans: track_plan.TrackPlans | None = None,
     ) -> None:
         self.spec = spec
         self.status = status
@@ -66,7 +67,9 @@ class Run:
         self.generation = generation
         self.actions: list[Action] = []
         # The stable pods' drafting: the running config's while a new one is on trial.
-        self.drafting = track_plan.plan(spec, status).stable.spec.draft.method.runtime.drafting
+        # `plans`: what each track runs by (spec, status), where the caller worked it out.
+        stable = (plans or track_plan.plan(spec, status)).stable
+        self.drafting = stable.spec.draft.method.runtime.drafting
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
 

@@ -70,6 +70,7 @@ from specfleet.operator.reprobes import maybe_reprobe
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run, working_copy
 from specfleet.operator.speculation_off import clear_below_floor
+from specfleet.operator.track_plan import TrackPlans
 from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial
 from specfleet.operator.windows import (
     Judged,
@@ -92,12 +93,15 @@ def decide(
     now: datetime,
     *,
     generation: int | None = None,
+    plans: TrackPlans | None = None,
 ) -> Decided:
     """Judge one observation and decide what K the stable and canary pods should run.
 
-    `generation` is the object's metadata.generation, written into the conditions.
+    `generation` is the object's metadata.generation, written into the conditions;
+    `plans` what each track runs by this spec and status (track_plan.plan), where the
+    caller worked it out already: an evaluation does it once.
     """
-    run = Run(spec, working_copy(status), now, generation)
+    run = Run(spec, working_copy(status), now, generation, plans)
     if spec.draft.method is DraftMethod.NONE:
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "False", "PlainDecoding", "draft.method is none"
