@@ -322,7 +322,12 @@ def operator_command(
     )
     from specfleet.operator.child_watches import ChildWatches, Credentials
     from specfleet.operator.evaluation import Evaluator, Outbound
-    from specfleet.operator.fleet import CHILD_SELECTOR, STATUS_INTERVAL_SECONDS, Fleet
+    from specfleet.operator.fleet import (
+        BURST_QUIET_SECONDS,
+        CHILD_SELECTOR,
+        STATUS_INTERVAL_SECONDS,
+        Fleet,
+    )
 
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
     instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
@@ -377,6 +382,7 @@ def operator_command(
         schedule_key=schedule_key,
         pod_policy=_pod_policy(allow_service_account, allow_secret_volumes, allow_host_path_cache),
         status_interval=STATUS_INTERVAL_SECONDS,
+        burst_quiet=BURST_QUIET_SECONDS,
     )
     running = handlers.Running(
         fleet,
