@@ -11,7 +11,12 @@ from typing import Any
 from specfleet.operator.evaluation import Evaluator, Outbound
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.keys import Key
-from specfleet.operator.workqueue import CONCURRENT_RECONCILES, WorkQueue, without_slot
+from specfleet.operator.workqueue import (
+    CONCURRENT_RECONCILES,
+    Priority,
+    WorkQueue,
+    without_slot,
+)
 from tests.fake_cluster import FakeCluster
 from tests.hostile_servers import tarpit
 from tests.test_fleet import tokens_in
@@ -129,7 +134,7 @@ def test_a_new_models_reconcile_takes_the_next_slot_before_waiting_refreshes() -
         await _until(lambda: len(order) == CONCURRENT_RECONCILES, within=5)
         known.append(new)
         queue.add(new)
-        await _until(lambda: queue.slots.waiting(urgent=True) == 1, within=5)
+        await _until(lambda: queue.slots.waiting(Priority.URGENT) == 1, within=5)
         release.set()
         await _until(lambda: len(order) == len(known), within=5)
         stop.set()
@@ -138,6 +143,54 @@ def test_a_new_models_reconcile_takes_the_next_slot_before_waiting_refreshes() -
 
     order = asyncio.run(main())
     assert order[CONCURRENT_RECONCILES] == new, order[CONCURRENT_RECONCILES - 1 :]
+
+
+def test_a_reconcile_back_from_its_io_takes_the_next_slot_before_new_models() -> None:
+    """Issue 46: a reconcile that gave its slot up for a scrape holds its decoded model
+    until it has one again. Every slot busy and new models (urgent) waiting: the one back
+    from its I/O runs at the first freed slot, not after every model waiting."""
+    busy = [("team", f"b{i:02d}") for i in range(CONCURRENT_RECONCILES)]
+    scraping, new = ("team", "scraping"), [("team", f"n{i}") for i in range(8)]
+
+    async def main() -> list[tuple[str, Key]]:
+        queue, stop, scraped = WorkQueue(), asyncio.Event(), asyncio.Event()
+        done = {key: asyncio.Event() for key in [scraping, *busy, *new]}
+        order: list[tuple[str, Key]] = []
+
+        async def reconcile(key: Key) -> None:
+            order.append(("started", key))
+            if key == scraping:
+                async with without_slot():
+                    await scraped.wait()
+                order.append(("resumed", key))
+            await done[key].wait()
+
+        known = [scraping, *busy]
+        running = asyncio.create_task(
+            queue.run(stop, 3600.0, lambda: known, reconcile, lambda key: key in new)
+        )
+        # The scraping model's slot went to the last busy one: every slot is taken.
+        await _until(lambda: len(order) == len(known), within=5)
+        for key in new:
+            known.append(key)
+            queue.add(key)
+        await _until(lambda: queue.slots.waiting(Priority.URGENT) == len(new), within=5)
+        scraped.set()
+        waiting = len(new) + 1
+        await _until(lambda: sum(map(queue.slots.waiting, Priority)) == waiting, within=5)
+        seen = len(order)
+        done[busy[0]].set()  # one slot freed
+        await _until(lambda: len(order) > seen, within=5)
+        await asyncio.sleep(0.1)
+        freed_to = order[seen:]
+        for event in done.values():
+            event.set()
+        await _until(lambda: len(order) == len(known) + 1, within=5)
+        stop.set()
+        await running
+        return freed_to
+
+    assert asyncio.run(main()) == [("resumed", scraping)]
 
 
 def test_a_namespace_s_model_waits_for_one_reconcile_of_a_namespace_with_many_waiting() -> None:
@@ -158,10 +211,10 @@ def test_a_namespace_s_model_waits_for_one_reconcile_of_a_namespace_with_many_wa
         known = [*crowd]
         running = asyncio.create_task(queue.run(stop, 3600.0, lambda: known, reconcile))
         await _until(lambda: len(order) == CONCURRENT_RECONCILES, within=5)
-        await _until(lambda: queue.slots.waiting(urgent=False) == len(crowd) - len(order), 5)
+        await _until(lambda: queue.slots.waiting(Priority.ROUTINE) == len(crowd) - len(order), 5)
         known.append(other)
         queue.add(other)
-        await _until(lambda: queue.slots.waiting(urgent=False) == len(known) - len(order), 5)
+        await _until(lambda: queue.slots.waiting(Priority.ROUTINE) == len(known) - len(order), 5)
         release.set()
         await _until(lambda: len(order) == len(known), within=5)
         stop.set()

@@ -5,7 +5,8 @@ operator's PYTHONPATH, and Python imports this module at start.
 Every 10 s a thread appends one JSON line to $SPECFLEET_MEMORY_TRACE: seconds since
 start, VmRSS and VmHWM (MB, /proc/self/status), glibc's arenas (mallinfo2: MB taken
 from the system, MB in use, MB free inside them), and the blocks Python's own allocator
-holds. Every third line also counts the objects the garbage collector tracks, by type.
+holds. Every third line also counts the objects the garbage collector tracks, by type, and
+the coroutines suspended, by the function they run.
 Only in `specfleet operator` processes: other Python processes started beside it with
 the same environment (the node agent, kubectl plugins) are left alone.
 """
@@ -41,6 +42,24 @@ def _status_mb() -> dict[str, int]:
         return {name: int(value.split()[0]) // 1024 for name, value in pairs}
 
 
+def _census() -> dict[str, object]:
+    """The objects the garbage collector tracks, by type, and the coroutines suspended,
+    by the function they run. In a function of its own: the list of every object must
+    go before the next sleep, or it keeps them all alive until the next census."""
+    objects = gc.get_objects()
+    types = collections.Counter(type(o).__name__ for o in objects)
+    waiting = collections.Counter(
+        o.cr_code.co_qualname
+        for o in objects
+        if type(o).__name__ == "coroutine" and o.cr_frame is not None
+    )
+    return {
+        "gc_objects": sum(types.values()),
+        "gc_types": types.most_common(12),
+        "coroutines": waiting.most_common(12),
+    }
+
+
 def sample(path: str, seconds: float = SECONDS, lines: int | None = None) -> None:
     """Append a line every `seconds`: for ever, or `lines` of them."""
     libc = ctypes.CDLL("libc.so.6")
@@ -61,9 +80,7 @@ def sample(path: str, seconds: float = SECONDS, lines: int | None = None) -> Non
                 "python_blocks": sys.getallocatedblocks(),
             }
             if count % 3 == 0:
-                types = collections.Counter(type(o).__name__ for o in gc.get_objects())
-                line["gc_objects"] = sum(types.values())
-                line["gc_types"] = types.most_common(12)
+                line.update(_census())
             out.write(json.dumps(line) + "\n")
             out.flush()
 

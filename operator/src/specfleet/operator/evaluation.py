@@ -219,18 +219,25 @@ class Evaluator:
     async def _samples(
         self, key: Key, metrics: Metrics, plans: TrackPlans, current: CurrentPods
     ) -> list[PodSample]:
+        """The pods' counters, fetched without the reconcile's slot: the wait is the
+        tenant's (`without_slot`). No pod to scrape yet (a new model's first evaluation)
+        keeps the slot: there is nothing to wait on."""
         timeout = self.outbound.timeout(metrics)
         if metrics.source is MetricsSource.PROMETHEUS and metrics.prometheus:
             url = metrics.prometheus.url
             refused = self.outbound.refused(url)
             if refused is not None:
                 raise SourceUnavailable(cut(refused))
-            return await query_prometheus(
-                url, *key, timeout, loopback_allowed=self.outbound.listed(url)
-            )
+            async with without_slot():
+                return await query_prometheus(
+                    url, *key, timeout, loopback_allowed=self.outbound.listed(url)
+                )
         namespace, _ = key
         targets = scrape_targets(plans, current)
-        return await scrape(namespace, targets, timeout, SCRAPE_CONCURRENCY)
+        if not targets:
+            return []
+        async with without_slot():
+            return await scrape(namespace, targets, timeout, SCRAPE_CONCURRENCY)
 
     async def evaluate(
         self, model: SpeculativeModel, children: ObservedChildren, now: datetime
@@ -240,8 +247,7 @@ class Evaluator:
         plans = track_plan.plan(model.spec, model.status)  # once an evaluation
         current = current_pods(model, children, plans)
         try:
-            async with without_slot():
-                samples = await self._samples(key, model.spec.metrics, plans, current)
+            samples = await self._samples(key, model.spec.metrics, plans, current)
         except SourceUnavailable as error:
             # No pod has data. The tracker keeps its readings: the next answer spans the gap.
             observation = Observation(stable=None, canary=None, prometheus_error=str(error))

@@ -74,7 +74,7 @@ from specfleet.operator.status import (
     observe_start,
     summarize,
 )
-from specfleet.operator.workqueue import Backoff, WorkQueue, backed_off, without_slot
+from specfleet.operator.workqueue import Backoff, Priority, WorkQueue, backed_off, without_slot
 
 log = logging.getLogger("specfleet.fleet")
 ChildRef = tuple[str, str]  # (kind, name) of a child within its model's namespace
@@ -984,11 +984,13 @@ class Fleet:
     async def _after_the_burst(self, key: Key) -> None:
         """A model never reconciled waits, without its slot, while new models keep coming:
         until none came for `burst_quiet` seconds, or `burst_limit` after it was first
-        seen. A lone new model waits `burst_quiet`; a settled one never does."""
+        seen. A lone new model waits `burst_quiet`; a settled one never does. It has
+        started nothing: it takes a slot again as new models do, after the reconciles
+        half done."""
         record = self.cache.models.get(key)
         if record is None or record.settled is not None or self.burst_quiet <= 0:
             return
-        async with without_slot():
+        async with without_slot(Priority.URGENT):
             while True:
                 ends = min(
                     self.cache.last_new_model + self.burst_quiet,

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from enum import IntEnum
 
 from specfleet.operator.keys import Key
 from specfleet.operator.turns import Turns
@@ -27,37 +28,47 @@ BACKOFF_SECONDS = 5.0
 MAX_BACKOFF_SECONDS = 300.0
 
 
+class Priority(IntEnum):
+    """Whom a freed slot goes to first."""
+
+    # A reconcile taking its slot again after I/O (`without_slot`): half done, it holds
+    # its decoded model meanwhile. Behind the others, a burst of 1,000 new models kept
+    # every one of them decoded and waiting (the operator's peak memory).
+    RESUMING = 0
+    URGENT = 1  # what a user waits on: a new model's children, a new spec's status
+    ROUTINE = 2  # a status refresh of a settled model
+
+
 class Slots:
-    """A semaphore whose urgent waiters are handed a freed slot before the others; within
-    each kind the namespaces take turns (`Turns`), so one namespace's hundreds of models
-    waiting delay another's by one reconcile each round, not by all of them. A reconcile
-    taking its slot again after I/O (`without_slot`) counts as urgent: it is half done."""
+    """A semaphore whose waiters are handed a freed slot by `Priority`; within each
+    priority the namespaces take turns (`Turns`), so one namespace's hundreds of models
+    waiting delay another's by one reconcile each round, not by all of them."""
 
     def __init__(self, value: int) -> None:
         self._value = value
-        self._waiters: dict[bool, Turns[asyncio.Future[None]]] = {True: Turns(), False: Turns()}
+        self._waiters: dict[Priority, Turns[asyncio.Future[None]]] = {p: Turns() for p in Priority}
 
-    def waiting(self, urgent: bool) -> int:
-        return sum(1 for future in self._waiters[urgent] if not future.done())
+    def waiting(self, priority: Priority) -> int:
+        return sum(1 for future in self._waiters[priority] if not future.done())
 
-    async def acquire(self, namespace: str, urgent: bool = True) -> None:
-        if self._value > 0 and not (self.waiting(True) or self.waiting(False)):
+    async def acquire(self, namespace: str, priority: Priority) -> None:
+        if self._value > 0 and not any(self.waiting(p) for p in Priority):
             self._value -= 1
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters[urgent].add(namespace, future)
+        self._waiters[priority].add(namespace, future)
         try:
             await future
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self.release()  # handed a slot it will not use
             else:
-                self._waiters[urgent].remove(namespace, future)
+                self._waiters[priority].remove(namespace, future)
             raise
 
     def release(self) -> None:
-        for urgent in (True, False):
-            if self._waiters[urgent].take(_hand_slot) is not None:
+        for priority in Priority:
+            if self._waiters[priority].take(_hand_slot) is not None:
                 return  # the slot passes on: _value stays
         self._value += 1
 
@@ -76,10 +87,12 @@ _holding: ContextVar[tuple[Slots, str] | None] = ContextVar("holding", default=N
 
 
 @asynccontextmanager
-async def without_slot() -> AsyncIterator[None]:
+async def without_slot(resume: Priority = Priority.RESUMING) -> AsyncIterator[None]:
     """Wait on I/O a tenant controls (a scrape, a Prometheus query) without holding a
     reconcile slot, and take one again after: one tenant's slow pods must not keep other
-    models' reconciles from starting. Outside a reconcile, only the body runs."""
+    models' reconciles from starting. The slot is taken again with priority `resume`:
+    the next one freed, for a reconcile that is half done. Outside a reconcile, only the
+    body runs."""
     holding = _holding.get()
     if holding is None:
         yield
@@ -91,7 +104,7 @@ async def without_slot() -> AsyncIterator[None]:
     finally:
         # Shielded: if cancelled here, the slot is still taken, for the reconcile's own
         # release to give back.
-        await asyncio.shield(slots.acquire(namespace))
+        await asyncio.shield(slots.acquire(namespace, resume))
 
 
 @dataclass(frozen=True)
@@ -146,7 +159,8 @@ class WorkQueue:
         """Reconcile every key each `period` seconds and, in between, each key that was
         added, as soon as a slot is free; on stop, finish the reconciles in flight.
         `urgent` keys (what a user waits on: a new model's children) take the free slots
-        before the others (status refreshes of settled models)."""
+        before the others (status refreshes of settled models), after the reconciles
+        resuming from I/O (`Priority`)."""
         next_sweep = 0.0
         ticks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
@@ -187,7 +201,7 @@ class WorkQueue:
     async def _tick(
         self, key: Key, reconcile: Callable[[Key], Awaitable[None]], urgent: bool = False
     ) -> None:
-        await self.slots.acquire(key[0], urgent)
+        await self.slots.acquire(key[0], Priority.URGENT if urgent else Priority.ROUTINE)
         try:
             await self._run(key, reconcile)
         finally:
