@@ -8,9 +8,11 @@ import copy
 import time
 from typing import Any
 
+from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import Evaluator, Outbound
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.keys import Key
+from specfleet.operator.track_plan import plan
 from specfleet.operator.workqueue import (
     CONCURRENT_RECONCILES,
     Priority,
@@ -191,6 +193,52 @@ def test_a_reconcile_back_from_its_io_takes_the_next_slot_before_new_models() ->
         return freed_to
 
     assert asyncio.run(main()) == [("resumed", scraping)]
+
+
+def test_an_evaluation_with_no_pod_to_scrape_keeps_its_slot(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """A new model's first evaluation has no pod to read: nothing to wait on, so it keeps
+    its slot; given up, a model waiting for one ran before it finished (issue 46)."""
+    busy = [("team", f"b{i:02d}") for i in range(CONCURRENT_RECONCILES - 1)]
+    evaluating, waiting = ("team", "new"), ("team", "waiting")
+    model = SpeculativeModel.model_validate(
+        {**peagle_manifest, "metadata": {**peagle_manifest["metadata"], "namespace": "team"}}
+    )
+
+    async def main() -> list[tuple[str, Key]]:
+        queue, stop, go, done = WorkQueue(), asyncio.Event(), asyncio.Event(), asyncio.Event()
+        order: list[tuple[str, Key]] = []
+
+        async def reconcile(key: Key) -> None:
+            order.append(("started", key))
+            if key == evaluating:
+                await go.wait()
+                plans = plan(model.spec, model.status)
+                await Evaluator()._samples(key, model.spec.metrics, plans, {})
+                order.append(("evaluated", key))
+            await done.wait()
+
+        known = [*busy, evaluating]
+        running = asyncio.create_task(queue.run(stop, 3600.0, lambda: known, reconcile))
+        await _until(lambda: len(order) == len(known), within=5)  # every slot taken
+        known.append(waiting)
+        queue.add(waiting)
+        await _until(lambda: queue.slots.waiting(Priority.ROUTINE) == 1, within=5)
+        go.set()
+        # Either it evaluated in its slot, or it gave the slot to the waiting model.
+        ran = ("evaluated", evaluating), ("started", waiting)
+        await _until(lambda: any(event in order for event in ran), within=5)
+        await asyncio.sleep(0.1)
+        seen = list(order)
+        done.set()
+        await _until(lambda: len(order) == len(known) + 1, within=5)
+        stop.set()
+        await running
+        return seen
+
+    seen = asyncio.run(main())
+    assert ("started", waiting) not in seen and seen[-1] == ("evaluated", evaluating), seen
 
 
 def test_a_namespace_s_model_waits_for_one_reconcile_of_a_namespace_with_many_waiting() -> None:
