@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specfleet.operator.api import InPlace, SpeculativeModelStatus, TrackTotals, TrialRecord
+from specfleet.operator.api import (
+    InPlace,
+    Placement,
+    SpeculativeModelStatus,
+    TrackTotals,
+    TrialRecord,
+)
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -14,12 +20,10 @@ from specfleet.operator.trial_engine import (
     Ended,
     InPlaceInstead,
     Next,
-    Placement,
     Sides,
     TrialSubject,
     advance,
     measured_gain,
-    placement,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95
 from specfleet.operator.windows import Judged, judge
@@ -92,7 +96,7 @@ INCONCLUSIVE = judge(SPEC, None, None)
 
 def test_a_trial_s_placement_is_read_from_its_record() -> None:
     for where in Placement:
-        assert placement(placed(where)) is where
+        assert placed(where).placement is where
 
 
 def test_in_place_the_stable_pods_switch_once_their_windows_before_are_in() -> None:

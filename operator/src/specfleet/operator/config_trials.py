@@ -20,6 +20,7 @@ from specfleet.operator.api import (
     ConfigTrial,
     DraftMethod,
     InPlace,
+    Placement,
     RolloutStrategy,
     RunningConfig,
     ScheduledBand,
@@ -43,13 +44,11 @@ from specfleet.operator.trial_engine import (
     Ended,
     InPlaceInstead,
     Next,
-    Placement,
     Sides,
     TrialSubject,
     advance,
     candidate_rate,
     measured_gain,
-    placement,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION
 from specfleet.operator.trials import end_trial
@@ -172,7 +171,7 @@ def feed(run: Run, stable: Judged, observation: Observation) -> None:
     assert trial is not None
     timeout = run.seconds(run.spec.rollout.timeout)
     # The pods running the new config: the canary, or switched in place the stable pods.
-    where = placement(trial)
+    where = trial.placement
     failed = observation.runtime_failures.get("stable" if where is Placement.AFTER else "canary")
     if failed is not None and where is not Placement.BEFORE:
         _reject(run, TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
@@ -237,7 +236,7 @@ def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observat
     """Feed the windows to the trial engine and apply the step it leads to."""
     kind = _ConfigKind(run, trial, observation)
     canary = None
-    if placement(trial) is Placement.CANARY:
+    if trial.placement is Placement.CANARY:
         collected, window = run.collected("canary"), observation.canary
         canary, collecting = judge_collected(
             run.spec, run.now, collected, window, trial.tokens, None, trial.schedule

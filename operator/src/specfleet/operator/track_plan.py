@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from specfleet.operator import hot_schedules
 from specfleet.operator.api import (
     DraftMethod,
+    Placement,
     RunningConfig,
     ScheduledBand,
     SpeculativeModelSpec,
@@ -92,7 +93,7 @@ def _running(status: SpeculativeModelStatus, track: Track, own: str) -> RunningC
     if state is None:
         return None
     trial = state.trial
-    switched = trial is not None and trial.in_place is not None and trial.in_place.switched
+    switched = trial is not None and trial.placement is Placement.AFTER
     if trial is not None and (track == "canary" or switched):
         return None if trial.config.hash == own else trial.config
     if state.running.hash == own:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from specfleet.operator.api import FittedStepCost, ScheduledBand, TrackTotals, TrialRecord
+from specfleet.operator.api import (
+    FittedStepCost,
+    Placement,
+    ScheduledBand,
+    TrackTotals,
+    TrialRecord,
+)
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -140,14 +146,6 @@ def verdict(
     return TrialOutcome.NO_GAIN, summary
 
 
-class Placement(Enum):
-    """Where a trial's candidate runs, and so which windows are its own."""
-
-    CANARY = "canary"  # a canary pod beside the stable pods
-    BEFORE = "before"  # in place: the stable pods measure what runs, before the switch
-    AFTER = "after"  # in place: the stable pods run the candidate, after the switch
-
-
 class Next(Enum):
     """A step of a trial that goes on."""
 
@@ -174,14 +172,6 @@ class InPlaceInstead:
 
 
 Step = Next | Ended | InPlaceInstead  # what `advance` leads to
-
-
-def placement(record: TrialRecord) -> Placement:
-    """Where the trial's candidate runs now."""
-    place = record.in_place
-    if place is None:
-        return Placement.CANARY
-    return Placement.AFTER if place.switched else Placement.BEFORE
 
 
 class TrialKind(Protocol):
@@ -243,7 +233,7 @@ def advance(
     canary's window judged (None in place, where the stable pods run both sides), its pod
     Pending since `canary_pending_since` (a timestamp) if it is."""
     record = kind.record
-    where = placement(record)
+    where = record.placement
     if where is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None
         if added and stable.window is not None:

@@ -13,6 +13,7 @@ from specfleet.operator.api import (
     ConditionType,
     InPlace,
     LastKnownGood,
+    Placement,
     ScheduledBand,
     TrackTotals,
     Trial,
@@ -609,7 +610,7 @@ def _abort(
         to_tokens=ended.sides.before_tokens,
         acceptance=ended.rate,
     )
-    if ended.trial.in_place and ended.sides.before_tokens and ended.trial.in_place.switched:
+    if ended.trial.placement is Placement.AFTER and ended.sides.before_tokens:
         sp.schedule = ended.sides.before
         run.changed(ended.sides.before_tokens)
     else:

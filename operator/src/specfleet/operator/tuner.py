@@ -48,6 +48,7 @@ from specfleet.operator.api import (
     ConditionType,
     DraftMethod,
     LastKnownGood,
+    Placement,
     Schedule,
     ScheduleMode,
     SpeculativeModelSpec,
@@ -161,7 +162,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
     sp, spec, trial = run.sp, run.spec, run.sp.trial
     count_stable_window(run, stable)
     below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-    if trial is not None and trial.in_place and trial.in_place.switched and floor_caps_k(spec):
+    if trial is not None and trial.placement is Placement.AFTER and floor_caps_k(spec):
         if stable_failing(run, stable):  # the candidate K fails a floor that caps K
             reason, message = TrialOutcome.BELOW_FLOOR, floor_message(run, stable)
             end_trial(run, promote=False, reason=reason, message=message)

@@ -4,7 +4,7 @@ needs to resume. A body an earlier version wrote is read by old_status.py."""
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -308,6 +308,14 @@ class InPlace(ApiModel):
     )
 
 
+class Placement(Enum):
+    """Where a trial's candidate runs, and so which windows are its own."""
+
+    CANARY = "canary"  # a canary pod beside the stable pods
+    BEFORE = "before"  # in place: the stable pods measure what runs, before the switch
+    AFTER = "after"  # in place: the stable pods run the candidate, after the switch
+
+
 class TrialRecord(ApiModel):
     """What every trial holds, whatever it tries: the K it runs, where (on the stable pods
     themselves, or a canary pod), since when, and the windows of both sides. The trial
@@ -334,6 +342,13 @@ class TrialRecord(ApiModel):
         description="The windows it is compared with (in place: those before the switch).",
     )
     canary: TrackTotals = Field(default_factory=TrackTotals, description="The candidate's windows.")
+
+    @property
+    def placement(self) -> Placement:
+        """Where the candidate runs now."""
+        if self.in_place is None:
+            return Placement.CANARY
+        return Placement.AFTER if self.in_place.switched else Placement.BEFORE
 
 
 class Trial(TrialRecord):
@@ -471,8 +486,7 @@ class SpeculationState(ApiModel):
     def measuring_plain(self) -> bool:
         """An in-place trial of plain decoding runs on the stable pods (after its switch)."""
         trial = self.trial
-        in_place = trial.in_place if trial is not None else None
-        return trial is not None and trial.plain and in_place is not None and in_place.switched
+        return trial is not None and trial.plain and trial.placement is Placement.AFTER
 
     @property
     def decoding_plainly(self) -> bool:
