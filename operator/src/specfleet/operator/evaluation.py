@@ -7,6 +7,7 @@ around it (scrapes or a Prometheus query, Events, operator metrics).
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -223,21 +224,21 @@ class Evaluator:
         tenant's (`without_slot`). No pod to scrape yet (a new model's first evaluation)
         keeps the slot: there is nothing to wait on."""
         timeout = self.outbound.timeout(metrics)
+        fetch: Coroutine[Any, Any, list[PodSample]]
         if metrics.source is MetricsSource.PROMETHEUS and metrics.prometheus:
             url = metrics.prometheus.url
             refused = self.outbound.refused(url)
             if refused is not None:
                 raise SourceUnavailable(cut(refused))
-            async with without_slot():
-                return await query_prometheus(
-                    url, *key, timeout, loopback_allowed=self.outbound.listed(url)
-                )
-        namespace, _ = key
-        targets = scrape_targets(plans, current)
-        if not targets:
-            return []
+            listed = self.outbound.listed(url)
+            fetch = query_prometheus(url, *key, timeout, loopback_allowed=listed)
+        else:
+            targets = scrape_targets(plans, current)
+            if not targets:
+                return []
+            fetch = scrape(key[0], targets, timeout, SCRAPE_CONCURRENCY)
         async with without_slot():
-            return await scrape(namespace, targets, timeout, SCRAPE_CONCURRENCY)
+            return await fetch
 
     async def evaluate(
         self, model: SpeculativeModel, children: ObservedChildren, now: datetime
