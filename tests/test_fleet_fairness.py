@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from collections.abc import Callable
 from typing import Any
 
 from specfleet.operator.api import SpeculativeModel
@@ -19,12 +20,17 @@ from specfleet.operator.workqueue import (
     WorkQueue,
     without_slot,
 )
-from tests.fake_cluster import FakeCluster
+from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 from tests.hostile_servers import tarpit
 from tests.test_fleet import tokens_in
 
 HOGS = 3 * CONCURRENT_RECONCILES  # 48
 TIMEOUT = 20.0  # each hog's query waits this long: the operator's ceiling, and theirs
+
+
+def _urgent_if(new: Callable[[Key], bool]) -> Callable[[Key], Priority]:
+    """Priority.URGENT for the keys `new` picks (as new models' are), ROUTINE otherwise."""
+    return lambda key: Priority.URGENT if new(key) else Priority.ROUTINE
 
 
 async def _until(condition: Any, within: float) -> float:
@@ -131,7 +137,7 @@ def test_a_new_models_reconcile_takes_the_next_slot_before_waiting_refreshes() -
 
         known = [*settled]
         running = asyncio.create_task(
-            queue.run(stop, 3600.0, lambda: known, reconcile, lambda key: key == new)
+            queue.run(stop, 3600.0, lambda: known, reconcile, _urgent_if(lambda key: key == new))
         )
         await _until(lambda: len(order) == CONCURRENT_RECONCILES, within=5)
         known.append(new)
@@ -169,7 +175,7 @@ def test_a_reconcile_back_from_its_io_takes_the_next_slot_before_new_models() ->
 
         known = [scraping, *busy]
         running = asyncio.create_task(
-            queue.run(stop, 3600.0, lambda: known, reconcile, lambda key: key in new)
+            queue.run(stop, 3600.0, lambda: known, reconcile, _urgent_if(lambda key: key in new))
         )
         # The scraping model's slot went to the last busy one: every slot is taken.
         await _until(lambda: len(order) == len(known), within=5)
@@ -193,6 +199,69 @@ def test_a_reconcile_back_from_its_io_takes_the_next_slot_before_new_models() ->
         return freed_to
 
     assert asyncio.run(main()) == [("resumed", scraping)]
+
+
+def test_a_model_that_waited_out_a_burst_queues_as_a_new_model(
+    peagle_manifest: dict[str, Any],
+) -> None:
+    """A new model waits out a burst without its slot (Fleet._after_the_burst); it has
+    started nothing, so it takes a slot again as a new model does: after a reconcile back
+    from its scrape that queued after it, before a refresh that queued before it."""
+    cluster = FakeCluster()
+    fleet = Fleet(cluster, ScriptedEvaluator(), burst_quiet=1.0, burst_limit=30)  # type: ignore[arg-type]
+    cluster.create_model(peagle_manifest)
+    cluster.deliver(fleet)
+    (bursting,) = fleet.cache.models.keys()
+    scraping, refresh = (bursting[0], "scraping"), (bursting[0], "refresh")
+    busy = [(bursting[0], f"b{i:02d}") for i in range(CONCURRENT_RECONCILES)]
+
+    async def main() -> list[tuple[str, Key]]:
+        queue, stop, scraped = WorkQueue(), asyncio.Event(), asyncio.Event()
+        done = {key: asyncio.Event() for key in [bursting, scraping, refresh, *busy]}
+        order: list[tuple[str, Key]] = []
+
+        async def reconcile(key: Key) -> None:
+            order.append(("started", key))
+            if key == bursting:
+                await fleet._after_the_burst(key)
+                order.append(("resumed", key))
+            elif key == scraping:
+                async with without_slot():
+                    await scraped.wait()
+                order.append(("resumed", key))
+            await done[key].wait()
+
+        # Both give their slot up at once: the busy models hold every slot.
+        known = [bursting, scraping, *busy]
+        running = asyncio.create_task(
+            queue.run(stop, 3600.0, lambda: known, reconcile, _urgent_if(lambda k: k == bursting))
+        )
+        await _until(lambda: len(order) == len(known), within=5)
+        known.append(refresh)
+        queue.add(refresh)
+        await _until(lambda: queue.slots.waiting(Priority.ROUTINE) == 1, within=5)
+        # The burst is over (1 s without a new model): the model waits for a slot again.
+        await _until(lambda: sum(map(queue.slots.waiting, Priority)) == 2, within=5)
+        scraped.set()
+        await _until(lambda: sum(map(queue.slots.waiting, Priority)) == 3, within=5)
+        freed_to = []
+        for key in busy[:3]:  # one slot freed at a time
+            seen = len(order)
+            done[key].set()
+            await _until(lambda seen=seen: len(order) > seen, within=5)
+            freed_to += order[seen:]
+        for event in done.values():
+            event.set()
+        await _until(lambda: len(order) == len(known) + 2, within=5)
+        stop.set()
+        await running
+        return freed_to
+
+    assert asyncio.run(main()) == [
+        ("resumed", scraping),
+        ("resumed", bursting),
+        ("started", refresh),
+    ]
 
 
 def test_an_evaluation_with_no_pod_to_scrape_keeps_its_slot(

@@ -951,18 +951,21 @@ class Fleet:
         resyncing = asyncio.create_task(self._resync_loop(stop))
         try:
             await self.cache.queue.run(
-                stop, self.period, self.cache.models.keys, self._tick, self._urgent
+                stop, self.period, self.cache.models.keys, self._tick, self._priority
             )
         finally:
             resyncing.cancel()
 
-    def _urgent(self, key: Key) -> bool:
-        """What a user waits on: a model never reconciled yet (its children), or whose
-        new spec status does not show yet; before status refreshes of settled models."""
+    def _priority(self, key: Key) -> Priority:
+        """URGENT for what a user waits on: a model never reconciled yet (its children),
+        or whose new spec status does not show yet; ROUTINE for a status refresh of a
+        settled model."""
         record = self.cache.models.get(key)
-        if record is None:
-            return False
-        return record.settled is None or record.observed_generation != record.generation
+        if record is not None and (
+            record.settled is None or record.observed_generation != record.generation
+        ):
+            return Priority.URGENT
+        return Priority.ROUTINE
 
     async def _resync_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

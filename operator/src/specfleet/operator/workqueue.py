@@ -154,13 +154,13 @@ class WorkQueue:
         period: float,
         every: Callable[[], Collection[Key]],
         reconcile: Callable[[Key], Awaitable[None]],
-        urgent: Callable[[Key], bool] = lambda key: False,
+        priority: Callable[[Key], Priority] = lambda key: Priority.ROUTINE,
     ) -> None:
         """Reconcile every key each `period` seconds and, in between, each key that was
         added, as soon as a slot is free; on stop, finish the reconciles in flight.
-        `urgent` keys (what a user waits on: a new model's children) take the free slots
-        before the others (status refreshes of settled models), after the reconciles
-        resuming from I/O (`Priority`)."""
+        `priority` says who takes a freed slot first: URGENT keys (what a user waits on:
+        a new model's children) before ROUTINE ones (status refreshes of settled
+        models), after the reconciles resuming from I/O."""
         next_sweep = 0.0
         ticks: set[asyncio.Task[None]] = set()
         while not stop.is_set():
@@ -180,7 +180,7 @@ class WorkQueue:
                     self.again.add(key)
                 elif key not in self.queued:  # a queued tick will read the newest state
                     self.queued.add(key)
-                    tick = asyncio.create_task(self._tick(key, reconcile, urgent(key)))
+                    tick = asyncio.create_task(self._tick(key, reconcile, priority(key)))
                     ticks.add(tick)
                     tick.add_done_callback(ticks.discard)
             waiters = [
@@ -199,9 +199,9 @@ class WorkQueue:
         await asyncio.gather(*ticks)
 
     async def _tick(
-        self, key: Key, reconcile: Callable[[Key], Awaitable[None]], urgent: bool = False
+        self, key: Key, reconcile: Callable[[Key], Awaitable[None]], priority: Priority
     ) -> None:
-        await self.slots.acquire(key[0], Priority.URGENT if urgent else Priority.ROUTINE)
+        await self.slots.acquire(key[0], priority)
         try:
             await self._run(key, reconcile)
         finally:
