@@ -21,6 +21,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
+from specfleet.operator.intake import take_in
 from specfleet.operator.observations import Observation
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.tuner import decide
@@ -54,6 +55,25 @@ def test_decide_does_not_mutate_its_input() -> None:
     before = status.model_dump()
     decide(make_spec(), status, Observation(window(CODE, 3), None), T0)
     assert status.model_dump() == before
+
+
+def test_an_observation_is_taken_in_as_a_value_that_changes_nothing() -> None:
+    """take_in returns what a window teaches (issue 40: transitions return values);
+    status changes only where decide writes it."""
+    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
+    for _ in range(3):
+        fleet.step(CODE)
+    status, spec = fleet.status, fleet.spec
+    before = status.model_dump()
+    k = status.speculation.stable_k
+    observation = Observation(window(CODE, k, engine=DEAR_VERIFY), None)
+    now = T0 + timedelta(hours=1)
+    intake = take_in(spec, status, observation, now, Drafting.PARALLEL)
+    assert status.model_dump() == before
+    assert intake.stable is not None and intake.stable.conclusive
+    assert intake.acceptance.measured_at == now and intake.acceptance.conclusive
+    assert intake.step_cost is not None and intake.step_cost != status.step_cost
+    assert len(intake.load) == len(status.speculation.load) + 1
 
 
 # ----------------------------------------------------------------------------- properties

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
 from specfleet.operator.api import Condition, ConditionType
 
 ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+@dataclass(frozen=True)
+class ConditionChange:
+    """A condition to set (`set_condition`), as a decision returns it."""
+
+    type: ConditionType
+    status: ConditionStatus
+    reason: str
+    message: str
 
 
 def set_condition(

@@ -62,7 +62,7 @@ from specfleet.operator.floor import (
     recovered,
     rollback,
 )
-from specfleet.operator.intake import take_in
+from specfleet.operator.intake import Intake, take_in
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome
 from specfleet.operator.plain import stop_if_plain_is_faster
@@ -109,8 +109,11 @@ def decide(
         )
         return _decided(run)
     _sync_with_spec(run)
-    stable = take_in(run, observation)
+    intake = take_in(run.spec, run.status, observation, run.now, run.drafting)
+    _write_intake(run, intake)
+    stable = intake.stable
     if stable is None:  # held as perturbed
+        metrics_condition(run, intake.recorded)
         return _decided(run)
     if run.sp.off is None:
         metrics_condition(run, stable)
@@ -126,6 +129,19 @@ def decide(
     else:
         _propose_if_settled(run, stable)
     return _decided(run)
+
+
+def _write_intake(run: Run, intake: Intake) -> None:
+    """What the observation taught, into status (in the order it was learnt)."""
+    run.status.step_cost = intake.step_cost
+    if intake.collected:
+        run.keep_collecting("stable", intake.collecting)
+    run.status.acceptance = intake.acceptance
+    run.sp.load = intake.load
+    if intake.speculation_active is not None:
+        change = intake.speculation_active
+        run.condition(change.type, change.status, change.reason, change.message)
+    run.actions.extend(intake.actions)
 
 
 class _GoesTo(Enum):

@@ -18,6 +18,7 @@ from specfleet.operator.api import (
     OpenWindow,
     PodLeftOut,
     ScheduledBand,
+    SpeculationState,
     SpeculativeModelSpec,
 )
 from specfleet.operator.conditions import condition_status
@@ -172,16 +173,24 @@ def judge_collected(
     return judged, None
 
 
-def record_acceptance(run: Run, judged: Judged, observation: Observation) -> None:
+def acceptance_window(
+    spec: SpeculativeModelSpec,
+    sp: SpeculationState,
+    judged: Judged,
+    observation: Observation,
+    now: datetime,
+) -> AcceptanceWindow:
+    """What status.acceptance says of the stable window judged."""
     window = judged.window
     positions = [round(e.value, 4) for e in per_position(window)] if window else []
     rate = judged.rate or (
         draft_acceptance_rate(window) if window and window.draft_tokens else None
     )
     mean_length = mean_acceptance_length(window).value if window and window.drafts else None
-    run.status.acceptance = AcceptanceWindow(
+    figure = _judged_figure(spec, sp.since_change.baseline_acceptance, judged)
+    return AcceptanceWindow(
         rate=round(rate.value, 4) if rate else None,
-        judged=_judged_figure(run, judged),
+        judged=figure,
         lower_bound=round(judged.metric.low, 4) if judged.metric else None,
         mean_length=round(mean_length, 4) if mean_length is not None else None,
         per_position=positions,
@@ -191,8 +200,8 @@ def record_acceptance(run: Run, judged: Judged, observation: Observation) -> Non
         conclusive=judged.conclusive,
         reason=None
         if judged.conclusive
-        else (WindowVerdict.SPECULATION_DISABLED if run.sp.off is not None else judged.reason),
-        measured_at=run.now,
+        else (WindowVerdict.SPECULATION_DISABLED if sp.off is not None else judged.reason),
+        measured_at=now,
         pods_left_out=[
             PodLeftOut(pod=pod, reason=error.reason, message=error.message)
             for pod, error in sorted(observation.errors.items())[:LEFT_OUT_LIMIT]
@@ -204,24 +213,27 @@ def record_acceptance(run: Run, judged: Judged, observation: Observation) -> Non
     )
 
 
-def _judged_figure(run: Run, judged: Judged) -> float | None:
+def _judged_figure(
+    spec: SpeculativeModelSpec, baseline: float | None, judged: Judged
+) -> float | None:
     """The rollback metric's value in the stable window, inconclusive ones included (as
     `rate` is), so ACCEPT shows what the floor judges."""
     window = judged.window
     metric = judged.metric or (
-        rollback_metric_of(run.spec).of_window(window, run.sp.since_change.baseline_acceptance)
+        rollback_metric_of(spec).of_window(window, baseline)
         if window and window.draft_tokens > 0
         else None
     )
     return round(metric.value, 4) if metric else None
 
 
-def record_load(run: Run, observation: Observation) -> None:
-    """The stable pods' batch this interval, for the load profile a schedule is fitted to."""
+def with_load(load: list[float], observation: Observation) -> list[float]:
+    """The load profile a schedule is fitted to, with the stable pods' batch this
+    interval (unchanged by an interval that served nothing)."""
     window = observation.stable
     if window is None or window.generation_tokens <= 0 or window.batch_per_pod <= 0:
-        return
-    run.sp.load = [*run.sp.load, round(window.batch_per_pod, 2)][-LOAD_SAMPLES:]
+        return load
+    return [*load, round(window.batch_per_pod, 2)][-LOAD_SAMPLES:]
 
 
 def metrics_condition(run: Run, judged: Judged) -> None:
