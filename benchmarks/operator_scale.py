@@ -18,6 +18,9 @@ namespaces (`bench-scale-*`, deleted afterwards):
   Running and the fleet has settled. Per model, the watch gives apply -> children
   created and apply -> status written (p50, p99). With `--standby`, two replicas run
   behind a Lease (the first leads); the standby's peak RSS and CPU seconds are measured too.
+- both: what the machine's cores did while the figure ran (`machine_cpu`): the share of
+  them busy, and the CPU seconds of each control-plane component, the operator, the
+  node agent, kubectl and the benchmark's own watches: where the time went.
 
 An extra ServiceCIDR `specfleet-bench` (10.100.0.0/16) gives the 1,000 Services their
 ClusterIPs (the test cluster's own range is a /24); it is deleted at the end.
@@ -35,6 +38,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -89,7 +93,7 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
 
 
 @contextlib.contextmanager
-def bench_nodes(state_dir: Path) -> Iterator[None]:
+def bench_nodes(state_dir: Path) -> Iterator[int]:
     """A no-process node agent with tainted nodes of its own; removed on exit."""
     nodes = [f"{NODE_PREFIX}-{i}" for i in range(BENCH_NODES)]
     # The test cluster's service range is a /24; 1,000 models need 1,000 ClusterIPs.
@@ -138,7 +142,7 @@ def bench_nodes(state_dir: Path) -> Iterator[None]:
             if time.monotonic() > deadline or agent.poll() is not None:
                 raise RuntimeError(f"bench nodes not Ready; see {state_dir / 'agent.log'}")
             time.sleep(1)
-        yield
+        yield agent.pid
     finally:
         # Namespaces first, while the agent is there to finish their pods' deletion.
         for namespace in kubectl("get", "ns", "-o", "name", check=False).split():
@@ -294,6 +298,49 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+@dataclass(frozen=True)
+class MachineCpu:
+    """CPU seconds used so far: the whole machine's (/proc/stat, all cores) and, by
+    name, the control plane's components (their pid files), the benchmark's own process
+    (its watches), the children it has reaped (kubectl) and the processes named."""
+
+    wall: float
+    busy: float
+    by_process: dict[str, float]
+
+
+def machine_cpu(named: dict[str, int]) -> MachineCpu:
+    first = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first)
+    busy = (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+    pids = {path.stem: int(path.read_text()) for path in cluster.STATE.glob("*.pid")}
+    by_process = {}
+    for name, pid in {**pids, **named}.items():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            by_process[name] = cpu_seconds(pid)
+    own, reaped = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    by_process["benchmark (watches)"] = own.ru_utime + own.ru_stime
+    by_process["kubectl (reaped)"] = reaped.ru_utime + reaped.ru_stime
+    return MachineCpu(time.monotonic(), busy, by_process)
+
+
+def cpu_between(before: MachineCpu, after: MachineCpu) -> dict[str, Any]:
+    """What the machine's cores did between two readings: the share of them busy, and
+    each process's CPU seconds."""
+    wall = after.wall - before.wall
+    return {
+        "busy_share": (after.busy - before.busy) / (wall * (os.cpu_count() or 1)),
+        "seconds": {
+            name: round(after.by_process[name] - before.by_process[name], 2)
+            for name in after.by_process
+            if name in before.by_process
+        },
+    }
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -401,7 +448,7 @@ def wait_until(what: str, probe: Any, timeout: float, interval: float = 0.25) ->
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
+def run_baseline(count: int, tag: str, timeout: float, agent: int) -> dict[str, Any]:
     namespace = f"bench-scale-base-{count}-{tag}"
     create_namespace(namespace)
     try:
@@ -423,6 +470,7 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
             path.write_text(yaml.safe_dump_all(children, sort_keys=False))
             watcher = Watcher(namespace)
             try:
+                cpu_before = machine_cpu({"bench node agent": agent})
                 started = time.monotonic()
                 kubectl(
                     "apply",
@@ -433,6 +481,7 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
                     "--request-timeout=60s",
                 )
                 seconds = time.monotonic() - started
+                machine = cpu_between(cpu_before, machine_cpu({"bench node agent": agent}))
                 log(f"N={count} baseline: children applied in {seconds:.1f} s; pods next")
                 # Let the cascade (ReplicaSets, pods, scheduling) finish before the next run.
                 wait_until(
@@ -448,12 +497,15 @@ def run_baseline(count: int, tag: str, timeout: float) -> dict[str, Any]:
             "objects": len(children),
             "seconds": seconds,
             "models_seconds": models_seconds,  # the same models, applied with no operator
+            "machine_cpu": machine,  # while kubectl applied the children
         }
     finally:
         delete_namespace(namespace)
 
 
-def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool) -> dict[str, Any]:
+def run_operator(
+    count: int, tag: str, timeout: float, logs: Path, standby: bool, agent: int
+) -> dict[str, Any]:
     namespace = f"bench-scale-op-{count}-{tag}"
     create_namespace(namespace)
     log_file = logs / f"operator-{count}-{tag}.log"
@@ -484,6 +536,10 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
                 rss_before = rss_mb(pid)
                 writes_before = api_writes()
                 requests_before = operator_requests(operator.metrics())
+                named = {"operator": pid, "bench node agent": agent}
+                if second is not None and second.process is not None:
+                    named["standby"] = second.process.pid
+                machine_before = machine_cpu(named)
                 t0 = time.time()
                 kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
                 applied = time.time() - t0
@@ -496,6 +552,7 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
 
             log(f"N={count} operator: models applied in {applied:.1f} s; reconciles next")
             wait_until("every model reconciled", all_done, timeout)
+            machine = cpu_between(machine_before, machine_cpu(named))
             done = max(seen.done(n) or 0.0 for n in names)
             log(f"N={count} operator: every model reconciled; pods Running next")
             cpu = cpu_seconds(pid) - cpu_before
@@ -531,6 +588,8 @@ def run_operator(count: int, tag: str, timeout: float, logs: Path, standby: bool
             "count": count,
             "seconds": done - t0,
             "apply_models_seconds": applied,
+            # From the models' apply until every model was done: the cores' use by process.
+            "machine_cpu": machine,
             "cpu_seconds": cpu,
             "cpu_seconds_settled": cpu_settled,
             "peak_rss_mb": rss,
@@ -615,14 +674,14 @@ def main() -> None:
         results["runs"] = json.loads(args.json.read_text())["runs"]
     code = measured_code()
     cluster.install_crds()
-    with bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent"):
+    with bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent") as agent:
         for count in (int(c) for c in args.counts.split(",")):
             for repeat in range(args.repeats):
                 for attempt in range(args.attempts):
                     tag = f"{repeat}-{int(time.time()) % 100000}"
                     try:
-                        base = run_baseline(count, tag, args.timeout)
-                        op = run_operator(count, tag, args.timeout, logs, args.standby)
+                        base = run_baseline(count, tag, args.timeout, agent)
+                        op = run_operator(count, tag, args.timeout, logs, args.standby, agent)
                         break
                     except (RuntimeError, TimeoutError) as error:
                         # Other engineers' tests share this API server (and restart it).
@@ -646,6 +705,13 @@ def main() -> None:
                         else ""
                     )
                 )
+                for name, figures in (("baseline", base), ("operator", op)):
+                    machine = figures["machine_cpu"]
+                    log(
+                        f"N={count} #{repeat}: {name}: cores {100 * machine['busy_share']:.0f}% "
+                        "busy; CPU s: "
+                        + ", ".join(f"{k} {v:.1f}" for k, v in machine["seconds"].items())
+                    )
                 log(
                     f"N={count} #{repeat}: operator requests per model until done: "
                     + ", ".join(f"{k} {v:.2f}" for k, v in op["requests_per_model"].items())
