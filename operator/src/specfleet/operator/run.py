@@ -23,7 +23,7 @@ from specfleet.operator.api import (
     TuningStrategy,
 )
 from specfleet.operator.children import Track
-from specfleet.operator.conditions import ConditionStatus, set_condition
+from specfleet.operator.conditions import ConditionChange, ConditionStatus, set_condition
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
@@ -111,6 +111,10 @@ class Run:
             self.now,
             self.generation,
         )
+
+    def set_condition(self, change: ConditionChange) -> None:
+        """A condition a transition returned, set."""
+        self.condition(change.type, change.status, change.reason, change.message)
 
     def changed(self, tokens: int | None) -> None:
         """K in effect changed (None: to plain decoding, speculation off or on trial):

@@ -75,7 +75,7 @@ from specfleet.operator.track_plan import TrackPlans
 from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial
 from specfleet.operator.windows import (
     Judged,
-    metrics_condition,
+    metrics_available,
     stable_failing,
     timed_k0_band,
 )
@@ -113,10 +113,10 @@ def decide(
     _write_intake(run, intake)
     stable = intake.stable
     if stable is None:  # held as perturbed
-        metrics_condition(run, intake.recorded)
+        _write_metrics_available(run, intake.recorded)
         return _decided(run)
     if run.sp.off is None:
-        metrics_condition(run, stable)
+        _write_metrics_available(run, stable)
         if not run.sp.measuring_plain and stable.conclusive and _floor_decided(run, stable):
             return _decided(run)
     goes_to = _goes_to(run)
@@ -139,9 +139,19 @@ def _write_intake(run: Run, intake: Intake) -> None:
     run.status.acceptance = intake.acceptance
     run.sp.load = intake.load
     if intake.speculation_active is not None:
-        change = intake.speculation_active
-        run.condition(change.type, change.status, change.reason, change.message)
+        run.set_condition(intake.speculation_active)
     run.actions.extend(intake.actions)
+
+
+def _write_metrics_available(run: Run, judged: Judged) -> None:
+    """What the window says of the metrics, into status."""
+    said = metrics_available(run.spec, run.sp, run.status.conditions, judged)
+    run.sp.inconclusive_windows = said.inconclusive_windows
+    if said.gap:
+        run.sp.since_change.failing_windows = 0
+    if said.condition is not None:
+        run.set_condition(said.condition)
+    run.actions.extend(said.actions)
 
 
 class _GoesTo(Enum):

@@ -14,6 +14,7 @@ from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     LEFT_OUT_LIMIT,
     AcceptanceWindow,
+    Condition,
     ConditionType,
     OpenWindow,
     PodLeftOut,
@@ -21,10 +22,10 @@ from specfleet.operator.api import (
     SpeculationState,
     SpeculativeModelSpec,
 )
-from specfleet.operator.conditions import condition_status
+from specfleet.operator.conditions import ConditionChange, condition_status
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation, TrackWindow
-from specfleet.operator.outcomes import EMPTY_WINDOWS, ActionKind, WindowVerdict
+from specfleet.operator.outcomes import EMPTY_WINDOWS, Action, ActionKind, WindowVerdict
 from specfleet.operator.rollback_metrics import rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.stats import (
@@ -236,44 +237,51 @@ def with_load(load: list[float], observation: Observation) -> list[float]:
     return [*load, round(window.batch_per_pod, 2)][-LOAD_SAMPLES:]
 
 
-def metrics_condition(run: Run, judged: Judged) -> None:
-    sp, limit = run.sp, run.spec.tuning.max_inconclusive_windows
+@dataclass(frozen=True)
+class MetricsAvailable:
+    """What a judged window says of the metrics: the inconclusive windows in a row, and
+    whether they are a gap long enough to end the row of failing windows; the
+    MetricsAvailable condition (None: left as it is) and what is counted of it."""
+
+    inconclusive_windows: int
+    gap: bool
+    condition: ConditionChange | None
+    actions: tuple[Action, ...] = ()
+
+
+def metrics_available(
+    spec: SpeculativeModelSpec, sp: SpeculationState, conditions: list[Condition], judged: Judged
+) -> MetricsAvailable:
+    available, limit = ConditionType.METRICS_AVAILABLE, spec.tuning.max_inconclusive_windows
+    shown = any(c.type is available for c in conditions)
     if judged.conclusive:
-        sp.inconclusive_windows = 0
-        run.condition(
-            ConditionType.METRICS_AVAILABLE,
-            "True",
-            WindowVerdict.CONCLUSIVE,
-            "the last window was conclusive",
-        )
-        return
+        conclusive = WindowVerdict.CONCLUSIVE
+        last = ConditionChange(available, "True", conclusive, "the last window was conclusive")
+        return MetricsAvailable(0, False, last)
     why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
     if judged.reason is WindowVerdict.PERTURBED:
         # Counted (the Inconclusive metric, by reason) but not a gap in the metrics.
-        run.act(ActionKind.INCONCLUSIVE, judged.reason, why, record=False)
-        return
+        counted = Action(ActionKind.INCONCLUSIVE, judged.reason, why)
+        return MetricsAvailable(sp.inconclusive_windows, False, None, (counted,))
     if judged.reason in (WindowVerdict.COLLECTING, WindowVerdict.NOT_DRAFTING):
         # Not a gap in the metrics: the window is still growing towards a decision, or
         # the schedule does not draft at this load.
-        if not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
-            run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, why)
-        return
-    sp.inconclusive_windows += 1
-    message = f"window inconclusive ({why}); {sp.inconclusive_windows} in a row"
-    run.act(ActionKind.INCONCLUSIVE, judged.reason, message, record=False)
-    was = condition_status(run.status.conditions, ConditionType.METRICS_AVAILABLE)
-    if sp.inconclusive_windows >= limit:
+        unknown = None if shown else ConditionChange(available, "Unknown", judged.reason, why)
+        return MetricsAvailable(sp.inconclusive_windows, False, unknown)
+    in_a_row = sp.inconclusive_windows + 1
+    message = f"window inconclusive ({why}); {in_a_row} in a row"
+    counted = Action(ActionKind.INCONCLUSIVE, judged.reason, message)
+    if in_a_row >= limit:
         # failureLimit counts failing windows in a row. A gap long enough to call the
         # metrics unavailable ends the row: windows before it (another hour, another
         # load, another set of pods) do not add up with the ones after it to a rollback.
-        sp.since_change.failing_windows = 0
-        run.condition(ConditionType.METRICS_AVAILABLE, "False", judged.reason, message)
-        if was != "False":
-            run.act(
-                ActionKind.METRICS_UNAVAILABLE, judged.reason, message, warning=True, record=False
-            )
-    elif not any(c.type is ConditionType.METRICS_AVAILABLE for c in run.status.conditions):
-        run.condition(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
+        unavailable = ConditionChange(available, "False", judged.reason, message)
+        if condition_status(conditions, available) == "False":
+            return MetricsAvailable(in_a_row, True, unavailable, (counted,))
+        warned = Action(ActionKind.METRICS_UNAVAILABLE, judged.reason, message, True)
+        return MetricsAvailable(in_a_row, True, unavailable, (counted, warned))
+    unknown = None if shown else ConditionChange(available, "Unknown", judged.reason, message)
+    return MetricsAvailable(in_a_row, False, unknown, (counted,))
 
 
 def stable_failing(run: Run, judged: Judged) -> bool:
