@@ -185,24 +185,29 @@ def _speculation_active(
     """SpeculationActive as this observation shows it (None: left as it is), and the
     warning when the pods stop exporting their drafts' counters."""
     sp = status.speculation
-    active = ConditionType.SPECULATION_ACTIVE
     if sp.off is not None:
         reason = OffReason.NO_K_PAYS if sp.plain_decoding_chosen else "Disabled"
-        return ConditionChange(active, "False", reason, sp.off.message), ()
+        return ConditionChange(
+            ConditionType.SPECULATION_ACTIVE, "False", reason, sp.off.message
+        ), ()
     if sp.measuring_plain:
         assert sp.trial is not None and sp.trial.in_place is not None
         before = sp.trial.in_place.previous_tokens
         message = f"an in-place trial measures plain decoding against K={before}"
-        return ConditionChange(active, "False", "PlainDecodingTrial", message), ()
+        return ConditionChange(
+            ConditionType.SPECULATION_ACTIVE, "False", "PlainDecodingTrial", message
+        ), ()
     if observation.speculation_missing:
         message = (
             "pods serve requests but export no vllm:spec_decode_* counters: "
             "the draft is not running"
         )
-        missing = ConditionChange(active, "False", "NotExported", message)
-        if condition_status(status.conditions, active) == "False":
+        missing = ConditionChange(ConditionType.SPECULATION_ACTIVE, "False", "NotExported", message)
+        if condition_status(status.conditions, ConditionType.SPECULATION_ACTIVE) == "False":
             return missing, ()
         return missing, (Action(ActionKind.SPECULATION_MISSING, "NotExported", message, True),)
     if observation.stable is not None and observation.stable.drafts > 0:
-        return ConditionChange(active, "True", "Drafting", f"drafting K={sp.tokens}"), ()
+        return ConditionChange(
+            ConditionType.SPECULATION_ACTIVE, "True", "Drafting", f"drafting K={sp.tokens}"
+        ), ()
     return None, ()

@@ -255,8 +255,12 @@ def metrics_available(
     available, limit = ConditionType.METRICS_AVAILABLE, spec.tuning.max_inconclusive_windows
     shown = any(c.type is available for c in conditions)
     if judged.conclusive:
-        conclusive = WindowVerdict.CONCLUSIVE
-        last = ConditionChange(available, "True", conclusive, "the last window was conclusive")
+        last = ConditionChange(
+            ConditionType.METRICS_AVAILABLE,
+            "True",
+            WindowVerdict.CONCLUSIVE,
+            "the last window was conclusive",
+        )
         return MetricsAvailable(0, False, last)
     why = f"{judged.reason}: {judged.detail}" if judged.detail else judged.reason
     if judged.reason is WindowVerdict.PERTURBED:
@@ -266,8 +270,8 @@ def metrics_available(
     if judged.reason in (WindowVerdict.COLLECTING, WindowVerdict.NOT_DRAFTING):
         # Not a gap in the metrics: the window is still growing towards a decision, or
         # the schedule does not draft at this load.
-        unknown = None if shown else ConditionChange(available, "Unknown", judged.reason, why)
-        return MetricsAvailable(sp.inconclusive_windows, False, unknown)
+        unknown = ConditionChange(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, why)
+        return MetricsAvailable(sp.inconclusive_windows, False, None if shown else unknown)
     in_a_row = sp.inconclusive_windows + 1
     message = f"window inconclusive ({why}); {in_a_row} in a row"
     counted = Action(ActionKind.INCONCLUSIVE, judged.reason, message)
@@ -275,13 +279,15 @@ def metrics_available(
         # failureLimit counts failing windows in a row. A gap long enough to call the
         # metrics unavailable ends the row: windows before it (another hour, another
         # load, another set of pods) do not add up with the ones after it to a rollback.
-        unavailable = ConditionChange(available, "False", judged.reason, message)
+        unavailable = ConditionChange(
+            ConditionType.METRICS_AVAILABLE, "False", judged.reason, message
+        )
         if condition_status(conditions, available) == "False":
             return MetricsAvailable(in_a_row, True, unavailable, (counted,))
         warned = Action(ActionKind.METRICS_UNAVAILABLE, judged.reason, message, True)
         return MetricsAvailable(in_a_row, True, unavailable, (counted, warned))
-    unknown = None if shown else ConditionChange(available, "Unknown", judged.reason, message)
-    return MetricsAvailable(in_a_row, False, unknown, (counted,))
+    unknown = ConditionChange(ConditionType.METRICS_AVAILABLE, "Unknown", judged.reason, message)
+    return MetricsAvailable(in_a_row, False, None if shown else unknown, (counted,))
 
 
 def stable_failing(run: Run, judged: Judged) -> bool:
