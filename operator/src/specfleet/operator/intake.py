@@ -41,9 +41,11 @@ class Intake:
     stable: Judged | None
     recorded: Judged  # the window status.acceptance shows: the stable one, or the held one
     step_cost: StepCostStatus | None
-    # What the stable track collects on (status.openWindows.stable); None: nothing.
-    collecting: OpenWindow | None
-    collected: bool  # whether the stable window was judged on what it collected
+    # What the stable track collects on after this window (status.openWindows.stable;
+    # None: nothing), where the window was judged on it (`open_window_changed`); else
+    # (held, plain decoding measured, no answer) what it collected stays as it was.
+    open_window: OpenWindow | None
+    open_window_changed: bool
     acceptance: AcceptanceWindow
     load: list[float]
     speculation_active: ConditionChange | None
@@ -62,10 +64,10 @@ def take_in(
     sp = status.speculation
     held, cost = _perturbed(status, observation)
     stable: Judged | None = None
-    collecting, collected = None, False
+    open_window, open_window_changed = None, False
     if held is None:
         cost = _learn_speed(spec, status, cost, observation, now, drafting)
-        stable, collecting, collected = _judge_stable(spec, status, observation, now)
+        stable, open_window, open_window_changed = _judge_stable(spec, status, observation, now)
     recorded = held or stable
     assert recorded is not None
     speculation_active, actions = _speculation_active(status, observation)
@@ -73,8 +75,8 @@ def take_in(
         stable=stable,
         recorded=recorded,
         step_cost=cost,
-        collecting=collecting,
-        collected=collected,
+        open_window=open_window,
+        open_window_changed=open_window_changed,
         acceptance=acceptance_window(spec, sp, recorded, observation, now),
         load=sp.load if held is not None else with_load(sp.load, observation),
         speculation_active=speculation_active,

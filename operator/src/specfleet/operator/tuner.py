@@ -134,8 +134,8 @@ def decide(
 def _write_intake(run: Run, intake: Intake) -> None:
     """What the observation taught, into status (in the order it was learnt)."""
     run.status.step_cost = intake.step_cost
-    if intake.collected:
-        run.keep_collecting("stable", intake.collecting)
+    if intake.open_window_changed:
+        run.keep_collecting("stable", intake.open_window)
     run.status.acceptance = intake.acceptance
     run.sp.load = intake.load
     if intake.speculation_active is not None:
