@@ -6,12 +6,17 @@ recovering above it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 
 from specfleet.operator import schedule, speed
 from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
     LastKnownGood,
+    SinceChange,
+    SpeculationState,
+    SpeculativeModelSpec,
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
@@ -21,7 +26,7 @@ from specfleet.operator.prediction import (
     fastest_and_plain,
     window_conditional,
 )
-from specfleet.operator.reprobes import held, remember_acceptance, remember_rejected
+from specfleet.operator.reprobes import held, remember_rejected, with_acceptance
 from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import clear_below_floor, disable
@@ -36,22 +41,36 @@ def floor_message(run: Run, judged: Judged) -> str:
     )
 
 
-def count_stable_window(run: Run, judged: Judged) -> None:
-    sp = run.sp
+@dataclass(frozen=True)
+class StableCount:
+    """A conclusive stable window counted against the floor: what was seen of the K since
+    it changed, the acceptance a re-probe starts from, and whether a re-probe held."""
+
+    since_change: SinceChange
+    good_acceptance: list[float] | None
+    reprobe_held: bool
+
+
+def count_stable_window(
+    spec: SpeculativeModelSpec, sp: SpeculationState, now: datetime, judged: Judged
+) -> StableCount:
     seen = sp.since_change
-    seen.windows += 1
-    if rollback_metric_of(run.spec).needs_baseline and seen.baseline_acceptance is None:
+    windows = seen.windows + 1
+    if rollback_metric_of(spec).needs_baseline and seen.baseline_acceptance is None:
         # The first conclusive window at a K is its baseline: measured, not judged.
-        seen.baseline_acceptance = round(judged.rate.value, 6) if judged.rate else None
-        seen.failing_windows = 0
-        return
-    seen.failing_windows = seen.failing_windows + 1 if stable_failing(run, judged) else 0
-    if seen.failing_windows == 0 and sp.schedule is None and judged.window is not None:
+        baseline = round(judged.rate.value, 6) if judged.rate else None
+        update = {"windows": windows, "baseline_acceptance": baseline, "failing_windows": 0}
+        return StableCount(seen.model_copy(update=update), sp.good_acceptance, False)
+    floor = spec.rollback.min_acceptance
+    failing = seen.failing_windows + 1 if stable_failing(judged, floor) else 0
+    good = sp.good_acceptance
+    if failing == 0 and sp.schedule is None and judged.window is not None:
         # What a recovered draft is expected to do again: where a re-probe looks first.
-        remember_acceptance(run, window_conditional(judged.window))
-    passing = seen.failing_windows == 0 and seen.windows >= 2 * run.spec.rollback.failure_limit
-    if passing and held(run):
-        sp.reprobing = None  # the re-probe held: the back-off starts over
+        good = with_acceptance(good, window_conditional(judged.window))
+    passing = failing == 0 and windows >= 2 * spec.rollback.failure_limit
+    counted = seen.model_copy(update={"windows": windows, "failing_windows": failing})
+    # A re-probe that held: the back-off starts over.
+    return StableCount(counted, good, passing and held(sp.reprobing, now))
 
 
 def rollback(run: Run, judged: Judged) -> None:

@@ -177,11 +177,10 @@ def reenable(run: Run, k: int) -> None:
     run.sp.reprobing = Reprobing(since=run.now, failed_reprobes=failed)
 
 
-def held(run: Run) -> bool:
-    """Whether a re-probe in `status.speculation.reprobing` has held: REPROBE_HOLD since
+def held(reprobing: Reprobing | None, now: datetime) -> bool:
+    """Whether a re-probe (`status.speculation.reprobing`) has held: REPROBE_HOLD since
     it switched speculation on (and the floor's passing windows, counted by the caller)."""
-    reprobing = run.sp.reprobing
-    return reprobing is not None and run.now - reprobing.since >= REPROBE_HOLD
+    return reprobing is not None and now - reprobing.since >= REPROBE_HOLD
 
 
 def enable(run: Run, k: int) -> None:
@@ -209,8 +208,13 @@ def remember_rejected(
 
 
 def remember_acceptance(run: Run, measured: list[float]) -> None:
-    """Keep the conditional acceptance per position just measured at one K, and the
+    """Keep the conditional acceptance per position just measured at one K (`with_acceptance`)."""
+    run.sp.good_acceptance = with_acceptance(run.sp.good_acceptance, measured)
+
+
+def with_acceptance(known: list[float] | None, measured: list[float]) -> list[float] | None:
+    """The conditional acceptance per position to remember: `measured` at one K, and the
     deeper positions as a deeper K last measured them (prediction.with_deeper)."""
-    if measured:
-        kept = remembered(measured, run.sp.good_acceptance)
-        run.sp.good_acceptance = [round(c, 4) for c in kept]
+    if not measured:
+        return known
+    return [round(c, 4) for c in remembered(measured, known)]

@@ -291,7 +291,7 @@ class _KTrial:
 
     def failing_window(self, canary: Judged) -> str | None:
         run = self.run
-        if not (floor_caps_k(run.spec) and stable_failing(run, canary)):
+        if not (floor_caps_k(run.spec) and stable_failing(canary, run.floor)):
             return None
         low = canary.metric.low if canary.metric else float("nan")
         return (

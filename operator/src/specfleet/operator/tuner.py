@@ -186,15 +186,18 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
     """Count a conclusive stable window against the floor; whether the floor decided this
     window (a trial failing it ended, a rollback, speculation switched off)."""
     sp, spec, trial = run.sp, run.spec, run.sp.trial
-    count_stable_window(run, stable)
+    counted = count_stable_window(spec, sp, run.now, stable)
+    sp.since_change, sp.good_acceptance = counted.since_change, counted.good_acceptance
+    if counted.reprobe_held:
+        sp.reprobing = None
     below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
     if trial is not None and trial.placement is Placement.AFTER and floor_caps_k(spec):
-        if stable_failing(run, stable):  # the candidate K fails a floor that caps K
+        if stable_failing(stable, run.floor):  # the candidate K fails a floor that caps K
             reason, message = TrialOutcome.BELOW_FLOOR, floor_message(run, stable)
             end_trial(run, promote=False, reason=reason, message=message)
             return True
     elif below == "True":
-        if stable_failing(run, stable):
+        if stable_failing(stable, run.floor):
             # Re-checked each window; while speculation pays, tuning goes on below.
             below_floor(run, stable, floor_message(run, stable))
             # A trial of plain decoding it started is fed from the next window: this one,

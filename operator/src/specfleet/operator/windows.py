@@ -27,7 +27,6 @@ from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import EMPTY_WINDOWS, Action, ActionKind, WindowVerdict
 from specfleet.operator.rollback_metrics import rollback_metric_of
-from specfleet.operator.run import Run
 from specfleet.operator.stats import (
     Estimate,
     draft_acceptance_rate,
@@ -290,5 +289,6 @@ def metrics_available(
     return MetricsAvailable(in_a_row, False, None if shown else unknown, (counted,))
 
 
-def stable_failing(run: Run, judged: Judged) -> bool:
-    return judged.metric is not None and judged.metric.low < run.floor
+def stable_failing(judged: Judged, floor: float) -> bool:
+    """Whether the window's rollback metric is below `floor` (its lower bound)."""
+    return judged.metric is not None and judged.metric.low < floor
