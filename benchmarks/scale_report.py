@@ -195,6 +195,54 @@ def requests_table(data: dict[str, Any]) -> str:
     return markdown_table(["models", *keys, "all"], rows)
 
 
+def machine_cpu_table(data: dict[str, Any]) -> str | None:
+    """Per N, kubectl's apply of the children beside the operator's run: the wall time,
+    the share of the machine's cores busy, and each process's CPU seconds (medians, each
+    run in brackets); None for runs from before the benchmark measured them."""
+    measured = (
+        "machine_cpu" in r[phase] for r in data["runs"] for phase in ("baseline", "operator")
+    )
+    if not data["runs"] or not all(measured):
+        return None
+    phases = [
+        (count, phase)
+        for count in sorted({r["count"] for r in data["runs"]})
+        for phase in ("baseline", "operator")
+    ]
+
+    def figures(count: int, phase: str) -> list[dict[str, Any]]:
+        return [r[phase] for r in data["runs"] if r["count"] == count]
+
+    names = sorted(
+        {
+            n
+            for r in data["runs"]
+            for p in ("baseline", "operator")
+            for n in r[p]["machine_cpu"]["seconds"]
+        }
+    )
+    rows = [
+        ["wall (s)", *(_spread([f["seconds"] for f in figures(*p)]) for p in phases)],
+        [
+            "cores busy (%)",
+            *(
+                _spread([100 * f["machine_cpu"]["busy_share"] for f in figures(*p)], 0)
+                for p in phases
+            ),
+        ],
+    ]
+    for name in names:
+        cells = []
+        for p in phases:
+            seconds = [f["machine_cpu"]["seconds"].get(name) for f in figures(*p)]
+            known = [v for v in seconds if v is not None]
+            cells.append(_spread(known) if known else "-")
+        rows.append([f"{name}, CPU (s)", *cells])
+    titles = {"baseline": "kubectl apply of the children", "operator": "operator's run"}
+    header = ["", *(f"{count} models: {titles[phase]}" for count, phase in phases)]
+    return markdown_table(header, rows)
+
+
 def measured_on(data: dict[str, Any]) -> list[str]:
     return sorted({str(r.get("commit", "?")) for r in data["runs"]})
 
@@ -219,9 +267,24 @@ def docs_block(data: dict[str, Any]) -> str:
             "",
             requests_table(data),
             "",
+            *machine_block(data),
             END,
         ]
     )
+
+
+def machine_block(data: dict[str, Any]) -> list[str]:
+    table = machine_cpu_table(data)
+    if table is None:
+        return []
+    return [
+        "What the machine's cores did meanwhile (both phases on the same 2 cores; the "
+        "operator's phase runs from the models' apply until the last model is reconciled; "
+        "CPU seconds of each process over it, from /proc):",
+        "",
+        table,
+        "",
+    ]
 
 
 def replace_block(text: str, block: str) -> str:

@@ -4,10 +4,12 @@ they were measured on (issue 46)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from benchmarks import scale_report
 
@@ -36,6 +38,28 @@ def test_a_run_that_changed_changes_the_table() -> None:
     block = scale_report.docs_block(data)
     data["runs"][0]["operator"]["seconds"] += 1.0
     assert scale_report.docs_block(data) != block
+
+
+def test_the_machine_table_shows_each_process_of_both_phases() -> None:
+    """What the cores did: a process seen in one phase only is a row, '-' where it did not
+    run; one run's figure moved is a difference."""
+    phase: dict[str, Any] = {
+        "seconds": 30.0,
+        "machine_cpu": {"busy_share": 0.8, "seconds": {"etcd": 5.0}},
+    }
+    run: dict[str, Any] = {"count": 10, "baseline": phase, "operator": copy.deepcopy(phase)}
+    run["baseline"]["machine_cpu"]["seconds"]["kubectl (reaped)"] = 7.5
+    run["operator"]["machine_cpu"]["seconds"]["operator"] = 15.25
+    table = scale_report.machine_cpu_table({"runs": [run]})
+    assert table is not None
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()}
+    assert rows["kubectl (reaped), CPU (s)"].endswith("| 7.5 | - |")
+    assert rows["operator, CPU (s)"].endswith("| - | 15.2 |")
+    assert rows["cores busy (%)"].endswith("| 80 | 80 |")
+    run["operator"]["machine_cpu"]["seconds"]["etcd"] = 6.0
+    assert scale_report.machine_cpu_table({"runs": [run]}) != table
+    del run["baseline"]["machine_cpu"]
+    assert scale_report.machine_cpu_table({"runs": [run]}) is None
 
 
 def test_the_check_command_runs() -> None:
