@@ -313,9 +313,12 @@ def machine_cpu(named: dict[str, int]) -> MachineCpu:
     first = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first)
     busy = (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
-    pids = {path.stem: int(path.read_text()) for path in cluster.STATE.glob("*.pid")}
     by_process = {}
-    for name, pid in {**pids, **named}.items():
+    # A component restarting rewrites its pid file: one reading left out, not the run.
+    for pid_file in cluster.STATE.glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            by_process[pid_file.stem] = cpu_seconds(int(pid_file.read_text()))
+    for name, pid in named.items():
         with contextlib.suppress(OSError, ValueError, IndexError):
             by_process[name] = cpu_seconds(pid)
     own, reaped = (
