@@ -23,6 +23,7 @@ TOKEN = "operator-only-test-credential"
 # What a hot pod gets besides VLLM_ENV: the operator's credential (a Secret in a cluster).
 HOT_ENV = {"SPECFLEET_SCHEDULE_TOKEN": TOKEN}
 STEP_COUNT = "specfleet:step_duration_seconds_count"
+STEP_SUM = "specfleet:step_duration_seconds_sum"
 
 
 def call(
@@ -41,14 +42,34 @@ def call(
         return error.code, dict(json.loads(error.read() or b"{}"))
 
 
-def decode_steps_by_k(metrics: str) -> dict[str, float]:
-    """Decode-only engine steps so far per K verified (the step-stats histogram)."""
-    steps: dict[str, float] = {}
+@dataclass(frozen=True)
+class DecodeSteps:
+    """Decode-only engine steps so far of one K and batch bucket, and their seconds."""
+
+    count: float = 0.0
+    seconds: float = 0.0
+
+    def since(self, before: DecodeSteps) -> DecodeSteps:
+        return DecodeSteps(self.count - before.count, self.seconds - before.seconds)
+
+
+def decode_steps(metrics: str) -> dict[tuple[str, str], DecodeSteps]:
+    """The step-stats histogram's decode-only steps by (K verified, batch bucket)."""
+    fields = {STEP_COUNT: "count", STEP_SUM: "seconds"}
+    found: dict[tuple[str, str], dict[str, float]] = {}
     for family in text_string_to_metric_families(metrics):
         for sample in family.samples:
-            if sample.name == STEP_COUNT and sample.labels.get("phase") == "decode":
-                k = sample.labels["k"]
-                steps[k] = steps.get(k, 0.0) + sample.value
+            if sample.name in fields and sample.labels.get("phase") == "decode":
+                key = (sample.labels["k"], sample.labels["batch"])
+                found.setdefault(key, {})[fields[sample.name]] = sample.value
+    return {key: DecodeSteps(**values) for key, values in found.items()}
+
+
+def decode_steps_by_k(metrics: str) -> dict[str, float]:
+    """Decode-only engine steps so far per K verified, over every batch bucket."""
+    steps: dict[str, float] = {}
+    for (k, _batch), counted in decode_steps(metrics).items():
+        steps[k] = steps.get(k, 0.0) + counted.count
     return steps
 
 
