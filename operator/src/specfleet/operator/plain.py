@@ -44,9 +44,16 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
         f"plain decoding is predicted {plain / fastest.goodput - 1:+.1%} over the fastest "
         f"K={fastest.tokens} at batch {batch:.1f}"
     )
-    if not measure_first(run, judged, reason):
-        stop_speculation(run, reason, judged, conditional)
+    measure_or_stop(run, judged, reason)
     return True
+
+
+def measure_or_stop(run: Run, judged: Judged, reason: str) -> None:
+    """Plain decoding, predicted faster for `reason`, measured first (`measure_first`);
+    where no trial can measure it, speculation stops on the prediction."""
+    if not measure_first(run, judged, reason):
+        assert judged.window is not None
+        stop_speculation(run, reason, judged, run.conditional(judged.window))
 
 
 def measure_first(run: Run, judged: Judged, reason: str) -> bool:

@@ -1,9 +1,12 @@
 """Proposals: the candidate K (or learned schedule) predicted to be the fastest that
-clears the floor, started as a trial when it is at least minImprovement better."""
+clears the floor, proposed for a trial when it is at least minImprovement better; or
+plain decoding, where it is predicted faster than what runs. A proposal is a value:
+`tuner` starts what it proposes."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from specfleet.operator import exploration, hot_schedules, schedule, speed
 from specfleet.operator.api import (
@@ -12,7 +15,6 @@ from specfleet.operator.api import (
     StepTimeSample,
 )
 from specfleet.operator.outcomes import TrialStart
-from specfleet.operator.plain import measure_first
 from specfleet.operator.prediction import (
     Prediction,
     plain,
@@ -20,27 +22,48 @@ from specfleet.operator.prediction import (
 )
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import Run
-from specfleet.operator.speculation_off import stop_speculation
-from specfleet.operator.trials import start_trial
 from specfleet.operator.windows import Judged
 
 
-def propose(run: Run, judged: Judged) -> None:
-    """Pick the best candidate K (or schedule) and start a canary (or an in-place trial)."""
+@dataclass(frozen=True)
+class Candidate:
+    """A trial to start: K=tokens (0: plain decoding), or the learned schedule
+    `schedule` (whose largest K is `tokens`), and why."""
+
+    tokens: int
+    schedule: list[ScheduledBand] | None
+    message: str
+    why: TrialStart = TrialStart.PREDICTED_GAIN
+
+
+@dataclass(frozen=True)
+class PlainPredicted:
+    """Plain decoding predicted faster than what runs (`reason`): measured first where a
+    trial can measure it; where none can, speculation stops on the prediction if `stop`
+    (a K=0 band that was never told from plain decoding stops nothing)."""
+
+    reason: str
+    stop: bool
+
+
+Proposal = Candidate | PlainPredicted
+
+
+def propose(run: Run, judged: Judged) -> Proposal | None:
+    """The best candidate K (or schedule) for a canary (or an in-place trial), if any."""
     mode = run.spec.schedule_in_effect.mode
     if mode is ScheduleMode.FIXED:
-        return  # the spec's schedule runs as written
+        return None  # the spec's schedule runs as written
     assert judged.window is not None
     conditional = run.conditional(judged.window)
     if schedule.learning(
         run.spec, run.sp.load, conditional, run.cost, scheduled=run.sp.schedule is not None
     ):
-        _propose_schedule(run, judged)
-        return
-    _propose_k(run, judged)
+        return _propose_schedule(run, judged)
+    return _propose_k(run, judged)
 
 
-def _propose_schedule(run: Run, judged: Judged) -> None:
+def _propose_schedule(run: Run, judged: Judged) -> Proposal | None:
     """The schedule that fits the load the stable pods saw, tried if it is predicted to
     serve at least minImprovement more tokens than what runs; or plain pods, measured
     first, where they beat both (a schedule's K=0 band pays the K=0 tax, they do not)."""
@@ -66,39 +89,34 @@ def _propose_schedule(run: Run, judged: Judged) -> None:
         # A K=0 band runs here: its tax is told from plain decoding only once plain
         # decoding is measured at this load too (else the fit's guess at plain is in it).
         reason = f"a K=0 band runs at batch {batch:.1f}, where plain decoding was never measured"
-        measure_first(run, judged, reason)
-        return
+        return PlainPredicted(reason, stop=False)
     if plain_tokens >= max(best_tokens, now_tokens * (1 + run.required_gain())):
         reason = (
             f"plain decoding is predicted {plain_tokens / now_tokens - 1:+.1%} tokens over "
             f"{schedule.describe(running)} {load}, a K=0 step costing "
             f"{run.cost.k0_tax:+.0%} over a plain one"
         )
-        if not measure_first(run, judged, reason):
-            stop_speculation(run, reason, judged, conditional)
-        return
-    if best is None or best == running:
-        return
-    if best == sp.rejected_schedule:
-        return
+        return PlainPredicted(reason, stop=True)
+    if best is None or best == running or best == sp.rejected_schedule:
+        return None
     if floor_caps_k(spec) and any(
         predict(conditional, k, 1.0, spec.rollback.metric, run.cost).metric < run.floor + run.margin
         for k in schedule.drafting_ks(best)
     ):
-        return
+        return None
     gain = best_tokens / now_tokens - 1 if now_tokens > 0 else math.inf
     if gain < run.required_gain():
-        return
+        return None
     candidate = None if schedule.is_flat(best) else best
     k = schedule.largest(best)
     message = (
         f"{schedule.describe(best)} predicted {gain:+.1%} tokens over "
         f"{schedule.describe(running)} {load}"
     )
-    start_trial(run, judged, k, candidate, message)
+    return Candidate(k, candidate, message)
 
 
-def _propose_k(run: Run, judged: Judged) -> None:
+def _propose_k(run: Run, judged: Judged) -> Proposal | None:
     """The best K at this window's load, tried if predicted minImprovement faster; else
     a K the fit is unsure of, explored if its interval allows that gain (exploration)."""
     sp, spec = run.sp, run.spec
@@ -114,7 +132,7 @@ def _propose_k(run: Run, judged: Judged) -> None:
         and (not capped or p.metric >= run.floor + run.margin)
     ]
     if not eligible:
-        return
+        return None
     samples = run.samples
     batch = judged.window.batch_per_pod
     best = max(eligible, key=lambda p: p.goodput)
@@ -126,8 +144,8 @@ def _propose_k(run: Run, judged: Judged) -> None:
             candidates = [*eligible, *_plain_to_explore(run, batch, current)]
             chosen = exploration.choose(run, candidates, current, batch)
             if chosen is not None:
-                start_trial(run, judged, chosen.tokens, None, chosen.message, TrialStart.EXPLORE)
-        return
+                return Candidate(chosen.tokens, None, chosen.message, TrialStart.EXPLORE)
+        return None
     posterior = speed.posterior(samples, run.drafting, run.now)
     interval = (
         exploration.predicted_gain(posterior, best, current, batch).describe()
@@ -139,7 +157,7 @@ def _propose_k(run: Run, judged: Judged) -> None:
         f"{batch:.1f}, {spec.rollback.metric.value} {best.metric:.3f}; "
         + _how_sure(samples, best.tokens, batch)
     )
-    start_trial(run, judged, best.tokens, None, message)
+    return Candidate(best.tokens, None, message)
 
 
 def _plain_to_explore(run: Run, batch: float, current: Prediction) -> list[Prediction]:

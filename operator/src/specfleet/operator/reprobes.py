@@ -5,6 +5,7 @@ load), and switching it back on."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
 from specfleet.operator import exploration, hot_schedules, schedule, speed
@@ -42,17 +43,25 @@ def next_reprobe(run: Run, failed: int) -> datetime:
     return run.now + run.seconds(run.spec.rollback.reprobe_after) * (1 << doublings)
 
 
-def maybe_reprobe(run: Run, stable: Judged) -> None:
-    """Try speculation again, never on an idle fleet: after the back-off at the
-    requested K (spec.speculation.tokens), or as soon as the fitted cost says the
+@dataclass(frozen=True)
+class Reprobe:
+    """A re-probe that is due: speculation tried again at K=tokens, and why."""
+
+    tokens: int
+    why: str  # BackoffElapsed or PredictedGain
+    cause: str  # the words: the back-off (doubled how often) or a predicted gain
+
+
+def due(run: Run, stable: Judged) -> Reprobe | None:
+    """Whether to try speculation again, never on an idle fleet: after the back-off at
+    the requested K (spec.speculation.tokens), or as soon as the fitted cost says the
     acceptance measured before a StopSpeculation would pay at the batch plain decoding
-    runs now, at the K it predicts best. On a canary when the strategy has one (the
-    stable pods keep decoding plainly until the trial is promoted); in place otherwise."""
+    runs now, at the K it predicts best."""
     sp, spec, off = run.sp, run.spec, run.sp.off
     assert off is not None
     window = stable.window
     if window is None or window.generation_tokens <= 0:
-        return  # an idle fleet measures nothing: the re-probe waits for traffic
+        return None  # an idle fleet measures nothing: the re-probe waits for traffic
     k, why = recovered_k(run, window.batch_per_pod), "BackoffElapsed"
     cooled = sp.since_change.at is None or run.now - sp.since_change.at >= run.seconds(
         spec.tuning.cooldown
@@ -70,14 +79,21 @@ def maybe_reprobe(run: Run, stable: Judged) -> None:
         ):
             k, why = best.tokens, "PredictedGain"
     if why == "BackoffElapsed" and run.now < off.reprobe_at:
-        return
+        return None
     if why == "BackoffElapsed" and off.acceptance and speed.measured(window):
-        return  # stopped for speed: the prediction above decides, not the clock
+        return None  # stopped for speed: the prediction above decides, not the clock
     failed = off.failed_reprobes
     waited = f" (back-off doubled {failed} times)" if failed else ""
     cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
+    return Reprobe(k, why, cause)
+
+
+def start(run: Run, reprobe: Reprobe) -> None:
+    """A re-probe on a canary when the strategy has one (the stable pods keep decoding
+    plainly until the trial is promoted); in place otherwise."""
+    k, why, cause = reprobe.tokens, reprobe.why, reprobe.cause
     if not run.in_place:
-        sp.trial = Trial(tokens=k, started_at=run.now, stable_replicas=spec.replicas)
+        run.sp.trial = Trial(tokens=k, started_at=run.now, stable_replicas=run.spec.replicas)
         run.act(
             ActionKind.REPROBE,
             why,

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
-from specfleet.operator import config_trials, hot_schedules, schedule
+from specfleet.operator import config_trials, hot_schedules, reprobes, schedule
 from specfleet.operator.api import (
     ConditionType,
     DraftMethod,
@@ -65,14 +65,13 @@ from specfleet.operator.floor import (
 from specfleet.operator.intake import Intake, take_in
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome
-from specfleet.operator.plain import stop_if_plain_is_faster
-from specfleet.operator.proposals import propose
-from specfleet.operator.reprobes import maybe_reprobe
+from specfleet.operator.plain import measure_first, measure_or_stop, stop_if_plain_is_faster
+from specfleet.operator.proposals import Candidate, PlainPredicted, Proposal, propose
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run, working_copy
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.track_plan import TrackPlans
-from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial
+from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial, start_trial
 from specfleet.operator.windows import (
     Judged,
     metrics_available,
@@ -125,7 +124,9 @@ def decide(
     elif goes_to is _GoesTo.CONFIG_TRIAL:
         config_trials.feed(run, stable, observation)
     elif goes_to is _GoesTo.REPROBE:
-        maybe_reprobe(run, stable)
+        reprobe = reprobes.due(run, stable)
+        if reprobe is not None:
+            reprobes.start(run, reprobe)
     else:
         _propose_if_settled(run, stable)
     return _decided(run)
@@ -216,7 +217,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
 
 
 def _propose_if_settled(run: Run, stable: Judged) -> None:
-    """Propose a candidate when the stable K has settled."""
+    """Propose a candidate when the stable K has settled, and start what is proposed."""
     sp, spec = run.sp, run.spec
     if (
         spec.tuning.enabled
@@ -231,7 +232,19 @@ def _propose_if_settled(run: Run, stable: Judged) -> None:
             or not stop_if_plain_is_faster(run, stable)
         )
     ):
-        propose(run, stable)
+        _start(run, stable, propose(run, stable))
+
+
+def _start(run: Run, stable: Judged, proposal: Proposal | None) -> None:
+    """A trial of the proposed candidate; or plain decoding, predicted faster, measured
+    (or speculation stopped on the prediction, where the proposal says so)."""
+    match proposal:
+        case Candidate(tokens, candidate_schedule, message, why):
+            start_trial(run, stable, tokens, candidate_schedule, message, why)
+        case PlainPredicted(reason, stop=True):
+            measure_or_stop(run, stable, reason)
+        case PlainPredicted(reason, stop=False):
+            measure_first(run, stable, reason)
 
 
 def _learning(run: Run, stable: Judged) -> bool:
