@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specfleet.operator import speed
+from specfleet.operator import proposals, speed, tuner
 from specfleet.operator.api import (
     ConditionType,
     RollbackMetric,
@@ -23,8 +23,11 @@ from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.intake import take_in
 from specfleet.operator.observations import Observation
+from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
+from specfleet.operator.run import Run
 from specfleet.operator.tuner import decide
+from specfleet.operator.windows import Judged
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import step_seconds
 from tests.decisions import BROKEN, CHAT, CODE, DEAR_VERIFY, STALE, T0, Fleet, make_spec, window
@@ -74,6 +77,35 @@ def test_an_observation_is_taken_in_as_a_value_that_changes_nothing() -> None:
     assert intake.acceptance.measured_at == now and intake.acceptance.conclusive
     assert intake.step_cost is not None and intake.step_cost != status.step_cost
     assert len(intake.load) == len(status.speculation.load) + 1
+
+
+def test_a_proposal_is_a_value_that_decide_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """propose changes nothing (issue 40: transitions return values): each candidate it
+    returns is the trial decide starts in that window, at its K."""
+    proposed: list[proposals.Proposal | None] = []
+
+    def watched(run: Run, judged: Judged) -> proposals.Proposal | None:
+        before, actions = run.status.model_dump(), list(run.actions)
+        proposal = proposals.propose(run, judged)
+        assert run.status.model_dump() == before and run.actions == actions
+        proposed.append(proposal)
+        return proposal
+
+    monkeypatch.setattr(tuner, "propose", watched)
+    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
+    starts = (ActionKind.START_CANARY, ActionKind.START_IN_PLACE)
+    started = 0
+    for _ in range(60):
+        proposed.clear()
+        kinds = fleet.step(CODE)
+        (candidate,) = proposed or (None,)
+        if not isinstance(candidate, proposals.Candidate):
+            assert not set(starts) & set(kinds), (kinds, candidate)
+            continue
+        (entry,) = [d for d in fleet.status.history if d.time == fleet.now and d.action in starts]
+        assert entry.to_tokens == candidate.tokens, (entry, candidate)
+        started += 1
+    assert started >= 2
 
 
 # ----------------------------------------------------------------------------- properties
