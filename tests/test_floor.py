@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from specfleet.operator import floor
 from specfleet.operator.api import ConditionType, OffReason
 from specfleet.operator.conditions import condition_status
+from specfleet.operator.run import Run
+from specfleet.operator.windows import Judged
 from tests.decisions import CHAT, CODE, DAR, NO_K_PAYS, STALE, UNDER_FLOOR, Fleet, make_spec
 
 
@@ -17,6 +22,32 @@ def test_drift_below_the_floor_rolls_back_after_failure_limit_windows() -> None:
     assert any(k in ("Rollback", "StepDown") for k in second), fleet.kinds[-3:]
     assert fleet.status.speculation.tokens == 1 and k_before != 1
     assert fleet.status.history[-1].reason.startswith("BelowFloor")
+
+
+def test_a_rollback_is_planned_as_a_value_then_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_rollback changes nothing (issue 40: transitions return values); rollback
+    applies what it planned: the K and the words in history, the Ks rejected."""
+    planned: list[floor.Rollback] = []
+    plan = floor.plan_rollback
+
+    def watched(run: Run, judged: Judged) -> floor.Rollback:
+        before, actions = run.status.model_dump(), list(run.actions)
+        rollback = plan(run, judged)
+        assert run.status.model_dump() == before and run.actions == actions
+        planned.append(rollback)
+        return rollback
+
+    monkeypatch.setattr(floor, "plan_rollback", watched)
+    fleet = Fleet(make_spec(rollback={"failureLimit": 2, **DAR}))
+    for profile in [CODE] * 30 + [CHAT] * 2:
+        fleet.step(profile)
+    (rollback,) = planned
+    assert rollback.to is not None
+    last = fleet.status.history[-1]
+    assert (last.action, last.to_tokens) == (rollback.to.kind, rollback.to.tokens)
+    assert last.reason == f"BelowFloor: {rollback.to.message}"
+    assert fleet.status.speculation.tokens == rollback.to.tokens
+    assert set(rollback.rejected_tokens) <= set(fleet.status.speculation.rejected_tokens)
 
 
 def test_plain_decoding_when_no_k_pays_is_not_a_rollback() -> None:

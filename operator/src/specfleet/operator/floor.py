@@ -14,6 +14,7 @@ from specfleet.operator.api import (
     BelowFloorPolicy,
     ConditionType,
     LastKnownGood,
+    ScheduledBand,
     SinceChange,
     SpeculationState,
     SpeculativeModelSpec,
@@ -73,59 +74,86 @@ def count_stable_window(
     return StableCount(counted, good, passing and held(sp.reprobing, now))
 
 
-def rollback(run: Run, judged: Judged) -> None:
-    """failureLimit failing windows: last known good K, else step down, else the fastest
-    K if speculation still pays (or plain decoding)."""
+@dataclass(frozen=True)
+class RollbackTo:
+    """Where the stable pods roll back to: K=tokens (a ROLLBACK or a STEP_DOWN), the
+    schedule in effect after (None: one K), the last known good after, and the words."""
+
+    kind: ActionKind
+    tokens: int
+    schedule: list[ScheduledBand] | None
+    good: LastKnownGood | None
+    message: str
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """What failureLimit failing windows do: the Ks (or the schedule) not proposed again
+    for reprobeAfter, and where the stable pods go; None: no K clears the floor, and
+    `below_floor` decides, for `why`."""
+
+    rejected_tokens: range
+    rejected_schedule: list[ScheduledBand] | None
+    to: RollbackTo | None
+    why: str
+
+
+def plan_rollback(run: Run, judged: Judged) -> Rollback:
+    """failureLimit failing windows: last known good K, else step down, else (None) the
+    fastest K if speculation still pays, or plain decoding. Changes nothing."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
-    predicted = run.predictions(judged.window)
     why = floor_message(run, judged) + f" for {sp.since_change.failing_windows} windows"
-    metric = judged.metric.value if judged.metric else None
-    lkg = sp.last_known_good.tokens if sp.last_known_good else None
     if not floor_caps_k(spec):
-        below_floor(run, judged, why)
-        return
+        return Rollback(range(0), None, None, why)
     if sp.schedule is not None:
-        _roll_back_schedule(run, judged, why)
-        return
+        return _roll_back_schedule(run, judged, why)
     # A K that failed the floor is not proposed again, nor any larger one, for a while.
-    remember_rejected(run, tokens=range(current, spec.speculation.max_tokens + 1))
+    rejected = range(current, spec.speculation.max_tokens + 1)
+    predicted = run.predictions(judged.window)
+    good = sp.last_known_good
+    lkg = good.tokens if good else None
     if (
         lkg is not None
         and lkg != current
         and lkg in predicted
         and predicted[lkg].metric >= run.floor
     ):
-        run.act(
-            ActionKind.ROLLBACK,
-            "BelowFloor",
-            f"{why}; back to last known good K={lkg}",
-            warning=True,
-            from_tokens=current,
-            to_tokens=lkg,
-            acceptance=metric,
-            goodput=judged.goodput,
-        )
-        run.changed(lkg)
-        return
+        message = f"{why}; back to last known good K={lkg}"
+        to = RollbackTo(ActionKind.ROLLBACK, lkg, None, good, message)
+        return Rollback(rejected, None, to, why)
     k = _largest_clearing_below(run, predicted, current)
-    if k is not None:
-        run.act(
-            ActionKind.STEP_DOWN,
-            "BelowFloor",
-            f"{why}; K={k} is the largest predicted to clear it ({predicted[k].metric:.3f})",
-            warning=True,
-            from_tokens=current,
-            to_tokens=k,
-            acceptance=metric,
-            goodput=judged.goodput,
-        )
-        good = sp.last_known_good
-        sp.last_known_good = LastKnownGood(tokens=k, schedule=good.schedule if good else None)
-        run.changed(k)
+    if k is None:
+        return Rollback(rejected, None, None, why)
+    message = f"{why}; K={k} is the largest predicted to clear it ({predicted[k].metric:.3f})"
+    stepped = LastKnownGood(tokens=k, schedule=good.schedule if good else None)
+    to = RollbackTo(ActionKind.STEP_DOWN, k, None, stepped, message)
+    return Rollback(rejected, None, to, why)
+
+
+def rollback(run: Run, judged: Judged) -> None:
+    """The rollback `plan_rollback` says, applied: the rejections remembered, the stable
+    pods rolled back (or `below_floor`)."""
+    planned = plan_rollback(run, judged)
+    if planned.rejected_tokens or planned.rejected_schedule is not None:
+        remember_rejected(run, tokens=planned.rejected_tokens, schedule=planned.rejected_schedule)
+    to = planned.to
+    if to is None:
+        below_floor(run, judged, planned.why)
         return
-    below_floor(run, judged, why)
+    run.act(
+        to.kind,
+        "BelowFloor",
+        to.message,
+        warning=True,
+        from_tokens=run.sp.tokens,
+        to_tokens=to.tokens,
+        acceptance=judged.metric.value if judged.metric else None,
+        goodput=judged.goodput,
+    )
+    run.sp.schedule, run.sp.last_known_good = to.schedule, to.good
+    run.changed(to.tokens)
 
 
 def _largest_clearing_below(run: Run, predicted: Mapping[int, Prediction], k: int) -> int | None:
@@ -134,49 +162,47 @@ def _largest_clearing_below(run: Run, predicted: Mapping[int, Prediction], k: in
     return max(clearing, default=None)
 
 
-def _roll_back_schedule(run: Run, judged: Judged, why: str) -> None:
+def _roll_back_schedule(run: Run, judged: Judged, why: str) -> Rollback:
     """A schedule fails as a whole: back to the last known good schedule if there is
     one, else to one K (the last known good, else the schedule's smallest drafting K);
     a failure after that goes down the chain for one K."""
     sp = run.sp
-    assert sp.schedule is not None and sp.tokens is not None and judged.window is not None
+    assert sp.schedule is not None and judged.window is not None
     failed = sp.schedule
-    remember_rejected(run, schedule=failed)
     good = sp.last_known_good
     lkg = good.schedule if good else None
     if lkg is not None and lkg != failed:
-        sp.schedule, k = lkg, schedule.largest(lkg)
+        k = schedule.largest(lkg)
         target = f"the last known good schedule, {schedule.describe(lkg)}"
-    else:
-        k = (good.tokens if good else None) or min(schedule.drafting_ks(failed))
-        # The one K is held to rollback()'s standard: predicted to clear the floor, else
-        # the largest smaller K predicted to clear it with the margin, else below_floor.
-        predicted = run.predictions(judged.window)
-        if k in predicted and predicted[k].metric < run.floor:
-            fails = f"K={k} is predicted {predicted[k].metric:.3f}"
-            lower = _largest_clearing_below(run, predicted, k)
-            if lower is None:
-                below_floor(run, judged, f"{why}; {fails}")
-                return
-            k = lower
-            target = f"K={k} at every load ({fails}; K={k} {predicted[k].metric:.3f})"
-            sp.last_known_good = LastKnownGood(tokens=k)
-        else:
-            target = f"K={k} at every load"
-            if good is not None:
-                sp.last_known_good = LastKnownGood(tokens=good.tokens)
-        sp.schedule = None
-    run.act(
-        ActionKind.ROLLBACK,
-        "BelowFloor",
-        f"{why}; schedule {schedule.describe(failed)} back to {target}",
-        warning=True,
-        from_tokens=sp.tokens,
-        to_tokens=k,
-        acceptance=judged.metric.value if judged.metric else None,
-        goodput=judged.goodput,
-    )
-    run.changed(k)
+        to = _schedule_back(failed, why, target, k, lkg, good)
+        return Rollback(range(0), failed, to, why)
+    k = (good.tokens if good else None) or min(schedule.drafting_ks(failed))
+    # The one K is held to rollback()'s standard: predicted to clear the floor, else the
+    # largest smaller K predicted to clear it with the margin, else below_floor.
+    predicted = run.predictions(judged.window)
+    if k in predicted and predicted[k].metric < run.floor:
+        fails = f"K={k} is predicted {predicted[k].metric:.3f}"
+        lower = _largest_clearing_below(run, predicted, k)
+        if lower is None:
+            return Rollback(range(0), failed, None, f"{why}; {fails}")
+        target = f"K={lower} at every load ({fails}; K={lower} {predicted[lower].metric:.3f})"
+        to = _schedule_back(failed, why, target, lower, None, LastKnownGood(tokens=lower))
+        return Rollback(range(0), failed, to, why)
+    one_k = LastKnownGood(tokens=good.tokens) if good is not None else None
+    to = _schedule_back(failed, why, f"K={k} at every load", k, None, one_k)
+    return Rollback(range(0), failed, to, why)
+
+
+def _schedule_back(
+    failed: list[ScheduledBand],
+    why: str,
+    target: str,
+    k: int,
+    after: list[ScheduledBand] | None,
+    good: LastKnownGood | None,
+) -> RollbackTo:
+    message = f"{why}; schedule {schedule.describe(failed)} back to {target}"
+    return RollbackTo(ActionKind.ROLLBACK, k, after, good, message)
 
 
 def below_floor(run: Run, judged: Judged, why: str) -> None:
