@@ -51,8 +51,15 @@ CONFIG_FLOOR = 0.3
 # pairs proved +28.0% (lower bound +8.1%) and +14.5% (+9.2%) alone. 8 hold the bound about
 # a fifth closer to the gain (+33.7%, lower bound +31.2%, on 5 December), but for 40 s more
 # of the machine's one vLLM, on the path that bounds `make test`; what the test asserts
-# holds either way: the candidate measured faster, and the tuner keeps what its figures say.
+# holds either way: the candidate's decode steps cheaper on the engine's own histogram, and
+# the tuner keeps what its figures say.
 HOT_TRIAL_PAIRS = 6
+# The windows (spec.tuning.interval) of the hot and the config trial tests, where a trial's
+# windows are the longest wait: 5 s hold over a thousand decode steps at 4 in flight
+# (minDraftTokens 300). A hot pod takes a new K between two steps, so no window settles;
+# the two heads of the config trial differ by about +80% (+79.9%, lower bound +76.2%, on
+# 4 windows of 5 s each side, alone).
+TRIAL_INTERVAL = "5s"
 # The hot test's ceiling, where it starts: this head is trained for 4 positions and past
 # its second they are all but never accepted, while vLLM verifies every one. At ceiling 4
 # the Ks differ by a few tokens a step and a trial measured noise (K=2 vs K=4: -12.8%,
@@ -265,6 +272,7 @@ def test_real_vllm_takes_a_new_k_and_schedule_hot_and_a_trial_runs_on_the_same_p
         }  # fmt: skip
         body["spec"]["tuning"]["enabled"] = tuning
         body["spec"]["tuning"]["canaryWindows"] = HOT_TRIAL_PAIRS
+        body["spec"]["tuning"]["interval"] = TRIAL_INTERVAL
         body["spec"]["rollback"]["failureLimit"] = 10_000  # the floor is not this test's
         return body
 
@@ -318,7 +326,7 @@ def test_real_vllm_takes_a_new_k_and_schedule_hot_and_a_trial_runs_on_the_same_p
                 timeout=60,
                 interval=0.2,
             )
-            # The operator takes a spec edit at its next evaluation (every 10 s here);
+            # The operator takes a spec edit at its next evaluation (every TRIAL_INTERVAL here);
             # from its decision (the SpecChanged entry) the engine's side is the rest.
             decided = datetime.fromisoformat(history(model())[-1]["time"]).timestamp()
             latencies.append((applied - edited, applied - decided))
@@ -459,6 +467,7 @@ def test_a_config_trial_on_real_vllm_promotes_the_trained_head_and_rejects_an_un
         body["spec"]["tuning"]["enabled"] = False  # K stays 3: the trial compares heads
         body["spec"]["rollback"]["failureLimit"] = 10_000
         body["spec"]["rollout"] = {"strategy": strategy, "windows": 4, "timeout": "20m"}
+        body["spec"]["tuning"]["interval"] = TRIAL_INTERVAL
         return body
 
     def model() -> dict[str, Any]:
