@@ -9,12 +9,14 @@ from datetime import timedelta
 
 import pytest
 
-from specfleet.operator import speed
+from specfleet.operator import speed, trials
 from specfleet.operator.api import (
     TrackTotals,
     TuningStrategy,
 )
 from specfleet.operator.counts import Counts
+from specfleet.operator.outcomes import ActionKind, TrialOutcome
+from specfleet.operator.run import Run
 from specfleet.operator.trial_stats import goodput_gain, totals_add
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, goodput
@@ -30,6 +32,54 @@ def test_high_acceptance_climbs_through_a_canary() -> None:
     assert (fleet.status.speculation.tokens or 0) > 3
     assert fleet.status.speculation.last_known_good is not None
     assert [d.action for d in fleet.status.history][:2] == ["StartCanary", "Promote"]
+
+
+def test_a_trial_end_is_planned_as_a_value_then_finished(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_end changes nothing (issue 40: transitions return values); finish applies what
+    it planned: the decision and its words in history, the K the stable pods run, the Ks
+    rejected."""
+    planned: list[trials.TrialEnd] = []
+    plan = trials.plan_end
+
+    def watched(run: Run, **how: bool | TrialOutcome | str) -> trials.TrialEnd:
+        before, actions = run.status.model_dump(), list(run.actions)
+        end = plan(run, **how)  # type: ignore[arg-type]
+        assert run.status.model_dump() == before and run.actions == actions
+        planned.append(end)
+        return end
+
+    monkeypatch.setattr(trials, "plan_end", watched)
+    seen: set[type] = set()
+    # Promoted on the prior's engine, aborted where verifying costs more than it says.
+    for fleet, _ in itertools.product(
+        (Fleet(make_spec()), Fleet(make_spec(), engine=DEAR_VERIFY)), range(60)
+    ):
+        planned.clear()
+        fleet.step(CODE)
+        if not planned:
+            continue
+        (end,) = planned
+        then = end.then
+        seen.add(type(then))
+        (entry,) = [
+            d
+            for d in fleet.status.history
+            if d.time == fleet.now and d.action in (ActionKind.PROMOTE, ActionKind.ABORT)
+        ]
+        assert entry.reason == f"{end.outcome}: {end.message}"
+        sp = fleet.status.speculation
+        assert sp.trial is None
+        if isinstance(then, trials.Promotion):
+            assert entry.action == ActionKind.PROMOTE and entry.to_tokens == then.tokens
+            assert (sp.tokens, sp.last_known_good) == (then.tokens, then.good)
+        else:
+            assert isinstance(then, trials.Abort)
+            assert entry.action == ActionKind.ABORT
+            assert entry.to_tokens == end.sides.before_tokens
+            assert set(then.rejected_tokens) <= set(sp.rejected_tokens)
+            if then.back_to is not None:
+                assert sp.tokens == then.back_to
+    assert seen == {trials.Promotion, trials.Abort}
 
 
 def test_trials_are_judged_on_measured_step_times_and_settle_on_the_fastest_k() -> None:

@@ -13,6 +13,8 @@ from specfleet.operator.api import (
     ConditionType,
     InPlace,
     LastKnownGood,
+    Off,
+    PairSpread,
     Placement,
     ScheduledBand,
     TrackTotals,
@@ -514,12 +516,59 @@ def _over_load(run: Run, gain: Estimate, model: _LoadModel, batch: float) -> tup
 
 
 @dataclass(frozen=True)
-class _Ended:
-    """A trial as it ended: what it tried against what, and the acceptance it measured."""
+class StopsSpeculation:
+    """Plain decoding measured faster than the stable K: speculation stops, and a
+    re-probe predicts from `acceptance`, what the stable pods measured beside it."""
+
+    acceptance: list[float]
+
+
+@dataclass(frozen=True)
+class Reenables:
+    """A re-probe measured faster than plain decoding: speculation back on at its K."""
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The candidate promoted: the stable pods run K=tokens (and `schedule`), what ran
+    before is the last known good; `failures_count_on`: in place, the stable pods ran it
+    through the trial, so its failing windows count on."""
+
+    tokens: int
+    schedule: list[ScheduledBand] | None
+    good: LastKnownGood
+    failures_count_on: bool
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Back to what ran before: the re-probe's back-off after (None: speculation is on),
+    the Ks or schedule not proposed again for reprobeAfter, and the K (and schedule) the
+    stable pods go back to (None: they ran the candidate on no pod: its cooldown
+    restarts)."""
+
+    off: Off | None
+    rejected_tokens: list[int]
+    rejected_schedule: list[ScheduledBand] | None
+    back_to: int | None
+    back_schedule: list[ScheduledBand] | None
+
+
+@dataclass(frozen=True)
+class TrialEnd:
+    """A trial's end as `plan_end` works it out, changing nothing: what it tried against
+    what, how it ended and why, the acceptance it measured, what the status remembers of
+    it (the pooled spread of its pairs, the canary's acceptance: None, nothing new), and
+    what follows."""
 
     trial: Trial
     sides: Sides
+    outcome: TrialOutcome
+    message: str
     rate: float | None
+    pair_spread: PairSpread | None
+    acceptance: list[float] | None
+    then: StopsSpeculation | Reenables | Promotion | Abort
 
 
 def end_trial(
@@ -531,90 +580,133 @@ def end_trial(
     reject: bool = True,
     judged: bool = True,
 ) -> None:
-    """Promote or abort the trial. `judged=False`: it ended before its windows could say
-    anything (a scale), so a re-probe is retried after the cooldown, not counted failed."""
+    """Promote or abort the trial: `plan_end`, then `finish`."""
+    finish(
+        run,
+        plan_end(
+            run, promote=promote, reason=reason, message=message, reject=reject, judged=judged
+        ),
+    )
+
+
+def plan_end(
+    run: Run,
+    *,
+    promote: bool,
+    reason: TrialOutcome,
+    message: str,
+    reject: bool = True,
+    judged: bool = True,
+) -> TrialEnd:
+    """How the running trial ends, promoted or aborted. `judged=False`: it ended before
+    its windows could say anything (a scale), so a re-probe is retried after the
+    cooldown, not counted failed. Changes nothing."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
-    ended = _Ended(trial, _sides(run), candidate_rate(trial.canary))
-    sp.trial = None
-    if trial.in_place and trial.in_place.pairs:
-        sp.pair_spread = pooled_spread(sp.pair_spread, pair_spread(trial.in_place.pairs))
+    sides = _sides(run)
+    place = trial.in_place
+    spread = (
+        pooled_spread(sp.pair_spread, pair_spread(place.pairs)) if place and place.pairs else None
+    )
     failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
-    if not trial.in_place and not trial.plain and ended.sides.tried is None and not failed_floor:
+    acceptance = None
+    if not place and not trial.plain and sides.tried is None and not failed_floor:
         # What the canary measured at its K predicts that K (and deeper ones) next time,
         # as the stable windows after an in-place switch were remembered as they came;
         # not under the floor, as they were not (the re-probe's "what a draft does").
-        remember_acceptance(run, totals_conditional(trial.canary.counts))
-    if promote:
-        _promote(run, ended, reason, message)
+        acceptance = totals_conditional(trial.canary.counts)
+    then: StopsSpeculation | Reenables | Promotion | Abort
+    if not promote:
+        then = _abort(run, trial, sides, reject=reject and sp.off is None, judged=judged)
+    elif trial.plain:  # plain decoding measured faster than the stable K
+        measured = totals_conditional(trial.stable.counts)
+        then = StopsSpeculation(with_deeper(measured, sp.good_acceptance))
+    elif sp.off is not None:  # a re-probe that measured faster than plain decoding
+        then = Reenables()
     else:
-        _abort(run, ended, reason, message, reject=reject and sp.off is None, judged=judged)
+        good = LastKnownGood(tokens=sides.before_tokens, schedule=sides.before)
+        then = Promotion(trial.tokens, sides.tried, good, failures_count_on=place is not None)
+    rate = candidate_rate(trial.canary)
+    return TrialEnd(trial, sides, reason, message, rate, spread, acceptance, then)
 
 
-def _promote(run: Run, ended: _Ended, reason: TrialOutcome, message: str) -> None:
-    sp, candidate = run.sp, ended.trial.tokens
-    if ended.trial.plain:  # plain decoding measured faster than the stable K
-        # What a re-probe predicts from: the acceptance the stable pods measured beside it.
-        measured = totals_conditional(ended.trial.stable.counts)
-        stop_speculation(run, message, None, with_deeper(measured, sp.good_acceptance))
+def _abort(run: Run, trial: Trial, sides: Sides, *, reject: bool, judged: bool) -> Abort:
+    """Back to what ran before; a rejected candidate is not proposed again for a while, a
+    failed re-probe backs off further."""
+    off = run.sp.off
+    if off is not None and judged:
+        failed = off.failed_reprobes + 1
+        off = off.model_copy(
+            update={"failed_reprobes": failed, "reprobe_at": next_reprobe(run, failed)}
+        )
+    elif off is not None:
+        later = run.now + run.seconds(run.spec.tuning.cooldown)
+        off = off.model_copy(update={"reprobe_at": later})
+    # A schedule that failed is rejected, not its largest K.
+    rejected_schedule = sides.tried if reject else None
+    rejected_tokens = [trial.tokens] if reject and sides.tried is None else []
+    back = trial.placement is Placement.AFTER and sides.before_tokens > 0
+    return Abort(
+        off,
+        rejected_tokens,
+        rejected_schedule,
+        sides.before_tokens if back else None,
+        sides.before if back else None,
+    )
+
+
+def finish(run: Run, end: TrialEnd) -> None:
+    """The end `plan_end` says, applied."""
+    sp, then = run.sp, end.then
+    sp.trial = None
+    if end.pair_spread is not None:
+        sp.pair_spread = end.pair_spread
+    if end.acceptance is not None:
+        remember_acceptance(run, end.acceptance)
+    if isinstance(then, StopsSpeculation):
+        stop_speculation(run, end.message, None, then.acceptance)
         return
+    if isinstance(then, Abort):
+        if then.off is not None:
+            sp.off = then.off
+        if then.rejected_tokens or then.rejected_schedule is not None:
+            remember_rejected(run, tokens=then.rejected_tokens, schedule=then.rejected_schedule)
+        run.act(
+            ActionKind.ABORT,
+            end.outcome,
+            end.message,
+            warning=end.outcome is TrialOutcome.BELOW_FLOOR,
+            from_tokens=end.trial.tokens,
+            to_tokens=end.sides.before_tokens,
+            acceptance=end.rate,
+        )
+        if then.back_to is not None:
+            sp.schedule = then.back_schedule
+            run.changed(then.back_to)
+        else:
+            sp.since_change.at = run.now
+        return
+    candidate = end.trial.tokens
     run.act(
         ActionKind.PROMOTE,
-        reason,
-        message,
-        from_tokens=ended.sides.before_tokens,
+        end.outcome,
+        end.message,
+        from_tokens=end.sides.before_tokens,
         to_tokens=candidate,
-        acceptance=ended.rate,
+        acceptance=end.rate,
     )
-    if sp.off is not None:  # a re-probe that measured faster than plain decoding
+    if isinstance(then, Reenables):
         reenable(run, candidate)  # the back-off starts over once it holds
         run.condition(
             ConditionType.SPECULATION_ACTIVE, "True", "Reprobed", f"drafting K={candidate}"
         )
         return
-    sp.last_known_good = LastKnownGood(
-        tokens=ended.sides.before_tokens, schedule=ended.sides.before
-    )
-    sp.schedule = ended.sides.tried
+    sp.last_known_good = then.good
+    sp.schedule = then.schedule
     failing = sp.since_change.failing_windows
-    run.changed(candidate)
-    if ended.trial.in_place:  # the stable pods ran it through the trial: its failures count on
+    run.changed(then.tokens)
+    if then.failures_count_on:
         sp.since_change.failing_windows = failing
-
-
-def _abort(
-    run: Run, ended: _Ended, reason: TrialOutcome, message: str, *, reject: bool, judged: bool
-) -> None:
-    """Back to what ran before; a rejected candidate is not proposed again for a while, a
-    failed re-probe backs off further."""
-    sp, candidate = run.sp, ended.trial.tokens
-    if sp.off is not None:
-        if judged:
-            failed = sp.off.failed_reprobes + 1
-            sp.off = sp.off.model_copy(
-                update={"failed_reprobes": failed, "reprobe_at": next_reprobe(run, failed)}
-            )
-        else:
-            later = run.now + run.seconds(run.spec.tuning.cooldown)
-            sp.off = sp.off.model_copy(update={"reprobe_at": later})
-    if reject and ended.sides.tried is not None:  # the schedule failed, not its largest K
-        remember_rejected(run, schedule=ended.sides.tried)
-    elif reject:
-        remember_rejected(run, tokens=[candidate])
-    run.act(
-        ActionKind.ABORT,
-        reason,
-        message,
-        warning=reason is TrialOutcome.BELOW_FLOOR,
-        from_tokens=candidate,
-        to_tokens=ended.sides.before_tokens,
-        acceptance=ended.rate,
-    )
-    if ended.trial.placement is Placement.AFTER and ended.sides.before_tokens:
-        sp.schedule = ended.sides.before
-        run.changed(ended.sides.before_tokens)
-    else:
-        sp.since_change.at = run.now
 
 
 def end_trial_if_scaled(run: Run) -> None:
