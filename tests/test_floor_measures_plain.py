@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.operator.api import OffReason
+from specfleet.operator import floor
+from specfleet.operator.api import ConditionType, OffReason
+from specfleet.operator.run import Run
 from specfleet.operator.simulate import load_scenario, simulate
+from specfleet.operator.windows import Judged
 from specfleet.runtime.sim_model import StepCost
-from tests.decisions import Fleet, make_spec
+from tests.decisions import STALE, UNDER_FLOOR, Fleet, make_spec
 
 BROKEN_DRAFT = Path(__file__).parent.parent / "scenarios" / "floor" / "broken-draft.yaml"
 # First position 0.12, far under the default 0.75 floor.
@@ -35,6 +38,58 @@ def test_plain_decoding_is_measured_before_a_k_is_kept_under_the_floor() -> None
     trial = fleet.status.speculation.trial
     assert trial is not None and trial.tokens == 0  # the canary decodes plainly
     assert "plain decoding is measured first" in fleet.status.history[-1].reason
+
+
+def test_below_the_floor_is_planned_as_a_value_then_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """plan_below_floor changes nothing (issue 40: transitions return values);
+    below_floor applies what it planned: a trial of plain decoding started for its
+    reason, the K kept and flagged in its words, or speculation off for its reason."""
+    planned: list[floor.BelowFloor] = []
+    plan = floor.plan_below_floor
+
+    def watched(run: Run, judged: Judged, why: str) -> floor.BelowFloor:
+        before, actions = run.status.model_dump(), list(run.actions)
+        below = plan(run, judged, why)
+        assert run.status.model_dump() == before and run.actions == actions
+        planned.append(below)
+        return below
+
+    monkeypatch.setattr(floor, "plan_below_floor", watched)
+    runs = [
+        (make_spec(rollback={"failureLimit": 2}), [UNDER_FLOOR] * 2 + [STALE] * 4),
+        (make_spec(rollback={"failureLimit": 1, "belowFloor": "Disable"}), [UNDER_FLOOR]),
+    ]
+    seen: set[str] = set()
+    for fleet, profiles in [
+        *((Fleet(spec), profiles) for spec, profiles in runs),
+        (_under_the_floor(), [BROKEN] * 6),
+    ]:
+        for profile in profiles:
+            planned.clear()
+            fleet.step(profile)
+            if not planned:
+                continue
+            (below,) = planned
+            sp = fleet.status.speculation
+            if below.measure is not None:
+                seen.add("measure")
+                assert sp.trial is not None and sp.trial.tokens == 0
+                assert any(below.measure in d.reason for d in fleet.status.history)
+            if below.keep is not None:
+                seen.add("keep")
+                (flag,) = [
+                    c
+                    for c in fleet.status.conditions
+                    if c.type is ConditionType.ACCEPTANCE_BELOW_FLOOR
+                ]
+                assert (flag.status, flag.message) == ("True", below.keep)
+                assert sp.off is None
+            else:
+                seen.add("disable")
+                assert sp.off is not None and sp.off.message == below.disable
+    assert seen == {"measure", "keep", "disable"}, seen
 
 
 def test_a_k_measured_slower_than_plain_decoding_is_not_kept() -> None:

@@ -21,7 +21,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
-from specfleet.operator.plain import measure_first
+from specfleet.operator.plain import PlainMeasure, how_measured, start_measuring
 from specfleet.operator.prediction import (
     Prediction,
     fastest_and_plain,
@@ -205,9 +205,21 @@ def _schedule_back(
     return RollbackTo(ActionKind.ROLLBACK, k, after, good, message)
 
 
-def below_floor(run: Run, judged: Judged, why: str) -> None:
+@dataclass(frozen=True)
+class BelowFloor:
+    """What the floor does where no K clears it: a trial of plain decoding started first
+    (`measure`: the reason it starts for), then the K in effect kept and flagged (`keep`:
+    the words), or speculation disabled (`disable`: why)."""
+
+    measure: str | None
+    keep: str | None
+    disable: str | None
+
+
+def plan_below_floor(run: Run, judged: Judged, why: str) -> BelowFloor:
     """No K clears the floor. Plain decoding only if speculation no longer pays (or the
-    policy asks for it); otherwise the fastest K stays, flagged AcceptanceBelowFloor."""
+    policy asks for it); otherwise the fastest K stays, flagged AcceptanceBelowFloor.
+    Changes nothing."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
@@ -220,8 +232,7 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
     # Within acceptanceMargin of the floor the draft is not broken: only speed decides.
     near = metric is not None and metric >= run.floor - run.margin
     if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0 and near:
-        _keep_fastest(run, judged, f"{why}; no K clears it, but {pays}: keeping K={current}")
-        return
+        return BelowFloor(None, f"{why}; no K clears it, but {pays}: keeping K={current}", None)
     if spec.rollback.below_floor is BelowFloorPolicy.KEEP_FASTEST and gain > 0:
         # Far under the floor (a broken draft): that speculation pays is a prediction,
         # and it rests on plain decoding's step, which the fit cannot tell from the Ks
@@ -230,26 +241,42 @@ def below_floor(run: Run, judged: Judged, why: str) -> None:
         keeping = f"{why}; no K clears it, but {pays}"
         loses = _kept_k_loses(run, judged)
         if loses is None or sp.trial is not None:  # a trial running decides first
-            if not _plain_measured(run, judged) and measure_first(run, judged, keeping):
+            how = None if _plain_measured(run, judged) else how_measured(run, judged)
+            measure = keeping if how is PlainMeasure.START else None
+            if how is not None and how.measured_first:
                 keeping += "; plain decoding is measured first"
-            _keep_fastest(run, judged, f"{keeping}: keeping K={current}")
-            return
-        reason = f"{why}; no K clears it and {loses}"
-    elif spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
-        reason = f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
+            return BelowFloor(measure, f"{keeping}: keeping K={current}", None)
+        return BelowFloor(None, None, f"{why}; no K clears it and {loses}")
+    if spec.rollback.below_floor is BelowFloorPolicy.DISABLE:
+        return BelowFloor(
+            None, None, f"{why}; no K clears it and rollback.belowFloor is Disable ({pays})"
+        )
+    reason = f"{why}; speculation no longer pays: {pays}"
+    # Near the floor plain decoding's speed is measured before it is chosen
+    # (plain.py). So it is where both steps are measured and the predicted loss is
+    # within what one window's acceptance moves it: a noisy window is no measurement
+    # of plain decoding. (With plain decoding unmeasured, a small predicted loss is
+    # the fit's guess at its step, as a stale draft's -1.2% that measured -47%.)
+    close = gain > -run.required_gain() and _plain_measured(run, judged)
+    how = how_measured(run, judged) if near or close else None
+    if how is not None and how.measured_first:
+        measure = reason if how is PlainMeasure.START else None
+        keep = f"{reason}; keeping K={current}: plain decoding is measured first"
+        return BelowFloor(measure, keep, None)
+    return BelowFloor(None, None, reason)
+
+
+def below_floor(run: Run, judged: Judged, why: str) -> None:
+    """What `plan_below_floor` says, applied."""
+    planned = plan_below_floor(run, judged, why)
+    if planned.measure is not None:
+        start_measuring(run, judged, planned.measure)
+    if planned.keep is not None:
+        _keep_fastest(run, judged, planned.keep)
     else:
-        reason = f"{why}; speculation no longer pays: {pays}"
-        # Near the floor plain decoding's speed is measured before it is chosen
-        # (plain.py). So it is where both steps are measured and the predicted loss is
-        # within what one window's acceptance moves it: a noisy window is no measurement
-        # of plain decoding. (With plain decoding unmeasured, a small predicted loss is
-        # the fit's guess at its step, as a stale draft's -1.2% that measured -47%.)
-        close = gain > -run.required_gain() and _plain_measured(run, judged)
-        if (near or close) and measure_first(run, judged, reason):
-            message = f"{reason}; keeping K={current}: plain decoding is measured first"
-            _keep_fastest(run, judged, message)
-            return
-    disable(run, reason, metric, judged.goodput)
+        assert planned.disable is not None
+        metric = judged.metric.value if judged.metric else None
+        disable(run, planned.disable, metric, judged.goodput)
 
 
 def _plain_measured(run: Run, judged: Judged) -> bool:

@@ -12,6 +12,8 @@ measures it back on."""
 
 from __future__ import annotations
 
+from enum import Enum
+
 from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import fastest_and_plain
 from specfleet.operator.run import Run
@@ -56,20 +58,45 @@ def measure_or_stop(run: Run, judged: Judged, reason: str) -> None:
         stop_speculation(run, reason, judged, run.conditional(judged.window))
 
 
-def measure_first(run: Run, judged: Judged, reason: str) -> bool:
-    """Whether plain decoding, predicted faster for `reason`, is measured before
-    speculation goes off (True: speculation stays meanwhile): started now (on a canary,
-    or in place), on trial already, or measured no faster lately (until reprobeAfter).
-    False, and speculation stops on the prediction, with tuning off or on pods without
-    step times: no trial would run, or none could measure it."""
-    sp = run.sp
-    if sp.trial is not None:
-        return True  # a trial is measuring: decide on what it finds
-    if 0 in sp.rejected_tokens:
-        return True
+class PlainMeasure(Enum):
+    """How plain decoding, predicted faster, is measured before speculation goes off."""
+
+    ON_TRIAL = "on-trial"  # a trial is measuring: decide on what it finds
+    MEASURED_LATELY = "measured-lately"  # measured no faster lately: until reprobeAfter
+    START = "start"  # a trial of plain decoding starts now (on a canary, or in place)
+    CANNOT = "cannot"  # tuning off, or pods without step times: no trial could
+
+    @property
+    def measured_first(self) -> bool:
+        """Speculation stays meanwhile: measured (or measuring) first."""
+        return self is not PlainMeasure.CANNOT
+
+
+def how_measured(run: Run, judged: Judged) -> PlainMeasure:
+    """How plain decoding, predicted faster, is measured first. Changes nothing."""
+    if run.sp.trial is not None:
+        return PlainMeasure.ON_TRIAL
+    if 0 in run.sp.rejected_tokens:
+        return PlainMeasure.MEASURED_LATELY
     if not run.spec.tuning.enabled or judged.window is None or judged.window.step_seconds is None:
-        return False  # no trial would run, or none could measure it
+        return PlainMeasure.CANNOT
+    return PlainMeasure.START
+
+
+def start_measuring(run: Run, judged: Judged, reason: str) -> None:
+    """A trial of plain decoding, predicted faster for `reason`."""
     where = "in place" if run.in_place else "on a canary"
     message = f"{reason}; measuring it {where} first"
     start_trial(run, judged, 0, None, message, TrialStart.PLAIN_PREDICTED)
-    return True
+
+
+def measure_first(run: Run, judged: Judged, reason: str) -> bool:
+    """Whether plain decoding, predicted faster for `reason`, is measured before
+    speculation goes off (True: speculation stays meanwhile), starting its trial where
+    `how_measured` says one starts now. False, and speculation stops on the prediction,
+    with tuning off or on pods without step times: no trial would run, or none could
+    measure it."""
+    how = how_measured(run, judged)
+    if how is PlainMeasure.START:
+        start_measuring(run, judged, reason)
+    return how.measured_first
