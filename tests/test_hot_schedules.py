@@ -269,14 +269,19 @@ def test_a_pair_at_mismatched_batches_is_not_compared() -> None:
     model.status.speculation.hot_schedule = HotSchedule(
         generation=1, schedule=[ScheduledBand(tokens=6)]
     )
-    run = Run(model.spec, model.status, NOW, 1)
+    cost = Run(model.spec, model.status, NOW, 1).cost
     engine = StepCost()
     for batch, side_windows in ((1, (0, 0)), (32, (0, 0)), (32, (1, 1))):
         conditional = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
-        k = 6 if trial.in_place is not None and trial.in_place.switched else 3
+        assert trial.in_place is not None
+        k, other = (6, 3) if trial.in_place.switched else (3, 6)
         measured = window(conditional, k, batch=batch, engine=engine)
         judged = Judged(measured, True, WindowVerdict.CONCLUSIVE)
-        trials._alternate(run, judged)
+        before = trial.model_dump()
+        alternation = trials.alternate(trial, judged, cost)
+        assert trial.model_dump() == before  # a value: the trial it was given is as it was
+        assert alternation is not None and alternation.tokens == other
+        trial = alternation.trial
         assert (trial.canary.windows, trial.stable.windows) == side_windows, batch
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from specfleet.operator import hot_schedules, schedule, speed
 from specfleet.operator.api import (
     ConditionType,
+    FittedStepCost,
     InPlace,
     LastKnownGood,
     Off,
@@ -168,38 +170,55 @@ def _interleave(
     run.changed(k)
 
 
-def _alternate(run: Run, stable: Judged) -> None:
+@dataclass(frozen=True)
+class Alternation:
+    """An interleaved trial after one of its windows: the trial with the window counted,
+    and the K and schedule the stable pods run next (the other side)."""
+
+    trial: Trial
+    tokens: int
+    schedule: list[ScheduledBand] | None
+
+
+def alternate(trial: Trial, stable: Judged, cost: FittedStepCost) -> Alternation | None:
     """An interleaved trial's window, paired with the other side's window before it when
     both ran at a matched batch (load moves; a pair at one load compares the two sides
-    there, never a window at 1 in flight with one at 32); then the other side runs."""
-    sp, trial = run.sp, run.sp.trial
-    assert trial is not None and trial.in_place is not None
-    if not stable.conclusive or stable.window is None:
-        return
+    there, never a window at 1 in flight with one at 32), else left unpaired; then the
+    other side runs. None: the window said nothing, and the same side runs on. Changes
+    nothing."""
     place = trial.in_place
+    assert place is not None
+    if not stable.conclusive or stable.window is None:
+        return None
     measured = totals_add(TrackTotals(), stable.window)
     load = speed.time_load(stable.window)
     other = place.unpaired
+    placed: dict[str, Any] = {"switched": not place.switched}
+    totals: dict[str, Any] = {}
     if other is not None and _matched(other, place.unpaired_load, measured, load):
         candidate, previous = (measured, other) if place.switched else (other, measured)
-        trial.canary = totals_merge(trial.canary, candidate)
-        trial.stable = totals_merge(trial.stable, previous)
+        totals = {
+            "canary": totals_merge(trial.canary, candidate),
+            "stable": totals_merge(trial.stable, previous),
+        }
         previous_load = place.unpaired_load if place.switched else load
         bands = trial.schedule or [ScheduledBand(tokens=trial.tokens)]
-        pair = matched_pair(
-            previous, candidate, bands, previous_load or step_batch(previous), run.cost
-        )
-        place.pairs = [*(place.pairs or []), pair]
-        place.unpaired = place.unpaired_load = None
+        pair = matched_pair(previous, candidate, bands, previous_load or step_batch(previous), cost)
+        placed |= {"pairs": [*(place.pairs or []), pair], "unpaired": None, "unpaired_load": None}
     else:
-        place.unpaired, place.unpaired_load = measured, load
+        placed |= {"unpaired": measured, "unpaired_load": load}
+    after = trial.model_copy(update={**totals, "in_place": place.model_copy(update=placed)})
     if place.switched:
-        sp.schedule = place.previous_schedule
-        run.changed(place.previous_tokens)
-    else:
-        sp.schedule = trial.schedule
-        run.changed(trial.tokens)
-    place.switched = not place.switched
+        return Alternation(after, place.previous_tokens, place.previous_schedule)
+    return Alternation(after, trial.tokens, trial.schedule)
+
+
+def _take_turn(run: Run, alternation: Alternation) -> Trial:
+    """The alternation `alternate` says, applied: the trial as it now stands."""
+    run.sp.trial = alternation.trial
+    run.sp.schedule = alternation.schedule
+    run.changed(alternation.tokens)
+    return alternation.trial
 
 
 def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load: float) -> bool:
@@ -240,15 +259,16 @@ def _advance_trial(
         message = "spec.tuning.enabled is false"
         end_trial(run, promote=False, reason=TrialOutcome.TUNING_DISABLED, message=message)
         return
-    kind = _KTrial(run, trial)
     if trial.in_place and trial.in_place.interleaved:
-        _alternate(run, stable)
+        alternation = alternate(trial, stable, run.cost)
+        if alternation is not None:
+            trial = _take_turn(run, alternation)
         if trial.stable.windows < spec.tuning.canary_windows:
             _end_if_overdue(run)
             return
-        step = conclude(run, kind, stable, stable)
+        step = conclude(run, _KTrial(run, trial), stable, stable)
     else:
-        step = advance(run, kind, stable, canary, observation.canary_pending_since)
+        step = advance(run, _KTrial(run, trial), stable, canary, observation.canary_pending_since)
     if isinstance(step, InPlaceInstead):
         _fall_back_in_place(run, step.pending, observation.canary_pending_reason)
     elif step is Next.SWITCH:
