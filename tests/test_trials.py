@@ -15,9 +15,12 @@ from specfleet.operator.api import (
     TuningStrategy,
 )
 from specfleet.operator.counts import Counts
+from specfleet.operator.durations import parse_duration
+from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.run import Run
-from specfleet.operator.trial_stats import goodput_gain, totals_add
+from specfleet.operator.trial_stats import TRIAL_EXTENSION, goodput_gain, totals_add
+from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import StepCost, goodput
 from tests.decisions import CODE, DEAR_VERIFY, Fleet, make_spec, scaled, window
@@ -80,6 +83,34 @@ def test_a_trial_end_is_planned_as_a_value_then_finished(monkeypatch: pytest.Mon
             if then.back_to is not None:
                 assert sp.tokens == then.back_to
     assert seen == {trials.Promotion, trials.Abort}
+
+
+def test_a_trial_whose_canary_says_nothing_ends_inconclusive_once_overdue() -> None:
+    """A canary that measures nothing (no window of it comes) ends its trial
+    CanaryInconclusive, not before the longest its windows can take: canaryWindows x
+    TRIAL_EXTENSION windows of up to maxWindowAge, maxInconclusiveWindows intervals, and
+    canaryPendingTimeout."""
+    fleet = Fleet(make_spec())
+    while fleet.status.speculation.trial is None:
+        fleet.step(CODE)
+    started = fleet.now
+    tuning = fleet.spec.tuning
+    interval = parse_duration(tuning.interval)
+    deadline = (
+        max(interval, parse_duration(tuning.max_window_age))
+        * tuning.canary_windows
+        * TRIAL_EXTENSION
+        + interval * tuning.max_inconclusive_windows
+        + parse_duration(tuning.canary_pending_timeout)
+    )
+    stable = window(CODE, fleet.status.speculation.stable_k, 20_000)
+    while fleet.status.speculation.trial is not None and fleet.now - started < 2 * deadline:
+        fleet.now += timedelta(minutes=1)
+        observation = Observation(stable=stable, canary=None)
+        fleet.status = decide(fleet.spec, fleet.status, observation, fleet.now).status
+    last = fleet.status.history[-1]
+    assert last.action == ActionKind.ABORT and last.reason.startswith("CanaryInconclusive: 0 of")
+    assert deadline < fleet.now - started <= deadline + timedelta(minutes=1)
 
 
 def test_trials_are_judged_on_measured_step_times_and_settle_on_the_fastest_k() -> None:

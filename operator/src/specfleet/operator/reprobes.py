@@ -223,11 +223,6 @@ def remember_rejected(
     )
 
 
-def remember_acceptance(run: Run, measured: list[float]) -> None:
-    """Keep the conditional acceptance per position just measured at one K (`with_acceptance`)."""
-    run.sp.good_acceptance = with_acceptance(run.sp.good_acceptance, measured)
-
-
 def with_acceptance(known: list[float] | None, measured: list[float]) -> list[float] | None:
     """The conditional acceptance per position to remember: `measured` at one K, and the
     deeper positions as a deeper K last measured them (prediction.with_deeper)."""

@@ -33,8 +33,8 @@ from specfleet.operator.prediction import (
 from specfleet.operator.reprobes import (
     next_reprobe,
     reenable,
-    remember_acceptance,
     remember_rejected,
+    with_acceptance,
 )
 from specfleet.operator.rollback_metrics import floor_caps_k, rollback_metric_of
 from specfleet.operator.run import Run
@@ -45,6 +45,7 @@ from specfleet.operator.trial_engine import (
     InPlaceInstead,
     Next,
     Sides,
+    Step,
     TrialSubject,
     advance,
     candidate_rate,
@@ -252,29 +253,27 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
 def _advance_trial(
     run: Run, stable: Judged, canary: Judged | None, observation: Observation
 ) -> None:
-    """Feed a window to the running trial; promote or abort when it has enough."""
+    """Feed a window to the running trial; promote or abort when it has enough, or when
+    it is overdue."""
     spec, trial = run.spec, run.sp.trial
     assert trial is not None
+    step: Step
     if not spec.tuning.enabled:
-        message = "spec.tuning.enabled is false"
-        end_trial(run, promote=False, reason=TrialOutcome.TUNING_DISABLED, message=message)
-        return
-    if trial.in_place and trial.in_place.interleaved:
+        step = Ended(TrialOutcome.TUNING_DISABLED, "spec.tuning.enabled is false")
+    elif trial.in_place and trial.in_place.interleaved:
         alternation = alternate(trial, stable, run.cost)
         if alternation is not None:
             trial = _take_turn(run, alternation)
-        if trial.stable.windows < spec.tuning.canary_windows:
-            _end_if_overdue(run)
-            return
-        step = conclude(run, _KTrial(run, trial), stable, stable)
+        ready = trial.stable.windows >= spec.tuning.canary_windows
+        step = conclude(run, _KTrial(run, trial), stable, stable) if ready else Next.MEASURE
     else:
         step = advance(run, _KTrial(run, trial), stable, canary, observation.canary_pending_since)
+    if step is Next.MEASURE:
+        step = _overdue(run, trial) or step
     if isinstance(step, InPlaceInstead):
         _fall_back_in_place(run, step.pending, observation.canary_pending_reason)
     elif step is Next.SWITCH:
         _switch(run)
-    elif step is Next.MEASURE:
-        _end_if_overdue(run)
     elif isinstance(step, Ended):
         outcome = step.outcome
         promote = outcome is TrialOutcome.GOODPUT_GAIN
@@ -416,11 +415,10 @@ def _fall_back_in_place(run: Run, pending: float, waiting: str | None) -> None:
     )
 
 
-def _end_if_overdue(run: Run) -> None:
+def _overdue(run: Run, trial: Trial) -> Ended | None:
     """A trial that has not gathered its windows in the longest time they can take ends
     inconclusive."""
-    spec, trial = run.spec, run.sp.trial
-    assert trial is not None
+    spec = run.spec
     started = trial.started_at
     interval = run.seconds(spec.tuning.interval)
     # Each canary window may grow up to maxWindowAge before it is conclusive.
@@ -430,14 +428,13 @@ def _end_if_overdue(run: Run) -> None:
         + interval * spec.tuning.max_inconclusive_windows
         + run.seconds(spec.tuning.canary_pending_timeout)
     )
-    if run.now - started > deadline:
-        end_trial(
-            run,
-            promote=False,
-            reason=TrialOutcome.CANARY_INCONCLUSIVE,
-            message=f"{trial.canary.windows} of {spec.tuning.canary_windows} conclusive "
-            f"windows after {run.now - started}",
-        )
+    if run.now - started <= deadline:
+        return None
+    return Ended(
+        TrialOutcome.CANARY_INCONCLUSIVE,
+        f"{trial.canary.windows} of {spec.tuning.canary_windows} conclusive windows after "
+        f"{run.now - started}",
+    )
 
 
 def _sides(run: Run) -> Sides:
@@ -578,7 +575,8 @@ class Abort:
 class TrialEnd:
     """A trial's end as `plan_end` works it out, changing nothing: what it tried against
     what, how it ended and why, the acceptance it measured, what the status remembers of
-    it (the pooled spread of its pairs, the canary's acceptance: None, nothing new), and
+    it (the pooled spread of its pairs; the conditional acceptance to predict from, with
+    the canary's measurement: None, nothing new), and
     what follows."""
 
     trial: Trial
@@ -587,7 +585,7 @@ class TrialEnd:
     message: str
     rate: float | None
     pair_spread: PairSpread | None
-    acceptance: list[float] | None
+    good_acceptance: list[float] | None
     then: StopsSpeculation | Reenables | Promotion | Abort
 
 
@@ -629,12 +627,13 @@ def plan_end(
         pooled_spread(sp.pair_spread, pair_spread(place.pairs)) if place and place.pairs else None
     )
     failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
-    acceptance = None
+    remembered = None
     if not place and not trial.plain and sides.tried is None and not failed_floor:
         # What the canary measured at its K predicts that K (and deeper ones) next time,
         # as the stable windows after an in-place switch were remembered as they came;
         # not under the floor, as they were not (the re-probe's "what a draft does").
-        acceptance = totals_conditional(trial.canary.counts)
+        measured = totals_conditional(trial.canary.counts)
+        remembered = with_acceptance(sp.good_acceptance, measured)
     then: StopsSpeculation | Reenables | Promotion | Abort
     if not promote:
         then = _abort(run, trial, sides, reject=reject and sp.off is None, judged=judged)
@@ -647,7 +646,7 @@ def plan_end(
         good = LastKnownGood(tokens=sides.before_tokens, schedule=sides.before)
         then = Promotion(trial.tokens, sides.tried, good, failures_count_on=place is not None)
     rate = candidate_rate(trial.canary)
-    return TrialEnd(trial, sides, reason, message, rate, spread, acceptance, then)
+    return TrialEnd(trial, sides, reason, message, rate, spread, remembered, then)
 
 
 def _abort(run: Run, trial: Trial, sides: Sides, *, reject: bool, judged: bool) -> Abort:
@@ -681,8 +680,8 @@ def finish(run: Run, end: TrialEnd) -> None:
     sp.trial = None
     if end.pair_spread is not None:
         sp.pair_spread = end.pair_spread
-    if end.acceptance is not None:
-        remember_acceptance(run, end.acceptance)
+    if end.good_acceptance is not None:
+        sp.good_acceptance = end.good_acceptance
     if isinstance(then, StopsSpeculation):
         stop_speculation(run, end.message, None, then.acceptance)
         return
