@@ -684,28 +684,36 @@ def finish(run: Run, end: TrialEnd) -> None:
         sp.good_acceptance = end.good_acceptance
     if isinstance(then, StopsSpeculation):
         stop_speculation(run, end.message, None, then.acceptance)
-        return
-    if isinstance(then, Abort):
-        if then.off is not None:
-            sp.off = then.off
-        if then.rejected_tokens or then.rejected_schedule is not None:
-            remember_rejected(run, tokens=then.rejected_tokens, schedule=then.rejected_schedule)
-        run.act(
-            ActionKind.ABORT,
-            end.outcome,
-            end.message,
-            warning=end.outcome is TrialOutcome.BELOW_FLOOR,
-            from_tokens=end.trial.tokens,
-            to_tokens=end.sides.before_tokens,
-            acceptance=end.rate,
-        )
-        if then.back_to is not None:
-            sp.schedule = then.back_schedule
-            run.changed(then.back_to)
-        else:
-            sp.since_change.at = run.now
-        return
-    candidate = end.trial.tokens
+    elif isinstance(then, Abort):
+        _go_back(run, end, then)
+    else:
+        _promote(run, end, then)
+
+
+def _go_back(run: Run, end: TrialEnd, then: Abort) -> None:
+    sp = run.sp
+    if then.off is not None:
+        sp.off = then.off
+    if then.rejected_tokens or then.rejected_schedule is not None:
+        remember_rejected(run, tokens=then.rejected_tokens, schedule=then.rejected_schedule)
+    run.act(
+        ActionKind.ABORT,
+        end.outcome,
+        end.message,
+        warning=end.outcome is TrialOutcome.BELOW_FLOOR,
+        from_tokens=end.trial.tokens,
+        to_tokens=end.sides.before_tokens,
+        acceptance=end.rate,
+    )
+    if then.back_to is not None:
+        sp.schedule = then.back_schedule
+        run.changed(then.back_to)
+    else:
+        sp.since_change.at = run.now
+
+
+def _promote(run: Run, end: TrialEnd, then: Promotion | Reenables) -> None:
+    sp, candidate = run.sp, end.trial.tokens
     run.act(
         ActionKind.PROMOTE,
         end.outcome,
