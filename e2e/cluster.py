@@ -15,6 +15,7 @@ support) and says what is missing; `down` removes the bridge and every pod names
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -554,11 +555,35 @@ def down() -> None:
         deadline = time.monotonic() + 20
         while component.pid() is not None and time.monotonic() < deadline:
             time.sleep(0.2)
-        if component.pid() is not None:
-            os.killpg(pid, signal.SIGKILL)
+        _kill_group(pid)
     remove_pod_network()
     shutil.rmtree(STATE)
     log("down")
+
+
+def _kill_group(pgid: int) -> None:
+    """Kill what is left of a component's process group and wait until it is gone: a
+    child started as SIGTERM came (the node agent's `umoci unpack` of a pod's image)
+    outlives the leader and goes on writing into STATE."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _live_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _live_members(pgid: int) -> list[int]:
+    """The processes of a group that still run (a zombie, which its parent has not yet
+    reaped, writes nothing)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
 
 
 def remove_pod_network() -> None:
