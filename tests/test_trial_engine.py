@@ -1,11 +1,16 @@
 """The trial lifecycle every kind of trial shares (trial_engine.advance), on a kind that
 says only what the engine asks of it: which windows count where, what ends a trial below
-the floor, when the in-place switch comes and when a Pending canary is replaced."""
+the floor, when the in-place switch comes and when a Pending canary is replaced. The
+engine returns the record with the windows counted and leaves the one it was handed as
+it was (issue 40: transitions return values)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
+from specfleet.operator import config_trials, trial_engine, trials
 from specfleet.operator.api import (
     InPlace,
     Placement,
@@ -21,13 +26,15 @@ from specfleet.operator.trial_engine import (
     InPlaceInstead,
     Next,
     Sides,
+    Step,
     TrialSubject,
     advance,
     measured_gain,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95
 from specfleet.operator.windows import Judged, judge
-from tests.decisions import CODE, T0, make_spec, window
+from tests.decisions import CHAT, CODE, T0, Fleet, make_spec, window
+from tests.test_config_trials import _settled, _with
 
 SPEC = make_spec(tuning={"canaryWindows": 2, "canaryPendingTimeout": "5m"})
 
@@ -43,7 +50,6 @@ def placed(where: Placement) -> TrialRecord:
 
 @dataclass
 class Kind:
-    record: TrialRecord
     windows: int = 2
     k0_band: bool = False
     may_go_in_place: bool = True
@@ -51,19 +57,19 @@ class Kind:
     fails_window: bool = False
     fails_totals: bool = False
 
-    def measured_before(self, added: bool) -> bool:
-        return self.record.stable.windows >= self.before
+    def measured_before(self, record: TrialRecord, added: bool) -> bool:
+        return record.stable.windows >= self.before
 
-    def waits_for_canary(self) -> bool:
+    def waits_for_canary(self, record: TrialRecord) -> bool:
         return False
 
     def failing_window(self, canary: Judged) -> str | None:
         return "one window under the floor" if self.fails_window else None
 
-    def failing_totals(self) -> str | None:
+    def failing_totals(self, record: TrialRecord) -> str | None:
         return "every window under the floor" if self.fails_totals else None
 
-    def subject(self) -> TrialSubject | Ended:
+    def subject(self, record: TrialRecord) -> TrialSubject | Ended:
         return TrialSubject(
             sides=Sides(4, None, 3, None),
             tried_words="K=4",
@@ -76,13 +82,28 @@ class Kind:
             confidence=ONE_SIDED_95,
         )
 
-    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
-        record = self.record
+    def measure(
+        self, record: TrialRecord, subject: TrialSubject, batch: float
+    ) -> tuple[Estimate, str]:
         return measured_gain(subject, record.stable, record.canary, batch, _run().cost)
 
 
 def _run() -> Run:
     return Run(SPEC, SpeculativeModelStatus(), T0, None)
+
+
+def advanced(
+    kind: Kind,
+    record: TrialRecord,
+    stable: Judged,
+    canary: Judged | None,
+    pending_since: float | None = None,
+) -> tuple[TrialRecord, Step]:
+    """`advance`'s record and step, checking that the record handed to it is unchanged."""
+    before = record.model_dump()
+    result = advance(_run(), kind, record, stable, canary, pending_since)
+    assert record.model_dump() == before, "the engine changed the record it was handed"
+    return result.record, result.step
 
 
 def _judged(k: int) -> Judged:
@@ -100,46 +121,124 @@ def test_a_trial_s_placement_is_read_from_its_record() -> None:
 
 
 def test_in_place_the_stable_pods_switch_once_their_windows_before_are_in() -> None:
-    kind = Kind(placed(Placement.BEFORE))
-    assert advance(_run(), kind, _judged(3), None) is Next.MEASURE
-    assert advance(_run(), kind, INCONCLUSIVE, None) is Next.MEASURE
-    assert kind.record.stable.windows == 1
-    assert advance(_run(), kind, _judged(3), None) is Next.SWITCH
-    assert (kind.record.stable.windows, kind.record.canary.windows) == (2, 0)
+    kind = Kind()
+    record, step = advanced(kind, placed(Placement.BEFORE), _judged(3), None)
+    assert step is Next.MEASURE
+    record, step = advanced(kind, record, INCONCLUSIVE, None)
+    assert step is Next.MEASURE and record.stable.windows == 1
+    record, step = advanced(kind, record, _judged(3), None)
+    assert step is Next.SWITCH
+    assert (record.stable.windows, record.canary.windows) == (2, 0)
 
 
 def test_after_the_switch_the_stable_windows_are_the_candidates() -> None:
-    kind = Kind(placed(Placement.AFTER))
-    kind.record.stable = TrackTotals(windows=2)
-    assert advance(_run(), kind, _judged(4), None) is Next.MEASURE
-    assert kind.record.canary.windows == 1
-    step = advance(_run(), kind, _judged(4), None)
+    kind = Kind()
+    record = placed(Placement.AFTER).model_copy(update={"stable": TrackTotals(windows=2)})
+    record, step = advanced(kind, record, _judged(4), None)
+    assert step is Next.MEASURE and record.canary.windows == 1
+    record, step = advanced(kind, record, _judged(4), None)
     assert step is Next.EXTEND or isinstance(step, Ended)  # compared
-    assert kind.record.canary.windows == 2
+    assert record.canary.windows == 2
 
 
 def test_a_canary_window_under_the_floor_ends_the_trial_uncounted() -> None:
-    kind = Kind(placed(Placement.CANARY), fails_window=True)
-    step = advance(_run(), kind, _judged(3), _judged(4))
+    kind = Kind(fails_window=True)
+    record, step = advanced(kind, placed(Placement.CANARY), _judged(3), _judged(4))
     assert step == Ended(TrialOutcome.BELOW_FLOOR, "one window under the floor")
-    assert (kind.record.stable.windows, kind.record.canary.windows) == (1, 0)
+    assert (record.stable.windows, record.canary.windows) == (1, 0)
 
 
 def test_windows_under_the_floor_end_the_trial_counted() -> None:
-    kind = Kind(placed(Placement.AFTER), fails_totals=True)
-    step = advance(_run(), kind, _judged(4), None)
+    kind = Kind(fails_totals=True)
+    record, step = advanced(kind, placed(Placement.AFTER), _judged(4), None)
     assert step == Ended(TrialOutcome.BELOW_FLOOR, "every window under the floor")
-    assert kind.record.canary.windows == 1
+    assert record.canary.windows == 1
 
 
 def test_a_canary_pending_past_its_timeout_is_replaced_in_place_where_the_kind_may() -> None:
-    long_ago = T0.timestamp() - 600
-    step = advance(_run(), Kind(placed(Placement.CANARY)), _judged(3), _judged(4), long_ago)
-    assert step == InPlaceInstead(600.0)
-    kept = Kind(placed(Placement.CANARY), may_go_in_place=False)
-    assert advance(_run(), kept, _judged(3), _judged(4), long_ago) is Next.MEASURE
+    long_ago, canary = T0.timestamp() - 600, placed(Placement.CANARY)
+    record, step = advanced(Kind(), canary, _judged(3), _judged(4), long_ago)
+    assert step == InPlaceInstead(600.0) and record == canary  # nothing counted
+    kept = Kind(may_go_in_place=False)
+    assert advanced(kept, canary, _judged(3), _judged(4), long_ago)[1] is Next.MEASURE
     recent = T0.timestamp() - 60
-    assert (
-        advance(_run(), Kind(placed(Placement.CANARY)), _judged(3), _judged(4), recent)
-        is Next.MEASURE
-    )
+    assert advanced(Kind(), canary, _judged(3), _judged(4), recent)[1] is Next.MEASURE
+
+
+# The trials of K and of configs on the engine: what it counted is what status keeps.
+
+
+@dataclass
+class Seen:
+    placement: Placement
+    given: TrialRecord
+    returned: TrialRecord
+    step: trial_engine.Step
+
+
+def _watch(monkeypatch: pytest.MonkeyPatch) -> list[Seen]:
+    seen: list[Seen] = []
+    real = trial_engine.advance
+
+    def watched(
+        run: Run, kind: trial_engine.TrialKind[TrialRecord], record: TrialRecord, *args: object
+    ) -> trial_engine.Advanced[TrialRecord]:
+        before = record.model_dump()
+        advanced = real(run, kind, record, *args)  # type: ignore[arg-type]
+        assert record.model_dump() == before, "the record handed to the engine changed"
+        seen.append(Seen(record.placement, record, advanced.record, advanced.step))
+        return advanced
+
+    monkeypatch.setattr(trials, "advance", watched)
+    monkeypatch.setattr(config_trials, "advance", watched)
+    return seen
+
+
+def _counted(seen: list[Seen], placement: Placement) -> list[Seen]:
+    """Calls at `placement` whose returned record counted a window the given one lacks."""
+    return [
+        s
+        for s in seen
+        if s.placement is placement
+        and (s.returned.stable.windows, s.returned.canary.windows)
+        != (s.given.stable.windows, s.given.canary.windows)
+    ]
+
+
+@pytest.mark.parametrize("strategy", ["Canary", "InPlace"])
+def test_a_k_trial_is_counted_on_a_new_record(
+    monkeypatch: pytest.MonkeyPatch, strategy: str
+) -> None:
+    seen = _watch(monkeypatch)
+    fleet = Fleet(make_spec(tuning={"strategy": strategy}))
+    for _ in range(40):
+        fleet.step(CODE)
+        trial = fleet.status.speculation.trial
+        last = seen[-1] if seen else None
+        if last is not None and trial is not None and last.step is trial_engine.Next.MEASURE:
+            # What the engine counted is what status keeps.
+            assert (trial.stable, trial.canary) == (last.returned.stable, last.returned.canary)
+    placements = [Placement.CANARY] if strategy == "Canary" else [Placement.BEFORE, Placement.AFTER]
+    for placement in placements:
+        assert _counted(seen, placement), f"no window counted at {placement}"
+
+
+@pytest.mark.parametrize("rollout", ["Canary", "InPlace"])
+def test_a_config_trial_is_counted_on_a_new_record(
+    monkeypatch: pytest.MonkeyPatch, rollout: str
+) -> None:
+    seen = _watch(monkeypatch)
+    fleet = _settled({"d": CHAT, "d2": CODE}, rollout={"strategy": rollout})
+    fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
+    for _ in range(8):
+        fleet.step()
+        state = fleet.status.config
+        last = seen[-1] if seen else None
+        if last is not None and state and state.trial and last.step is trial_engine.Next.MEASURE:
+            assert (state.trial.stable, state.trial.canary) == (
+                last.returned.stable,
+                last.returned.canary,
+            )
+    assert "PromoteConfig" in fleet.kinds
+    placement = Placement.CANARY if rollout == "Canary" else Placement.AFTER
+    assert _counted(seen, placement)

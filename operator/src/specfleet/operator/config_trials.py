@@ -167,8 +167,8 @@ def feed(run: Run, stable: Judged, observation: Observation) -> None:
     """Feed this evaluation's windows to the running config trial (while one runs, K is
     not tuned: one trial at a time)."""
     state = run.status.config
-    trial = state.trial if state is not None else None
-    assert trial is not None
+    assert state is not None and state.trial is not None
+    trial = state.trial
     timeout = run.seconds(run.spec.rollout.timeout)
     # The pods running the new config: the canary, or switched in place the stable pods.
     where = trial.placement
@@ -183,7 +183,7 @@ def feed(run: Run, stable: Judged, observation: Observation) -> None:
         )
         _reject(run, TrialOutcome.TIMEOUT, message)
     else:
-        _advance(run, trial, stable, observation)
+        _advance(run, state, stable, observation)
 
 
 def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
@@ -232,9 +232,11 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
 
-def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observation) -> None:
+def _advance(run: Run, state: ConfigState, stable: Judged, observation: Observation) -> None:
     """Feed the windows to the trial engine and apply the step it leads to."""
-    kind = _ConfigKind(run, trial, observation)
+    trial = state.trial
+    assert trial is not None
+    kind = _ConfigKind(run, observation)
     canary = None
     if trial.placement is Placement.CANARY:
         collected, window = run.collected("canary"), observation.canary
@@ -242,7 +244,9 @@ def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observat
             run.spec, run.now, collected, window, trial.tokens, None, trial.schedule
         )
         run.keep_collecting("canary", collecting)
-    step = advance(run, kind, stable, canary, observation.canary_pending_since)
+    advanced = advance(run, kind, trial, stable, canary, observation.canary_pending_since)
+    trial = state.trial = advanced.record
+    step = advanced.step
     if isinstance(step, InPlaceInstead):
         _fall_back_in_place(run, trial, step.pending)
         return
@@ -269,12 +273,8 @@ def _advance(run: Run, trial: ConfigTrial, stable: Judged, observation: Observat
 class _ConfigKind:
     """A trial of a config, as the trial engine asks of it."""
 
-    def __init__(self, run: Run, trial: ConfigTrial, observation: Observation) -> None:
-        self.run, self.trial, self.observation = run, trial, observation
-
-    @property
-    def record(self) -> ConfigTrial:
-        return self.trial
+    def __init__(self, run: Run, observation: Observation) -> None:
+        self.run, self.observation = run, observation
 
     @property
     def windows(self) -> int:
@@ -289,21 +289,21 @@ class _ConfigKind:
         # Plain stable pods (speculation off) have no windows before to switch from.
         return self.run.sp.off is None
 
-    def measured_before(self, added: bool) -> bool:
+    def measured_before(self, record: ConfigTrial, added: bool) -> bool:
         return added  # one window of the running config, then the stable pods switch
 
-    def waits_for_canary(self) -> bool:
-        return _waits_for_canary(self.trial, self.observation)
+    def waits_for_canary(self, record: ConfigTrial) -> bool:
+        return _waits_for_canary(record, self.observation)
 
     def failing_window(self, canary: Judged) -> str | None:
         return None  # a head is held to the floor over all its windows (failing_totals)
 
-    def failing_totals(self) -> str | None:
+    def failing_totals(self, record: ConfigTrial) -> str | None:
         """Rejected before the windows are in when even the upper bound of the new
         config's rollback metric, over all its windows, is below the floor: a poor head
         goes at once, one near the floor is measured to the end (where its lower bound
         must clear it)."""
-        run, canary = self.run, self.trial.canary
+        run, canary = self.run, record.canary
         metric = rollback_metric_of(run.spec).of_totals(canary)
         if metric is None or metric.high >= run.floor:
             return None
@@ -312,12 +312,12 @@ class _ConfigKind:
             f"bound {metric.high:.3f}) over {canary.windows} windows < floor {run.floor:.3f}"
         )
 
-    def subject(self) -> TrialSubject | Ended:
+    def subject(self, record: ConfigTrial) -> TrialSubject | Ended:
         """The K trial's evidence standard: promoted when the lower bound of the goodput
         gain clears rollout.minGain and the acceptance clears the floor; measured on
         while the gain is promising but not proven, up to TRIAL_EXTENSION times the
         windows."""
-        run, trial, spec, sp = self.run, self.trial, self.run.spec, self.run.sp
+        run, trial, spec, sp = self.run, record, self.run.spec, self.run.sp
         if trial.in_place is not None:
             place = trial.in_place
             sides = Sides(trial.tokens, sp.schedule, place.previous_tokens, place.previous_schedule)
@@ -340,10 +340,11 @@ class _ConfigKind:
             confidence=ONE_SIDED_95,
         )
 
-    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+    def measure(
+        self, record: ConfigTrial, subject: TrialSubject, batch: float
+    ) -> tuple[Estimate, str]:
         # A config is compared at the K and load the stable pods run.
-        trial = self.trial
-        return measured_gain(subject, trial.stable, trial.canary, batch, self.run.cost)
+        return measured_gain(subject, record.stable, record.canary, batch, self.run.cost)
 
 
 def _fall_back_in_place(run: Run, trial: ConfigTrial, pending: float) -> None:

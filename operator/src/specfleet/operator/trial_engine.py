@@ -3,15 +3,15 @@ trials.py; a config: config_trials.py) and wherever it runs (its `Placement`): i
 windows before an in-place switch, its stable windows counted as its comparison, the
 candidate's windows counted or ending it below the floor, the goodput gain measured
 between the tracks when there are enough, and the verdict on it with the words that
-say it. `advance` returns the next step as a value (`Next` or `Ended`); the kind applies it
-(switching, promotion and rejection differ by kind). The engine changes no state but
-the totals it counts on the trial's record."""
+say it. `advance` returns the record with this evaluation's windows counted and the next
+step (`Next`, `Ended` or `InPlaceInstead`) as values; the kind applies them (switching,
+promotion and rejection differ by kind). The engine changes no state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from specfleet.operator.api import (
     FittedStepCost,
@@ -173,12 +173,21 @@ class InPlaceInstead:
 
 Step = Next | Ended | InPlaceInstead  # what `advance` leads to
 
+Record = TypeVar("Record", bound=TrialRecord)
+# A kind reads the record it is handed (the one with this evaluation's windows counted).
+KindRecord = TypeVar("KindRecord", bound=TrialRecord, contravariant=True)
 
-class TrialKind(Protocol):
+
+@dataclass(frozen=True)
+class Advanced(Generic[Record]):
+    """One evaluation's windows counted: the trial's record with them, and its next step."""
+
+    record: Record
+    step: Step
+
+
+class TrialKind(Protocol[KindRecord]):
     """What a kind of trial does its own way; `advance` runs the steps every kind shares."""
-
-    @property
-    def record(self) -> TrialRecord: ...
 
     @property
     def windows(self) -> int:
@@ -196,11 +205,11 @@ class TrialKind(Protocol):
         """A canary Pending too long may be replaced by a trial in place."""
         ...
 
-    def measured_before(self, added: bool) -> bool:
+    def measured_before(self, record: KindRecord, added: bool) -> bool:
         """In place: the windows before are in (`added`: this window counted)."""
         ...
 
-    def waits_for_canary(self) -> bool:
+    def waits_for_canary(self, record: KindRecord) -> bool:
         """The canary has not run: no window of the candidate yet."""
         ...
 
@@ -208,15 +217,17 @@ class TrialKind(Protocol):
         """Why one conclusive canary window ends the trial below the floor, or None."""
         ...
 
-    def failing_totals(self) -> str | None:
+    def failing_totals(self, record: KindRecord) -> str | None:
         """Why the candidate's windows so far end the trial below the floor, or None."""
         ...
 
-    def subject(self) -> TrialSubject | Ended:
+    def subject(self, record: KindRecord) -> TrialSubject | Ended:
         """What the comparison holds up against what; Ended where it cannot be made."""
         ...
 
-    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+    def measure(
+        self, record: KindRecord, subject: TrialSubject, batch: float
+    ) -> tuple[Estimate, str]:
         """The candidate's gain as the kind measures it, and what it rests on (a K trial's
         over matched pairs and the load history; `measured_gain` at least)."""
         ...
@@ -224,30 +235,33 @@ class TrialKind(Protocol):
 
 def advance(
     run: Run,
-    kind: TrialKind,
+    kind: TrialKind[Record],
+    record: Record,
     stable: Judged,
     canary: Judged | None,
     canary_pending_since: float | None = None,
-) -> Step:
-    """One evaluation's windows counted on the trial; the step they lead to. `canary`: the
-    canary's window judged (None in place, where the stable pods run both sides), its pod
-    Pending since `canary_pending_since` (a timestamp) if it is."""
-    record = kind.record
+) -> Advanced[Record]:
+    """One evaluation's windows counted on the trial's `record`; the record with them and
+    the step they lead to (`record` itself is left as it was). `canary`: the canary's
+    window judged (None in place, where the stable pods run both sides), its pod Pending
+    since `canary_pending_since` (a timestamp) if it is."""
     where = record.placement
     if where is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None
         if added and stable.window is not None:
-            record.stable = totals_add(record.stable, stable.window)
-        return Next.SWITCH if kind.measured_before(added) else Next.MEASURE
+            record = _counted(record, stable=totals_add(record.stable, stable.window))
+        step: Step = Next.SWITCH if kind.measured_before(record, added) else Next.MEASURE
+        return Advanced(record, step)
     after = stable
     if where is Placement.CANARY:
         pending = pending_seconds(run, canary_pending_since)
         if pending is not None and kind.may_go_in_place:
-            return InPlaceInstead(pending)
+            return Advanced(record, InPlaceInstead(pending))
         assert canary is not None
-        record.stable = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
-        if kind.waits_for_canary():
-            return Next.WAIT_FOR_CANARY
+        counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
+        record = _counted(record, stable=counted)
+        if kind.waits_for_canary(record):
+            return Advanced(record, Next.WAIT_FOR_CANARY)
         after = canary
     on_canary = where is Placement.CANARY
     window = after.window
@@ -256,25 +270,31 @@ def advance(
     ):
         failing = kind.failing_window(after) if on_canary and after.conclusive else None
         if failing is not None:
-            return Ended(TrialOutcome.BELOW_FLOOR, failing)
-        record.canary = totals_add(record.canary, window)
-        failing = kind.failing_totals()
+            return Advanced(record, Ended(TrialOutcome.BELOW_FLOOR, failing))
+        record = _counted(record, canary=totals_add(record.canary, window))
+        failing = kind.failing_totals(record)
         if failing is not None:
-            return Ended(TrialOutcome.BELOW_FLOOR, failing)
-    return conclude(run, kind, after, stable)
+            return Advanced(record, Ended(TrialOutcome.BELOW_FLOOR, failing))
+    return Advanced(record, conclude(run, kind, record, after, stable))
 
 
-def conclude(run: Run, kind: TrialKind, after: Judged, stable: Judged) -> Step:
+def _counted(record: Record, **totals: TrackTotals) -> Record:
+    """The record with a side's totals replaced (a new record: the one given is kept)."""
+    return record.model_copy(update=totals)
+
+
+def conclude(
+    run: Run, kind: TrialKind[Record], record: Record, after: Judged, stable: Judged
+) -> Step:
     """Compare the tracks once the candidate's window `after` says something and the trial
     has its windows; else measure on."""
-    record = kind.record
     judgeable = after.conclusive or (kind.k0_band and timed_k0_band(after))
     if not (judgeable and ready(record.stable, record.canary, kind.windows)):
         return Next.MEASURE
-    subject = kind.subject()
+    subject = kind.subject(record)
     if isinstance(subject, Ended):
         return subject
     batch = stable.window.batch_per_pod if stable.window is not None else 1.0
-    gain, basis = kind.measure(subject, batch)
+    gain, basis = kind.measure(record, subject, batch)
     outcome, summary = verdict(run, subject, gain, basis, record.canary.windows)
     return Next.EXTEND if outcome is None else Ended(outcome, summary)

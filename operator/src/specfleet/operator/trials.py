@@ -265,9 +265,12 @@ def _advance_trial(
         if alternation is not None:
             trial = _take_turn(run, alternation)
         ready = trial.stable.windows >= spec.tuning.canary_windows
-        step = conclude(run, _KTrial(run, trial), stable, stable) if ready else Next.MEASURE
+        step = conclude(run, _KTrial(run), trial, stable, stable) if ready else Next.MEASURE
     else:
-        step = advance(run, _KTrial(run, trial), stable, canary, observation.canary_pending_since)
+        pending = observation.canary_pending_since
+        advanced = advance(run, _KTrial(run), trial, stable, canary, pending)
+        trial = run.sp.trial = advanced.record
+        step = advanced.step
     if step is Next.MEASURE:
         step = _overdue(run, trial) or step
     if isinstance(step, InPlaceInstead):
@@ -285,12 +288,8 @@ def _advance_trial(
 class _KTrial:
     """A trial of a K, plain decoding or a schedule, as the trial engine asks of it."""
 
-    def __init__(self, run: Run, trial: Trial) -> None:
-        self.run, self.trial = run, trial
-
-    @property
-    def record(self) -> Trial:
-        return self.trial
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
     @property
     def windows(self) -> int:
@@ -304,10 +303,10 @@ class _KTrial:
     def may_go_in_place(self) -> bool:
         return True
 
-    def measured_before(self, added: bool) -> bool:
-        return self.trial.stable.windows >= _baseline_windows(self.run)  # counted so far
+    def measured_before(self, record: Trial, added: bool) -> bool:
+        return record.stable.windows >= _baseline_windows(self.run)  # counted so far
 
-    def waits_for_canary(self) -> bool:
+    def waits_for_canary(self, record: Trial) -> bool:
         return False  # a canary Pending too long ends the trial (_fall_back_in_place)
 
     def failing_window(self, canary: Judged) -> str | None:
@@ -319,12 +318,12 @@ class _KTrial:
             f"canary {run.spec.rollback.metric.value} lower bound {low:.3f} < floor {run.floor:.3f}"
         )
 
-    def failing_totals(self) -> str | None:
+    def failing_totals(self, record: Trial) -> str | None:
         return None  # each canary window is held to the floor as it comes
 
-    def subject(self) -> TrialSubject | Ended:
-        run, trial, spec = self.run, self.trial, self.run.spec
-        sides = _sides(run)
+    def subject(self, record: Trial) -> TrialSubject | Ended:
+        run, trial, spec = self.run, record, self.run.spec
+        sides = _sides(run, trial)
         tried, before = sides.tried, sides.before
         if (tried is not None or before is not None) and not (
             trial.stable.timed_windows and trial.canary.timed_windows
@@ -346,12 +345,12 @@ class _KTrial:
             confidence=ONE_SIDED_97_5 if trial.explores else ONE_SIDED_95,
         )
 
-    def measure(self, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
+    def measure(self, record: Trial, subject: TrialSubject, batch: float) -> tuple[Estimate, str]:
         """Over matched pairs where the trial interleaves, else between the tracks' totals;
         over the load history where a schedule is learned for it."""
-        run, trial = self.run, self.trial
-        sides = _sides(run)
-        model = _load_model(run, sides)
+        run, trial = self.run, record
+        sides = _sides(run, trial)
+        model = _load_model(run, trial, sides)
         pairs = trial.in_place.pairs if trial.in_place else None
         if pairs:
             stakes = model.stakes(run) if model is not None else None
@@ -437,13 +436,12 @@ def _overdue(run: Run, trial: Trial) -> Ended | None:
     )
 
 
-def _sides(run: Run) -> Sides:
-    """The running trial's candidate against what it is compared with: plain decoding
+def _sides(run: Run, trial: Trial) -> Sides:
+    """A trial's candidate against what it is compared with: plain decoding
     (K=0) for a re-probe, the K before an in-place trial, else the stable K; the schedule
     before an in-place trial, none for a re-probe (plain decoding, not what ran before),
     else the stable pods'."""
-    sp, trial = run.sp, run.sp.trial
-    assert trial is not None
+    sp = run.sp
     if trial.in_place:
         before_k = 0 if sp.off is not None else trial.in_place.previous_tokens
         return Sides(trial.tokens, trial.schedule, before_k, trial.in_place.previous_schedule)
@@ -486,12 +484,11 @@ class _LoadModel:
         return stakes
 
 
-def _load_model(run: Run, sides: Sides) -> _LoadModel | None:
+def _load_model(run: Run, trial: Trial, sides: Sides) -> _LoadModel | None:
     """Under a learned schedule a trial is proposed for the load the pods lived through,
     not for its own windows' (load moves faster than a trial): the fit that carries its
     measurement there. None: one K tuned at the load of the moment."""
-    sp, trial = run.sp, run.sp.trial
-    assert trial is not None
+    sp = run.sp
     # The acceptance the trial measured, on whichever track drafts (a re-probe's stable
     # pods decode plainly, a trial of plain decoding's candidate does).
     drafting = trial.canary.counts if trial.canary.counts.drafts else trial.stable.counts
@@ -621,7 +618,7 @@ def plan_end(
     cooldown, not counted failed. Changes nothing."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
-    sides = _sides(run)
+    sides = _sides(run, trial)
     place = trial.in_place
     spread = (
         pooled_spread(sp.pair_spread, pair_spread(place.pairs)) if place and place.pairs else None
