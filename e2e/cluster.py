@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from e2e import images, pki, podnet, real_engine
+from e2e import images, node_agent, pki, podnet, real_engine
 from e2e.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
@@ -556,6 +556,10 @@ def down() -> None:
         while component.pid() is not None and time.monotonic() < deadline:
             time.sleep(0.2)
         _kill_group(pid)
+    # A node agent killed before it had stopped its pods leaves them running, in sessions
+    # of their own, writing their logs into STATE.
+    if NODE_AGENT_STATE.exists():
+        node_agent.kill_leftovers(NODE_AGENT_STATE)
     remove_pod_network()
     shutil.rmtree(STATE)
     log("down")

@@ -209,6 +209,9 @@ class Agent:
         self.pods: dict[str, PodRunner] = {}
         self.lock = threading.RLock()
         self.stopping = threading.Event()
+        # Held around each container's start and while stopping begins: a container is
+        # started before `stop` looks for what to kill, or not at all.
+        self.launching = threading.Lock()
         self.addresses = podnet.AddressPool(
             podnet.NO_PROCESS_POD_RANGE if args.no_process else podnet.PROCESS_POD_RANGE
         )
@@ -442,7 +445,8 @@ class Agent:
                 self.stopping.wait(1)
 
     def stop(self) -> None:
-        self.stopping.set()
+        with self.launching:
+            self.stopping.set()
         with self.lock:
             runners = list(self.pods.values())
         for runner in runners:
@@ -629,7 +633,9 @@ class PodRunner(threading.Thread):
         except (ApiException, ValueError, RuntimeError) as error:
             self._wait(container, "CreateContainerConfigError", str(error))
             return
-        with container.log_file.open("ab") as out:
+        with self.agent.launching, container.log_file.open("ab") as out:
+            if self.agent.stopping.is_set():
+                return  # `stop` has looked for what to kill already
             container.process = subprocess.Popen(
                 argv,
                 stdout=out,
