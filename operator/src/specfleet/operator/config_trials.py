@@ -372,7 +372,7 @@ def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
     it (quota, admission, a missing ServiceAccount: evaluation.canary_pending_since), and
     no window of the new config is in."""
     waiting = observation.canary_pending_since is not None
-    return waiting and trial.in_place is None and trial.canary.windows == 0
+    return waiting and trial.placement is Placement.CANARY and trial.canary.windows == 0
 
 
 def _wait_for_canary(run: Run, trial: ConfigTrial, why: str | None) -> None:

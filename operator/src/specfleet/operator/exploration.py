@@ -84,7 +84,7 @@ def _chance_needed(run: Run, gained: float, loss: float = 0.0) -> float:
     place, where one that fails restarts the serving pods twice (there and back) and
     serves at the predicted `loss` meanwhile, enough that what it gains when it gains
     (`gained`) repays that: P x gained >= (1 - P) x Run.failed_exploration_cost."""
-    if not run.in_place:
+    if not run.trials_in_place:
         return MIN_CHANCE
     failing = run.failed_exploration_cost(loss)
     return max(MIN_CHANCE, failing / (gained + failing))

@@ -15,6 +15,7 @@ from specfleet.operator.api import (
     ConditionType,
     OffReason,
     OpenWindow,
+    Placement,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     StepCostStatus,
@@ -129,7 +130,7 @@ def _learn_speed(
         # Where the pods time their steps by K (hot pods), each K of the schedule.
         cost = speed.record_by_k(cost, window, now, drafting)
     trial = sp.trial
-    if trial is not None and not trial.in_place and trial.schedule is None:
+    if trial is not None and trial.placement is Placement.CANARY and trial.schedule is None:
         # The canary pod is created for its candidate: its windows are all at that K.
         cost = _learn_at(spec, cost, trial.tokens, observation.canary, now, drafting)
     return cost

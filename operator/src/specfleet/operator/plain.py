@@ -85,7 +85,7 @@ def how_measured(run: Run, judged: Judged) -> PlainMeasure:
 
 def start_measuring(run: Run, judged: Judged, reason: str) -> None:
     """A trial of plain decoding, predicted faster for `reason`."""
-    where = "in place" if run.in_place else "on a canary"
+    where = "in place" if run.trials_in_place else "on a canary"
     message = f"{reason}; measuring it {where} first"
     start_trial(run, judged, 0, None, message, TrialStart.PLAIN_PREDICTED)
 

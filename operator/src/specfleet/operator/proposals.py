@@ -170,7 +170,11 @@ def _plain_to_explore(run: Run, batch: float, current: Prediction) -> list[Predi
     startup). An engine like the prior keeps the split it measures as published."""
     candidate = plain(batch, run.cost)
     close = candidate.goodput >= current.goodput * (1 - run.required_gain())
-    unlike = run.in_place and run.restart_cost() > 0 and speed.unlike_prior(run.cost, run.drafting)
+    unlike = (
+        run.trials_in_place
+        and run.restart_cost() > 0
+        and speed.unlike_prior(run.cost, run.drafting)
+    )
     if not (close or unlike) or 0 in run.sp.rejected_tokens:
         return []
     return [candidate]

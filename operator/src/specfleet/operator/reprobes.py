@@ -92,7 +92,7 @@ def start(run: Run, reprobe: Reprobe) -> None:
     """A re-probe on a canary when the strategy has one (the stable pods keep decoding
     plainly until the trial is promoted); in place otherwise."""
     k, why, cause = reprobe.tokens, reprobe.why, reprobe.cause
-    if not run.in_place:
+    if not run.trials_in_place:
         run.sp.trial = Trial(tokens=k, started_at=run.now, stable_replicas=run.spec.replicas)
         run.act(
             ActionKind.REPROBE,
@@ -152,7 +152,7 @@ def _predicted_to_pay(run: Run, best: Prediction, plain_goodput: float, batch: f
     age out, and the bound alone would then never let speculation back on). The
     posterior is fitted only for that bound."""
     assert run.sp.off is not None
-    if not run.in_place or run.now >= run.sp.off.reprobe_at:
+    if not run.trials_in_place or run.now >= run.sp.off.reprobe_at:
         return best.goodput >= plain_goodput * (1 + run.required_gain())
     posterior = speed.posterior(run.samples, run.drafting, run.now)
     gain = exploration.predicted_gain(posterior, best, plain(batch, run.cost), batch)

@@ -142,7 +142,7 @@ class Run:
         )
 
     @property
-    def in_place(self) -> bool:
+    def trials_in_place(self) -> bool:
         """Trials run on the stable pods: the spec's strategy, or the fallback a canary
         Pending past canaryPendingTimeout switched to (status.speculation.strategy)."""
         strategy = self.sp.strategy or self.spec.tuning.strategy

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from specfleet.operator import hot_schedules, schedule
 from specfleet.operator.api import (
     HotSchedule,
+    Placement,
     RollbackMetric,
     ScheduledBand,
     SpeculativeModelSpec,
@@ -764,7 +765,9 @@ class _Simulation:
         self.status = self.status.model_copy(update={"startup_seconds": measured})
         stable_new_head = self.new_head("stable")
         trial = self.status.speculation.trial
-        alternating = plans["stable"].hot and trial is not None and trial.in_place is not None
+        alternating = (
+            plans["stable"].hot and trial is not None and trial.placement is not Placement.CANARY
+        )
         if stable_new_head and not (self.config_outcome and self.config_outcome[0] == "Promote"):
             self.new_head_on_stable += 1
         decided = self.decider(self.spec, self.status, observation, now)

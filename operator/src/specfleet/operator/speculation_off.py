@@ -5,7 +5,7 @@ the floor's condition through these, so they sit below all three."""
 
 from __future__ import annotations
 
-from specfleet.operator.api import ConditionType, Off, OffReason
+from specfleet.operator.api import ConditionType, Off, OffReason, Placement
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.reprobes import next_reprobe
@@ -25,7 +25,7 @@ def disable(
     """Speculation off; a re-probe not yet proven has failed (the back-off doubles). A
     canary measuring plain decoding ends with it: the stable pods now decode plainly."""
     sp = run.sp
-    ends = sp.trial is not None and sp.trial.plain and sp.trial.in_place is None
+    ends = sp.trial is not None and sp.trial.plain and sp.trial.placement is Placement.CANARY
     if ends:
         sp.trial = None
     run.act(

@@ -88,7 +88,7 @@ def start_trial(
     if k > 0 and hot_schedules.in_effect(spec, run.status):
         _interleave(run, k, candidate, message, why, judged)
         return
-    if run.in_place:
+    if run.trials_in_place:
         # The baseline is measured after the proposal, not taken from the window that
         # proposed it: a window is proposed on for looking bad, so judging against it
         # credits the candidate with that window's noise (the winner's curse).
@@ -236,7 +236,7 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     """Judge the canary's window (an in-place trial has none) and advance the trial."""
     trial = run.sp.trial
     assert trial is not None
-    if trial.in_place:
+    if trial.placement is not Placement.CANARY:
         canary = None
     elif trial.plain:
         canary = judge_plain(run.spec, observation.canary)
@@ -619,13 +619,13 @@ def plan_end(
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and sp.tokens is not None
     sides = _sides(run, trial)
-    place = trial.in_place
+    place, on_canary = trial.in_place, trial.placement is Placement.CANARY
     spread = (
         pooled_spread(sp.pair_spread, pair_spread(place.pairs)) if place and place.pairs else None
     )
     failed_floor = reason in (TrialOutcome.BELOW_FLOOR, TrialOutcome.BELOW_MARGIN)
     remembered = None
-    if not place and not trial.plain and sides.tried is None and not failed_floor:
+    if on_canary and not trial.plain and sides.tried is None and not failed_floor:
         # What the canary measured at its K predicts that K (and deeper ones) next time,
         # as the stable windows after an in-place switch were remembered as they came;
         # not under the floor, as they were not (the re-probe's "what a draft does").
@@ -641,7 +641,7 @@ def plan_end(
         then = Reenables()
     else:
         good = LastKnownGood(tokens=sides.before_tokens, schedule=sides.before)
-        then = Promotion(trial.tokens, sides.tried, good, failures_count_on=place is not None)
+        then = Promotion(trial.tokens, sides.tried, good, failures_count_on=not on_canary)
     rate = candidate_rate(trial.canary)
     return TrialEnd(trial, sides, reason, message, rate, spread, remembered, then)
 

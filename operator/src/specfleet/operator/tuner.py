@@ -268,7 +268,7 @@ def _cooled(run: Run) -> bool:
     changed_at = sp.since_change.at
     if changed_at is not None and run.now - changed_at < run.seconds(spec.tuning.cooldown):
         return False
-    if not run.in_place or hot_schedules.in_effect(spec, run.status):
+    if not run.trials_in_place or hot_schedules.in_effect(spec, run.status):
         return True
     started = [d.time for d in run.status.history if d.action == ActionKind.START_IN_PLACE]
     return not started or run.now - max(started) >= SWITCH_HORIZON

@@ -850,9 +850,9 @@ class SpeculativeModelStatus(ApiModel):
         """The K and schedule the canary pod runs: a trial's candidate, or a config
         trial's K on a canary; None: no canary pod."""
         trial = self.speculation.trial
-        if trial is not None and trial.in_place is None:
+        if trial is not None and trial.placement is Placement.CANARY:
             return trial.tokens, trial.schedule
         config = self.config.trial if self.config is not None else None
-        if config is not None and not config.in_place:
+        if config is not None and config.placement is Placement.CANARY:
             return config.tokens, config.schedule
         return None
