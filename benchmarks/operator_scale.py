@@ -1,7 +1,8 @@
 """Operator scale on the local control plane: N SpeculativeModels applied at once.
 
     .venv/bin/python benchmarks/operator_scale.py [--counts 100,500,1000] [--repeats 3]
-        [--json build/bench/operator_scale.json] [--standby] [--memory-trace FILE]
+        [--json build/bench/operator_scale.json] [--standby | --paired-standby]
+        [--memory-trace FILE]
 
 Needs the local control plane (`make cluster-up`). For each N and repeat, in fresh
 namespaces (`bench-scale-*`, deleted afterwards):
@@ -18,6 +19,10 @@ namespaces (`bench-scale-*`, deleted afterwards):
   Running and the fleet has settled. Per model, the watch gives apply -> children
   created and apply -> status written (p50, p99). With `--standby`, two replicas run
   behind a Lease (the first leads); the standby's peak RSS and CPU seconds are measured too.
+  With `--paired-standby`, each repeat runs the operator twice after the baseline, alone
+  and with a standby, in alternating order (alone first in even repeats), and prints
+  each repeat's ratio of the leader's time with a standby to its time alone: the
+  standby's cost measured side by side, on the same control plane minutes apart.
 - both: what the machine's cores did while the figure ran (`machine_cpu`): the share of
   them busy, and the CPU seconds of each control-plane component, the operator, the
   node agent, kubectl and the benchmark's own watches: where the time went.
@@ -652,8 +657,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=ROOT / "build/bench/operator_scale.json")
     parser.add_argument("--append", action="store_true", help="keep the runs already in --json")
     parser.add_argument("--attempts", type=int, default=2, help="per run (shared API server)")
-    parser.add_argument(
+    with_standby = parser.add_mutually_exclusive_group()
+    with_standby.add_argument(
         "--standby", action="store_true", help="run a second replica behind a Lease"
+    )
+    with_standby.add_argument(
+        "--paired-standby",
+        action="store_true",
+        help="run the operator alone and with a standby in each repeat, and compare",
     )
     parser.add_argument(
         "--memory-trace",
@@ -684,7 +695,12 @@ def main() -> None:
                     tag = f"{repeat}-{int(time.time()) % 100000}"
                     try:
                         base = run_baseline(count, tag, args.timeout, agent)
-                        op = run_operator(count, tag, args.timeout, logs, args.standby, agent)
+                        paired = {}
+                        for standby in _standby_order(args, repeat):
+                            paired[standby] = run_operator(
+                                count, f"{tag}-{int(standby)}", args.timeout, logs, standby, agent
+                            )
+                        op = paired[args.standby]
                         break
                     except (RuntimeError, TimeoutError) as error:
                         # Other engineers' tests share this API server (and restart it).
@@ -722,7 +738,15 @@ def main() -> None:
                     + ", ".join(f"{k} {v:.2f}" for k, v in op["requests_per_model_settled"].items())
                     + f"; RSS per model {op['rss_per_model_kb']:.0f} KB"
                 )
-                results["runs"].append({"count": count, **code, "baseline": base, "operator": op})
+                run = {"count": count, **code, "baseline": base, "operator": op}
+                if args.paired_standby:
+                    run["operator_with_standby"] = paired[True]
+                    log(
+                        f"N={count} #{repeat}: with a standby the leader took "
+                        f"{paired[True]['seconds']:.1f} s against {op['seconds']:.1f} s alone: "
+                        f"{paired[True]['seconds'] / op['seconds']:.3f}x"
+                    )
+                results["runs"].append(run)
                 args.json.write_text(json.dumps(results, indent=2))
     summary = []
     for count in sorted({r["count"] for r in results["runs"]}):
@@ -760,8 +784,40 @@ def main() -> None:
             }
         )
     results["summary"] = summary
+    if args.paired_standby:
+        results["standby_ratios"] = standby_ratios(results["runs"])
     args.json.write_text(json.dumps(results, indent=2))
     print(json.dumps(summary, indent=2))
+    if args.paired_standby:
+        print(json.dumps(results["standby_ratios"], indent=2))
+
+
+def _standby_order(args: argparse.Namespace, repeat: int) -> list[bool]:
+    """Whether each operator run of a repeat has a standby: paired, alone first in even
+    repeats and second in odd ones, so that a drift of the control plane over the runs
+    falls on both sides alike."""
+    if not args.paired_standby:
+        return [args.standby]
+    return [False, True] if repeat % 2 == 0 else [True, False]
+
+
+def standby_ratios(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Per count: each paired repeat's leader time with a standby over its time alone,
+    their median and spread."""
+    ratios: dict[int, list[float]] = {}
+    for run in runs:
+        if "operator_with_standby" in run:
+            ratio = run["operator_with_standby"]["seconds"] / run["operator"]["seconds"]
+            ratios.setdefault(run["count"], []).append(ratio)
+    return {
+        count: {
+            "each": [round(r, 3) for r in each],
+            "median": round(statistics.median(each), 3),
+            "min": round(min(each), 3),
+            "max": round(max(each), 3),
+        }
+        for count, each in ratios.items()
+    }
 
 
 if __name__ == "__main__":
