@@ -174,6 +174,7 @@ class Seen:
     given: TrialRecord
     returned: TrialRecord
     step: trial_engine.Step
+    dump: dict[str, object]  # the record given, as it was handed in
 
 
 def _watch(monkeypatch: pytest.MonkeyPatch) -> list[Seen]:
@@ -186,12 +187,19 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> list[Seen]:
         before = record.model_dump()
         advanced = real(run, kind, record, *args)  # type: ignore[arg-type]
         assert record.model_dump() == before, "the record handed to the engine changed"
-        seen.append(Seen(record.placement, record, advanced.record, advanced.step))
+        seen.append(Seen(record.placement, record, advanced.record, advanced.step, before))
         return advanced
 
     monkeypatch.setattr(trials, "advance", watched)
     monkeypatch.setattr(config_trials, "advance", watched)
     return seen
+
+
+def _unchanged_since(seen: list[Seen]) -> None:
+    """Each record handed to the engine is still as it was, whatever was applied after (a
+    switch in place shares no part with it)."""
+    for call in seen:
+        assert call.given.model_dump() == call.dump
 
 
 def _counted(seen: list[Seen], placement: Placement) -> list[Seen]:
@@ -221,6 +229,7 @@ def test_a_k_trial_is_counted_on_a_new_record(
     placements = [Placement.CANARY] if strategy == "Canary" else [Placement.BEFORE, Placement.AFTER]
     for placement in placements:
         assert _counted(seen, placement), f"no window counted at {placement}"
+    _unchanged_since(seen)
 
 
 @pytest.mark.parametrize("rollout", ["Canary", "InPlace"])
@@ -242,3 +251,4 @@ def test_a_config_trial_is_counted_on_a_new_record(
     assert "PromoteConfig" in fleet.kinds
     placement = Placement.CANARY if rollout == "Canary" else Placement.AFTER
     assert _counted(seen, placement)
+    _unchanged_since(seen)

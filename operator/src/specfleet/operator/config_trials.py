@@ -256,7 +256,7 @@ def _advance(run: Run, state: ConfigState, stable: Judged, observation: Observat
     if canary is not None:
         _canary_runs(run, trial)
     if step is Next.SWITCH:
-        _switch_in_place(run, trial)
+        _switch_in_place(run, state)
     elif isinstance(step, Ended):
         # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
         # from the code (reference.condition_reasons), and no margin applies here.
@@ -407,12 +407,19 @@ def _canary_runs(run: Run, trial: ConfigTrial) -> None:
         run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
 
-def _switch_in_place(run: Run, trial: ConfigTrial) -> None:
+def _switch_in_place(run: Run, state: ConfigState) -> None:
     """The window before is in: the stable pods switch to the new config, at their K."""
-    sp, place = run.sp, trial.in_place
-    assert place is not None
-    place.previous_tokens, place.previous_schedule = sp.tokens or 0, sp.schedule
-    place.switched = True
+    sp, trial = run.sp, state.trial
+    assert trial is not None and trial.in_place is not None
+    # A new part, not an edit of it: the record the engine was handed shares it.
+    place = trial.in_place.model_copy(
+        update={
+            "previous_tokens": sp.tokens or 0,
+            "previous_schedule": sp.schedule,
+            "switched": True,
+        }
+    )
+    state.trial = trial = trial.model_copy(update={"in_place": place})
     run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
     message = (
         f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "

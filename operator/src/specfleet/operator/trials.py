@@ -384,7 +384,9 @@ def _switch(run: Run) -> None:
     """In place, the baseline in: the stable pods change to the candidate."""
     sp, trial = run.sp, run.sp.trial
     assert trial is not None and trial.in_place is not None
-    trial.in_place.switched = True
+    # A new part, not an edit of it: the record the engine was handed shares it.
+    switched = trial.in_place.model_copy(update={"switched": True})
+    sp.trial = trial = trial.model_copy(update={"in_place": switched})
     sp.schedule = trial.schedule
     # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
     # and the K before stays the one a rejection goes back to.
