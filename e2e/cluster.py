@@ -199,10 +199,10 @@ class Component:
         """The component's pid while it runs (a zombie left by a killed child does not)."""
         try:
             pid = int(self.pid_file.read_text())
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, ValueError, IndexError):
+            state, _ = _state_and_group(Path(f"/proc/{pid}/stat"))
+        except (OSError, ValueError):
             return None
-        return None if state in ("Z", "X") else pid
+        return None if state in GONE else pid
 
 
 def _write_kubeconfig(user: str) -> None:
@@ -582,12 +582,23 @@ def _live_members(pgid: int) -> list[int]:
     members = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            state, group = _state_and_group(stat)
         except (OSError, ValueError):
             continue
-        if int(group) == pgid and state not in ("Z", "X"):
+        if group == pgid and state not in GONE:
             members.append(int(stat.parent.name))
     return members
+
+
+# Process states of /proc/PID/stat that run nothing: a zombie, and dead.
+GONE = ("Z", "X")
+
+
+def _state_and_group(stat: Path) -> tuple[str, int]:
+    """A process's state and process group from its /proc/PID/stat (after the command
+    name, which may hold spaces and parentheses); ValueError if the line is cut short."""
+    state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+    return state, int(group)
 
 
 def remove_pod_network() -> None:
