@@ -170,7 +170,6 @@ def test_a_canary_pending_past_its_timeout_is_replaced_in_place_where_the_kind_m
 
 @dataclass
 class Seen:
-    placement: Placement
     given: TrialRecord
     returned: TrialRecord
     step: trial_engine.Step
@@ -187,7 +186,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> list[Seen]:
         before = record.model_dump()
         advanced = real(run, kind, record, *args)  # type: ignore[arg-type]
         assert record.model_dump() == before, "the record handed to the engine changed"
-        seen.append(Seen(record.placement, record, advanced.record, advanced.step, before))
+        seen.append(Seen(record, advanced.record, advanced.step, before))
         return advanced
 
     monkeypatch.setattr(trials, "advance", watched)
@@ -202,12 +201,19 @@ def _unchanged_since(seen: list[Seen]) -> None:
         assert call.given.model_dump() == call.dump
 
 
+def _kept_in_status(seen: list[Seen], calls: int, trial: TrialRecord | None) -> None:
+    """Where this evaluation called the engine (`seen` grew past `calls`) and its trial
+    measures on, status keeps the record the engine counted."""
+    if len(seen) > calls and trial is not None and seen[-1].step is trial_engine.Next.MEASURE:
+        assert (trial.stable, trial.canary) == (seen[-1].returned.stable, seen[-1].returned.canary)
+
+
 def _counted(seen: list[Seen], placement: Placement) -> list[Seen]:
     """Calls at `placement` whose returned record counted a window the given one lacks."""
     return [
         s
         for s in seen
-        if s.placement is placement
+        if s.given.placement is placement
         and (s.returned.stable.windows, s.returned.canary.windows)
         != (s.given.stable.windows, s.given.canary.windows)
     ]
@@ -220,12 +226,9 @@ def test_a_k_trial_is_counted_on_a_new_record(
     seen = _watch(monkeypatch)
     fleet = Fleet(make_spec(tuning={"strategy": strategy}))
     for _ in range(40):
+        calls = len(seen)
         fleet.step(CODE)
-        trial = fleet.status.speculation.trial
-        last = seen[-1] if seen else None
-        if last is not None and trial is not None and last.step is trial_engine.Next.MEASURE:
-            # What the engine counted is what status keeps.
-            assert (trial.stable, trial.canary) == (last.returned.stable, last.returned.canary)
+        _kept_in_status(seen, calls, fleet.status.speculation.trial)
     placements = [Placement.CANARY] if strategy == "Canary" else [Placement.BEFORE, Placement.AFTER]
     for placement in placements:
         assert _counted(seen, placement), f"no window counted at {placement}"
@@ -240,14 +243,10 @@ def test_a_config_trial_is_counted_on_a_new_record(
     fleet = _settled({"d": CHAT, "d2": CODE}, rollout={"strategy": rollout})
     fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
     for _ in range(8):
+        calls = len(seen)
         fleet.step()
-        state = fleet.status.config
-        last = seen[-1] if seen else None
-        if last is not None and state and state.trial and last.step is trial_engine.Next.MEASURE:
-            assert (state.trial.stable, state.trial.canary) == (
-                last.returned.stable,
-                last.returned.canary,
-            )
+        config = fleet.status.config
+        _kept_in_status(seen, calls, config.trial if config is not None else None)
     assert "PromoteConfig" in fleet.kinds
     placement = Placement.CANARY if rollout == "Canary" else Placement.AFTER
     assert _counted(seen, placement)
