@@ -350,6 +350,20 @@ class _PodDelta:
     waiting: float
 
 
+@dataclass(frozen=True)
+class _Read:
+    """What one pod's sample gave: the reading its next window starts from (None: none
+    yet), why it is left out of this window, whether its readings stopped following from
+    each other, whether it serves without exporting speculation's counters, and its
+    window since the last reading."""
+
+    kept: PodSample | None
+    error: PodError | None = None
+    unexplained: bool = False
+    speculation_missing: bool = False
+    delta: _PodDelta | None = None
+
+
 def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
     """Why counters (cumulative, or a window's difference) cannot come from engines
     drafting at most k tokens, or None. vLLM counts a draft's accepted tokens once in
@@ -502,65 +516,17 @@ class WindowTracker:
         missing = False
         seen: dict[str, PodSample] = {}
         for sample in samples:
-            previous = self._previous.get(sample.pod)
-            current = sample.counters
-            k = tokens[sample.track]
             hot_track = (hot or {}).get(sample.track)
-            ceiling = k if hot_track is None else hot_track.ceiling
-            why = None if current is None else implausible(current, ceiling)
-            if current is None or why is not None:
-                errors[sample.pod] = sample.error or PodError(
-                    LeftOutReason.IMPOSSIBLE_COUNTERS, why or "no counters"
-                )
-                if previous is not None:
-                    seen[sample.pod] = previous
-                if sample.pod in self._unexplained:
-                    unexplained.add(sample.pod)  # still waiting for a reading that follows
-                continue
-            seen[sample.pod] = sample
-            if hot_track is not None and current.schedule_generation != hot_track.generation:
-                errors[sample.pod] = PodError(
-                    LeftOutReason.SCHEDULE_NOT_IN_FORCE,
-                    f"runs schedule generation {current.schedule_generation}, not "
-                    f"{hot_track.generation}: its window would count another K",
-                )
-                continue
-            serving = current.requests_running > 0 or (
-                previous is not None
-                and previous.counters is not None
-                and current.generation_tokens != previous.counters.generation_tokens
-            )
-            # A pod rendered plain (K=0) has nothing to export.
-            missing = missing or (serving and k > 0 and not current.speculation_exported)
-            if (
-                previous is None
-                or previous.counters is None
-                or previous.track != sample.track
-                or (
-                    previous.counters.schedule_generation != current.schedule_generation
-                    and not _changed_at_start(previous.at, sample.at, current)
-                )
-            ):
-                continue  # a baseline: nothing to compare with yet, or another schedule
-            seconds = sample.at - previous.at
-            if seconds <= 0:
-                continue
-            if sample.pod in self._unexplained:
-                errors[sample.pod] = PodError(
-                    LeftOutReason.INCONSISTENT_COUNTERS,
-                    "the last reading did not follow from the one before; the next window "
-                    "starts from this one",
-                )
-                continue
-            try:
-                delta = _window_delta(previous, sample, k)
-            except BadMetrics as error:
-                errors[sample.pod] = error.error()
+            read = self._read(sample, tokens[sample.track], hot_track)
+            if read.kept is not None:
+                seen[sample.pod] = read.kept
+            if read.error is not None:
+                errors[sample.pod] = read.error
+            if read.unexplained:
                 unexplained.add(sample.pod)
-                continue
-            deltas[sample.track].append(
-                _PodDelta(delta, seconds, current.requests_running, current.requests_waiting)
-            )
+            missing = missing or read.speculation_missing
+            if read.delta is not None:
+                deltas[sample.track].append(read.delta)
         # Pods that disappeared are forgotten: a new pod of the same name starts a baseline.
         self._previous = seen
         self._unexplained = unexplained
@@ -570,3 +536,58 @@ class WindowTracker:
             errors=errors,
             speculation_missing=missing,
         )
+
+    def _read(self, sample: PodSample, k: int, hot_track: HotTrack | None) -> _Read:
+        """What one pod's `sample` gives, read against its previous one (`k`: the K its
+        track runs; `hot_track`: set where the track's pods take K hot)."""
+        previous = self._previous.get(sample.pod)
+        current = sample.counters
+        ceiling = k if hot_track is None else hot_track.ceiling
+        why = None if current is None else implausible(current, ceiling)
+        if current is None or why is not None:
+            error = sample.error or PodError(
+                LeftOutReason.IMPOSSIBLE_COUNTERS, why or "no counters"
+            )
+            # Still waiting for a reading that follows, if it was.
+            return _Read(previous, error, unexplained=sample.pod in self._unexplained)
+        if hot_track is not None and current.schedule_generation != hot_track.generation:
+            error = PodError(
+                LeftOutReason.SCHEDULE_NOT_IN_FORCE,
+                f"runs schedule generation {current.schedule_generation}, not "
+                f"{hot_track.generation}: its window would count another K",
+            )
+            return _Read(sample, error)
+        serving = current.requests_running > 0 or (
+            previous is not None
+            and previous.counters is not None
+            and current.generation_tokens != previous.counters.generation_tokens
+        )
+        # A pod rendered plain (K=0) has nothing to export.
+        missing = serving and k > 0 and not current.speculation_exported
+        if (
+            previous is None
+            or previous.counters is None
+            or previous.track != sample.track
+            or (
+                previous.counters.schedule_generation != current.schedule_generation
+                and not _changed_at_start(previous.at, sample.at, current)
+            )
+        ):
+            # A baseline: nothing to compare with yet, or another schedule.
+            return _Read(sample, speculation_missing=missing)
+        seconds = sample.at - previous.at
+        if seconds <= 0:
+            return _Read(sample, speculation_missing=missing)
+        if sample.pod in self._unexplained:
+            error = PodError(
+                LeftOutReason.INCONSISTENT_COUNTERS,
+                "the last reading did not follow from the one before; the next window "
+                "starts from this one",
+            )
+            return _Read(sample, error, speculation_missing=missing)
+        try:
+            delta = _window_delta(previous, sample, k)
+        except BadMetrics as bad:
+            return _Read(sample, bad.error(), unexplained=True, speculation_missing=missing)
+        window = _PodDelta(delta, seconds, current.requests_running, current.requests_waiting)
+        return _Read(sample, speculation_missing=missing, delta=window)
