@@ -18,6 +18,7 @@ from specfleet.operator.api import (
     TrackTotals,
     TrialRecord,
 )
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -96,7 +97,7 @@ def advanced(
     kind: Kind,
     record: TrialRecord,
     stable: Judged,
-    canary: Judged | None,
+    canary: TrackWindow | None,
     pending_since: float | None = None,
 ) -> tuple[TrialRecord, Step]:
     """`advance`'s record and step, checking that the record handed to it is unchanged."""
@@ -143,7 +144,7 @@ def test_after_the_switch_the_stable_windows_are_the_candidates() -> None:
 
 def test_a_canary_window_under_the_floor_ends_the_trial_uncounted() -> None:
     kind = Kind(fails_window=True)
-    record, step = advanced(kind, placed(Placement.CANARY), _judged(3), _judged(4))
+    record, step = advanced(kind, placed(Placement.CANARY), _judged(3), window(CODE, 4))
     assert step == Ended(TrialOutcome.BELOW_FLOOR, "one window under the floor")
     assert (record.stable.windows, record.canary.windows) == (1, 0)
 
@@ -157,12 +158,42 @@ def test_windows_under_the_floor_end_the_trial_counted() -> None:
 
 def test_a_canary_pending_past_its_timeout_is_replaced_in_place_where_the_kind_may() -> None:
     long_ago, canary = T0.timestamp() - 600, placed(Placement.CANARY)
-    record, step = advanced(Kind(), canary, _judged(3), _judged(4), long_ago)
+    record, step = advanced(Kind(), canary, _judged(3), window(CODE, 4), long_ago)
     assert step == InPlaceInstead(600.0) and record == canary  # nothing counted
     kept = Kind(may_go_in_place=False)
-    assert advanced(kept, canary, _judged(3), _judged(4), long_ago)[1] is Next.MEASURE
+    assert advanced(kept, canary, _judged(3), window(CODE, 4), long_ago)[1] is Next.MEASURE
     recent = T0.timestamp() - 60
-    assert advanced(Kind(), canary, _judged(3), _judged(4), recent)[1] is Next.MEASURE
+    assert advanced(Kind(), canary, _judged(3), window(CODE, 4), recent)[1] is Next.MEASURE
+
+
+def test_a_thin_canary_window_is_collected_and_returned_not_written() -> None:
+    """A canary window with too few drafts is not judged alone: it is collected, and the
+    engine returns status.openWindows with it instead of writing them."""
+    run, thin = _run(), window(CODE, 4, drafts=5)
+    result = advance(run, Kind(), placed(Placement.CANARY), _judged(3), thin)
+    assert result.step is Next.MEASURE and result.record.canary.windows == 0
+    assert run.status.open_windows is None, "the engine wrote status"
+    assert result.open_windows is not None and result.open_windows.canary is not None
+    assert result.open_windows.canary.counts.drafts == 5
+    run.status.open_windows = result.open_windows
+    again = advance(run, Kind(), result.record, _judged(3), thin)
+    assert again.open_windows is not None and again.open_windows.canary is not None
+    assert again.open_windows.canary.counts.drafts == 10  # grown over two intervals
+
+
+def test_plain_decoding_s_canary_window_is_judged_alone_on_its_speed() -> None:
+    """Plain decoding drafts nothing: its window counts with traffic, and it collects
+    nothing."""
+    run = _run()
+    plain = placed(Placement.CANARY).model_copy(update={"tokens": 0})
+    result = advance(run, Kind(), plain, _judged(3), window(CODE, 0))
+    assert result.record.canary.windows == 1 and result.open_windows is None
+    assert (
+        advance(
+            run, Kind(), placed(Placement.CANARY), _judged(3), window(CODE, 0)
+        ).record.canary.windows
+        == 0
+    )
 
 
 # The trials of K and of configs on the engine: what it counted is what status keeps.

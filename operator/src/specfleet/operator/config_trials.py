@@ -52,7 +52,7 @@ from specfleet.operator.trial_engine import (
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION
 from specfleet.operator.trials import end_trial
-from specfleet.operator.windows import Judged, judge_collected
+from specfleet.operator.windows import Judged
 
 
 def sync(run: Run) -> None:
@@ -236,16 +236,10 @@ def _advance(run: Run, state: ConfigState, stable: Judged, observation: Observat
     """Feed the windows to the trial engine and apply the step it leads to."""
     trial = state.trial
     assert trial is not None
-    kind = _ConfigKind(run, observation)
-    canary = None
-    if trial.placement is Placement.CANARY:
-        collected, window = run.collected("canary"), observation.canary
-        canary, collecting = judge_collected(
-            run.spec, run.now, collected, window, trial.tokens, None, trial.schedule
-        )
-        run.keep_collecting("canary", collecting)
-    advanced = advance(run, kind, trial, stable, canary, observation.canary_pending_since)
+    kind, pending = _ConfigKind(run, observation), observation.canary_pending_since
+    advanced = advance(run, kind, trial, stable, observation.canary, pending)
     trial = state.trial = advanced.record
+    run.status.open_windows = advanced.open_windows
     step = advanced.step
     if isinstance(step, InPlaceInstead):
         _fall_back_in_place(run, trial, step.pending)
@@ -253,7 +247,7 @@ def _advance(run: Run, state: ConfigState, stable: Judged, observation: Observat
     if step is Next.WAIT_FOR_CANARY:
         _wait_for_canary(run, trial, observation.canary_pending_reason)
         return
-    if canary is not None:
+    if trial.placement is Placement.CANARY:
         _canary_runs(run, trial)
     if step is Next.SWITCH:
         _switch_in_place(run, state)

@@ -15,7 +15,6 @@ from specfleet.operator.api import (
     Decision,
     FittedStepCost,
     OpenWindow,
-    OpenWindows,
     SinceChange,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -29,6 +28,7 @@ from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.prediction import Prediction, predict_ks, window_conditional, with_deeper
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION, resolvable_gain
+from specfleet.operator.windows import with_collected
 
 # How long a new K is expected to hold: a change must repay its restarts within it. An
 # hour, as the tuner changes K at most about once an hour once settled.
@@ -136,10 +136,7 @@ class Run:
         return None if windows is None else getattr(windows, track)
 
     def keep_collecting(self, track: Track, collected: OpenWindow | None) -> None:
-        windows = (self.status.open_windows or OpenWindows()).model_copy(update={track: collected})
-        self.status.open_windows = (
-            None if windows.stable is None and windows.canary is None else windows
-        )
+        self.status.open_windows = with_collected(self.status.open_windows, track, collected)
 
     @property
     def trials_in_place(self) -> bool:

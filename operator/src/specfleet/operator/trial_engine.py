@@ -3,9 +3,10 @@ trials.py; a config: config_trials.py) and wherever it runs (its `Placement`): i
 windows before an in-place switch, its stable windows counted as its comparison, the
 candidate's windows counted or ending it below the floor, the goodput gain measured
 between the tracks when there are enough, and the verdict on it with the words that
-say it. `advance` returns the record with this evaluation's windows counted and the next
-step (`Next`, `Ended` or `InPlaceInstead`) as values; the kind applies them (switching,
-promotion and rejection differ by kind). The engine changes no state."""
+say it. `advance` judges the canary's window and returns the record with this
+evaluation's windows counted, what status collects on and the next step (`Next`, `Ended`
+or `InPlaceInstead`) as values; the kind applies them (switching, promotion and rejection
+differ by kind). The engine changes no state."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from typing import Generic, Protocol, TypeVar
 
 from specfleet.operator.api import (
     FittedStepCost,
+    OpenWindows,
     Placement,
     ScheduledBand,
     TrackTotals,
     TrialRecord,
 )
+from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -30,7 +33,13 @@ from specfleet.operator.trial_stats import (
     totals_add,
     totals_rate,
 )
-from specfleet.operator.windows import Judged, timed_k0_band
+from specfleet.operator.windows import (
+    Judged,
+    judge_collected,
+    judge_plain,
+    timed_k0_band,
+    with_collected,
+)
 
 
 @dataclass(frozen=True)
@@ -180,9 +189,11 @@ KindRecord = TypeVar("KindRecord", bound=TrialRecord, contravariant=True)
 
 @dataclass(frozen=True)
 class Advanced(Generic[Record]):
-    """One evaluation's windows counted: the trial's record with them, and its next step."""
+    """One evaluation's windows counted: the trial's record with them, status.openWindows
+    with the canary's window collected, and the trial's next step."""
 
     record: Record
+    open_windows: OpenWindows | None
     step: Step
 
 
@@ -233,35 +244,50 @@ class TrialKind(Protocol[KindRecord]):
         ...
 
 
+def judge_canary(
+    run: Run, record: TrialRecord, window: TrackWindow | None
+) -> tuple[Judged, OpenWindows | None]:
+    """The canary's `window` judged, and status.openWindows after it. A K's window is
+    added to what the canary collected before (a window with too few drafts grows over
+    the next intervals); plain decoding's (K 0) is judged alone: its speed is what it
+    measures, and it collects nothing."""
+    if record.plain:
+        return judge_plain(run.spec, window), run.status.open_windows
+    judged, collecting = judge_collected(
+        run.spec, run.now, run.collected("canary"), window, record.tokens, None, record.schedule
+    )
+    return judged, with_collected(run.status.open_windows, "canary", collecting)
+
+
 def advance(
     run: Run,
     kind: TrialKind[Record],
     record: Record,
     stable: Judged,
-    canary: Judged | None,
+    canary_window: TrackWindow | None,
     canary_pending_since: float | None = None,
 ) -> Advanced[Record]:
     """One evaluation's windows counted on the trial's `record`; the record with them and
-    the step they lead to (`record` itself is left as it was). `canary`: the canary's
-    window judged (None in place, where the stable pods run both sides), its pod Pending
-    since `canary_pending_since` (a timestamp) if it is."""
-    where = record.placement
+    the step they lead to (`record` itself is left as it was). `canary_window`: what the
+    canary measured (read only where the trial runs on a canary; in place the stable pods
+    run both sides), its pod Pending since `canary_pending_since` (a timestamp) if it is."""
+    where, open_windows = record.placement, run.status.open_windows
     if where is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None
         if added and stable.window is not None:
             record = _counted(record, stable=totals_add(record.stable, stable.window))
         step: Step = Next.SWITCH if kind.measured_before(record, added) else Next.MEASURE
-        return Advanced(record, step)
+        return Advanced(record, open_windows, step)
     after = stable
     if where is Placement.CANARY:
+        canary, open_windows = judge_canary(run, record, canary_window)
         pending = pending_seconds(run, canary_pending_since)
         if pending is not None and kind.may_go_in_place:
-            return Advanced(record, InPlaceInstead(pending))
-        assert canary is not None
+            return Advanced(record, open_windows, InPlaceInstead(pending))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
         record = _counted(record, stable=counted)
         if kind.waits_for_canary(record):
-            return Advanced(record, Next.WAIT_FOR_CANARY)
+            return Advanced(record, open_windows, Next.WAIT_FOR_CANARY)
         after = canary
     on_canary = where is Placement.CANARY
     window = after.window
@@ -270,12 +296,12 @@ def advance(
     ):
         failing = kind.failing_window(after) if on_canary and after.conclusive else None
         if failing is not None:
-            return Advanced(record, Ended(TrialOutcome.BELOW_FLOOR, failing))
+            return Advanced(record, open_windows, Ended(TrialOutcome.BELOW_FLOOR, failing))
         record = _counted(record, canary=totals_add(record.canary, window))
         failing = kind.failing_totals(record)
         if failing is not None:
-            return Advanced(record, Ended(TrialOutcome.BELOW_FLOOR, failing))
-    return Advanced(record, conclude(run, kind, record, after, stable))
+            return Advanced(record, open_windows, Ended(TrialOutcome.BELOW_FLOOR, failing))
+    return Advanced(record, open_windows, conclude(run, kind, record, after, stable))
 
 
 def _counted(record: Record, **totals: TrackTotals) -> Record:

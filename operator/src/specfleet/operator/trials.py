@@ -65,12 +65,7 @@ from specfleet.operator.trial_stats import (
     totals_add,
     totals_merge,
 )
-from specfleet.operator.windows import (
-    Judged,
-    judge_collected,
-    judge_plain,
-    stable_failing,
-)
+from specfleet.operator.windows import Judged, stable_failing
 
 
 def start_trial(
@@ -233,28 +228,8 @@ def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load:
 
 
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
-    """Judge the canary's window (an in-place trial has none) and advance the trial."""
-    trial = run.sp.trial
-    assert trial is not None
-    if trial.placement is not Placement.CANARY:
-        canary = None
-    elif trial.plain:
-        canary = judge_plain(run.spec, observation.canary)
-    else:
-        window, k = observation.canary, trial.tokens
-        collected = run.collected("canary")
-        canary, collecting = judge_collected(
-            run.spec, run.now, collected, window, k, None, trial.schedule
-        )
-        run.keep_collecting("canary", collecting)
-    _advance_trial(run, stable, canary, observation)
-
-
-def _advance_trial(
-    run: Run, stable: Judged, canary: Judged | None, observation: Observation
-) -> None:
-    """Feed a window to the running trial; promote or abort when it has enough, or when
-    it is overdue."""
+    """Feed this evaluation's windows to the running trial; promote or abort when it has
+    enough, or when it is overdue."""
     spec, trial = run.spec, run.sp.trial
     assert trial is not None
     step: Step
@@ -268,8 +243,9 @@ def _advance_trial(
         step = conclude(run, _KTrial(run), trial, stable, stable) if ready else Next.MEASURE
     else:
         pending = observation.canary_pending_since
-        advanced = advance(run, _KTrial(run), trial, stable, canary, pending)
+        advanced = advance(run, _KTrial(run), trial, stable, observation.canary, pending)
         trial = run.sp.trial = advanced.record
+        run.status.open_windows = advanced.open_windows
         step = advanced.step
     if step is Next.MEASURE:
         step = _overdue(run, trial) or step

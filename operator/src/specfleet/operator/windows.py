@@ -17,11 +17,13 @@ from specfleet.operator.api import (
     Condition,
     ConditionType,
     OpenWindow,
+    OpenWindows,
     PodLeftOut,
     ScheduledBand,
     SpeculationState,
     SpeculativeModelSpec,
 )
+from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionChange, condition_status
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation, TrackWindow
@@ -111,6 +113,14 @@ def _collect(
         running_requests=window.running_requests,
         waiting_requests=window.waiting_requests,
     )
+
+
+def with_collected(
+    windows: OpenWindows | None, track: Track, collected: OpenWindow | None
+) -> OpenWindows | None:
+    """status.openWindows with what `track` collects on replaced (None: nothing)."""
+    kept = (windows or OpenWindows()).model_copy(update={track: collected})
+    return None if kept.stable is None and kept.canary is None else kept
 
 
 def timed_k0_band(judged: Judged) -> bool:

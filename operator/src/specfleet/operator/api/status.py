@@ -344,6 +344,12 @@ class TrialRecord(ApiModel):
     canary: TrackTotals = Field(default_factory=TrackTotals, description="The candidate's windows.")
 
     @property
+    def plain(self) -> bool:
+        """The candidate decodes plainly (K=0): a K trial of whether to stop speculating
+        (a config trial never runs one)."""
+        return self.tokens == 0
+
+    @property
     def placement(self) -> Placement:
         """Where the candidate runs now."""
         if self.in_place is None:
@@ -364,11 +370,6 @@ class Trial(TrialRecord):
         "not favour tried in a row, so its gain is held to a one-sided 97.5% bound, the "
         "exploration budget sharing one 5% chance of a false promotion.",
     )
-
-    @property
-    def plain(self) -> bool:
-        """A trial of plain decoding (K=0): whether to stop speculating."""
-        return self.tokens == 0
 
 
 class SpeculationState(ApiModel):
