@@ -7,6 +7,7 @@ it was (issue 40: transitions return values)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 
@@ -18,7 +19,7 @@ from specfleet.operator.api import (
     TrackTotals,
     TrialRecord,
 )
-from specfleet.operator.observations import TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -33,9 +34,10 @@ from specfleet.operator.trial_engine import (
     measured_gain,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95
+from specfleet.operator.tuner import decide
 from specfleet.operator.windows import Judged, judge
 from tests.decisions import CHAT, CODE, T0, Fleet, make_spec, window
-from tests.test_config_trials import _settled, _with
+from tests.test_config_trials import ENGINE, _settled, _with
 
 SPEC = make_spec(tuning={"canaryWindows": 2, "canaryPendingTimeout": "5m"})
 
@@ -282,3 +284,25 @@ def test_a_config_trial_is_counted_on_a_new_record(
     placement = Placement.CANARY if rollout == "Canary" else Placement.AFTER
     assert _counted(seen, placement)
     _unchanged_since(seen)
+
+
+def test_a_config_trial_goes_on_in_place_on_a_new_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config trial whose canary is Pending too long goes on in place with a record of
+    its own: the one handed to the engine (status' working copy) is left as it was."""
+    seen = _watch(monkeypatch)
+    fleet = _settled({"d": CHAT, "d2": CODE})
+    fleet.spec = _with(fleet.spec, **{"draft.model": "d2"})
+    fleet.sync()
+    fleet.now += timedelta(minutes=10)
+    pending = Observation(
+        stable=window(CHAT, fleet.status.speculation.tokens or 3, engine=ENGINE),
+        canary=None,
+        canary_pending_since=(fleet.now - timedelta(minutes=6)).timestamp(),
+    )
+    decided = decide(fleet.spec, fleet.status, pending, fleet.now)
+    assert isinstance(seen[-1].step, InPlaceInstead)
+    _unchanged_since(seen)
+    assert seen[-1].given.placement is Placement.CANARY
+    trial = decided.status.config.trial if decided.status.config else None
+    assert trial is not None and trial.placement is Placement.BEFORE
+    assert trial.started_at == fleet.now

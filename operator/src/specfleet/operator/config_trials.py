@@ -242,7 +242,7 @@ def _advance(run: Run, state: ConfigState, stable: Judged, observation: Observat
     run.status.open_windows = advanced.open_windows
     step = advanced.step
     if isinstance(step, InPlaceInstead):
-        _fall_back_in_place(run, trial, step.pending)
+        _fall_back_in_place(run, state, step.pending)
         return
     if step is Next.WAIT_FOR_CANARY:
         _wait_for_canary(run, trial, observation.canary_pending_reason)
@@ -341,15 +341,17 @@ class _ConfigKind:
         return measured_gain(subject, record.stable, record.canary, batch, self.run.cost)
 
 
-def _fall_back_in_place(run: Run, trial: ConfigTrial, pending: float) -> None:
+def _fall_back_in_place(run: Run, state: ConfigState, pending: float) -> None:
     """No node for the canary pod: the trial goes on in place, as a K trial's would; the
     stable windows so far are its windows before (the canary's judged, if any, go with
-    the canary)."""
-    sp = run.sp
+    the canary). A new record: the one the engine was handed is left as it was."""
+    sp, trial = run.sp, state.trial
+    assert trial is not None
     # Its K and schedule before are taken at the switch, after the windows before.
-    trial.in_place = InPlace(previous_tokens=sp.tokens or 0, previous_schedule=sp.schedule)
-    trial.schedule = None
-    trial.started_at = run.now  # the trial starts here: its canary never ran
+    in_place = InPlace(previous_tokens=sp.tokens or 0, previous_schedule=sp.schedule)
+    # The trial starts here: its canary never ran.
+    update = {"in_place": in_place, "schedule": None, "started_at": run.now}
+    state.trial = trial = trial.model_copy(update=update)
     run.keep_collecting("canary", None)
     run.act(
         ActionKind.IN_PLACE_FALLBACK,
