@@ -13,7 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from specfleet.operator import hot_handoff, hot_schedules, render, trials, tuner
+from specfleet.operator import hot_handoff, hot_schedules, render, trial_engine, tuner
 from specfleet.operator.api import (
     Decision,
     HotSchedule,
@@ -278,10 +278,10 @@ def test_a_pair_at_mismatched_batches_is_not_compared() -> None:
         measured = window(conditional, k, batch=batch, engine=engine)
         judged = Judged(measured, True, WindowVerdict.CONCLUSIVE)
         before = trial.model_dump()
-        alternation = trials.alternate(trial, judged, cost)
+        alternation = trial_engine.alternate(trial, judged, cost)
         assert trial.model_dump() == before  # a value: the trial it was given is as it was
-        assert alternation is not None and alternation.tokens == other
-        trial = alternation.trial
+        assert alternation is not None and alternation.turn.tokens == other
+        trial = alternation.record
         assert (trial.canary.windows, trial.stable.windows) == side_windows, batch
 
 

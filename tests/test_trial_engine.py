@@ -20,7 +20,7 @@ from specfleet.operator.api import (
     TrialRecord,
 )
 from specfleet.operator.observations import Observation, TrackWindow
-from specfleet.operator.outcomes import TrialOutcome
+from specfleet.operator.outcomes import TrialOutcome, WindowVerdict
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
@@ -30,6 +30,7 @@ from specfleet.operator.trial_engine import (
     Sides,
     Step,
     TrialSubject,
+    Turn,
     advance,
     measured_gain,
 )
@@ -306,3 +307,36 @@ def test_a_config_trial_goes_on_in_place_on_a_new_record(monkeypatch: pytest.Mon
     trial = decided.status.config.trial if decided.status.config else None
     assert trial is not None and trial.placement is Placement.BEFORE
     assert trial.started_at == fleet.now
+
+
+def _interleaved() -> TrialRecord:
+    """A trial of K=4 against K=3 on stable pods that take K hot, the candidate first."""
+    in_place = InPlace(previous_tokens=3, switched=True, interleaved=True)
+    return TrialRecord(tokens=4, started_at=T0, in_place=in_place)
+
+
+def _timed(k: int) -> Judged:
+    return Judged(window(CODE, k, engine=ENGINE), True, WindowVerdict.CONCLUSIVE)
+
+
+def test_interleaved_each_window_counts_for_its_side_and_the_other_side_runs_next() -> None:
+    """Interleaved (the engine's own branch): a window counts for the side that ran it,
+    paired with the other side's at a matched load, and the turn names the side that
+    runs next; the sides are compared once the one before has its windows."""
+    kind, record = Kind(), _interleaved()
+    sides = []
+    for k in (4, 3, 4, 3):
+        result = advance(_run(), kind, record, _timed(k), None)
+        assert result.turn == Turn(3 if k == 4 else 4, None)
+        record = result.record
+        sides.append((record.canary.windows, record.stable.windows, result.step))
+    assert [s[:2] for s in sides] == [(0, 0), (1, 1), (1, 1), (2, 2)]
+    assert [s[2] for s in sides[:3]] == [Next.MEASURE] * 3
+    assert sides[3][2] is Next.EXTEND or isinstance(sides[3][2], Ended)  # compared
+    assert record.in_place is not None and len(record.in_place.pairs or []) == 2
+
+
+def test_an_interleaved_window_that_says_nothing_keeps_the_side_running() -> None:
+    record = _interleaved()
+    result = advance(_run(), Kind(), record, INCONCLUSIVE, None)
+    assert result.turn is None and result.record == record and result.step is Next.MEASURE

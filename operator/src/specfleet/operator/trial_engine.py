@@ -1,19 +1,21 @@
 """The one lifecycle every trial runs, whatever its kind (a K, plain decoding, a schedule:
-trials.py; a config: config_trials.py) and wherever it runs (its `Placement`): its
-windows before an in-place switch, its stable windows counted as its comparison, the
-candidate's windows counted or ending it below the floor, the goodput gain measured
-between the tracks when there are enough, and the verdict on it with the words that
-say it. `advance` judges the canary's window and returns the record with this
-evaluation's windows counted, what status collects on and the next step (`Next`, `Ended`
-or `InPlaceInstead`) as values; the kind applies them (switching, promotion and rejection
-differ by kind). The engine changes no state."""
+trials.py; a config: config_trials.py) and wherever it runs (its `Placement`; in place on
+pods that take K hot, interleaved: both sides turn by turn): its windows before an
+in-place switch, its stable windows counted as its comparison, the candidate's windows
+counted or ending it below the floor, the goodput gain measured between the tracks (or
+over matched pairs) when there are enough, and the verdict on it with the words that say
+it. `advance` judges the canary's window and returns the record with this evaluation's
+windows counted, what status collects on, the next step (`Next`, `Ended` or
+`InPlaceInstead`) and an interleaved trial's next `Turn` as values; the kind applies them
+(switching, promotion and rejection differ by kind). The engine changes no state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from specfleet.operator import speed
 from specfleet.operator.api import (
     FittedStepCost,
     OpenWindows,
@@ -29,8 +31,11 @@ from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_stats import (
     Confidence,
     goodput_gain,
+    matched_pair,
     schedule_gain,
+    step_batch,
     totals_add,
+    totals_merge,
     totals_rate,
 )
 from specfleet.operator.windows import (
@@ -188,13 +193,23 @@ KindRecord = TypeVar("KindRecord", bound=TrialRecord, contravariant=True)
 
 
 @dataclass(frozen=True)
+class Turn:
+    """The side an interleaved trial's stable pods run next: its K and schedule."""
+
+    tokens: int
+    schedule: list[ScheduledBand] | None
+
+
+@dataclass(frozen=True)
 class Advanced(Generic[Record]):
     """One evaluation's windows counted: the trial's record with them, status.openWindows
-    with the canary's window collected, and the trial's next step."""
+    with the canary's window collected, the trial's next step, and, interleaved, the side
+    the stable pods run next (None: the same side runs on)."""
 
     record: Record
     open_windows: OpenWindows | None
     step: Step
+    turn: Turn | None = None
 
 
 class TrialKind(Protocol[KindRecord]):
@@ -244,6 +259,76 @@ class TrialKind(Protocol[KindRecord]):
         ...
 
 
+@dataclass(frozen=True)
+class Alternation(Generic[Record]):
+    """An interleaved trial after one of its windows: the record with the window counted,
+    and the side the stable pods run next."""
+
+    record: Record
+    turn: Turn
+
+
+def alternate(record: Record, stable: Judged, cost: FittedStepCost) -> Alternation[Record] | None:
+    """An interleaved trial's window, paired with the other side's window before it when
+    both ran at a matched batch (load moves; a pair at one load compares the two sides
+    there, never a window at 1 in flight with one at 32), else left unpaired; then the
+    other side runs. None: the window said nothing, and the same side runs on."""
+    place = record.in_place
+    assert place is not None
+    if not stable.conclusive or stable.window is None:
+        return None
+    measured = totals_add(TrackTotals(), stable.window)
+    load = speed.time_load(stable.window)
+    other = place.unpaired
+    placed: dict[str, Any] = {"switched": not place.switched}
+    totals: dict[str, Any] = {}
+    if other is not None and _matched(other, place.unpaired_load, measured, load):
+        candidate, previous = (measured, other) if place.switched else (other, measured)
+        totals = {
+            "canary": totals_merge(record.canary, candidate),
+            "stable": totals_merge(record.stable, previous),
+        }
+        previous_load = place.unpaired_load if place.switched else load
+        bands = record.schedule or [ScheduledBand(tokens=record.tokens)]
+        pair = matched_pair(previous, candidate, bands, previous_load or step_batch(previous), cost)
+        placed |= {"pairs": [*(place.pairs or []), pair], "unpaired": None, "unpaired_load": None}
+    else:
+        placed |= {"unpaired": measured, "unpaired_load": load}
+    after = record.model_copy(update={**totals, "in_place": place.model_copy(update=placed)})
+    if place.switched:
+        return Alternation(after, Turn(place.previous_tokens, place.previous_schedule))
+    return Alternation(after, Turn(record.tokens, record.schedule))
+
+
+def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load: float) -> bool:
+    """Two single windows with step times, at loads (requests in flight averaged over
+    their time) within a bucket of each other. A window left unpaired by an older
+    operator has no load recorded: its per-step mean stands for it."""
+    if not (one.timed_windows and other.timed_windows):
+        return False
+    a = one_load if one_load is not None else step_batch(one)
+    return max(a, load) <= min(a, load) * speed.BATCH_BUCKET
+
+
+def _take_turns(
+    run: Run,
+    kind: TrialKind[Record],
+    record: Record,
+    stable: Judged,
+    open_windows: OpenWindows | None,
+) -> Advanced[Record]:
+    """Interleaved (the stable pods take K hot, both sides turn by turn): the window
+    counts for the side that ran it (`alternate`), and the sides are compared once the
+    one before has its windows."""
+    alternation = alternate(record, stable, run.cost)
+    turn = None
+    if alternation is not None:
+        record, turn = alternation.record, alternation.turn
+    ready = record.stable.windows >= kind.windows
+    step = conclude(run, kind, record, stable, stable) if ready else Next.MEASURE
+    return Advanced(record, open_windows, step, turn)
+
+
 def judge_canary(
     run: Run, record: TrialRecord, window: TrackWindow | None
 ) -> tuple[Judged, OpenWindows | None]:
@@ -270,8 +355,12 @@ def advance(
     """One evaluation's windows counted on the trial's `record`; the record with them and
     the step they lead to (`record` itself is left as it was). `canary_window`: what the
     canary measured (read only where the trial runs on a canary; in place the stable pods
-    run both sides), its pod Pending since `canary_pending_since` (a timestamp) if it is."""
+    run both sides), its pod Pending since `canary_pending_since` (a timestamp) if it is.
+    Interleaved, the record counts the window for the side that ran it, and `turn` names
+    the side that runs next."""
     where, open_windows = record.placement, run.status.open_windows
+    if record.in_place is not None and record.in_place.interleaved:
+        return _take_turns(run, kind, record, stable, open_windows)
     if where is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None
         if added and stable.window is not None:

@@ -1,18 +1,16 @@
 """Trials of a candidate K, plain decoding or a schedule: what they do their own way over
 trial_engine's lifecycle. Start (canary, in place, or interleaved where the pods take K
-hot), judge the canary's window, what the candidate is compared with and held to
-(`_KTrial`), and end (promote or abort, reject for a while)."""
+hot), what the candidate is compared with and held to (`_KTrial`), the turn an
+interleaved trial takes, and end (promote or abort, reject for a while)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-from specfleet.operator import hot_schedules, schedule, speed
+from specfleet.operator import hot_schedules, schedule
 from specfleet.operator.api import (
     ConditionType,
-    FittedStepCost,
     InPlace,
     LastKnownGood,
     Off,
@@ -49,7 +47,6 @@ from specfleet.operator.trial_engine import (
     TrialSubject,
     advance,
     candidate_rate,
-    conclude,
     measured_gain,
 )
 from specfleet.operator.trial_stats import (
@@ -57,13 +54,10 @@ from specfleet.operator.trial_stats import (
     ONE_SIDED_97_5,
     TRIAL_EXTENSION,
     Stake,
-    matched_pair,
     pair_spread,
     paired_gain,
     pooled_spread,
     step_batch,
-    totals_add,
-    totals_merge,
 )
 from specfleet.operator.windows import Judged, stable_failing
 
@@ -166,67 +160,6 @@ def _interleave(
     run.changed(k)
 
 
-@dataclass(frozen=True)
-class Alternation:
-    """An interleaved trial after one of its windows: the trial with the window counted,
-    and the K and schedule the stable pods run next (the other side)."""
-
-    trial: Trial
-    tokens: int
-    schedule: list[ScheduledBand] | None
-
-
-def alternate(trial: Trial, stable: Judged, cost: FittedStepCost) -> Alternation | None:
-    """An interleaved trial's window, paired with the other side's window before it when
-    both ran at a matched batch (load moves; a pair at one load compares the two sides
-    there, never a window at 1 in flight with one at 32), else left unpaired; then the
-    other side runs. None: the window said nothing, and the same side runs on. Changes
-    nothing."""
-    place = trial.in_place
-    assert place is not None
-    if not stable.conclusive or stable.window is None:
-        return None
-    measured = totals_add(TrackTotals(), stable.window)
-    load = speed.time_load(stable.window)
-    other = place.unpaired
-    placed: dict[str, Any] = {"switched": not place.switched}
-    totals: dict[str, Any] = {}
-    if other is not None and _matched(other, place.unpaired_load, measured, load):
-        candidate, previous = (measured, other) if place.switched else (other, measured)
-        totals = {
-            "canary": totals_merge(trial.canary, candidate),
-            "stable": totals_merge(trial.stable, previous),
-        }
-        previous_load = place.unpaired_load if place.switched else load
-        bands = trial.schedule or [ScheduledBand(tokens=trial.tokens)]
-        pair = matched_pair(previous, candidate, bands, previous_load or step_batch(previous), cost)
-        placed |= {"pairs": [*(place.pairs or []), pair], "unpaired": None, "unpaired_load": None}
-    else:
-        placed |= {"unpaired": measured, "unpaired_load": load}
-    after = trial.model_copy(update={**totals, "in_place": place.model_copy(update=placed)})
-    if place.switched:
-        return Alternation(after, place.previous_tokens, place.previous_schedule)
-    return Alternation(after, trial.tokens, trial.schedule)
-
-
-def _take_turn(run: Run, alternation: Alternation) -> Trial:
-    """The alternation `alternate` says, applied: the trial as it now stands."""
-    run.sp.trial = alternation.trial
-    run.sp.schedule = alternation.schedule
-    run.changed(alternation.tokens)
-    return alternation.trial
-
-
-def _matched(one: TrackTotals, one_load: float | None, other: TrackTotals, load: float) -> bool:
-    """Two single windows with step times, at loads (requests in flight averaged over
-    their time) within a bucket of each other. A window left unpaired by an older
-    operator has no load recorded: its per-step mean stands for it."""
-    if not (one.timed_windows and other.timed_windows):
-        return False
-    a = one_load if one_load is not None else step_batch(one)
-    return max(a, load) <= min(a, load) * speed.BATCH_BUCKET
-
-
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     """Feed this evaluation's windows to the running trial; promote or abort when it has
     enough, or when it is overdue."""
@@ -235,17 +168,14 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
     step: Step
     if not spec.tuning.enabled:
         step = Ended(TrialOutcome.TUNING_DISABLED, "spec.tuning.enabled is false")
-    elif trial.in_place and trial.in_place.interleaved:
-        alternation = alternate(trial, stable, run.cost)
-        if alternation is not None:
-            trial = _take_turn(run, alternation)
-        ready = trial.stable.windows >= spec.tuning.canary_windows
-        step = conclude(run, _KTrial(run), trial, stable, stable) if ready else Next.MEASURE
     else:
         pending = observation.canary_pending_since
         advanced = advance(run, _KTrial(run), trial, stable, observation.canary, pending)
         trial = run.sp.trial = advanced.record
         run.status.open_windows = advanced.open_windows
+        if advanced.turn is not None:  # interleaved: the other side runs next
+            run.sp.schedule = advanced.turn.schedule
+            run.changed(advanced.turn.tokens)
         step = advanced.step
     if step is Next.MEASURE:
         step = _overdue(run, trial) or step
