@@ -156,7 +156,7 @@ def main() -> None:
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        result = {"code": measured_code(), "models": args.models, "runs": runs}
+        result = {"code": measured_code(Path(__file__)), "models": args.models, "runs": runs}
         args.json.write_text(json.dumps(result, indent=1))
 
 

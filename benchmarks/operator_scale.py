@@ -634,14 +634,15 @@ def run_operator(
         delete_namespace(namespace)
 
 
-def measured_code() -> dict[str, Any]:
-    """The commit measured on, and whether the operator's code differed from it (a
-    figure measured on uncommitted code names no commit it can be checked against)."""
+def measured_code(benchmark: Path = Path(__file__)) -> dict[str, Any]:
+    """The commit measured on, and whether the operator's code or the `benchmark` that
+    measured it differed from it (a figure measured on uncommitted code names no commit
+    it can be checked against)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     changed = subprocess.run(
-        ["git", "status", "--porcelain", "--", "operator/src", "benchmarks/operator_scale.py"],
+        ["git", "status", "--porcelain", "--", "operator/src", str(benchmark.resolve())],
         cwd=ROOT,
         capture_output=True,
         text=True,
