@@ -461,15 +461,15 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
 
 def _end(run: Run, trial: ConfigTrial) -> None:
     """The stable pods back on the running config (InPlace), the canary gone."""
-    sp, state = run.sp, run.status.config
+    state = run.status.config
     assert state is not None
     state.trial = None
     place = trial.in_place
     if place is not None:
         if place.switched:
-            sp.schedule = place.previous_schedule
             run.status.step_cost = None  # its last samples are the rejected config's
-            run.changed(place.previous_tokens or run.spec.speculation.tokens)
+            tokens = place.previous_tokens or run.spec.speculation.tokens
+            run.stable_runs(tokens, place.previous_schedule)
         return
     run.keep_collecting("canary", None)
 

@@ -152,8 +152,8 @@ def rollback(run: Run, judged: Judged) -> None:
         acceptance=judged.metric.value if judged.metric else None,
         goodput=judged.goodput,
     )
-    run.sp.schedule, run.sp.last_known_good = to.schedule, to.good
-    run.changed(to.tokens)
+    run.sp.last_known_good = to.good
+    run.stable_runs(to.tokens, to.schedule)
 
 
 def _largest_clearing_below(run: Run, predicted: Mapping[int, Prediction], k: int) -> int | None:

@@ -15,6 +15,7 @@ from specfleet.operator.api import (
     Decision,
     FittedStepCost,
     OpenWindow,
+    ScheduledBand,
     SinceChange,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
@@ -123,6 +124,12 @@ class Run:
             self.sp.tokens = tokens
         self.sp.since_change = SinceChange(at=self.now)
         self.status.open_windows = None
+
+    def stable_runs(self, tokens: int | None, schedule: list[ScheduledBand] | None) -> None:
+        """The stable pods change to K=tokens (None: plain decoding) and `schedule`, the
+        per-batch K they take hot: K changed (see changed)."""
+        self.sp.schedule = schedule
+        self.changed(tokens)
 
     @property
     def cost(self) -> FittedStepCost:

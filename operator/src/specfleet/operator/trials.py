@@ -156,8 +156,7 @@ def _interleave(
         acceptance=judged.metric.value if judged.metric else None,
         goodput=judged.goodput,
     )
-    sp.schedule = candidate
-    run.changed(k)
+    run.stable_runs(k, candidate)
 
 
 def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
@@ -174,8 +173,7 @@ def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
         trial = run.sp.trial = advanced.record
         run.status.open_windows = advanced.open_windows
         if advanced.turn is not None:  # interleaved: the other side runs next
-            run.sp.schedule = advanced.turn.schedule
-            run.changed(advanced.turn.tokens)
+            run.stable_runs(advanced.turn.tokens, advanced.turn.schedule)
         step = advanced.step
     if step is Next.MEASURE:
         step = _overdue(run, trial) or step
@@ -293,10 +291,9 @@ def _switch(run: Run) -> None:
     # A new part, not an edit of it: the record the engine was handed shares it.
     switched = trial.in_place.model_copy(update={"switched": True})
     sp.trial = trial = trial.model_copy(update={"in_place": switched})
-    sp.schedule = trial.schedule
     # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
     # and the K before stays the one a rejection goes back to.
-    run.changed(None if trial.plain else trial.tokens)
+    run.stable_runs(None if trial.plain else trial.tokens, trial.schedule)
 
 
 def _fall_back_in_place(run: Run, pending: float, waiting: str | None) -> None:
@@ -611,8 +608,7 @@ def _go_back(run: Run, end: TrialEnd, then: Abort) -> None:
         acceptance=end.rate,
     )
     if then.back_to is not None:
-        sp.schedule = then.back_schedule
-        run.changed(then.back_to)
+        run.stable_runs(then.back_to, then.back_schedule)
     else:
         sp.since_change.at = run.now
 
@@ -634,9 +630,8 @@ def _promote(run: Run, end: TrialEnd, then: Promotion | Reenables) -> None:
         )
         return
     sp.last_known_good = then.good
-    sp.schedule = then.schedule
     failing = sp.since_change.failing_windows
-    run.changed(then.tokens)
+    run.stable_runs(then.tokens, then.schedule)
     if then.failures_count_on:
         sp.since_change.failing_windows = failing
 
