@@ -52,6 +52,10 @@ VLLM_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "VLLM_CPU_KVCACHE_SPACE": "1",
     "OMP_NUM_THREADS": "2",
+    # Its threads sleep while they wait for each other instead of spinning: beside the
+    # other tests a spinning thread burns the core the one it waits for needs
+    # (e2e/tiny_models.py measured it).
+    "OMP_WAIT_POLICY": "PASSIVE",
     # vLLM's default ("auto") pins its worker to core 0, so two vLLMs on one machine (a
     # rollout: the serving pod and the starting one) pin to the same core and the
     # starting one waits minutes for it; without binding the kernel shares both cores.

@@ -45,6 +45,12 @@ from typing import Any
 # thread count changes the order of float sums, and so the models.
 THREADS = 2
 os.environ["OMP_NUM_THREADS"] = str(THREADS)
+# A thread that waits for the other sleeps instead of spinning: the training runs beside
+# the Go builds of a cold `make test`, and a spinning thread burnt a core they needed
+# while the one it waited for was off the CPU (with two busy processes beside it, 20
+# steps took 32 s and 31 s of CPU spinning, 22 s and 17 s sleeping; 17 s of CPU alone).
+# The same work in the same order: the models are the same to the byte.
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import safetensors.torch  # noqa: E402
