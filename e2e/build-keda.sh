@@ -23,9 +23,16 @@ package=github.com/kedacore/keda/v2
 # (e2e/keda/scalers_shared.go.in). A trigger of another type is refused by
 # KEDA as an unknown one ("no scaler found for type").
 source_copy="$cache/keda-source"
+# The module's source, downloaded first: on a new machine nothing has fetched it yet, and
+# `go list -m` names no directory for a module that is not in the module cache.
+source_dir="$(cd "$module" && go mod download "$package" && go list -m -f '{{.Dir}}' "$package")"
+if [[ ! -d "$source_dir" ]]; then
+    log "no source directory for $package@$version in the module cache"
+    exit 1
+fi
 if [[ ! -d "$source_copy" ]]; then
     rm -rf "$source_copy.tmp"
-    cp -r "$(cd "$module" && go list -m -f '{{.Dir}}' "$package")" "$source_copy.tmp"
+    cp -r "$source_dir" "$source_copy.tmp"
     chmod -R u+w "$source_copy.tmp"
     cp "$module/scalers_builder.go.in" "$source_copy.tmp/pkg/scaling/scalers_builder.go"
     find "$source_copy.tmp/pkg/scalers" -maxdepth 1 -name '*.go' \
@@ -39,7 +46,6 @@ version_ldflags="-s -w -X $package/version.Version=${version#v}"
 go_build keda "$package/cmd/operator" "$version_ldflags" "$module" "$cache/keda.mod"
 go_build keda-adapter "$package/cmd/adapter" "$version_ldflags" "$module" "$cache/keda.mod"
 if [[ ! -d "$cache/crds" ]]; then
-    source_dir="$(cd "$module" && go list -m -f '{{.Dir}}' "$package")"
     mkdir -p "$cache/crds.tmp"
     cp "$source_dir"/config/crd/bases/*.yaml "$cache/crds.tmp/"
     chmod u+w "$cache"/crds.tmp/*.yaml
