@@ -16,32 +16,19 @@ version="v2.21.0"
 go_build_cache keda "$here/keda" "$version"
 
 package=github.com/kedacore/keda/v2
-# The module cache is read-only, so the build uses a copy of the module: its scaler
-# builder is e2e/keda/scalers_builder.go.in (the switch over trigger types cut to the
-# three), and pkg/scalers keeps those scalers' files (the package's own code is
-# scaler.go; each other file is one scaler) and the one constant they take from another
-# (e2e/keda/scalers_shared.go.in). A trigger of another type is refused by
-# KEDA as an unknown one ("no scaler found for type").
-source_copy="$cache/keda-source"
-# The module's source, downloaded first: on a new machine nothing has fetched it yet, and
-# `go list -m` names no directory for a module that is not in the module cache.
-source_dir="$(cd "$module" && go mod download "$package" && go list -m -f '{{.Dir}}' "$package")"
-if [[ ! -d "$source_dir" ]]; then
-    log "no source directory for $package@$version in the module cache"
-    exit 1
-fi
-if [[ ! -d "$source_copy" ]]; then
-    rm -rf "$source_copy.tmp"
-    cp -r "$source_dir" "$source_copy.tmp"
-    chmod -R u+w "$source_copy.tmp"
-    cp "$module/scalers_builder.go.in" "$source_copy.tmp/pkg/scaling/scalers_builder.go"
-    find "$source_copy.tmp/pkg/scalers" -maxdepth 1 -name '*.go' \
+# A copy of the module (patched_module): its scaler builder is
+# e2e/keda/scalers_builder.go.in (the switch over trigger types cut to the three), and
+# pkg/scalers keeps those scalers' files (the package's own code is scaler.go; each other
+# file is one scaler) and the one constant they take from another
+# (e2e/keda/scalers_shared.go.in). A trigger of another type is refused by KEDA as an
+# unknown one ("no scaler found for type").
+keep_three_scalers() {  # the copy's directory
+    cp "$module/scalers_builder.go.in" "$1/pkg/scaling/scalers_builder.go"
+    find "$1/pkg/scalers" -maxdepth 1 -name '*.go' \
         ! -name scaler.go ! -name cpu_memory_scaler.go ! -name prometheus_scaler.go -delete
-    cp "$module/scalers_shared.go.in" "$source_copy.tmp/pkg/scalers/shared.go"
-    mv "$source_copy.tmp" "$source_copy"
-fi
-{ cat "$module/go.mod"; echo "replace $package => $source_copy"; } > "$cache/keda.mod"
-cp "$module/go.sum" "$cache/keda.sum"
+    cp "$module/scalers_shared.go.in" "$1/pkg/scalers/shared.go"
+}
+patched_module keda "$module" "$package" keep_three_scalers
 version_ldflags="-s -w -X $package/version.Version=${version#v}"
 go_build keda "$package/cmd/operator" "$version_ldflags" "$module" "$cache/keda.mod"
 go_build keda-adapter "$package/cmd/adapter" "$version_ldflags" "$module" "$cache/keda.mod"

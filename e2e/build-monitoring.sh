@@ -19,20 +19,14 @@ version_ldflags="-s -w -X github.com/prometheus/common/version.Version=${version
 go_build prometheus-operator "$package/cmd/operator" "$version_ldflags"
 go_build prometheus-config-reloader "$package/cmd/prometheus-config-reloader" "$version_ldflags"
 # Prometheus with the one service discovery its pods use, not two dozen clouds' SDKs: its
-# README's way is a plugins.yml and `make plugins`, which rewrites plugins/plugins.go. The
-# module cache is read-only (and `go build -overlay` may not touch it), so the build uses a
-# copy of the module with e2e/prometheus-server/plugins.go.in in that file's place.
+# README's way is a plugins.yml and `make plugins`, which rewrites plugins/plugins.go: the
+# build uses a copy of the module (patched_module) with e2e/prometheus-server/plugins.go.in
+# in that file's place.
 server="$here/prometheus-server"
-source_copy="$cache/prometheus-source"
-if [[ ! -d "$source_copy" ]]; then
-    rm -rf "$source_copy.tmp"
-    cp -r "$(cd "$server" && go list -m -f '{{.Dir}}' github.com/prometheus/prometheus)" "$source_copy.tmp"
-    chmod -R u+w "$source_copy.tmp"
-    cp "$server/plugins.go.in" "$source_copy.tmp/plugins/plugins.go"
-    mv "$source_copy.tmp" "$source_copy"
-fi
-{ cat "$server/go.mod"; echo "replace github.com/prometheus/prometheus => $source_copy"; } > "$cache/prometheus.mod"
-cp "$server/go.sum" "$cache/prometheus.sum"
+kubernetes_discovery_only() {  # the copy's directory
+    cp "$server/plugins.go.in" "$1/plugins/plugins.go"
+}
+patched_module prometheus "$server" github.com/prometheus/prometheus kubernetes_discovery_only
 go_build prometheus github.com/prometheus/prometheus/cmd/prometheus \
     "-s -w -X github.com/prometheus/common/version.Version=3.5.0" "$server" "$cache/prometheus.mod"
 if [[ ! -d "$cache/crds" ]]; then

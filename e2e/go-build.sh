@@ -5,6 +5,8 @@
 #        go_build BINARY PACKAGE LDFLAGS [MODULE_DIR [GO_MOD]]
 #            (in $module unless given; skips a binary already in $bin; GO_MOD: a go.mod
 #            to build with instead of the module's, `go build -modfile`)
+#        patched_module NAME MODULE_DIR PACKAGE EDIT
+#            (a copy of a dependency's module with some files changed; sets $source_dir)
 
 go_build_cache() {
     local name="$1" version="$3" key dir
@@ -54,4 +56,28 @@ go_build() {
     mv "$bin/$name.tmp" "$bin/$name"
     elapsed=$((SECONDS - started))
     log "$name: built in ${elapsed}s"
+}
+
+# A writable copy of PACKAGE's module (the version MODULE_DIR's go.mod pins) at
+# $cache/NAME-source, made once with the function EDIT run in it, and $cache/NAME.mod:
+# MODULE_DIR's go.mod with PACKAGE replaced by that copy, for go_build's GO_MOD. The module
+# cache is read-only, and `go build -overlay` may not touch it. The module is downloaded
+# first: on a new machine nothing may have fetched it, and `go list -m` names no directory
+# for a module not in the module cache. Sets $source_dir to the module cache's copy.
+patched_module() {
+    local name="$1" dir="$2" package="$3" edit="$4" copy="$cache/$1-source"
+    source_dir="$(cd "$dir" && go mod download "$package" && go list -m -f '{{.Dir}}' "$package")"
+    if [[ ! -d "$source_dir" ]]; then
+        log "no source directory for $package in the module cache"
+        exit 1
+    fi
+    if [[ ! -d "$copy" ]]; then
+        rm -rf "$copy.tmp"
+        cp -r "$source_dir" "$copy.tmp"
+        chmod -R u+w "$copy.tmp"
+        "$edit" "$copy.tmp"
+        mv "$copy.tmp" "$copy"
+    fi
+    { cat "$dir/go.mod"; echo "replace $package => $copy"; } >"$cache/$name.mod"
+    cp "$dir/go.sum" "$cache/$name.sum"
 }
