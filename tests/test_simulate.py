@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 from collections.abc import Iterator, Mapping
@@ -570,11 +571,23 @@ def test_a_slow_stretch_is_held_as_perturbed_not_learnt(variant: str) -> None:
     assert result.steady_ratio >= 0.95
 
 
+def restart_cost(method: str) -> Scenario:
+    """restart-cost.yaml (startupSeconds 300, one pod, in-place trials) with `method`."""
+    return load_scenario(SCENARIOS / "restart-cost.yaml").model_copy(update={"method": method})
+
+
+@functools.cache
+def restart_cost_run(method: str, seed: int) -> SimulationResult:
+    """restart-cost run by the operator's tuner: the tests below share its runs (a
+    simulated six hours each; the tests only read them)."""
+    return simulate(restart_cost(method), seed)
+
+
 def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
     """startupSeconds 300, one pod, in-place trials: the tuner that weighs the restart
     (status.startupSeconds) changes K less often and serves more tokens than one blind to
     it."""
-    scenario = load_scenario(SCENARIOS / "restart-cost.yaml")
+    scenario = restart_cost("peagle")
 
     def blind(
         spec: SpeculativeModelSpec,
@@ -590,7 +603,7 @@ def test_k_changes_only_when_the_gain_repays_the_restart() -> None:
     # Over seeds: one run is one draw of the noise, and a blind tuner's exploration may
     # land on a better K by luck.
     seeds = range(4)
-    weighed = [simulate(scenario, seed) for seed in seeds]
+    weighed = [restart_cost_run("peagle", seed) for seed in seeds]
     unweighed = [simulate(scenario, seed, blind) for seed in seeds]
     assert sum(map(changes, weighed)) * 3 <= sum(map(changes, unweighed))
     # In-place trials start at most once an hour either way; the rule still spares the
@@ -637,12 +650,12 @@ def test_k_changes_taken_hot_restart_no_pod_and_serve_more_where_auto_takes_them
     the run serves more than with K changes by restart; a parallel one (P-EAGLE) drafts
     every slot of its ceiling (maxTokens 16) at every K and serves less: why Auto, the
     default, takes the first hot and restarts the second."""
-    restart = load_scenario(SCENARIOS / "restart-cost.yaml").model_copy(update={"method": method})
+    restart = restart_cost(method)
     hot = restart.with_policy({"speculation": {"switching": "Hot"}})
     auto = copy.deepcopy(hot.policy)
     del auto["speculation"]["switching"]
     seeds = range(3)
-    by_restart = [simulate(restart, seed) for seed in seeds]
+    by_restart = [restart_cost_run(method, seed) for seed in seeds]
     taken_hot = [simulate(hot, seed) for seed in seeds]
     changed = [
         sum(1 for a, b in itertools.pairwise(r.records) if a.tokens != b.tokens) for r in taken_hot

@@ -168,14 +168,26 @@ needs_vllm = pytest.mark.skipif(
     reason="vLLM 0.33 is not at hand (SPECFLEET_VLLM_PYTHON, as the contract test)",
 )
 
-# Runs in vLLM's Python: parses each argv with `vllm serve`'s parser, says which it refuses.
-PARSE = r"""
-import argparse, json, sys
-from vllm import platforms
-from vllm.platforms.cpu import CpuPlatform
-platforms.current_platform = CpuPlatform()
+# Runs in vLLM's Python, once for the file (an import of vLLM costs about 10 s of CPU):
+# the table as vllm_flags.DUMP prints it, for each argv of "parse" whether `vllm serve`'s
+# parser refuses it (None, or why), and for each of "values" what it parses the argv to
+# (JSON text: what reaches vLLM).
+ASK = r"""
+import argparse, contextlib, io, json, sys
+asked = json.load(sys.stdin)
+table = io.StringIO()
+with contextlib.redirect_stdout(table):
+    exec(asked["dump"], {"__name__": "__dump__"})  # also sets vLLM's platform: the CPU's
 from vllm.entrypoints.cli.serve import ServeSubcommand
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+parser = FlexibleArgumentParser()
+ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+values = [
+    json.dumps(vars(parser.parse_args(["serve", "some/model", *args])), default=str,
+               sort_keys=True)
+    for args in asked["values"]
+]
 
 class ParseError(Exception):
     pass
@@ -184,87 +196,68 @@ def error(self, message):
     raise ParseError(message)
 
 argparse.ArgumentParser.error = error
-parser = FlexibleArgumentParser()
-ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
 refused = []
-for args in json.load(sys.stdin):
+for args in asked["parse"]:
     try:
         parser.parse_args(["serve", "some/model", *args])
         refused.append(None)
     except BaseException as error:
         refused.append(repr(error))
-print(json.dumps(refused))
+print(json.dumps({"table": table.getvalue(), "refused": refused, "values": values}))
 """
 
-# Runs in vLLM's Python: each argv's parsed values (what reaches vLLM), as JSON text.
-VALUES = r"""
-import json, sys
-from vllm import platforms
-from vllm.platforms.cpu import CpuPlatform
-platforms.current_platform = CpuPlatform()
-from vllm.entrypoints.cli.serve import ServeSubcommand
-from vllm.utils.argparse_utils import FlexibleArgumentParser
+# The argvs each check asks vLLM's parser about.
+PARSED = ACCEPTED + [args for args, _, _ in REFUSED]
+PAIRS = [(args, alone) for args, _, alone in DUPLICATES] + [(args, args[:2]) for args in REPEATS]
 
-parser = FlexibleArgumentParser()
-ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
-print(json.dumps([
-    json.dumps(vars(parser.parse_args(["serve", "some/model", *args])), default=str,
-               sort_keys=True)
-    for args in json.load(sys.stdin)
-]))
-"""
+
+@pytest.fixture(scope="module")
+def vllms_parser() -> dict[str, Any]:
+    """What vLLM 0.33's parser says of the table and of the argvs above."""
+    python = vllm_python()
+    assert python is not None
+    asked = {
+        "dump": vllm_flags.DUMP,
+        "parse": PARSED,
+        "values": [argv for pair in PAIRS for argv in pair],
+    }
+    result = subprocess.run(
+        [python, "-c", ASK],
+        input=json.dumps(asked),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    answer: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return answer
 
 
 @needs_vllm
-def test_the_committed_table_is_what_vllms_parser_has() -> None:
+def test_the_committed_table_is_what_vllms_parser_has(vllms_parser: dict[str, Any]) -> None:
     """Stale when vLLM's pin moves: regenerate with the command in vllm_flags.py."""
-    python = vllm_python()
-    assert python is not None
-    assert vllm_flags.generate(python) == vllm_flags.TABLE.read_text(), (
+    assert vllms_parser["table"] == vllm_flags.TABLE.read_text(), (
         "runtime/src/specfleet/runtime/vllm_flags.json is stale: run "
         "SPECFLEET_VLLM_PYTHON=... .venv/bin/python -m specfleet.runtime.vllm_flags"
     )
 
 
 @needs_vllm
-def test_the_check_refuses_exactly_what_vllms_parser_refuses() -> None:
-    python = vllm_python()
-    assert python is not None
-    argvs = ACCEPTED + [args for args, _, _ in REFUSED]
-    result = subprocess.run(
-        [python, "-c", PARSE],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    verdicts = json.loads(result.stdout.strip().splitlines()[-1])
+def test_the_check_refuses_exactly_what_vllms_parser_refuses(
+    vllms_parser: dict[str, Any],
+) -> None:
     flags = vllm_flags.Flags()
-    for args, refused in zip(argvs, verdicts, strict=True):
+    for args, refused in zip(PARSED, vllms_parser["refused"], strict=True):
         assert bool(flags.refusals(args)) == (refused is not None), (args, refused)
 
 
 @needs_vllm
-def test_of_each_duplicate_only_one_value_reaches_vllm() -> None:
+def test_of_each_duplicate_only_one_value_reaches_vllm(vllms_parser: dict[str, Any]) -> None:
     """vLLM's parser takes each case of DUPLICATES to the same values as the args less the
     earlier flag (it was dead text), and each of REPEATS to other values than its first
     half (both reach vLLM)."""
-    python = vllm_python()
-    assert python is not None
-    pairs = [(args, alone) for args, _, alone in DUPLICATES]
-    pairs += [(args, args[:2]) for args in REPEATS]
-    argvs = [argv for pair in pairs for argv in pair]
-    result = subprocess.run(
-        [python, "-c", VALUES],
-        input=json.dumps(argvs),
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    values = json.loads(result.stdout.strip().splitlines()[-1])
-    same = [values[2 * i] == values[2 * i + 1] for i in range(len(pairs))]
+    values = vllms_parser["values"]
+    same = [values[2 * i] == values[2 * i + 1] for i in range(len(PAIRS))]
     assert same == [True] * len(DUPLICATES) + [False] * len(REPEATS), list(
-        zip(pairs, same, strict=True)
+        zip(PAIRS, same, strict=True)
     )
