@@ -20,7 +20,7 @@ from specfleet.operator import tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet, without_nulls
-from specfleet.operator.kube import PAGE, Conflict, Exists, Gone, Page
+from specfleet.operator.kube import PAGE, Conflict, Exists, Gone, NotLeading, Page
 from specfleet.operator.outcomes import Action
 from specfleet.operator.status import ObservedChildren
 
@@ -50,6 +50,8 @@ class FakeCluster:
         self.before_status_write: Callable[[], None] = lambda: None
         # Returns the API server's message to refuse an apply with (HTTP 422), or None.
         self.refuse: Callable[[dict[str, Any]], str | None] = lambda manifest: None
+        # The leader election's fence: closed, every write raises NotLeading, as kube.Cluster's.
+        self.fence_open = True
         self._versions = itertools.count(100)
         self.page = PAGE  # objects a listing's page holds
         # The snapshots of listings with pages still to come: id -> (items, version).
@@ -217,7 +219,12 @@ class FakeCluster:
         would bring only what exists now."""
         self.watch = []
 
+    def _fence(self) -> None:
+        if not self.fence_open:
+            raise NotLeading("this replica does not hold the leader Lease")
+
     def apply(self, manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
+        self._fence()
         self.requests.append(("patch", manifest["kind"], manifest["metadata"]["name"]))
         if create_only and _key(manifest) in self.objects:
             # kube.Cluster's create-only apply carries a resourceVersion no object has.
@@ -253,6 +260,7 @@ class FakeCluster:
     def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
+        self._fence()
         self.before_status_write()
         self.status_writes += 1
         self.requests.append(("patch", "SpeculativeModel/status", name))
@@ -268,6 +276,7 @@ class FakeCluster:
     def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
     ) -> None:
+        self._fence()
         self.requests.append(("create", "Event", reason))
         self.events.append({"reason": reason, "message": message, "warning": warning})
 

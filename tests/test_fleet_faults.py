@@ -17,6 +17,7 @@ from prometheus_client import REGISTRY
 from specfleet.operator import handlers, observability, tuner
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.fleet import Fleet
+from specfleet.operator.kube import NotLeading
 from specfleet.operator.status import ObservedChildren
 from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 from tests.test_fleet import settle, started, tokens_in
@@ -649,3 +650,30 @@ def test_a_child_whose_name_is_taken_by_an_uncached_object_is_asked_about_once(
     assert service == [("patch", "Service", "llama"), ("get", "Service", "llama")]
     assert cluster.objects[("Service", "team", "llama")] == before
     assert degraded(cluster, "llama")["reason"] == "ChildNotOwned"
+
+
+# ------------------------------------------------------- the leader's fence
+
+
+def test_a_write_that_meets_the_fence_closed_goes_again_at_the_next_renewal(
+    cluster: FakeCluster, fleet: Fleet, peagle_manifest: dict[str, Any]
+) -> None:
+    """A leader whose renewals are answered late has its fence closed between two of them
+    (e2e/test_api_faults.py): a reconcile that meets it is no failure of the model's, so
+    it backs off nothing, and the Lease's next renewal runs it again: the Service deleted
+    meanwhile is back at once, not after 5, 10, 20 s of back-off."""
+    started(cluster, fleet, peagle_manifest)
+    cluster.delete("Service", "llama")
+    cluster.deliver(fleet)
+    cluster.fence_open = False
+    with pytest.raises(NotLeading):
+        reconcile(fleet)
+    record = fleet.cache.models[KEY]
+    assert record.backoff is None
+    assert ("Service", "team", "llama") not in cluster.objects
+    cluster.fence_open = True
+    fleet.fence_reopened()
+    assert KEY in fleet.cache.queue.dirty
+    reconcile(fleet)
+    assert ("Service", "team", "llama") in cluster.objects
+    assert not fleet.fenced

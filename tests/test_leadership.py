@@ -296,3 +296,45 @@ def test_a_renewal_the_server_committed_but_answered_late_keeps_the_leadership(
         assert server.holder() == "a"
     finally:
         server.close()
+
+
+def test_each_try_that_leaves_the_leader_writing_reopens_the_fleets_fence() -> None:
+    """on_fence_open runs on the event loop after each try of the Lease that leaves this
+    replica free to write (the fleet retries then what met the fence closed), and never
+    once it may not write."""
+    store = MemoryLease()
+    config = ElectionConfig(
+        "lease",
+        "ns",
+        "a",
+        lease_duration=2,
+        renew_deadline=1,
+        retry_period=0.1,
+        request_timeout=0.5,
+    )
+
+    async def scenario() -> None:
+        lost = asyncio.Event()
+        election = Election(config, store, on_lost=lost.set)
+        opened: list[tuple[int, bool]] = []
+        election.on_fence_open = lambda: opened.append(
+            (threading.get_ident(), election.may_write())
+        )
+        stop = asyncio.Event()
+        running = asyncio.create_task(election.run(stop))
+        try:
+            deadline = time.monotonic() + 10
+            while len(opened) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert len(opened) >= 3, opened
+            assert opened == [(threading.get_ident(), True)] * len(opened)
+            store.down = True
+            await asyncio.wait_for(lost.wait(), timeout=10)
+            before = len(opened)
+            await asyncio.sleep(0.3)
+            assert len(opened) == before and not election.may_write()
+        finally:
+            stop.set()
+            await running
+
+    asyncio.run(scenario())

@@ -423,6 +423,9 @@ class Fleet:
         self.period = period
         self.resync_period = resync_period
         self._relisted = asyncio.Event()
+        # Models whose writes met the leader's fence closed, tried again at the next
+        # renewal of the Lease (`fence_reopened`).
+        self.fenced: set[Key] = set()
 
     # ---------------------------------------------------------------- watches
 
@@ -502,6 +505,12 @@ class Fleet:
                     outcome = await self._reconcile(record, body, model, evaluate)
             except Forgotten:
                 return
+            except NotLeading:
+                # The fence closed between two renewals of the Lease (one answered late),
+                # or the Lease is lost and the operator stops: no fault of the model's, so
+                # no back-off: it is tried again as soon as the Lease is renewed.
+                self.fenced.add(key)
+                raise
             except Exception:
                 observability.RECONCILES.labels(handler, "error").inc()
                 record.backoff = backed_off(record.backoff, generation)
@@ -983,6 +992,12 @@ class Fleet:
         except Exception:
             log.exception("listing models and children failed; the watches carry on")
         allocator.give_back()  # what the listing's replies left free in malloc's arenas
+
+    def fence_reopened(self) -> None:
+        """The Lease was renewed: the models whose writes met the fence closed go again."""
+        for key in self.fenced:
+            self.cache.wake(key)
+        self.fenced.clear()
 
     async def _after_the_burst(self, key: Key) -> None:
         """A model never reconciled waits, without its slot, while new models keep coming:

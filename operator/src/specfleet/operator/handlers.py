@@ -125,6 +125,7 @@ async def lead_then_run(settings: kopf.OperatorSettings, run: Running) -> None:
     election = run.election
     if election is not None:
         settings.posting.enabled = False
+        election.on_fence_open = run.fleet.fence_reopened
         run.election_task = asyncio.create_task(election.run(run.stop))
         leading = asyncio.ensure_future(election.acquired.wait())
         await asyncio.wait([leading, run.election_task], return_when=asyncio.FIRST_COMPLETED)

@@ -238,6 +238,9 @@ class Election:
         self.valid_until = 0.0  # monotonic; writes stop here unless renewed
         self.acquired = asyncio.Event()  # set once, when this replica starts leading
         self._seen: tuple[LeaseRecord, float] | None = None  # last record read, since when
+        # Called on the event loop after each try of the Lease that leaves this replica free
+        # to write (the fleet then retries the writes that met the fence closed).
+        self.on_fence_open: Callable[[], None] = lambda: None
         observability.LEADER.set(0)
 
     def may_write(self) -> bool:
@@ -274,6 +277,7 @@ class Election:
     def _lead(self) -> None:
         if self.may_write():
             self.acquired.set()
+            self.on_fence_open()
 
     def _run_blocking(self, stopped: threading.Event, leading: Callable[[], object]) -> bool:
         """The loop of tries; True once leadership is lost, False when stopped."""
