@@ -25,24 +25,13 @@ REAL_ENGINE_E2E = ("e2e/test_real_engine.py", "e2e/test_real_engine_multi_node.p
 VLLM_UNIT = "vllm"
 
 
-# The unit file that computes longest (77 s of CPU), taken once two e2e files are: those
-# hold the cluster alone in turn, each file after them waits, and the two cores were a
-# third idle over pytest's first 2.5 minutes (60-75% busy, warm runs of 6 December).
-FILLER = "tests/test_simulate.py"
-FILLER_AFTER_E2E = 2
-
-
 def work_order(queued: list[str], first_seen: dict[str, int]) -> list[str]:
     """The order the workers take the queued units in: the vLLM unit first (its worker
     starts vLLM without the cluster while the others start on the cluster), then the e2e
     files in the order they were collected (`first_seen`: those that need the cluster
-    alone first), the FILLER once FILLER_AFTER_E2E of them are taken, then the rest as
-    queued."""
+    alone first), then the rest as queued."""
     e2e = sorted((unit for unit in queued if unit.startswith("e2e/")), key=first_seen.__getitem__)
-    taken = sum(1 for unit in first_seen if unit.startswith("e2e/") and unit not in queued)
-    before = max(0, FILLER_AFTER_E2E - taken)
-    filler = [FILLER] * (FILLER in queued)
-    lead = [VLLM_UNIT] * (VLLM_UNIT in queued) + e2e[:before] + filler + e2e[before:]
+    lead = [VLLM_UNIT] * (VLLM_UNIT in queued) + e2e
     return lead + [unit for unit in queued if unit not in lead]
 
 

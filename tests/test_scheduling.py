@@ -4,7 +4,6 @@ xdist's own scheduler code with workers that follow xdist's rule for running a t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -32,27 +31,6 @@ def test_the_vllm_unit_goes_first_then_the_e2e_files_as_collected() -> None:
     assert scheduling.work_order(["tests/test_b.py", "e2e/test_shared.py"], first_seen) == [
         "e2e/test_shared.py",
         "tests/test_b.py",
-    ]
-
-
-def test_the_longest_computing_file_is_taken_once_two_e2e_files_are() -> None:
-    """The first e2e files hold the cluster alone in turn, and the files after them wait:
-    meanwhile one worker computes the longest unit file instead of waiting too."""
-    assert (Path(__file__).parent.parent / scheduling.FILLER).is_file()
-    units = [VLLM, "e2e/test_a.py", "e2e/test_b.py", "e2e/test_c.py", scheduling.FILLER]
-    units.append("tests/test_x.py")
-    first_seen = {unit: index for index, unit in enumerate(units)}
-    queued, taken = list(units), []
-    while queued:
-        taken.append(scheduling.work_order(queued, first_seen)[0])
-        queued.remove(taken[-1])
-    assert taken == [
-        VLLM,
-        "e2e/test_a.py",
-        "e2e/test_b.py",
-        scheduling.FILLER,
-        "e2e/test_c.py",
-        "tests/test_x.py",
     ]
 
 
