@@ -103,21 +103,24 @@ def one_pass(
     }
 
 
+def api_and_its_cpu() -> tuple[Any, Callable[[], float]]:
+    """A client of the local control plane (the operator's, no retries) and a reader of
+    its API server's CPU seconds; exits when the control plane is not running."""
+    if not cluster.is_up():
+        sys.exit("the local control plane is not running: make cluster-up")
+    config.load_kube_config(config_file=str(cluster.kubeconfig_path()))
+    api = kube.client_for(client.Configuration.get_default_copy(), "bench")
+    pid = int((cluster.STATE / "kube-apiserver.pid").read_text())
+    return api, lambda: cpu_seconds(pid)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not cluster.is_up():
-        sys.exit("the local control plane is not running: make cluster-up")
-    config.load_kube_config(config_file=str(cluster.kubeconfig_path()))
-    api = kube.client_for(client.Configuration.get_default_copy(), "bench")
-    pid = int((cluster.STATE / "kube-apiserver.pid").read_text())
-
-    def apiserver() -> float:
-        return cpu_seconds(pid)
-
+    api, apiserver = api_and_its_cpu()
     manifests = children(args.models, NAMESPACE)
     create_namespace(NAMESPACE)
     runs: list[dict[str, Any]] = []
