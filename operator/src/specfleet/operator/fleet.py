@@ -646,7 +646,7 @@ class Fleet:
         if written.get("observedGeneration") != body["metadata"].get("generation"):
             return False
         wait = record.status_written + self.status_interval - time.monotonic()
-        if wait <= 0 or _status_json(status) == written:
+        if wait <= 0 or status_json(status) == written:
             return False
         asyncio.get_running_loop().call_later(wait, self.cache.wake, key_of(body))
         return True
@@ -1334,7 +1334,7 @@ def _digest(manifests: list[dict[str, Any]]) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=20).digest()
 
 
-def _status_json(status: SpeculativeModelStatus) -> Any:
+def status_json(status: SpeculativeModelStatus) -> Any:
     """Status as a write would leave it in the model."""
     return without_nulls(bounded(status.model_dump(by_alias=True, mode="json"), []))
 
