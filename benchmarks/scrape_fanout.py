@@ -8,7 +8,7 @@ advance with the wall clock so every window is conclusive; one more address answ
 only after 60 s (the slow endpoint). This process then measures, per N and cycle:
 
 - `scrape()`: the operator's own `specfleet.operator.metrics.scrape` over the N targets
-  (concurrency 64 as in evaluation.py, the default scrapeTimeout of 5 s): wall time and
+  (concurrency 64 as in metrics.py, the default scrapeTimeout of 5 s): wall time and
   this process' CPU time;
 - `evaluate`: the operator's evaluation cycle as `Fleet.run` drives it: N models of one
   pod each, `Evaluator.evaluate` for all of them at once (scrape, parse, windows and the
@@ -193,8 +193,9 @@ def models_and_pods(count: int) -> list[tuple[Any, Any]]:
 
 
 async def measure(count: int, cycles: int, server_pid: int) -> dict[str, Any]:
-    from specfleet.operator.evaluation import SCRAPE_CONCURRENCY, Evaluator
-    from specfleet.operator.metrics import ScrapeTarget, scrape
+    from specfleet.operator.evaluation import Evaluator
+    from specfleet.operator.metrics import SCRAPE_CONCURRENCY, scrape
+    from specfleet.operator.observations import ScrapeTarget
 
     timeout = 5.0  # spec.metrics.scrapeTimeout's default
     targets = [

@@ -21,17 +21,17 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.configs import config_of
-from specfleet.operator.evaluation import (
+from specfleet.operator.evaluation import Evaluator
+from specfleet.operator.metrics import Outbound, scrape
+from specfleet.operator.observations import ScrapeTarget
+from specfleet.operator.pod_reading import (
     CurrentPods,
-    Evaluator,
-    Outbound,
     canary_pending_reason,
     canary_pending_since,
     current_pods,
     runtime_failures,
     scrape_targets,
 )
-from specfleet.operator.metrics import ScrapeTarget, scrape
 from specfleet.operator.status import ObservedChildren
 from specfleet.operator.track_plan import TrackPlans, plan
 from tests.test_runtime_sim_server import PEAGLE, sim

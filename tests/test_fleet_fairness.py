@@ -7,13 +7,15 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from specfleet.operator.api import SpeculativeModel
-from specfleet.operator.evaluation import Evaluator, Outbound
+from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.fleet import Fleet
 from specfleet.operator.keys import Key
-from specfleet.operator.track_plan import plan
+from specfleet.operator.metrics import Outbound
+from specfleet.operator.status import ObservedChildren
 from specfleet.operator.workqueue import (
     CONCURRENT_RECONCILES,
     Priority,
@@ -283,8 +285,7 @@ def test_an_evaluation_with_no_pod_to_scrape_keeps_its_slot(
             order.append(("started", key))
             if key == evaluating:
                 await go.wait()
-                plans = plan(model.spec, model.status)
-                await Evaluator()._samples(key, model.spec.metrics, plans, {})
+                await Evaluator().evaluate(model, ObservedChildren(), datetime.now(UTC))
                 order.append(("evaluated", key))
             await done.wait()
 

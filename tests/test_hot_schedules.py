@@ -28,10 +28,10 @@ from specfleet.operator.api import (
     TuningStrategy,
 )
 from specfleet.operator.children import Track
-from specfleet.operator.metrics import ScrapeTarget
 from specfleet.operator.observations import (
     HotTrack,
     PodSample,
+    ScrapeTarget,
     SpecDecodeCounters,
     WindowTracker,
 )

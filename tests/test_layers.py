@@ -20,7 +20,7 @@ SOURCE = Path(specfleet.operator.__path__[0])
 # The modules that decide (spec, status, observation, now) -> (status, actions), render
 # the children and replay scenarios: they import nothing that talks to a network, the
 # API server or a metrics registry (`metrics`, `evaluation`, `fleet` and `kube` do).
-DECISION_CORE = ("tuner", "render", "status", "simulate", "peers", "observations")
+DECISION_CORE = ("tuner", "render", "status", "simulate", "peers", "observations", "pod_reading")
 IO_LIBRARIES = ("aiohttp", "kubernetes", "kopf", "prometheus_client")
 
 

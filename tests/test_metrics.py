@@ -17,7 +17,6 @@ from specfleet.operator.children import Track
 from specfleet.operator.metrics import (
     MAX_BODY_BYTES,
     PageReader,
-    ScrapeTarget,
     parse_vllm_metrics,
     prometheus_query,
     samples_from_prometheus,
@@ -28,6 +27,7 @@ from specfleet.operator.observations import (
     BadMetrics,
     PodError,
     PodSample,
+    ScrapeTarget,
     SpecDecodeCounters,
     WindowTracker,
     implausible,

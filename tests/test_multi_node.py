@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.children import owned_pods, owned_workers
-from specfleet.operator.evaluation import canary_pending_reason, canary_pending_since
+from specfleet.operator.pod_reading import canary_pending_reason, canary_pending_since
 from specfleet.operator.status import ObservedChildren, summarize
 from specfleet.operator.track_plan import plan
 from specfleet.runtime.cli import engine_env

@@ -17,17 +17,17 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from pydantic import ValidationError
 
 from specfleet.operator.api import ConditionType, SpeculativeModel
-from specfleet.operator.evaluation import Evaluator, Outbound
+from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.metrics import (
     REFUSED_ADDRESS,
     CheckedResolver,
+    Outbound,
     RefusedAddress,
-    ScrapeTarget,
     query_prometheus,
     refused_address,
     scrape,
 )
-from specfleet.operator.observations import SourceUnavailable
+from specfleet.operator.observations import ScrapeTarget, SourceUnavailable
 from specfleet.operator.status import ObservedChildren
 from tests.hostile_servers import SECRET, redirector, secret_holder, serving, tarpit
 from tests.test_chart import container, render, rendered

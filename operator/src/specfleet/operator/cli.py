@@ -321,13 +321,14 @@ def operator_command(
         observability,
     )
     from specfleet.operator.child_watches import ChildWatches, Credentials
-    from specfleet.operator.evaluation import Evaluator, Outbound
+    from specfleet.operator.evaluation import Evaluator
     from specfleet.operator.fleet import (
         BURST_QUIET_SECONDS,
         CHILD_SELECTOR,
         STATUS_INTERVAL_SECONDS,
         Fleet,
     )
+    from specfleet.operator.metrics import Outbound
 
     # The pod's name in a cluster (the chart sets POD_ID, kopf's own name for it).
     instance = os.environ.get("POD_ID") or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"

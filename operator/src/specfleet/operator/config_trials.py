@@ -365,7 +365,7 @@ def _fall_back_in_place(run: Run, state: ConfigState, pending: float) -> None:
 
 def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
     """The trial's canary has not run: its pod is Pending, or its Deployment cannot create
-    it (quota, admission, a missing ServiceAccount: evaluation.canary_pending_since), and
+    it (quota, admission, a missing ServiceAccount: pod_reading.canary_pending_since), and
     no window of the new config is in."""
     waiting = observation.canary_pending_since is not None
     return waiting and trial.placement is Placement.CANARY and trial.canary.windows == 0

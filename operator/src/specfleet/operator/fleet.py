@@ -34,6 +34,7 @@ from specfleet.operator import (
     hot_handoff,
     hot_schedules,
     observability,
+    pod_reading,
     render,
     track_plan,
     tuner,
@@ -61,7 +62,7 @@ from specfleet.operator.conditions import set_condition
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.errors import validation_errors
-from specfleet.operator.evaluation import Evaluator, current_pods, scrape_targets
+from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.keys import Key, key_of, key_of_model, model_key
 from specfleet.operator.kube import Cluster, Conflict, Exists, Gone, NotLeading, Page
 from specfleet.operator.outcomes import Action
@@ -667,10 +668,8 @@ class Fleet:
         hot turns the model back to restarts (its reason in status)."""
         hot = model.status.speculation.hot_schedule
         assert hot is not None
-        observed = self.cache.observed(key_of_model(model))
-        plans = track_plan.plan(model.spec, model.status)
-        targets = scrape_targets(plans, current_pods(model, observed, plans))
-        handoff = await hot_handoff.hand_off(targets, hot, credential)
+        reading = pod_reading.read(model, self.cache.observed(key_of_model(model)))
+        handoff = await hot_handoff.hand_off(reading.targets, hot, credential)
         if handoff.fallback is None:
             return model
         log.warning("%s/%s: %s; K changes restart the pods", *key_of_model(model), handoff.fallback)

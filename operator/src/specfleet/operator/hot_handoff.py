@@ -20,7 +20,7 @@ import aiohttp
 
 from specfleet.operator import schedule
 from specfleet.operator.api import HotSchedule
-from specfleet.operator.metrics import ScrapeTarget
+from specfleet.operator.observations import ScrapeTarget
 from specfleet.runtime.hot_schedule import PATH
 
 log = logging.getLogger("specfleet.hot_handoff")

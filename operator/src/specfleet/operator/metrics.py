@@ -13,7 +13,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TextIO, TypeVar, cast
@@ -23,14 +23,21 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from prometheus_client.parser import text_fd_to_metric_families
 
-from specfleet.operator.api import LeftOutReason
+from specfleet.operator.api import (
+    MAX_SCRAPE_TIMEOUT_SECONDS,
+    LeftOutReason,
+    Metrics,
+    MetricsSource,
+)
 from specfleet.operator.children import TRACKS, Track
+from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import (
     MAX_SERIES,
     SERIES_READ,
     BadMetrics,
     PodError,
     PodSample,
+    ScrapeTarget,
     SourceUnavailable,
     SpecDecodeCounters,
     counters_from_series,
@@ -65,6 +72,43 @@ UNREACHABLE = "unreachable"
 NOT_A_QUERY_RESULT = "not a query result"
 
 T = TypeVar("T")
+# The pods one model's scrape reads at once.
+SCRAPE_CONCURRENCY = 64
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """What the platform team lets a model's spec make the operator's pod fetch: the
+    longest wait (spec.metrics.scrapeTimeout is the tenant's, up to 5 minutes) and the
+    Prometheus URLs it may query (none listed: any the CRD admits but those at a loopback,
+    link-local or metadata address; a listed one may be at a loopback address)."""
+
+    max_timeout: float = MAX_SCRAPE_TIMEOUT_SECONDS
+    prometheus_urls: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        urls = frozenset(url.rstrip("/") for url in self.prometheus_urls)
+        object.__setattr__(self, "prometheus_urls", urls)
+
+    def timeout(self, metrics: Metrics) -> float:
+        asked = parse_duration(metrics.scrape_timeout).total_seconds()
+        return min(asked, self.max_timeout)
+
+    def listed(self, url: str) -> bool:
+        """The install names `url`: it may be the operator's own pod (a loopback address,
+        e.g. a Prometheus proxy beside it), which no model may name otherwise."""
+        return url.rstrip("/") in self.prometheus_urls
+
+    def refused(self, url: str) -> str | None:
+        """Why the operator will not query `url`, or None."""
+        if not self.prometheus_urls or self.listed(url):
+            return None
+        # The allowed URLs last: a long list is what a message cut short loses.
+        return (
+            f"Prometheus at {url}: not allowed by the operator (the chart's "
+            "evaluation.allowedPrometheusUrls); set metrics.prometheus.url to one of "
+            + ", ".join(sorted(self.prometheus_urls))
+        )
 
 
 class Unanswered(ValueError):
@@ -280,13 +324,6 @@ def parse_vllm_metrics(text: str) -> SpecDecodeCounters:
     return reader.counters()
 
 
-@dataclass(frozen=True)
-class ScrapeTarget:
-    pod: str
-    track: Track
-    url: str
-
-
 def _http_status(status: int) -> str:
     return f"HTTP {status}"  # not the reason phrase: the server chose it
 
@@ -430,3 +467,27 @@ async def query_prometheus(
         raise SourceUnavailable(cut(f"Prometheus at {url}: {UNREACHABLE}")) from None
     except Unanswered as error:
         raise SourceUnavailable(cut(f"Prometheus at {url}: {error}")) from None
+
+
+def fetch(
+    namespace: str,
+    model: str,
+    metrics: Metrics,
+    targets: Sequence[ScrapeTarget],
+    outbound: Outbound,
+) -> Coroutine[Any, Any, list[PodSample]] | None:
+    """The request that reads a model's counters, as its `spec.metrics` asks within what
+    `outbound` allows: a Prometheus query, or a scrape of `targets`; None while there is
+    no pod to scrape. Raises SourceUnavailable for a Prometheus URL the install does not
+    allow, which is never queried."""
+    timeout = outbound.timeout(metrics)
+    if metrics.source is MetricsSource.PROMETHEUS and metrics.prometheus:
+        url = metrics.prometheus.url
+        refused = outbound.refused(url)
+        if refused is not None:
+            raise SourceUnavailable(cut(refused))
+        listed = outbound.listed(url)
+        return query_prometheus(url, namespace, model, timeout, loopback_allowed=listed)
+    if not targets:
+        return None
+    return scrape(namespace, targets, timeout, SCRAPE_CONCURRENCY)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from specfleet.operator.api import RollbackMetric
+from specfleet.operator.api import ConditionType, RollbackMetric, SpeculativeModelStatus
+from specfleet.operator.conditions import condition_status
+from specfleet.operator.keys import Key
+from specfleet.operator.observations import PROMETHEUS_UNAVAILABLE, Observation
 
 RECONCILES = Counter(
     "specfleet_reconcile_total", "Reconciles by handler and result.", ["handler", "result"]
@@ -119,3 +122,33 @@ def export_acceptance_metric(namespace: str, model: str, metric: RollbackMetric)
     each model's own figure and compare it with its own floor."""
     for each in RollbackMetric:
         ACCEPTANCE_METRIC.labels(namespace, model, each.value).set(1 if each is metric else 0)
+
+
+def count_scrape_errors(labels: Key, observation: Observation) -> None:
+    """Each pod left out of an evaluation's windows, and a Prometheus that did not answer."""
+    for error in observation.errors.values():
+        SCRAPE_ERRORS.labels(*labels, error.reason.value).inc()
+    if observation.prometheus_error is not None:
+        SCRAPE_ERRORS.labels(*labels, PROMETHEUS_UNAVAILABLE).inc()
+
+
+def export_status(labels: Key, status: SpeculativeModelStatus) -> None:
+    """What an evaluation decided, as the gauges alerts read: the acceptance window and
+    the conditions it sets (Unknown sets none)."""
+    window = status.acceptance
+    for gauge, value in (
+        (ACCEPTANCE_RATE, window.rate),
+        (ACCEPTANCE_JUDGED, window.judged),
+        (ACCEPTANCE_LOWER_BOUND, window.lower_bound),
+        (MEAN_ACCEPTANCE_LENGTH, window.mean_length),
+        (GOODPUT, window.goodput),
+    ):
+        if value is not None:
+            gauge.labels(*labels).set(value)
+    for gauge, kind in (
+        (METRICS_AVAILABLE, ConditionType.METRICS_AVAILABLE),
+        (SPECULATION_ACTIVE, ConditionType.SPECULATION_ACTIVE),
+    ):
+        state = condition_status(status.conditions, kind)
+        if state != "Unknown":
+            gauge.labels(*labels).set(1 if state == "True" else 0)

@@ -333,6 +333,15 @@ class Observation:
 
 
 @dataclass(frozen=True)
+class ScrapeTarget:
+    """Where one pod of a track serves its counters (its /metrics page)."""
+
+    pod: str
+    track: Track
+    url: str
+
+
+@dataclass(frozen=True)
 class HotTrack:
     """A track whose pods take K hot: the schedule generation they must run for a
     window to count, and the ceiling their counters are sized for (positions past the K
