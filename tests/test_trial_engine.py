@@ -6,12 +6,12 @@ it was (issue 40: transitions return values)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pytest
 
-from specfleet.operator import config_trials, trial_engine, trials
+from specfleet.operator import trial_engine
 from specfleet.operator.api import (
     InPlace,
     Placement,
@@ -220,8 +220,7 @@ def _watch(monkeypatch: pytest.MonkeyPatch) -> list[Seen]:
         seen.append(Seen(record, advanced.record, advanced.step, before))
         return advanced
 
-    monkeypatch.setattr(trials, "advance", watched)
-    monkeypatch.setattr(config_trials, "advance", watched)
+    monkeypatch.setattr(trial_engine, "advance", watched)  # as `feed` calls it
     return seen
 
 
@@ -337,3 +336,81 @@ def test_an_interleaved_window_that_says_nothing_keeps_the_side_running() -> Non
     record = _interleaved()
     result = advance(_run(), Kind(), record, INCONCLUSIVE, None)
     assert result.turn is None and result.record == record and result.step is Next.MEASURE
+
+
+# The engine's feed: one evaluation's windows counted, kept, and the step applied by the
+# kind, the same order for every kind.
+
+
+@dataclass
+class RunningKind(Kind):
+    """A kind that records what `feed` asks of it."""
+
+    ends_unfed: Ended | None = None
+    calls: list[tuple[str, object]] = field(default_factory=list)
+
+    def ended_unfed(self, record: TrialRecord, observation: Observation) -> Ended | None:
+        return self.ends_unfed
+
+    def keep(self, record: TrialRecord) -> None:
+        self.calls.append(("keep", record))
+
+    def overdue(self, record: TrialRecord) -> Ended | None:
+        self.calls.append(("overdue", record))
+        return None
+
+    def fall_back_in_place(self, record: TrialRecord, pending: float, waiting: str | None) -> None:
+        self.calls.append(("fall back in place", (pending, waiting)))
+
+    def wait_for_canary(self, record: TrialRecord, why: str | None) -> None:
+        self.calls.append(("wait for the canary", why))
+
+    def canary_runs(self, record: TrialRecord) -> None:
+        self.calls.append(("canary runs", record))
+
+    def switch(self, record: TrialRecord) -> None:
+        self.calls.append(("switch", record))
+
+    def end(self, record: TrialRecord, ended: Ended) -> None:
+        self.calls.append(("end", ended))
+
+
+def _fed(kind: RunningKind, record: TrialRecord, stable: Judged, observation: Observation) -> Run:
+    run = _run()
+    trial_engine.feed(run, kind, record, stable, observation)
+    return run
+
+
+def test_a_trial_its_kind_ends_before_counts_nothing_and_ends() -> None:
+    ended = Ended(TrialOutcome.TIMEOUT, "too long")
+    kind = RunningKind(ends_unfed=ended)
+    _fed(kind, placed(Placement.CANARY), _judged(3), Observation(None, window(CODE, 4)))
+    assert kind.calls == [("end", ended)]
+
+
+def test_the_record_counted_is_kept_then_switched() -> None:
+    kind = RunningKind(before=1)
+    _fed(kind, placed(Placement.BEFORE), _judged(3), Observation(None, None))
+    assert [name for name, _ in kind.calls] == ["keep", "switch"]
+    (_, kept), (_, switched) = kind.calls
+    assert switched is kept and isinstance(kept, TrialRecord) and kept.stable.windows == 1
+
+
+def test_a_canary_pending_too_long_goes_in_place_and_nothing_else() -> None:
+    kind = RunningKind()
+    pending = Observation(
+        None,
+        window(CODE, 4),
+        canary_pending_since=T0.timestamp() - 600,
+        canary_pending_reason="no GPU",
+    )
+    _fed(kind, placed(Placement.CANARY), _judged(3), pending)
+    assert [name for name, _ in kind.calls] == ["keep", "fall back in place"]
+    assert kind.calls[-1][1] == (600.0, "no GPU")
+
+
+def test_a_canary_that_measures_on_is_said_to_run_and_checked_for_its_deadline() -> None:
+    kind = RunningKind()
+    run = _fed(kind, placed(Placement.CANARY), _judged(3), Observation(None, window(CODE, 4)))
+    assert [name for name, _ in kind.calls] == ["keep", "overdue", "canary runs"]
+    assert run.status.open_windows is None  # a conclusive canary window collects nothing

@@ -4,7 +4,7 @@ pods kept on the last good config (docs/rollouts.md).
 
 The running config lives in status.config (the operator never writes spec); a trial
 runs the spec's config on the canary (or, InPlace, on the stable pods after their
-windows before), runs the lifecycle of a K trial (trial_engine.advance; `_ConfigKind`
+windows before), runs the lifecycle of a K trial (trial_engine.feed; `ConfigKind`
 says what a config's does its own way), and on
 promotion K and the step cost are learned anew: the new draft's acceptance and step
 cost are its own.
@@ -42,11 +42,8 @@ from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     Ended,
-    InPlaceInstead,
-    Next,
     Sides,
     TrialSubject,
-    advance,
     candidate_rate,
     measured_gain,
 )
@@ -163,29 +160,6 @@ def _end_k_trial(run: Run, message: str) -> None:
         )
 
 
-def feed(run: Run, stable: Judged, observation: Observation) -> None:
-    """Feed this evaluation's windows to the running config trial (while one runs, K is
-    not tuned: one trial at a time)."""
-    state = run.status.config
-    assert state is not None and state.trial is not None
-    trial = state.trial
-    timeout = run.seconds(run.spec.rollout.timeout)
-    # The pods running the new config: the canary, or switched in place the stable pods.
-    where = trial.placement
-    failed = observation.runtime_failures.get("stable" if where is Placement.AFTER else "canary")
-    if failed is not None and where is not Placement.BEFORE:
-        _reject(run, TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
-    elif run.now - trial.started_at > timeout and not _waits_for_canary(trial, observation):
-        message = (
-            f"{trial.canary.windows} of {run.spec.rollout.windows} conclusive windows of the "
-            f"new config after {run.now - trial.started_at} (rollout.timeout "
-            f"{run.spec.rollout.timeout})"
-        )
-        _reject(run, TrialOutcome.TIMEOUT, message)
-    else:
-        _advance(run, state, stable, observation)
-
-
 def _matched(run: Run) -> tuple[int, list[ScheduledBand] | None]:
     """The K (and schedule) a new config is tried and started at: the stable pods' own,
     so that a trial compares the configs, not two Ks; the spec's with speculation off.
@@ -232,40 +206,8 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
 
-def _advance(run: Run, state: ConfigState, stable: Judged, observation: Observation) -> None:
-    """Feed the windows to the trial engine and apply the step it leads to."""
-    trial = state.trial
-    assert trial is not None
-    kind, pending = _ConfigKind(run, observation), observation.canary_pending_since
-    advanced = advance(run, kind, trial, stable, observation.canary, pending)
-    trial = state.trial = advanced.record
-    run.status.open_windows = advanced.open_windows
-    step = advanced.step
-    if isinstance(step, InPlaceInstead):
-        _fall_back_in_place(run, state, step.pending)
-        return
-    if step is Next.WAIT_FOR_CANARY:
-        _wait_for_canary(run, trial, observation.canary_pending_reason)
-        return
-    if trial.placement is Placement.CANARY:
-        _canary_runs(run, trial)
-    if step is Next.SWITCH:
-        _switch_in_place(run, state)
-    elif isinstance(step, Ended):
-        # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
-        # from the code (reference.condition_reasons), and no margin applies here.
-        if step.outcome is TrialOutcome.GOODPUT_GAIN:
-            kind_, outcome = ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN
-            _adopt(run, trial.config, kind_, outcome, step.message)
-        elif step.outcome is TrialOutcome.NO_GAIN:
-            _reject(run, TrialOutcome.NO_GAIN, step.message)
-        else:
-            assert step.outcome is TrialOutcome.BELOW_FLOOR, step.outcome
-            _reject(run, TrialOutcome.BELOW_FLOOR, step.message)
-
-
-class _ConfigKind:
-    """A trial of a config, as the trial engine asks of it."""
+class ConfigKind:
+    """A trial of a config, as the trial engine runs it."""
 
     def __init__(self, run: Run, observation: Observation) -> None:
         self.run, self.observation = run, observation
@@ -339,6 +281,67 @@ class _ConfigKind:
     ) -> tuple[Estimate, str]:
         # A config is compared at the K and load the stable pods run.
         return measured_gain(subject, record.stable, record.canary, batch, self.run.cost)
+
+    def ended_unfed(self, record: ConfigTrial, observation: Observation) -> Ended | None:
+        """The new config's pods fail to run it, or rollout.timeout passed while it ran."""
+        run = self.run
+        # The pods running the new config: the canary, or switched in place the stable pods.
+        where = record.placement
+        track = "stable" if where is Placement.AFTER else "canary"
+        failed = observation.runtime_failures.get(track)
+        if failed is not None and where is not Placement.BEFORE:
+            return Ended(TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
+        timeout = run.seconds(run.spec.rollout.timeout)
+        if run.now - record.started_at > timeout and not _waits_for_canary(record, observation):
+            return Ended(
+                TrialOutcome.TIMEOUT,
+                f"{record.canary.windows} of {run.spec.rollout.windows} conclusive windows of "
+                f"the new config after {run.now - record.started_at} (rollout.timeout "
+                f"{run.spec.rollout.timeout})",
+            )
+        return None
+
+    def keep(self, record: ConfigTrial) -> None:
+        state = self.run.status.config
+        assert state is not None
+        state.trial = record
+
+    def overdue(self, record: ConfigTrial) -> Ended | None:
+        return None  # rollout.timeout ends it (ended_unfed)
+
+    def fall_back_in_place(self, record: ConfigTrial, pending: float, waiting: str | None) -> None:
+        state = self.run.status.config
+        assert state is not None
+        _fall_back_in_place(self.run, state, pending)
+
+    def wait_for_canary(self, record: ConfigTrial, why: str | None) -> None:
+        _wait_for_canary(self.run, record, why)
+
+    def canary_runs(self, record: ConfigTrial) -> None:
+        _canary_runs(self.run, record)
+
+    def switch(self, record: ConfigTrial) -> None:
+        state = self.run.status.config
+        assert state is not None
+        _switch_in_place(self.run, state)
+
+    def end(self, record: ConfigTrial, ended: Ended) -> None:
+        # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
+        # from the code (reference.condition_reasons), and no margin applies here.
+        run, outcome, message = self.run, ended.outcome, ended.message
+        if outcome is TrialOutcome.GOODPUT_GAIN:
+            _adopt(
+                run, record.config, ActionKind.PROMOTE_CONFIG, TrialOutcome.GOODPUT_GAIN, message
+            )
+        elif outcome is TrialOutcome.NO_GAIN:
+            _reject(run, TrialOutcome.NO_GAIN, message)
+        elif outcome is TrialOutcome.RUNTIME_FAILED:
+            _reject(run, TrialOutcome.RUNTIME_FAILED, message)
+        elif outcome is TrialOutcome.TIMEOUT:
+            _reject(run, TrialOutcome.TIMEOUT, message)
+        else:
+            assert outcome is TrialOutcome.BELOW_FLOOR, outcome
+            _reject(run, TrialOutcome.BELOW_FLOOR, message)
 
 
 def _fall_back_in_place(run: Run, state: ConfigState, pending: float) -> None:

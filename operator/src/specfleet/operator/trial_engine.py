@@ -6,8 +6,9 @@ counted or ending it below the floor, the goodput gain measured between the trac
 over matched pairs) when there are enough, and the verdict on it with the words that say
 it. `advance` judges the canary's window and returns the record with this evaluation's
 windows counted, what status collects on, the next step (`Next`, `Ended` or
-`InPlaceInstead`) and an interleaved trial's next `Turn` as values; the kind applies them
-(switching, promotion and rejection differ by kind). The engine changes no state."""
+`InPlaceInstead`) and an interleaved trial's next `Turn` as values, changing no state;
+`feed`, the one way every running trial is fed, keeps them in status and hands the step
+to the kind (`RunningKind`: switching, promotion and rejection differ by kind)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from specfleet.operator.api import (
     TrackTotals,
     TrialRecord,
 )
-from specfleet.operator.observations import TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -259,6 +260,44 @@ class TrialKind(Protocol[KindRecord]):
         ...
 
 
+class RunningKind(TrialKind[KindRecord], Protocol[KindRecord]):
+    """A kind of trial as `feed` runs it: where status keeps its record, and what each
+    step does to the pods and status its own way."""
+
+    def ended_unfed(self, record: KindRecord, observation: Observation) -> Ended | None:
+        """Why the trial ends before this evaluation's windows are counted, or None."""
+        ...
+
+    def keep(self, record: KindRecord) -> None:
+        """Status holds `record` as the running trial."""
+        ...
+
+    def overdue(self, record: KindRecord) -> Ended | None:
+        """Why a trial that measures on has had too long to gather its windows, or None."""
+        ...
+
+    def fall_back_in_place(self, record: KindRecord, pending: float, waiting: str | None) -> None:
+        """The canary Pending `pending` seconds (`waiting`: what the scheduler says): the
+        trial goes on in place."""
+        ...
+
+    def wait_for_canary(self, record: KindRecord, why: str | None) -> None:
+        """The canary has not run yet (`why`: what keeps it)."""
+        ...
+
+    def canary_runs(self, record: KindRecord) -> None:
+        """The canary runs (it may have waited for a node)."""
+        ...
+
+    def switch(self, record: KindRecord) -> None:
+        """In place, the windows before are in: the stable pods switch to the candidate."""
+        ...
+
+    def end(self, record: KindRecord, ended: Ended) -> None:
+        """Promote, reject or abort, as `ended` says."""
+        ...
+
+
 @dataclass(frozen=True)
 class Alternation(Generic[Record]):
     """An interleaved trial after one of its windows: the record with the window counted,
@@ -413,3 +452,35 @@ def conclude(
     gain, basis = kind.measure(record, subject, batch)
     outcome, summary = verdict(run, subject, gain, basis, record.canary.windows)
     return Next.EXTEND if outcome is None else Ended(outcome, summary)
+
+
+def feed(
+    run: Run, kind: RunningKind[Record], record: Record, stable: Judged, observation: Observation
+) -> None:
+    """One evaluation fed to the running trial `record` of `kind`: its windows counted
+    (`advance`), the record kept in status, and the step they lead to applied by the
+    kind. A trial the kind ends first (`RunningKind.ended_unfed`) counts nothing."""
+    step: Step | None = kind.ended_unfed(record, observation)
+    if step is None:
+        pending = observation.canary_pending_since
+        advanced = advance(run, kind, record, stable, observation.canary, pending)
+        record = advanced.record
+        kind.keep(record)
+        run.status.open_windows = advanced.open_windows
+        if advanced.turn is not None:  # interleaved: the other side runs next
+            run.stable_runs(advanced.turn.tokens, advanced.turn.schedule)
+        step = advanced.step
+        if step is Next.MEASURE:
+            step = kind.overdue(record) or step
+        if isinstance(step, InPlaceInstead):
+            kind.fall_back_in_place(record, step.pending, observation.canary_pending_reason)
+            return
+        if step is Next.WAIT_FOR_CANARY:
+            kind.wait_for_canary(record, observation.canary_pending_reason)
+            return
+        if record.placement is Placement.CANARY:
+            kind.canary_runs(record)
+    if step is Next.SWITCH:
+        kind.switch(record)
+    elif isinstance(step, Ended):
+        kind.end(record, step)

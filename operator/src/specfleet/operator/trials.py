@@ -1,7 +1,7 @@
 """Trials of a candidate K, plain decoding or a schedule: what they do their own way over
 trial_engine's lifecycle. Start (canary, in place, or interleaved where the pods take K
-hot), what the candidate is compared with and held to (`_KTrial`), the turn an
-interleaved trial takes, and end (promote or abort, reject for a while)."""
+hot), what the candidate is compared with and held to and what each step does (`KTrial`,
+the kind `trial_engine.feed` runs), and end (promote or abort, reject for a while)."""
 
 from __future__ import annotations
 
@@ -40,12 +40,8 @@ from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.stats import Estimate
 from specfleet.operator.trial_engine import (
     Ended,
-    InPlaceInstead,
-    Next,
     Sides,
-    Step,
     TrialSubject,
-    advance,
     candidate_rate,
     measured_gain,
 )
@@ -159,38 +155,8 @@ def _interleave(
     run.stable_runs(k, candidate)
 
 
-def feed_trial(run: Run, stable: Judged, observation: Observation) -> None:
-    """Feed this evaluation's windows to the running trial; promote or abort when it has
-    enough, or when it is overdue."""
-    spec, trial = run.spec, run.sp.trial
-    assert trial is not None
-    step: Step
-    if not spec.tuning.enabled:
-        step = Ended(TrialOutcome.TUNING_DISABLED, "spec.tuning.enabled is false")
-    else:
-        pending = observation.canary_pending_since
-        advanced = advance(run, _KTrial(run), trial, stable, observation.canary, pending)
-        trial = run.sp.trial = advanced.record
-        run.status.open_windows = advanced.open_windows
-        if advanced.turn is not None:  # interleaved: the other side runs next
-            run.stable_runs(advanced.turn.tokens, advanced.turn.schedule)
-        step = advanced.step
-    if step is Next.MEASURE:
-        step = _overdue(run, trial) or step
-    if isinstance(step, InPlaceInstead):
-        _fall_back_in_place(run, step.pending, observation.canary_pending_reason)
-    elif step is Next.SWITCH:
-        _switch(run)
-    elif isinstance(step, Ended):
-        outcome = step.outcome
-        promote = outcome is TrialOutcome.GOODPUT_GAIN
-        # A schedule without step times says nothing against its candidate.
-        reject = outcome is not TrialOutcome.NO_STEP_TIMES
-        end_trial(run, promote=promote, reason=outcome, message=step.message, reject=reject)
-
-
-class _KTrial:
-    """A trial of a K, plain decoding or a schedule, as the trial engine asks of it."""
+class KTrial:
+    """A trial of a K, plain decoding or a schedule, as the trial engine runs it."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -211,7 +177,7 @@ class _KTrial:
         return record.stable.windows >= _baseline_windows(self.run)  # counted so far
 
     def waits_for_canary(self, record: Trial) -> bool:
-        return False  # a canary Pending too long ends the trial (_fall_back_in_place)
+        return False  # a canary Pending too long ends the trial (fall_back_in_place)
 
     def failing_window(self, canary: Judged) -> str | None:
         run = self.run
@@ -265,6 +231,79 @@ class _KTrial:
         gain, over = _over_load(run, gain, model, _measured_at(trial.stable, batch))
         return gain, f"{basis}; {over}"
 
+    def ended_unfed(self, record: Trial, observation: Observation) -> Ended | None:
+        if self.run.spec.tuning.enabled:
+            return None
+        return Ended(TrialOutcome.TUNING_DISABLED, "spec.tuning.enabled is false")
+
+    def keep(self, record: Trial) -> None:
+        self.run.sp.trial = record
+
+    def overdue(self, record: Trial) -> Ended | None:
+        """A trial that has not gathered its windows in the longest time they can take
+        ends inconclusive."""
+        run, spec = self.run, self.run.spec
+        started = record.started_at
+        interval = run.seconds(spec.tuning.interval)
+        # Each canary window may grow up to maxWindowAge before it is conclusive.
+        longest = max(interval, run.seconds(spec.tuning.max_window_age))
+        deadline = (
+            longest * spec.tuning.canary_windows * TRIAL_EXTENSION
+            + interval * spec.tuning.max_inconclusive_windows
+            + run.seconds(spec.tuning.canary_pending_timeout)
+        )
+        if run.now - started <= deadline:
+            return None
+        return Ended(
+            TrialOutcome.CANARY_INCONCLUSIVE,
+            f"{record.canary.windows} of {spec.tuning.canary_windows} conclusive windows "
+            f"after {run.now - started}",
+        )
+
+    def fall_back_in_place(self, record: Trial, pending: float, waiting: str | None) -> None:
+        """Past canaryPendingTimeout the trial ends, and the next runs in place."""
+        run, spec = self.run, self.run.spec
+        message = (
+            f"the canary pod has been Pending for {pending:.0f}s "
+            f"(> {spec.tuning.canary_pending_timeout})"
+            + (f", the scheduler says: {waiting}" if waiting else "")
+            + f"; trying K={record.tokens} in place instead"
+        )
+        run.sp.strategy = TuningStrategy.IN_PLACE
+        reason = TrialOutcome.CANARY_PENDING
+        end_trial(run, promote=False, reason=reason, message=message, reject=False)
+        run.act(
+            ActionKind.IN_PLACE_FALLBACK,
+            "CanaryPending",
+            message,
+            warning=True,
+            from_tokens=run.sp.tokens,
+            to_tokens=run.sp.tokens,
+        )
+
+    def wait_for_canary(self, record: Trial, why: str | None) -> None:
+        """Never asked: a K trial does not wait (`waits_for_canary`)."""
+
+    def canary_runs(self, record: Trial) -> None:
+        """Nothing to say: a K trial never waited for its canary."""
+
+    def switch(self, record: Trial) -> None:
+        """The stable pods change to the candidate."""
+        # A new part, not an edit of it: the record the engine was handed shares it.
+        assert record.in_place is not None
+        switched = record.in_place.model_copy(update={"switched": True})
+        self.run.sp.trial = trial = record.model_copy(update={"in_place": switched})
+        # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
+        # and the K before stays the one a rejection goes back to.
+        self.run.stable_runs(None if trial.plain else trial.tokens, trial.schedule)
+
+    def end(self, record: Trial, ended: Ended) -> None:
+        outcome = ended.outcome
+        # A schedule without step times says nothing against its candidate.
+        reject = outcome is not TrialOutcome.NO_STEP_TIMES
+        promote = outcome is TrialOutcome.GOODPUT_GAIN
+        end_trial(self.run, promote=promote, reason=outcome, message=ended.message, reject=reject)
+
 
 def _required(run: Run, trial: Trial) -> float:
     """The gain a trial's lower bound must clear. Interleaved, the candidate was proposed
@@ -282,63 +321,6 @@ def _baseline_windows(run: Run) -> int:
     canaryWindows). It cannot grow after the switch, and with few windows the spread of
     its mean step time is known only to a wide t interval (3 windows: t = 2.92)."""
     return TRIAL_EXTENSION * run.spec.tuning.canary_windows
-
-
-def _switch(run: Run) -> None:
-    """In place, the baseline in: the stable pods change to the candidate."""
-    sp, trial = run.sp, run.sp.trial
-    assert trial is not None and trial.in_place is not None
-    # A new part, not an edit of it: the record the engine was handed shares it.
-    switched = trial.in_place.model_copy(update={"switched": True})
-    sp.trial = trial = trial.model_copy(update={"in_place": switched})
-    # Plain decoding is no K: the stable pods stop drafting (SpeculationState.stable_k),
-    # and the K before stays the one a rejection goes back to.
-    run.stable_runs(None if trial.plain else trial.tokens, trial.schedule)
-
-
-def _fall_back_in_place(run: Run, pending: float, waiting: str | None) -> None:
-    """A canary Pending `pending` seconds, past canaryPendingTimeout (`waiting`: what the
-    scheduler says): the trial ends, and the next runs in place."""
-    sp, spec, trial = run.sp, run.spec, run.sp.trial
-    assert trial is not None
-    message = (
-        f"the canary pod has been Pending for {pending:.0f}s "
-        f"(> {spec.tuning.canary_pending_timeout})"
-        + (f", the scheduler says: {waiting}" if waiting else "")
-        + f"; trying K={trial.tokens} in place instead"
-    )
-    sp.strategy = TuningStrategy.IN_PLACE
-    end_trial(run, promote=False, reason=TrialOutcome.CANARY_PENDING, message=message, reject=False)
-    run.act(
-        ActionKind.IN_PLACE_FALLBACK,
-        "CanaryPending",
-        message,
-        warning=True,
-        from_tokens=sp.tokens,
-        to_tokens=sp.tokens,
-    )
-
-
-def _overdue(run: Run, trial: Trial) -> Ended | None:
-    """A trial that has not gathered its windows in the longest time they can take ends
-    inconclusive."""
-    spec = run.spec
-    started = trial.started_at
-    interval = run.seconds(spec.tuning.interval)
-    # Each canary window may grow up to maxWindowAge before it is conclusive.
-    longest = max(interval, run.seconds(spec.tuning.max_window_age))
-    deadline = (
-        longest * spec.tuning.canary_windows * TRIAL_EXTENSION
-        + interval * spec.tuning.max_inconclusive_windows
-        + run.seconds(spec.tuning.canary_pending_timeout)
-    )
-    if run.now - started <= deadline:
-        return None
-    return Ended(
-        TrialOutcome.CANARY_INCONCLUSIVE,
-        f"{trial.canary.windows} of {spec.tuning.canary_windows} conclusive windows after "
-        f"{run.now - started}",
-    )
 
 
 def _sides(run: Run, trial: Trial) -> Sides:

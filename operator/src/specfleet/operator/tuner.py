@@ -28,12 +28,12 @@ with the margin -> else disable. Inconclusive windows neither pass nor fail.
 This module holds `decide` and the spec sync; the working state they pass down is
 `run.Run`. `intake` takes the observation in (perturbation, step cost, the stable
 window judged and recorded); `decide` then hands the window to one place: the floor, the
-running trial, a re-probe or a proposal. Each family of transitions has its own module:
-`windows` (judging), `floor` (rollback, step-down, below floor), `speculation_off`
-(disable, stop), `plain` (when plain decoding is faster), `trials` and `config_trials`
-(what a K's and a config's trial do their own way) over `trial_engine` (the lifecycle
-they share) and `trial_stats`, `reprobes`, `proposals`, and `prediction`; their words
-are `outcomes`' enums.
+running trial (`trial_engine.feed`, whichever its kind), a re-probe or a proposal. Each
+family of transitions has its own module: `windows` (judging), `floor` (rollback,
+step-down, below floor), `speculation_off` (disable, stop), `plain` (when plain decoding
+is faster), `trials` and `config_trials` (what a K's and a config's trial do their own
+way) over `trial_engine` (the lifecycle they share) and `trial_stats`, `reprobes`,
+`proposals`, and `prediction`; their words are `outcomes`' enums.
 docs/architecture.md draws how they fit.
 """
 
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import Enum
 
-from specfleet.operator import config_trials, hot_schedules, reprobes, schedule
+from specfleet.operator import config_trials, hot_schedules, reprobes, schedule, trial_engine
 from specfleet.operator.api import (
     ConditionType,
     DraftMethod,
@@ -71,7 +71,7 @@ from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run, working_copy
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.track_plan import TrackPlans
-from specfleet.operator.trials import end_trial, end_trial_if_scaled, feed_trial, start_trial
+from specfleet.operator.trials import KTrial, end_trial, end_trial_if_scaled, start_trial
 from specfleet.operator.windows import (
     Judged,
     metrics_available,
@@ -118,11 +118,15 @@ def decide(
         _write_metrics_available(run, stable)
         if not run.sp.measuring_plain and stable.conclusive and _floor_decided(run, stable):
             return _decided(run)
-    goes_to = _goes_to(run)
+    goes_to, config = _goes_to(run), run.status.config
     if goes_to is _GoesTo.TRIAL:
-        feed_trial(run, stable, observation)
+        assert run.sp.trial is not None
+        trial_engine.feed(run, KTrial(run), run.sp.trial, stable, observation)
     elif goes_to is _GoesTo.CONFIG_TRIAL:
-        config_trials.feed(run, stable, observation)
+        # While a config is on trial, K is not tuned: one trial at a time.
+        assert config is not None and config.trial is not None
+        kind = config_trials.ConfigKind(run, observation)
+        trial_engine.feed(run, kind, config.trial, stable, observation)
     elif goes_to is _GoesTo.REPROBE:
         reprobe = reprobes.due(run, stable)
         if reprobe is not None:
