@@ -301,29 +301,94 @@ class ConfigKind:
             )
         return None
 
-    def keep(self, record: ConfigTrial) -> None:
+    @property
+    def _state(self) -> ConfigState:
         state = self.run.status.config
         assert state is not None
-        state.trial = record
+        return state
+
+    def keep(self, record: ConfigTrial) -> None:
+        self._state.trial = record
 
     def overdue(self, record: ConfigTrial) -> Ended | None:
         return None  # rollout.timeout ends it (ended_unfed)
 
     def fall_back_in_place(self, record: ConfigTrial, pending: float, waiting: str | None) -> None:
-        state = self.run.status.config
-        assert state is not None
-        _fall_back_in_place(self.run, state, pending)
+        """The trial goes on in place, as a K trial's would; the stable windows so far are
+        its windows before (the canary's judged, if any, go with the canary). A new
+        record: the one the engine was handed is left as it was."""
+        run = self.run
+        # Its K and schedule before are taken at the switch, after the windows before.
+        in_place = InPlace(previous_tokens=run.sp.tokens or 0, previous_schedule=run.sp.schedule)
+        # The trial starts here: its canary never ran.
+        update = {"in_place": in_place, "schedule": None, "started_at": run.now}
+        self._state.trial = trial = record.model_copy(update=update)
+        run.keep_collecting("canary", None)
+        run.act(
+            ActionKind.IN_PLACE_FALLBACK,
+            "CanaryPending",
+            f"the canary pod has been Pending for {pending:.0f}s (> "
+            f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
+            "in place instead",
+            warning=True,
+        )
 
     def wait_for_canary(self, record: ConfigTrial, why: str | None) -> None:
-        _wait_for_canary(self.run, record, why)
+        """A trial whose canary does not run has not started: rollout.timeout counts from
+        when it runs (a config that never ran is never rejected for Timeout), and
+        ConfigRejected says what it waits for. Past canaryPendingTimeout it goes on in
+        place (trial_engine.advance), unless the stable pods decode plainly and have no
+        windows before."""
+        run = self.run
+        record.started_at = run.now
+        message = (
+            f"config {record.config.hash} waits for its canary pod"
+            + (f": {why}" if why else "")
+            + "; the trial starts when the canary runs"
+        )
+        if run.sp.off is not None:
+            message += " (the stable pods decode plainly: no trial in place)"
+        run.condition(ConditionType.CONFIG_REJECTED, "False", "CanaryNotRunning", message)
 
     def canary_runs(self, record: ConfigTrial) -> None:
-        _canary_runs(self.run, record)
+        """ConfigRejected says the trial is on again once the canary it waited for runs."""
+        run = self.run
+        waited = any(
+            c.type is ConditionType.CONFIG_REJECTED and c.reason == "CanaryNotRunning"
+            for c in run.status.conditions
+        )
+        if waited:
+            message = (
+                f"config {record.config.hash} runs on its canary at K={record.tokens}, "
+                f"against the running config {self._state.running.hash}"
+            )
+            run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
 
     def switch(self, record: ConfigTrial) -> None:
-        state = self.run.status.config
-        assert state is not None
-        _switch_in_place(self.run, state)
+        """The window before is in: the stable pods switch to the new config, at their K."""
+        run, state = self.run, self._state
+        assert record.in_place is not None
+        # A new part, not an edit of it: the record the engine was handed shares it.
+        place = record.in_place.model_copy(
+            update={
+                "previous_tokens": run.sp.tokens or 0,
+                "previous_schedule": run.sp.schedule,
+                "switched": True,
+            }
+        )
+        state.trial = trial = record.model_copy(update={"in_place": place})
+        run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
+        message = (
+            f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
+            f"compared with K={place.previous_tokens} of config {state.running.hash} before"
+        )
+        run.act(
+            ActionKind.SWITCH_CONFIG_IN_PLACE,
+            "ConfigChanged",
+            message,
+            from_tokens=place.previous_tokens,
+            to_tokens=trial.tokens,
+        )
 
     def end(self, record: ConfigTrial, ended: Ended) -> None:
         # Each outcome named: the reasons ConditionType.CONFIG_REJECTED can give are read
@@ -344,94 +409,12 @@ class ConfigKind:
             _reject(run, TrialOutcome.BELOW_FLOOR, message)
 
 
-def _fall_back_in_place(run: Run, state: ConfigState, pending: float) -> None:
-    """No node for the canary pod: the trial goes on in place, as a K trial's would; the
-    stable windows so far are its windows before (the canary's judged, if any, go with
-    the canary). A new record: the one the engine was handed is left as it was."""
-    sp, trial = run.sp, state.trial
-    assert trial is not None
-    # Its K and schedule before are taken at the switch, after the windows before.
-    in_place = InPlace(previous_tokens=sp.tokens or 0, previous_schedule=sp.schedule)
-    # The trial starts here: its canary never ran.
-    update = {"in_place": in_place, "schedule": None, "started_at": run.now}
-    state.trial = trial = trial.model_copy(update=update)
-    run.keep_collecting("canary", None)
-    run.act(
-        ActionKind.IN_PLACE_FALLBACK,
-        "CanaryPending",
-        f"the canary pod has been Pending for {pending:.0f}s (> "
-        f"{run.spec.tuning.canary_pending_timeout}); config {trial.config.hash} is tried "
-        "in place instead",
-        warning=True,
-    )
-
-
 def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
     """The trial's canary has not run: its pod is Pending, or its Deployment cannot create
     it (quota, admission, a missing ServiceAccount: pod_reading.canary_pending_since), and
     no window of the new config is in."""
     waiting = observation.canary_pending_since is not None
     return waiting and trial.placement is Placement.CANARY and trial.canary.windows == 0
-
-
-def _wait_for_canary(run: Run, trial: ConfigTrial, why: str | None) -> None:
-    """A trial whose canary does not run has not started: rollout.timeout counts from
-    when it runs (a config that never ran is never rejected for Timeout), and
-    ConfigRejected says what it waits for. Past canaryPendingTimeout it goes on in place
-    (trial_engine.advance), unless the stable pods decode plainly and have no windows
-    before."""
-    trial.started_at = run.now
-    message = (
-        f"config {trial.config.hash} waits for its canary pod"
-        + (f": {why}" if why else "")
-        + "; the trial starts when the canary runs"
-    )
-    if run.sp.off is not None:
-        message += " (the stable pods decode plainly: no trial in place)"
-    run.condition(ConditionType.CONFIG_REJECTED, "False", "CanaryNotRunning", message)
-
-
-def _canary_runs(run: Run, trial: ConfigTrial) -> None:
-    """ConfigRejected says the trial is on again once the canary it waited for runs."""
-    waited = any(
-        c.type is ConditionType.CONFIG_REJECTED and c.reason == "CanaryNotRunning"
-        for c in run.status.conditions
-    )
-    if waited:
-        running = run.status.config.running.hash if run.status.config else "?"
-        message = (
-            f"config {trial.config.hash} runs on its canary at K={trial.tokens}, against the "
-            f"running config {running}"
-        )
-        run.condition(ConditionType.CONFIG_REJECTED, "False", "Trying", message)
-
-
-def _switch_in_place(run: Run, state: ConfigState) -> None:
-    """The window before is in: the stable pods switch to the new config, at their K."""
-    sp, trial = run.sp, state.trial
-    assert trial is not None and trial.in_place is not None
-    # A new part, not an edit of it: the record the engine was handed shares it.
-    place = trial.in_place.model_copy(
-        update={
-            "previous_tokens": sp.tokens or 0,
-            "previous_schedule": sp.schedule,
-            "switched": True,
-        }
-    )
-    state.trial = trial = trial.model_copy(update={"in_place": place})
-    run.changed(trial.tokens)  # the same K and schedule: a fresh start of its windows
-    message = (
-        f"the stable pods switch to config {trial.config.hash} at K={trial.tokens}; "
-        f"compared with K={place.previous_tokens} of config "
-        f"{run.status.config.running.hash if run.status.config else '?'} before"
-    )
-    run.act(
-        ActionKind.SWITCH_CONFIG_IN_PLACE,
-        "ConfigChanged",
-        message,
-        from_tokens=place.previous_tokens,
-        to_tokens=trial.tokens,
-    )
 
 
 def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:
