@@ -253,7 +253,7 @@ class ConfigKind:
         gain clears rollout.minGain and the acceptance clears the floor; measured on
         while the gain is promising but not proven, up to TRIAL_EXTENSION times the
         windows."""
-        run, trial, spec, sp = self.run, record, self.run.spec, self.run.sp
+        trial, spec, sp = record, self.run.spec, self.run.sp
         if trial.in_place is not None:
             place = trial.in_place
             sides = Sides(trial.tokens, sp.schedule, place.previous_tokens, place.previous_schedule)
@@ -263,7 +263,7 @@ class ConfigKind:
             sides = Sides(trial.tokens, trial.schedule, 0, None)
         else:
             sides = Sides(trial.tokens, trial.schedule, sp.tokens or 0, sp.schedule)
-        running = run.status.config.running.hash if run.status.config else "?"
+        running = self._state.running.hash
         return TrialSubject(
             sides=sides,
             tried_words=f"config {trial.config.hash} at K={trial.tokens}",

@@ -148,12 +148,11 @@ def _hot_tracks(hot: HotSchedule | None, plans: TrackPlans) -> dict[Track, HotTr
 @dataclass(frozen=True)
 class PodReading:
     """One evaluation's reading of a model's children, worked out once: what each track
-    runs (`plans`), its pods of the current config and their scrape targets, the K each
+    runs (`plans`), the scrape targets of its pods of the current config, the K each
     track's windows count for and where the stable pods take it hot, and what the pods'
     state says (`observations.Observation` carries the last three)."""
 
     plans: TrackPlans
-    current: CurrentPods
     targets: list[ScrapeTarget]
     tokens: dict[Track, int]
     hot_tracks: dict[Track, HotTrack] | None
@@ -168,7 +167,6 @@ def read(model: SpeculativeModel, children: ObservedChildren) -> PodReading:
     current = current_pods(model, children, plans)
     return PodReading(
         plans=plans,
-        current=current,
         targets=scrape_targets(plans, current),
         tokens={track: plans[track].tokens for track in TRACKS},
         hot_tracks=_hot_tracks(model.status.speculation.hot_schedule, plans),

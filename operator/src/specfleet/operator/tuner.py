@@ -118,12 +118,13 @@ def decide(
         _write_metrics_available(run, stable)
         if not run.sp.measuring_plain and stable.conclusive and _floor_decided(run, stable):
             return _decided(run)
-    goes_to, config = _goes_to(run), run.status.config
+    goes_to = _goes_to(run)
     if goes_to is _GoesTo.TRIAL:
         assert run.sp.trial is not None
         trial_engine.feed(run, KTrial(run), run.sp.trial, stable, observation)
     elif goes_to is _GoesTo.CONFIG_TRIAL:
         # While a config is on trial, K is not tuned: one trial at a time.
+        config = run.status.config
         assert config is not None and config.trial is not None
         kind = config_trials.ConfigKind(run, observation)
         trial_engine.feed(run, kind, config.trial, stable, observation)
