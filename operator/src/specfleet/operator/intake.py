@@ -7,7 +7,7 @@ writes it into status and decides on the stable window judged."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from specfleet.operator import speed
 from specfleet.operator.api import (
@@ -15,13 +15,12 @@ from specfleet.operator.api import (
     ConditionType,
     OffReason,
     OpenWindow,
-    Placement,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
     StepCostStatus,
 )
 from specfleet.operator.conditions import ConditionChange, condition_status
-from specfleet.operator.observations import Observation, TrackWindow
+from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, WindowVerdict
 from specfleet.operator.windows import (
     Judged,
@@ -63,95 +62,28 @@ def take_in(
     """The observation taken in: the stable window judged (None: held as perturbed) and
     what status says of it after."""
     sp = status.speculation
-    held, cost = _perturbed(status, observation)
+    speculation_active, actions = _speculation_active(status, observation)
+    learnt = speed.learn(spec, status, observation, now, drafting)
     stable: Judged | None = None
     open_window, open_window_changed = None, False
-    if held is None:
-        cost = _learn_speed(spec, status, cost, observation, now, drafting)
+    if learnt.perturbed is None:
         stable, open_window, open_window_changed = _judge_stable(spec, status, observation, now)
-    recorded = held or stable
-    assert recorded is not None
-    speculation_active, actions = _speculation_active(status, observation)
+        recorded = stable
+    else:  # a slow stretch says nothing about K: recorded, neither learnt from nor judged
+        recorded = Judged(
+            observation.stable, False, WindowVerdict.PERTURBED, detail=learnt.perturbed
+        )
     return Intake(
         stable=stable,
         recorded=recorded,
-        step_cost=cost,
+        step_cost=learnt.cost,
         open_window=open_window,
         open_window_changed=open_window_changed,
         acceptance=acceptance_window(spec, sp, recorded, observation, now),
-        load=sp.load if held is not None else with_load(sp.load, observation),
+        load=sp.load if stable is None else with_load(sp.load, observation),
         speculation_active=speculation_active,
         actions=actions,
     )
-
-
-def _perturbed(
-    status: SpeculativeModelStatus, observation: Observation
-) -> tuple[Judged | None, StepCostStatus | None]:
-    """The stable window held as perturbed (its step time far from the engine's at this
-    K and batch), or None; and the step cost after it. Past speed.PERTURBED_LIMIT
-    windows in a row the engine itself changed: the samples go and the fit starts over
-    from what the pods measure now."""
-    sp, cost, window = status.speculation, status.step_cost, observation.stable
-    flat = sp.decoding_plainly or sp.schedule is None
-    why = speed.perturbation(cost, sp.stable_k, window) if flat else None
-    if why is None or cost is None:
-        return None, cost
-    if cost.perturbed_windows + 1 >= speed.PERTURBED_LIMIT:
-        return None, None
-    counted = cost.model_copy(update={"perturbed_windows": cost.perturbed_windows + 1})
-    return Judged(window, False, WindowVerdict.PERTURBED, detail=why), counted
-
-
-def _learn_speed(
-    spec: SpeculativeModelSpec,
-    status: SpeculativeModelStatus,
-    cost: StepCostStatus | None,
-    observation: Observation,
-    now: datetime,
-    drafting: Drafting,
-) -> StepCostStatus | None:
-    """The step cost with this interval's step times: the stable track's at the K it ran
-    for the whole window (not one that straddles a change of K), the canary's at its
-    candidate."""
-    sp, window = status.speculation, observation.stable
-    # A track under a schedule ran several Ks in one window: no single K to learn it at,
-    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax) or its pods
-    # timed their steps by K.
-    flat = sp.decoding_plainly or sp.schedule is None
-    settled = window is not None and (
-        sp.since_change.at is None or now - timedelta(seconds=window.seconds) >= sp.since_change.at
-    )
-    if settled and flat:
-        cost = _learn_at(spec, cost, sp.stable_k, window, now, drafting)
-    elif settled and window is not None and window.drafts == 0:
-        cost = speed.record_k0_band(cost, window, drafting)
-    elif settled and window is not None:
-        # Where the pods time their steps by K (hot pods), each K of the schedule.
-        cost = speed.record_by_k(cost, window, now, drafting)
-    trial = sp.trial
-    if trial is not None and trial.placement is Placement.CANARY and trial.schedule is None:
-        # The canary pod is created for its candidate: its windows are all at that K.
-        cost = _learn_at(spec, cost, trial.tokens, observation.canary, now, drafting)
-    return cost
-
-
-def _learn_at(
-    spec: SpeculativeModelSpec,
-    cost: StepCostStatus | None,
-    tokens: int,
-    window: TrackWindow | None,
-    now: datetime,
-    drafting: Drafting,
-) -> StepCostStatus | None:
-    """The step cost with a window's step time at K=tokens added."""
-    if window is None:
-        return cost
-    if spec.draft.adaptive_verification and window.drafts > 0:
-        # K is a cap: the step's verification is the count verified, the most of the
-        # step; keyed by it the fit reads verification right.
-        tokens = round(window.draft_tokens / window.drafts)
-    return speed.record(cost, tokens, window, now, drafting)
 
 
 def _judge_stable(

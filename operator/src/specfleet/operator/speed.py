@@ -36,8 +36,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property, lru_cache
 
-from specfleet.operator.api import FittedStepCost, StepCostStatus, StepTimeSample
-from specfleet.operator.observations import TrackWindow
+from specfleet.operator.api import (
+    FittedStepCost,
+    Placement,
+    SpeculativeModelSpec,
+    SpeculativeModelStatus,
+    StepCostStatus,
+    StepTimeSample,
+)
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.stats import Z_ONE_SIDED_95
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import PUBLISHED_STEP_COST
@@ -665,6 +672,89 @@ def record_k0_band(
             "k0_tax_windows": current.k0_tax_windows + 1,
         }
     )
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What one observation teaches of the step cost."""
+
+    cost: StepCostStatus | None
+    # Why the stable window is held as perturbed (its step time far from the engine's at
+    # its K and batch: neither learnt from nor judged); None: its step times were learnt.
+    perturbed: str | None
+
+
+def learn(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    observation: Observation,
+    now: datetime,
+    drafting: Drafting,
+) -> Learnt:
+    """The step cost after an observation: its windows' step times added, or the stable
+    window held as perturbed. Past PERTURBED_LIMIT windows in a row held the engine itself
+    changed: the samples go and the fit starts over from what the pods measure now."""
+    sp, cost = status.speculation, status.step_cost
+    flat = sp.decoding_plainly or sp.schedule is None
+    why = perturbation(cost, sp.stable_k, observation.stable) if flat else None
+    if why is not None and cost is not None:
+        if cost.perturbed_windows + 1 < PERTURBED_LIMIT:
+            counted = cost.model_copy(update={"perturbed_windows": cost.perturbed_windows + 1})
+            return Learnt(counted, why)
+        cost = None
+    return Learnt(_learnt_from(spec, status, cost, observation, now, drafting), None)
+
+
+def _learnt_from(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    cost: StepCostStatus | None,
+    observation: Observation,
+    now: datetime,
+    drafting: Drafting,
+) -> StepCostStatus | None:
+    """The step cost with this interval's step times: the stable track's at the K it ran
+    for the whole window (not one that straddles a change of K), the canary's at its
+    candidate."""
+    sp, window = status.speculation, observation.stable
+    # A track under a schedule ran several Ks in one window: no single K to learn it at,
+    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax) or its pods
+    # timed their steps by K.
+    flat = sp.decoding_plainly or sp.schedule is None
+    settled = window is not None and (
+        sp.since_change.at is None or now - timedelta(seconds=window.seconds) >= sp.since_change.at
+    )
+    adaptive = bool(spec.draft.adaptive_verification)
+    if settled and flat:
+        cost = _record_at(cost, sp.stable_k, window, now, drafting, adaptive)
+    elif settled and window is not None and window.drafts == 0:
+        cost = record_k0_band(cost, window, drafting)
+    elif settled and window is not None:
+        # Where the pods time their steps by K (hot pods), each K of the schedule.
+        cost = record_by_k(cost, window, now, drafting)
+    trial = sp.trial
+    if trial is not None and trial.placement is Placement.CANARY and trial.schedule is None:
+        # The canary pod is created for its candidate: its windows are all at that K.
+        cost = _record_at(cost, trial.tokens, observation.canary, now, drafting, adaptive)
+    return cost
+
+
+def _record_at(
+    cost: StepCostStatus | None,
+    tokens: int,
+    window: TrackWindow | None,
+    now: datetime,
+    drafting: Drafting,
+    adaptive: bool,
+) -> StepCostStatus | None:
+    """The step cost with a window's step time at K=tokens added; `adaptive`: K is a cap
+    (adaptive verification), and the step's verification is the count verified, the most
+    of the step: keyed by it the fit reads verification right."""
+    if window is None:
+        return cost
+    if adaptive and window.drafts > 0:
+        tokens = round(window.draft_tokens / window.drafts)
+    return record(cost, tokens, window, now, drafting)
 
 
 def cost_in(status: StepCostStatus | None, drafting: Drafting) -> FittedStepCost:

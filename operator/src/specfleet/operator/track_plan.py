@@ -52,6 +52,7 @@ def plan(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPla
     own = config_hash(spec)
     sp, canary = status.speculation, status.canary_run
     stable_spec = _runs(spec, status, "stable", own)
+    canary_spec = _runs(spec, status, "canary", own)
     stable_method = DraftMethod.NONE if sp.decoding_plainly else stable_spec.draft.method
     stable_tokens = sp.tokens or spec.speculation.tokens
     plain = stable_method is DraftMethod.NONE
@@ -63,7 +64,6 @@ def plan(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPla
         hot=hot_schedules.in_effect(stable_spec, status),
         replicas=spec.replicas,
     )
-    canary_spec = _runs(spec, status, "canary", own)
     if canary is None:
         method, tokens, bands = canary_spec.draft.method, stable_tokens, sp.schedule
     else:

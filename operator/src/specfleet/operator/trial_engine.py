@@ -375,10 +375,11 @@ def judge_canary(
     added to what the canary collected before (a window with too few drafts grows over
     the next intervals); plain decoding's (K 0) is judged alone: its speed is what it
     measures, and it collects nothing."""
+    collected = run.collected("canary")
     if record.plain:
         return judge_plain(run.spec, window), run.status.open_windows
     judged, collecting = judge_collected(
-        run.spec, run.now, run.collected("canary"), window, record.tokens, None, record.schedule
+        run.spec, run.now, collected, window, record.tokens, None, record.schedule
     )
     return judged, with_collected(run.status.open_windows, "canary", collecting)
 
@@ -408,8 +409,8 @@ def advance(
         return Advanced(record, open_windows, step)
     after = stable
     if where is Placement.CANARY:
-        canary, open_windows = judge_canary(run, record, canary_window)
         pending = pending_seconds(run, canary_pending_since)
+        canary, open_windows = judge_canary(run, record, canary_window)
         if pending is not None and kind.may_go_in_place:
             return Advanced(record, open_windows, InPlaceInstead(pending))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
