@@ -64,7 +64,7 @@ class Kind:
     def measured_before(self, record: TrialRecord, added: bool) -> bool:
         return record.stable.windows >= self.before
 
-    def waits_for_canary(self, record: TrialRecord) -> bool:
+    def waits_for_canary(self, record: TrialRecord, pending: bool) -> bool:
         return False
 
     def failing_window(self, canary: Judged) -> str | None:

@@ -209,8 +209,8 @@ def _start(run: Run, wanted: RunningConfig) -> None:
 class ConfigKind:
     """A trial of a config, as the trial engine runs it."""
 
-    def __init__(self, run: Run, observation: Observation) -> None:
-        self.run, self.observation = run, observation
+    def __init__(self, run: Run) -> None:
+        self.run = run
 
     @property
     def windows(self) -> int:
@@ -228,8 +228,8 @@ class ConfigKind:
     def measured_before(self, record: ConfigTrial, added: bool) -> bool:
         return added  # one window of the running config, then the stable pods switch
 
-    def waits_for_canary(self, record: ConfigTrial) -> bool:
-        return _waits_for_canary(record, self.observation)
+    def waits_for_canary(self, record: ConfigTrial, pending: bool) -> bool:
+        return _waits_for_canary(record, pending)
 
     def failing_window(self, canary: Judged) -> str | None:
         return None  # a head is held to the floor over all its windows (failing_totals)
@@ -292,7 +292,9 @@ class ConfigKind:
         if failed is not None and where is not Placement.BEFORE:
             return Ended(TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
         timeout = run.seconds(run.spec.rollout.timeout)
-        if run.now - record.started_at > timeout and not _waits_for_canary(record, observation):
+        if run.now - record.started_at > timeout and not _waits_for_canary(
+            record, observation.canary_pending_since is not None
+        ):
             return Ended(
                 TrialOutcome.TIMEOUT,
                 f"{record.canary.windows} of {run.spec.rollout.windows} conclusive windows of "
@@ -409,12 +411,11 @@ class ConfigKind:
             _reject(run, TrialOutcome.BELOW_FLOOR, message)
 
 
-def _waits_for_canary(trial: ConfigTrial, observation: Observation) -> bool:
+def _waits_for_canary(trial: ConfigTrial, pending: bool) -> bool:
     """The trial's canary has not run: its pod is Pending, or its Deployment cannot create
-    it (quota, admission, a missing ServiceAccount: pod_reading.canary_pending_since), and
-    no window of the new config is in."""
-    waiting = observation.canary_pending_since is not None
-    return waiting and trial.placement is Placement.CANARY and trial.canary.windows == 0
+    it (`pending`: quota, admission, a missing ServiceAccount:
+    pod_reading.canary_pending_since), and no window of the new config is in."""
+    return pending and trial.placement is Placement.CANARY and trial.canary.windows == 0
 
 
 def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, message: str) -> None:

@@ -236,8 +236,9 @@ class TrialKind(Protocol[KindRecord]):
         """In place: the windows before are in (`added`: this window counted)."""
         ...
 
-    def waits_for_canary(self, record: KindRecord) -> bool:
-        """The canary has not run: no window of the candidate yet."""
+    def waits_for_canary(self, record: KindRecord, pending: bool) -> bool:
+        """The canary has not run (`pending`: its pod waits for a node, or cannot be
+        created): no window of the candidate yet."""
         ...
 
     def failing_window(self, canary: Judged) -> str | None:
@@ -415,7 +416,7 @@ def advance(
             return Advanced(record, open_windows, InPlaceInstead(pending))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
         record = _counted(record, stable=counted)
-        if kind.waits_for_canary(record):
+        if kind.waits_for_canary(record, canary_pending_since is not None):
             return Advanced(record, open_windows, Next.WAIT_FOR_CANARY)
         after = canary
     on_canary = where is Placement.CANARY

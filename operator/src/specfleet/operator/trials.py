@@ -176,7 +176,7 @@ class KTrial:
     def measured_before(self, record: Trial, added: bool) -> bool:
         return record.stable.windows >= _baseline_windows(self.run)  # counted so far
 
-    def waits_for_canary(self, record: Trial) -> bool:
+    def waits_for_canary(self, record: Trial, pending: bool) -> bool:
         return False  # a canary Pending too long ends the trial (fall_back_in_place)
 
     def failing_window(self, canary: Judged) -> str | None:

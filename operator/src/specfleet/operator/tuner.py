@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import Enum
+from typing import Any
 
 from specfleet.operator import config_trials, hot_schedules, reprobes, schedule, trial_engine
 from specfleet.operator.api import (
@@ -53,6 +53,7 @@ from specfleet.operator.api import (
     ScheduleMode,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    TrialRecord,
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.floor import (
@@ -118,17 +119,11 @@ def decide(
         _write_metrics_available(run, stable)
         if not run.sp.measuring_plain and stable.conclusive and _floor_decided(run, stable):
             return _decided(run)
-    goes_to = _goes_to(run)
-    if goes_to is _GoesTo.TRIAL:
-        assert run.sp.trial is not None
-        trial_engine.feed(run, KTrial(run), run.sp.trial, stable, observation)
-    elif goes_to is _GoesTo.CONFIG_TRIAL:
-        # While a config is on trial, K is not tuned: one trial at a time.
-        config = run.status.config
-        assert config is not None and config.trial is not None
-        kind = config_trials.ConfigKind(run, observation)
-        trial_engine.feed(run, kind, config.trial, stable, observation)
-    elif goes_to is _GoesTo.REPROBE:
+    running = _running_trial(run)
+    if running is not None:
+        kind, record = running
+        trial_engine.feed(run, kind, record, stable, observation)
+    elif run.sp.off is not None:  # speculation off: back on when its back-off is over
         reprobe = reprobes.due(run, stable)
         if reprobe is not None:
             reprobes.start(run, reprobe)
@@ -160,26 +155,19 @@ def _write_metrics_available(run: Run, judged: Judged) -> None:
     run.actions.extend(said.actions)
 
 
-class _GoesTo(Enum):
-    """What a stable window the floor left undecided goes to: one trial at a time."""
-
-    TRIAL = "trial"  # the running trial of a K, plain decoding or a schedule
-    CONFIG_TRIAL = "config-trial"
-    REPROBE = "reprobe"  # speculation off: back on when its back-off is over
-    PROPOSAL = "proposal"  # a candidate, once the stable K has settled
-
-
-def _goes_to(run: Run) -> _GoesTo:
-    """A re-probe and a trial of plain decoding (no draft runs to judge: it measures
-    speed) go before a config trial; a config trial goes before tuning K."""
+def _running_trial(run: Run) -> tuple[trial_engine.RunningKind[Any], TrialRecord] | None:
+    """The one trial a stable window the floor left undecided feeds, and its kind; None:
+    no trial runs. A re-probe (a K's trial while speculation is off) and a trial of plain
+    decoding (no draft runs to judge: it measures speed) go before a config's trial; while
+    a config is on trial, K is not tuned."""
     sp, config = run.sp, run.status.config
     if sp.trial is not None and (sp.off is not None or sp.measuring_plain):
-        return _GoesTo.TRIAL
+        return KTrial(run), sp.trial
     if config is not None and config.trial is not None:
-        return _GoesTo.CONFIG_TRIAL
-    if sp.off is not None:
-        return _GoesTo.REPROBE
-    return _GoesTo.PROPOSAL if sp.trial is None else _GoesTo.TRIAL
+        return config_trials.ConfigKind(run), config.trial
+    if sp.trial is not None:
+        return KTrial(run), sp.trial
+    return None
 
 
 def _decided(run: Run) -> Decided:
