@@ -9,12 +9,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specfleet.operator import speed
-from specfleet.operator.api import K0_TAX_PRIOR, StepTimeSample
+from specfleet.operator.api import (
+    K0_TAX_PRIOR,
+    SpeculationState,
+    SpeculativeModelStatus,
+    StepTimeSample,
+)
 from specfleet.operator.counts import Counts
-from specfleet.operator.observations import TrackWindow
+from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.decoding import mean_acceptance_length
 from specfleet.runtime.sim_model import StepCost, step_seconds
+from tests.decisions import make_spec
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -200,6 +206,35 @@ def test_a_window_far_from_its_k_and_batch_is_perturbed() -> None:
     assert speed.perturbation(status, 3, timed(ms / 3, 4)) is not None
     assert speed.perturbation(status, 5, timed(ms * 3, 4)) is None  # never measured there
     assert speed.perturbation(status, 3, timed(ms * 3, 32)) is None  # another batch
+
+
+def test_a_slow_stretch_is_held_until_it_lasts_then_the_fit_starts_over_from_it() -> None:
+    """speed.learn: a window at the engine's step time adds to its sample; one 3x slower
+    is held out (counted, no sample moves) up to PERTURBED_LIMIT windows in a row, and
+    then the engine has changed: the old samples go, the fit starts from that window."""
+    spec, drafting = make_spec(), Drafting.PARALLEL
+    ms = 1000 * step_seconds(StepCost(), 3, 4, drafting)
+    cost = None
+    for minute in range(3):
+        cost = speed.record(cost, 3, timed(ms, 4), T0 + timedelta(minutes=minute), drafting)
+    assert cost is not None
+    status = SpeculativeModelStatus(step_cost=cost, speculation=SpeculationState(tokens=3))
+    now = T0 + timedelta(minutes=10)
+
+    usual = speed.learn(spec, status, Observation(stable=timed(ms, 4), canary=None), now, drafting)
+    assert usual.perturbed is None and usual.cost is not None
+    assert [(s.tokens, s.windows) for s in usual.cost.samples] == [(3, 4)]
+
+    slow = Observation(stable=timed(ms * 3, 4), canary=None)
+    for held in range(1, speed.PERTURBED_LIMIT):
+        learnt = speed.learn(spec, status, slow, now, drafting)
+        assert learnt.perturbed is not None and learnt.cost is not None
+        assert learnt.cost.samples == cost.samples and learnt.cost.perturbed_windows == held
+        status = status.model_copy(update={"step_cost": learnt.cost})
+    changed = speed.learn(spec, status, slow, now, drafting)
+    assert changed.perturbed is None and changed.cost is not None
+    assert [(s.tokens, s.windows) for s in changed.cost.samples] == [(3, 1)]
+    assert changed.cost.samples[0].step_ms == pytest.approx(ms * 3, rel=1e-3)
 
 
 def test_a_k0_bands_windows_replace_the_prior_tax_with_what_they_measure() -> None:
