@@ -695,6 +695,8 @@ def learn(
     window held as perturbed. Past PERTURBED_LIMIT windows in a row held the engine itself
     changed: the samples go and the fit starts over from what the pods measure now."""
     sp, cost = status.speculation, status.step_cost
+    # A track under a schedule ran several Ks in one window: no single K to hold its step
+    # time against or to learn it at (but see `_learnt_from`).
     flat = sp.decoding_plainly or sp.schedule is None
     why = perturbation(cost, sp.stable_k, observation.stable) if flat else None
     if why is not None and cost is not None:
@@ -702,25 +704,24 @@ def learn(
             counted = cost.model_copy(update={"perturbed_windows": cost.perturbed_windows + 1})
             return Learnt(counted, why)
         cost = None
-    return Learnt(_learnt_from(spec, status, cost, observation, now, drafting), None)
+    return Learnt(_learnt_from(spec, status, cost, flat, observation, now, drafting), None)
 
 
 def _learnt_from(
     spec: SpeculativeModelSpec,
     status: SpeculativeModelStatus,
     cost: StepCostStatus | None,
+    flat: bool,
     observation: Observation,
     now: datetime,
     drafting: Drafting,
 ) -> StepCostStatus | None:
     """The step cost with this interval's step times: the stable track's at the K it ran
     for the whole window (not one that straddles a change of K), the canary's at its
-    candidate."""
+    candidate. Not `flat` (the stable track ran a schedule), its window is learnt only
+    where it drafted in none of its steps (all in a K=0 band: the K=0 tax) or its pods
+    timed their steps by K."""
     sp, window = status.speculation, observation.stable
-    # A track under a schedule ran several Ks in one window: no single K to learn it at,
-    # unless it drafted in none of its steps (all in a K=0 band: the K=0 tax) or its pods
-    # timed their steps by K.
-    flat = sp.decoding_plainly or sp.schedule is None
     settled = window is not None and (
         sp.since_change.at is None or now - timedelta(seconds=window.seconds) >= sp.since_change.at
     )

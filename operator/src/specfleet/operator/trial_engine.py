@@ -376,11 +376,10 @@ def judge_canary(
     added to what the canary collected before (a window with too few drafts grows over
     the next intervals); plain decoding's (K 0) is judged alone: its speed is what it
     measures, and it collects nothing."""
-    collected = run.collected("canary")
     if record.plain:
         return judge_plain(run.spec, window), run.status.open_windows
     judged, collecting = judge_collected(
-        run.spec, run.now, collected, window, record.tokens, None, record.schedule
+        run.spec, run.now, run.collected("canary"), window, record.tokens, None, record.schedule
     )
     return judged, with_collected(run.status.open_windows, "canary", collecting)
 
