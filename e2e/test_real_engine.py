@@ -334,7 +334,9 @@ def test_real_vllm_takes_a_new_k_and_schedule_hot_and_a_trial_runs_on_the_same_p
         # The tuner's own trial, from the ceiling (HOT_CEILING): on a pod that takes K hot,
         # it alternates its candidate and the ceiling window by window, and promotes it.
         tuned_since = datetime.now(UTC)
-        steps_before = hot_schedule.decode_steps(metrics_page(address))
+        page_before = metrics_page(address)
+        steps_before = hot_schedule.decode_steps(page_before)
+        generation_before = page_value(page_before, "specfleet:schedule_generation") or 0
         apply(manifest({"tokens": HOT_CEILING}, tuning=True), model_namespace)
 
         def interleaved() -> dict[str, Any] | None:
@@ -358,21 +360,27 @@ def test_real_vllm_takes_a_new_k_and_schedule_hot_and_a_trial_runs_on_the_same_p
         )
 
         # Whether its pairs prove the gain, or even its sign, is the engine's noise to
-        # decide: K=2 over K=8 has measured +28.0%, +14.5%, +11.5% and -4.2% on 6 pairs
-        # (lower bounds +8.1%, +9.2%, -2.2%, -22.6%) on this machine. What must hold in
-        # every run: the engine's own decode steps at the candidate, alternated with the
-        # ceiling's on the same pod, cost less than the ceiling's at the same batch (vLLM
-        # verifies all 8 drafts while the head's past the second are all but never
-        # accepted), and the tuner kept what its own figures say.
+        # decide: K=2 over K=8 has measured +28.0%, +14.5%, +11.5%, +10.8% and -4.2% on 6
+        # pairs (lower bounds +8.1%, +9.2%, -2.2%, -21.1%, -22.6%) on this machine, and so is
+        # which K steps faster: 3.19 ms at K=2 against 3.92 ms at K=8 in one run, 8.09 against
+        # 7.44 in another while the rest of make test held both cores. What must hold in every
+        # run: the pod took each window's K as a new generation between two steps, both Ks
+        # stepped on it in the same batch bucket, and the tuner kept what its own figures say.
+        page_after = metrics_page(address)
+        windows = 2 * HOT_TRIAL_PAIRS
+        generations = (page_value(page_after, "specfleet:schedule_generation") or 0) - (
+            generation_before
+        )
+        assert generations >= windows - 1, (generations, windows, ended)
         candidate_step, ceiling_step = step_seconds_during(
-            steps_before, metrics_page(address), trial["toTokens"], HOT_CEILING
+            steps_before, page_after, trial["toTokens"], HOT_CEILING
         )
         print(
             f"hot trial: {trial['reason']}\noutcome: {ended['action']}: {ended['reason']}\n"
-            f"decode step (ms): K={trial['toTokens']} {candidate_step * 1000:.2f}, "
+            f"{generations:.0f} generations on the pod; decode step (ms): "
+            f"K={trial['toTokens']} {candidate_step * 1000:.2f}, "
             f"K={HOT_CEILING} {ceiling_step * 1000:.2f}"
         )
-        assert candidate_step < ceiling_step, (candidate_step, ceiling_step, ended)
         _gain, bound, needed = judged_gain(ended["reason"])
         promoted = ended["action"] == ActionKind.PROMOTE
         if abs(bound - needed) > 0.05:  # the words round to 0.1%; a tie could go either way
