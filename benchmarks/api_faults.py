@@ -4,9 +4,10 @@ operator's default settings (4 s request timeout; Lease 15 s, renew deadline 10 
 
     .venv/bin/python benchmarks/api_faults.py [--open-after 6] [--seconds 30] [--json FILE]
 
-Each is measured with the client the operator builds (`kube.client_for`) and with the
-kubernetes client's defaults, which is what the operator used before (urllib3 retrying a
-failed connect, and a timed-out read of a PUT, 3 times):
+Each is measured with the operator's requests (the fleet's status write through
+`kube.Cluster`; the Lease's through `kube.client_for`) and with the kubernetes client's
+defaults, which is what the operator used before (urllib3 retrying a failed connect, and a
+timed-out read of a PUT, 3 times):
 
 - fence: a status write leaves with the fence open; the fence closes 0.5 s later (the
   leader's renew deadline); the API server's accept queue is full until `--open-after`
@@ -20,10 +21,12 @@ failed connect, and a timed-out read of a PUT, 3 times):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,16 @@ from kubernetes import client
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specfleet.operator.kube import REQUEST_TIMEOUT, Cluster, client_for  # noqa: E402
+from specfleet.operator.api import GROUP, PLURAL, VERSION  # noqa: E402
+from specfleet.operator.kube import (  # noqa: E402
+    MERGE,
+    REQUEST_TIMEOUT,
+    Cluster,
+    Credentials,
+    NotLeading,
+    call,
+    client_for,
+)
 from specfleet.operator.leadership import Election, ElectionConfig, LeaseStore  # noqa: E402
 from tests.api_servers import FullAcceptQueue, LateLease  # noqa: E402
 
@@ -47,15 +59,44 @@ CLIENTS = {
 }
 
 
-def fence(make_client: Any, open_after: float) -> dict[str, Any]:
+STATUS = f"/apis/{GROUP}/{VERSION}/namespaces/team/{PLURAL}/llama/status"
+WRITE = {"status": {"phase": "Ready"}, "metadata": {"resourceVersion": "1"}}
+
+
+def client_defaults_write(url: str, may_write: Callable[[], bool]) -> None:
+    """A status write through the kubernetes client's defaults, the fence checked first."""
+    if not may_write():
+        raise NotLeading("fence closed")
+    call(client.ApiClient(client.Configuration(host=url)), "PATCH", STATUS, WRITE, MERGE)
+
+
+def fleet_write(url: str, may_write: Callable[[], bool]) -> None:
+    """The fleet's status write (`kube.Cluster`)."""
+    cluster = Cluster(Credentials(url, False, lambda: None), "bench", may_write)
+
+    async def write() -> None:
+        try:
+            await cluster.patch_status("team", "llama", WRITE["status"], "1")
+        finally:
+            await cluster.close()
+
+    asyncio.run(write())
+
+
+STATUS_WRITES = {
+    "kubernetes client defaults (before)": client_defaults_write,
+    "kube.Cluster (now)": fleet_write,
+}
+
+
+def fence(write: Callable[[str, Callable[[], bool]], None], open_after: float) -> dict[str, Any]:
     server = FullAcceptQueue()
     started = time.monotonic()
     closes = started + FENCE_CLOSES
-    cluster = Cluster(make_client(server.url), "bench", lambda: time.monotonic() < closes)
     opener = threading.Timer(open_after, server.open)
     opener.start()
     try:
-        cluster.patch_status("team", "llama", {"phase": "Ready"}, "1")
+        write(server.url, lambda: time.monotonic() < closes)
         outcome = "answered"
     except Exception as error:
         outcome = type(error).__name__
@@ -100,9 +141,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, Any] = {}
-    for name, make_client in CLIENTS.items():
+    for (name, make_client), write in zip(CLIENTS.items(), STATUS_WRITES.values(), strict=True):
         results[name] = {
-            "fence": fence(make_client, args.open_after),
+            "fence": fence(write, args.open_after),
             "late_renewal": late_renewal(make_client, args.seconds),
         }
     margin = DEFAULTS.lease_duration - DEFAULTS.renew_deadline

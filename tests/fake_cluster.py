@@ -171,18 +171,20 @@ class FakeCluster:
         body["metadata"]["generation"] += 1
         self._store(body, "MODIFIED")
 
-    def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.get_child("SpeculativeModel", namespace, name)
+    async def get_model(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.get_child("SpeculativeModel", namespace, name)
 
-    def get_child(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    async def get_child(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         self.requests.append(("get", kind, name))
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def list_models(self, namespace: str, start: str = "") -> Page:
+    async def list_models(self, namespace: str, start: str = "") -> Page:
         return self._list("SpeculativeModel", namespace, None, start)
 
-    def list_children(self, kind: str, namespace: str, selector: str, start: str = "") -> Page:
+    async def list_children(
+        self, kind: str, namespace: str, selector: str, start: str = ""
+    ) -> Page:
         return self._list(kind, namespace, selector, start)
 
     def _list(self, kind: str, namespace: str, selector: str | None, start: str) -> Page:
@@ -223,7 +225,7 @@ class FakeCluster:
         if not self.fence_open:
             raise NotLeading("this replica does not hold the leader Lease")
 
-    def apply(self, manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
+    async def apply(self, manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
         self._fence()
         self.requests.append(("patch", manifest["kind"], manifest["metadata"]["name"]))
         if create_only and _key(manifest) in self.objects:
@@ -257,7 +259,7 @@ class FakeCluster:
         body["status"] = (before or {}).get("status", {})
         return self._store(body, "MODIFIED" if before else "ADDED")
 
-    def patch_status(
+    async def patch_status(
         self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
         self._fence()
@@ -273,7 +275,7 @@ class FakeCluster:
         body["status"] = without_nulls(status)  # a merge patch drops null fields
         return self._store(body, "MODIFIED")
 
-    def post_event(
+    async def post_event(
         self, involved: dict[str, Any], kind: str, reason: str, message: str, warning: bool
     ) -> None:
         self._fence()

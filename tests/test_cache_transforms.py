@@ -189,11 +189,11 @@ def test_a_cached_models_status_write_still_removes_what_it_lacks(
     patches: list[dict[str, Any]] = []
     write = cluster.patch_status
 
-    def recorded(
+    async def recorded(
         namespace: str, name: str, status: dict[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
         patches.append(status)
-        return write(namespace, name, status, resource_version)
+        return await write(namespace, name, status, resource_version)
 
     cluster.patch_status = recorded  # type: ignore[method-assign]
     cluster.deliver(fleet)

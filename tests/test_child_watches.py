@@ -16,10 +16,10 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from specfleet.operator import child_watches, handlers
-from specfleet.operator.child_watches import ChildWatches, Credentials
+from specfleet.operator.child_watches import ChildWatches
 from specfleet.operator.children import DEPLOYMENT, LEADER_WORKER_SET, POD
 from specfleet.operator.fleet import CHILD_SELECTOR, Fleet
-from specfleet.operator.kube import PAGE
+from specfleet.operator.kube import PAGE, Credentials
 from tests.api_servers import JsonHandler, status
 from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 

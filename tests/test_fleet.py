@@ -73,9 +73,11 @@ def test_the_decision_is_in_status_before_its_children_are_applied(
     seen: list[int] = []
     apply = cluster.apply
 
-    def recording_apply(manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
+    async def recording_apply(
+        manifest: dict[str, Any], create_only: bool = False
+    ) -> dict[str, Any]:
         seen.append(cluster.model("llama")["status"]["speculation"]["tokens"])
-        return apply(manifest, create_only)
+        return await apply(manifest, create_only)
 
     cluster.apply = recording_apply  # type: ignore[method-assign]
     evaluator = fleet.evaluator
@@ -205,9 +207,11 @@ def test_a_decision_written_first_does_not_claim_the_new_generation(
     seen: list[int | None] = []
     apply = cluster.apply
 
-    def recording_apply(manifest: dict[str, Any], create_only: bool = False) -> dict[str, Any]:
+    async def recording_apply(
+        manifest: dict[str, Any], create_only: bool = False
+    ) -> dict[str, Any]:
         seen.append(cluster.model("llama")["status"].get("observedGeneration"))
-        return apply(manifest, create_only)
+        return await apply(manifest, create_only)
 
     cluster.apply = recording_apply  # type: ignore[method-assign]
     cluster.edit_spec("llama", lambda spec: spec["speculation"].update(tokens=2))

@@ -119,7 +119,7 @@ def test_a_listing_keeps_what_was_written_after_it(
 ) -> None:
     """A model created after the listing was taken is not in it, and not gone."""
     started(cluster, fleet, peagle_manifest)
-    listing = cluster.list_models("team")
+    listing = asyncio.run(cluster.list_models("team"))
     later = copy.deepcopy(peagle_manifest)
     later["metadata"]["name"] = "later"
     cluster.create_model(later)

@@ -53,8 +53,8 @@ def test_status_writes_stay_under_a_mebibyte_with_the_largest_args_changed_often
     sizes: list[int] = []
     patch_status = cluster.patch_status
 
-    def measured(*args: Any) -> dict[str, Any]:
-        written = patch_status(*args)
+    async def measured(*args: Any) -> dict[str, Any]:
+        written = await patch_status(*args)
         sizes.append(len(json.dumps(written)))
         return written
 

@@ -11,11 +11,12 @@ ARENAS = 2
 
 
 def fewer_arenas() -> bool:
-    """Two malloc arenas instead of glibc's up to 8 a core. The operator's API calls run
-    in asyncio's thread pool, and glibc gives each thread that allocates an arena of its
-    own: a reply decoded in one thread leaves its freed memory in that thread's arena,
-    where the event loop's allocations cannot reuse it. As MALLOC_ARENA_MAX=2 would, and
-    that variable, when set, wins. False where the C library is not glibc (musl)."""
+    """Two malloc arenas instead of glibc's up to 8 a core. glibc gives each thread that
+    allocates an arena of its own (the Lease's requests, the metrics server, name lookups
+    in asyncio's thread pool; the fleet's requests ran in that pool until they moved onto
+    the event loop): what one thread frees stays in its arena, where the event loop's
+    allocations cannot reuse it. As MALLOC_ARENA_MAX=2 would, and that variable, when
+    set, wins. False where the C library is not glibc (musl)."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
     mallopt = _glibc("mallopt")

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +28,7 @@ import aiohttp
 
 from specfleet.operator import observability
 from specfleet.operator.children import CHILD_KINDS, ChildKind
-from specfleet.operator.kube import PAGE, REQUEST_TIMEOUT, user_agent
+from specfleet.operator.kube import PAGE, REQUEST_TIMEOUT, Credentials, Session
 
 log = logging.getLogger("specfleet.child_watches")
 
@@ -58,40 +57,6 @@ class Refused(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
-class Credentials:
-    """Where the API server is and how to reach it, read from the client configuration
-    the fleet's requests use (kube.api_client): the same identity for reads and writes."""
-
-    host: str
-    ssl_context: ssl.SSLContext | bool
-    token: Callable[[], str | None]
-    proxy: str | None = None
-
-    @classmethod
-    def of(cls, configuration: Any) -> Credentials:
-        context: ssl.SSLContext | bool = False
-        if str(configuration.host).startswith("https"):
-            if configuration.verify_ssl:
-                context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
-                if not configuration.assert_hostname and configuration.assert_hostname is not None:
-                    context.check_hostname = False
-            else:
-                context = ssl.create_default_context()
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            if configuration.cert_file:
-                context.load_cert_chain(configuration.cert_file, configuration.key_file)
-
-        def token() -> str | None:
-            # Read each time: an in-cluster token is refreshed by the client's hook.
-            setting = configuration.auth_settings().get("BearerToken") or {}
-            value = setting.get("value")
-            return str(value) if value else None
-
-        return cls(str(configuration.host).rstrip("/"), context, token, configuration.proxy)
-
-
 @dataclass
 class ChildWatches:
     """One stream per child kind, cluster-wide or per namespace followed."""
@@ -103,8 +68,11 @@ class ChildWatches:
     on_listed: Callable[[], None]
     kinds: tuple[ChildKind, ...] = CHILD_KINDS
     request_timeout: float = REQUEST_TIMEOUT
-    _session: aiohttp.ClientSession | None = None
     _tasks: dict[tuple[str, str | None], asyncio.Task[None]] = field(default_factory=dict)
+    _client: Session = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._client = Session(self.instance)
 
     def follow(self, namespace: str | None) -> None:
         """Watch the children in `namespace` (None: in every namespace), once."""
@@ -124,20 +92,7 @@ class ChildWatches:
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                # Each watch holds a connection while it runs: aiohttp's default of 100 in
-                # all would leave the 101st waiting for one (17 namespaces of 6 kinds).
-                connector=aiohttp.TCPConnector(limit=0),
-                headers={"User-Agent": user_agent(self.instance), "Accept": "application/json"},
-                timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_SECONDS),
-            )
-        return self._session
+        await self._client.close()
 
     async def _watch(self, kind: ChildKind, namespace: str | None) -> None:
         """List, then watch from there, for as long as the operator runs."""

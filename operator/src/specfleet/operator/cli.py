@@ -320,7 +320,7 @@ def operator_command(
         namespace_listings,
         observability,
     )
-    from specfleet.operator.child_watches import ChildWatches, Credentials
+    from specfleet.operator.child_watches import ChildWatches
     from specfleet.operator.evaluation import Evaluator
     from specfleet.operator.fleet import (
         BURST_QUIET_SECONDS,
@@ -374,9 +374,10 @@ def operator_command(
         observability.LEADER.set(1)  # alone, it always writes
     namespaces = namespace or []
     fleet_namespaces = None if all_namespaces or not namespaces else tuple(namespaces)
+    credentials = kube.Credentials.of(api.configuration)
     fleet = Fleet(
         kube.Cluster(
-            api, instance, election.may_write if election else kube.always, request_timeout
+            credentials, instance, election.may_write if election else kube.always, request_timeout
         ),
         Evaluator(Outbound(max_scrape_timeout, frozenset(prometheus_url or []))),
         period=period,
@@ -389,7 +390,7 @@ def operator_command(
         fleet,
         election,
         child_watches=ChildWatches(
-            Credentials.of(api.configuration),
+            credentials,
             instance,
             CHILD_SELECTOR,
             fleet.cache.remember_child,

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -715,8 +715,8 @@ class Fleet:
             "uid": model.metadata.uid,
         }
         try:
-            await asyncio.to_thread(
-                self.cluster.post_event, involved, KIND, action.kind, action.message, action.warning
+            await self.cluster.post_event(
+                involved, KIND, action.kind, action.message, action.warning
             )
         except Exception:
             log.exception("posting the %s event of %s failed", action.kind, model.metadata.name)
@@ -767,7 +767,7 @@ class Fleet:
             found = self.cache.children.get(key, {}).get(ref)
             if found is not None and not _ours(found, uid, key[1]):
                 # Cached as someone else's: the API server says who has the name now.
-                found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
+                found = await self.cluster.get_child(*ref_in(manifest))
                 if found is not None and not _ours(found, uid, key[1]):
                     strangers.append(_stranger(found, key[1]))
                     continue
@@ -785,17 +785,17 @@ class Fleet:
             try:
                 # Not in the cache (only labelled objects are watched): created only if
                 # no object has the name.
-                applied = await asyncio.to_thread(self.cluster.apply, manifest, found is None)
+                applied = await self.cluster.apply(manifest, found is None)
             except Exists:
                 # Someone has the name: the API server says who.
-                found = await asyncio.to_thread(self.cluster.get_child, *ref_in(manifest))
+                found = await self.cluster.get_child(*ref_in(manifest))
                 if found is not None and not _ours(found, uid, key[1]):
                     strangers.append(_stranger(found, key[1]))
                     continue
                 if record.gone:
                     raise Forgotten from None
                 # Ours after all (the watch had not brought it yet), or gone again.
-                applied = await asyncio.to_thread(self.cluster.apply, manifest)
+                applied = await self.cluster.apply(manifest)
             markers[ref] = _edit_marker(applied)
             if ref not in self.cache.children.get(key, {}):
                 # A new child: its apply response lets the first status say "Progressing"
@@ -812,7 +812,7 @@ class Fleet:
         """Ask the API server whether the model is still there; forgotten if not. Seen
         there, it needs no asking again until the next relist."""
         relists = self.cache.relists
-        current = await asyncio.to_thread(self.cluster.get_model, *key)
+        current = await self.cluster.get_model(*key)
         if current is None or current["metadata"].get("uid") != uid:
             log.info("%s/%s: gone (found by asking before a write); forgetting it", *key)
             self._forget_record(key, record)
@@ -888,7 +888,7 @@ class Fleet:
         try:
             written = await self._patch_status(record, key, new, body)
         except Conflict:
-            fresh = await asyncio.to_thread(self.cluster.get_model, *key)
+            fresh = await self.cluster.get_model(*key)
             if fresh is None or fresh["metadata"].get("uid") != body["metadata"].get("uid"):
                 self._forget_record(key, record)
                 raise Forgotten from None
@@ -914,8 +914,7 @@ class Fleet:
         if record.gone:
             raise Forgotten
         try:
-            written = await asyncio.to_thread(
-                self.cluster.patch_status,
+            written = await self.cluster.patch_status(
                 *key,
                 replacing(base.get("status") or {}, status),
                 base["metadata"].get("resourceVersion"),
@@ -1029,14 +1028,14 @@ class Fleet:
 
 
 async def _take_listing(
-    list_page: Callable[[str], Page], take: Callable[[dict[str, Any]], None]
+    list_page: Callable[[str], Awaitable[Page]], take: Callable[[dict[str, Any]], None]
 ) -> tuple[set[str], str]:
     """Hand each object of a listing to `take`, a page at a time (a reply's memory stays
     bounded); the names it held and its resourceVersion."""
     names: set[str] = set()
     start = ""
     while True:
-        page = await asyncio.to_thread(list_page, start)
+        page = await list_page(start)
         for body in page.items:
             take(body)
             names.add(body["metadata"]["name"])

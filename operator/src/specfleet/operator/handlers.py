@@ -146,6 +146,7 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
         await run.election_task
     if run.child_watches is not None:
         await run.child_watches.close()
+    await run.fleet.cluster.close()
     if run.election is not None:
         await asyncio.to_thread(run.election.release)
 
