@@ -289,16 +289,17 @@ def test_a_watch_gap_hides_neither_a_deleted_model_nor_a_deleted_child(
         back = datetime.now(UTC)
         time.sleep(10)  # two periods and a sweep after the relist
         assert deployments("gone") == []
-        # A write the API server refused as NotFound changed nothing (each carries the
-        # resourceVersion it was decided from, so it cannot land on a new model of the
-        # name): one may go out before any watch has relisted, when nothing tells the
-        # operator its cache is stale yet.
+        # A write the API server did not take changed nothing: one refused as NotFound
+        # (each carries the resourceVersion it was decided from, so it cannot land on a
+        # new model of the name) may go out before any watch has relisted, when nothing
+        # tells the operator its cache is stale yet; one the gap's proxy cut off while
+        # the API server read it is logged there as a 500 (a cold make test's run).
         to_gone = [
             e
             for e in operator_writes(namespace, gap, agent)
             if str(e["objectRef"].get("name", "")).startswith("gone")
             and e["objectRef"].get("resource") != "events"
-            and e.get("responseStatus", {}).get("code") != 404
+            and 200 <= e.get("responseStatus", {}).get("code", 0) <= 299
         ]
         assert to_gone == [], [(e["verb"], e["objectRef"]) for e in to_gone]
         # The operator forgot the model, by whichever came first after the gap: a listing,
