@@ -70,7 +70,7 @@ def fleet_write(url: str, may_write: Callable[[], bool]) -> None:
 
     async def write() -> None:
         try:
-            await cluster.patch_status("team", "llama", WRITE["status"], "1")
+            await cluster.replace_status("team", "llama", WRITE["status"], "1")
         finally:
             await cluster.close()
 

@@ -72,7 +72,7 @@ ROUND_SECONDS = 0.5  # between two steps of the fake's controllers
 QUIET_SECONDS = 3.0  # nothing sent this long: settled
 CHILDREN = 4  # two Deployments, a Service, a PodDisruptionBudget
 # The fake's API calls the fleet makes, and the (verb, resource) each is counted as.
-SERVED = ("apply", "patch_status", "get_child", "list_models", "list_children", "post_event")
+SERVED = ("apply", "replace_status", "get_child", "list_models", "list_children", "post_event")
 
 
 def bench_manifest(name: str) -> dict[str, Any]:
@@ -88,8 +88,8 @@ def request_name(method: str, args: tuple[Any, ...]) -> str:
     """`resource VERB`, as the operator's specfleet_api_requests_total names a request."""
     if method == "apply":
         return f"{child_kind(args[0]['kind']).plural} APPLY"
-    if method == "patch_status":
-        return "speculativemodels/status PATCH"
+    if method == "replace_status":
+        return "speculativemodels/status PUT"
     if method == "get_child":
         plural = (
             "speculativemodels" if args[0] == "SpeculativeModel" else child_kind(args[0]).plural

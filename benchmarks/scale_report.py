@@ -94,7 +94,7 @@ def latency_table(data: dict[str, Any]) -> str:
 OPERATOR_WRITES = (
     "deployments APPLY",
     "services APPLY",
-    "speculativemodels/status PATCH",
+    "speculativemodels/status PUT",
     "speculativemodels PATCH",
 )
 

@@ -180,7 +180,7 @@ NEEDED = [
     ("get", "speculativemodels.specfleet.io"),
     ("list", "speculativemodels.specfleet.io"),
     ("watch", "speculativemodels.specfleet.io"),
-    ("patch", "speculativemodels.specfleet.io/status"),
+    ("update", "speculativemodels.specfleet.io/status"),
     ("get", "deployments.apps"),
     ("list", "deployments.apps"),
     ("watch", "deployments.apps"),

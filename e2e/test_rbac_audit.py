@@ -230,6 +230,21 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     budget = yaml.safe_load(
         cluster.kubectl("get", "pdb", MODEL_NAME, "-n", NAMESPACE, "-o", "yaml").stdout
     )
+    # The status writes (a PUT of the status subresource, its body no spec) changed
+    # neither the user's spec nor who owns it: the operator owns status and nothing else.
+    plain = yaml.safe_load(
+        cluster.kubectl(
+            "get", "specmodel", "plain", "-n", NAMESPACE, "-o", "yaml", "--show-managed-fields"
+        ).stdout
+    )
+    assert plain["metadata"]["generation"] == 1
+    assert plain["status"]["observedGeneration"] == 1
+    owned = {
+        (m["manager"], m.get("subresource", "")): set(m["fieldsV1"])
+        for m in plain["metadata"]["managedFields"]
+    }
+    assert [fields for (_, sub), fields in owned.items() if sub] == [{"f:status"}], owned
+    assert any("f:spec" in fields for (_, sub), fields in owned.items() if not sub), owned
     assert "ownerReferences" not in budget["metadata"]
     assert budget["spec"]["selector"] == {"matchLabels": {"app": "theirs"}}
 

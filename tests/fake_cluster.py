@@ -259,20 +259,20 @@ class FakeCluster:
         body["status"] = (before or {}).get("status", {})
         return self._store(body, "MODIFIED" if before else "ADDED")
 
-    async def patch_status(
-        self, namespace: str, name: str, status: dict[str, Any], resource_version: str | None
+    async def replace_status(
+        self, namespace: str, name: str, status: dict[str, Any], resource_version: str
     ) -> dict[str, Any]:
         self._fence()
         self.before_status_write()
         self.status_writes += 1
-        self.requests.append(("patch", "SpeculativeModel/status", name))
+        self.requests.append(("update", "SpeculativeModel/status", name))
         current = self.objects.get(("SpeculativeModel", namespace, name))
         if current is None:
             raise Gone(f"{namespace}/{name}")
         if current["metadata"]["resourceVersion"] != resource_version:
             raise Conflict(f"{namespace}/{name}")
         body = copy.deepcopy(current)
-        body["status"] = without_nulls(status)  # a merge patch drops null fields
+        body["status"] = without_nulls(status)  # the API server prunes null fields
         return self._store(body, "MODIFIED")
 
     async def post_event(

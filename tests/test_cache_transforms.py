@@ -178,39 +178,26 @@ def test_a_model_is_cached_with_its_spec_and_status_and_no_more(
 def test_a_cached_models_status_write_still_removes_what_it_lacks(
     peagle_manifest: dict[str, Any],
 ) -> None:
-    """The status write turns the cached status into the new one (a merge patch nulling
-    the keys it lacks): trimming the model keeps status whole, so a key this version does
-    not know (read as an invalid status, which is written afresh) still goes."""
+    """The status write replaces the cached status with the new one: trimming the model
+    keeps status whole, so a key this version does not know (read as an invalid status,
+    which is written afresh) still goes."""
     cluster = FakeCluster()
     fleet = Fleet(cluster, ScriptedEvaluator())  # type: ignore[arg-type]
     model = _bloated_model(peagle_manifest)
     del model["metadata"]["annotations"][FORCE_CONFIG_ANNOTATION]
     cluster.create_model(model)
-    patches: list[dict[str, Any]] = []
-    write = cluster.patch_status
+    replaced: list[dict[str, Any]] = []
+    write = cluster.replace_status
 
     async def recorded(
-        namespace: str, name: str, status: dict[str, Any], resource_version: str | None
+        namespace: str, name: str, status: dict[str, Any], resource_version: str
     ) -> dict[str, Any]:
-        patches.append(status)
+        replaced.append(status)
         return await write(namespace, name, status, resource_version)
 
-    cluster.patch_status = recorded  # type: ignore[method-assign]
+    cluster.replace_status = recorded  # type: ignore[method-assign]
     cluster.deliver(fleet)
     asyncio.run(fleet.reconcile(KEY))
-    # As the API server applies it (RFC 7386), the patch leaves exactly the new status.
-    assert patches and patches[0]["retiredField"] is None, patches
-    assert _merged(model["status"], patches[0]) == cluster.model("m")["status"]
-
-
-def _merged(target: Any, patch: Any) -> Any:
-    """A JSON merge patch applied (RFC 7386)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = _merged(result.get(key), value)
-    return result
+    assert replaced and "retiredField" in model["status"], replaced
+    assert "retiredField" not in replaced[0]
+    assert replaced[0] == cluster.model("m")["status"]

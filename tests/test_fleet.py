@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from specfleet.operator import render
 from specfleet.operator.api import SpeculativeModel
 from specfleet.operator.configs import FORCE_CONFIG_ANNOTATION
-from specfleet.operator.fleet import Fleet, replacing
+from specfleet.operator.fleet import Fleet
 from specfleet.runtime.config import ConfigError
 from tests.fake_cluster import FakeCluster, ScriptedEvaluator
 
@@ -218,17 +218,6 @@ def test_a_decision_written_first_does_not_claim_the_new_generation(
     settle(cluster, fleet)
     assert seen and set(seen) == {1}
     assert cluster.model("llama")["status"]["observedGeneration"] == 2
-
-
-def test_a_status_write_removes_keys_an_earlier_version_wrote() -> None:
-    """A merge patch keeps keys it does not name: the flat `rejectedUntil` of an earlier
-    release would stay beside today's `rejected` and be read back into it."""
-    old = {"speculation": {"tokens": 3, "rejectedUntil": "2026-01-01T00:00:00Z"}, "phase": "Ready"}
-    new = {"speculation": {"tokens": 4, "rejected": None}, "phase": "Ready"}
-    assert replacing(old, new) == {
-        "speculation": {"tokens": 4, "rejected": None, "rejectedUntil": None},
-        "phase": "Ready",
-    }
 
 
 def _draft(cluster: FakeCluster, name: str) -> str:

@@ -616,7 +616,7 @@ def test_a_model_confirmed_after_a_relist_is_asked_about_once(
     cluster.requests.clear()
     reconcile(fleet)
     assert cluster.requests.count(("get", "SpeculativeModel", "llama")) == 1, cluster.requests
-    assert ("patch", "SpeculativeModel/status", "llama") in cluster.requests
+    assert ("update", "SpeculativeModel/status", "llama") in cluster.requests
     assert ("Service", "team", "llama") in cluster.objects
 
 

@@ -79,7 +79,7 @@ def calls(cluster: Cluster) -> list[tuple[str, Callable[[], Awaitable[Any]]]]:
     involved = {"apiVersion": "v1", "name": "llama", "namespace": "team", "uid": "u"}
     return [
         ("apply", lambda: cluster.apply(manifest)),
-        ("patch_status", lambda: cluster.patch_status("team", "llama", {}, "1")),
+        ("replace_status", lambda: cluster.replace_status("team", "llama", {}, "1")),
         ("post_event", lambda: cluster.post_event(involved, "X", "R", "m", False)),
         ("get_model", lambda: cluster.get_model("team", "llama")),
         ("get_child", lambda: cluster.get_child("Service", "team", "llama")),
@@ -102,7 +102,7 @@ def test_every_request_gives_up_when_the_api_server_does_not_answer(
         assert b"timeout=1s" in request_line.split(b"\r\n")[0], request_line[:200]
 
 
-@pytest.mark.parametrize("write", ["apply", "patch_status", "post_event"])
+@pytest.mark.parametrize("write", ["apply", "replace_status", "post_event"])
 def test_no_write_reaches_a_slow_accepting_api_server_after_the_fence_closes(
     write: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,7 +164,7 @@ def answering_server() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(body)
 
-        do_GET = do_PATCH = do_POST = _answer
+        do_GET = do_PATCH = do_POST = do_PUT = _answer
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -201,7 +201,7 @@ def test_every_request_is_counted_by_verb_resource_and_code(answering_server: st
     }
     assert grown == {
         ("APPLY", "services", "200"): 1,
-        ("PATCH", "speculativemodels/status", "200"): 1,
+        ("PUT", "speculativemodels/status", "200"): 1,
         ("POST", "events", "200"): 1,
         ("GET", "speculativemodels", "200"): 1,
         ("GET", "services", "200"): 1,

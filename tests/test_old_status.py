@@ -36,7 +36,7 @@ from specfleet.operator.api import (
     TrackTotals,
 )
 from specfleet.operator.configs import config_of
-from specfleet.operator.fleet import replacing
+from specfleet.operator.fleet import status_json
 from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.tuner import decide
 
@@ -291,12 +291,10 @@ def test_old_flat_memory_of_the_k_becomes_one_since_change_object() -> None:
     # A merge patch leaves the old keys beside the new object: the object wins.
     both = {**old, **state.model_dump(by_alias=True, mode="json"), "failingWindows": 7}
     assert SpeculationState.model_validate(both) == state
-    # And the first write of today's shape sends them as null: they are gone after it.
-    written = replacing(old, state.model_dump(by_alias=True, mode="json", exclude_none=True))
-    assert {key: written[key] for key in ("changedAt", "windows") if key in written} == {
-        "changedAt": None,
-        "windows": None,
-    }
+    # And today's shape holds none of them: the first write (which replaces status whole)
+    # leaves them behind.
+    written = state.model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert not {"changedAt", "windows", "failingWindows", "baselineAcceptance"} & written.keys()
 
 
 def test_an_old_config_trial_s_flat_placement_becomes_the_in_place_object() -> None:
@@ -395,29 +393,13 @@ def test_flat_states_are_read_into_their_objects() -> None:
     assert _read("stable").speculation.last_known_good == LastKnownGood(tokens=3)
 
 
-def _merged(target: Any, patch: Any) -> Any:
-    """A JSON merge patch (RFC 7386) applied, as the API server applies status writes."""
-    if not isinstance(patch, dict):
-        return patch
-    merged = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = _merged(merged.get(key), value)
-    return merged
-
-
 @pytest.mark.parametrize("path", sorted(FLAT.glob("*.json")), ids=lambda p: p.stem)
 def test_the_first_write_removes_the_flat_fields(path: Path) -> None:
-    """The operator's merge patch nulls every key it does not write: the old fields do not
-    linger beside the objects, and what is stored reads back as what was written."""
+    """The operator's write replaces status whole: the old fields do not linger beside the
+    objects, and what is stored reads back as what was written."""
     record = json.loads(path.read_text())
-    old = record["status"]
     _, status = _decided_on(record)
-    new = status.model_dump(by_alias=True, mode="json")
-    stored = _merged(old, replacing(old, new))
-    assert stored == _merged({}, new)  # nothing of the old body left
+    stored = status_json(status)
     assert "canary" not in stored
     assert not {"disabled", "candidateTokens", "reprobedAt"} & stored["speculation"].keys()
     assert SpeculativeModelStatus.model_validate(stored) == status

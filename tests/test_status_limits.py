@@ -51,14 +51,14 @@ def test_status_writes_stay_under_a_mebibyte_with_the_largest_args_changed_often
     commit's message held the old and new args whole, 126 KB more status each; the 12th
     write passed 1 MiB, the 20th the 1.5 MiB etcd takes, and the last were 2.8 MiB)."""
     sizes: list[int] = []
-    patch_status = cluster.patch_status
+    replace_status = cluster.replace_status
 
     async def measured(*args: Any) -> dict[str, Any]:
-        written = await patch_status(*args)
+        written = await replace_status(*args)
         sizes.append(len(json.dumps(written)))
         return written
 
-    monkeypatch.setattr(cluster, "patch_status", measured)
+    monkeypatch.setattr(cluster, "replace_status", measured)
     peagle_manifest["metadata"]["name"] = "llama"
     peagle_manifest["spec"]["rollout"] = {"strategy": "Immediate"}
     peagle_manifest["spec"]["runtime"]["args"] = _args(0)

@@ -85,9 +85,9 @@ and every kind not listed here.
 - apiGroups: [specfleet.io]
   resources: [speculativemodels/status]
   verbs:
-    # patch: every status write (merge patch through the status subresource); without
-    # it no condition, no tuned K and no rollback is ever recorded.
-    - patch
+    # update: every status write (a PUT of the status subresource, which keeps all but
+    # status as it is); without it no condition, no tuned K and no rollback is recorded.
+    - update
 # The stable and canary Deployments of each model.
 - apiGroups: [apps]
   resources: [deployments]

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import orjson
 
 from specfleet.operator import observability
 from specfleet.operator.children import CHILD_KINDS, ChildKind
@@ -175,7 +175,7 @@ class ChildWatches:
             query = {"limit": str(PAGE), **({"continue": token} if token else {})}
             timeout = aiohttp.ClientTimeout(total=self.request_timeout)
             async with self._get("LIST", kind, namespace, query, timeout) as response:
-                listing = await response.json(loads=json.loads)
+                listing = orjson.loads(await response.read())
             for item in listing.get("items") or []:
                 item["kind"] = kind.kind
                 self.remember(item, False)
@@ -204,7 +204,7 @@ class ChildWatches:
                 while (end := chunk.find(b"\n", start)) >= 0:
                     line += chunk[start:end]
                     if line.strip():
-                        yield json.loads(line)
+                        yield orjson.loads(line)
                     line.clear()
                     start = end + 1
                 line += chunk[start:]

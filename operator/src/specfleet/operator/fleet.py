@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from collections import OrderedDict
@@ -26,6 +25,7 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
+import orjson
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
@@ -182,10 +182,10 @@ class ModelRecord:
     @property
     def body(self) -> dict[str, Any]:
         """The body kept, decoded: a new copy at each call."""
-        body: dict[str, Any] = json.loads(self.outside)
+        body: dict[str, Any] = orjson.loads(self.outside)
         body["kind"] = KIND
         body["metadata"]["resourceVersion"] = self.version
-        body["status"] = json.loads(self.status)
+        body["status"] = orjson.loads(self.status)
         return body
 
 
@@ -752,8 +752,8 @@ class Fleet:
         """Apply each child this model owns or may create; leave alone any object of a
         child's name that belongs to someone else, and say so. `source`: what the
         manifests were rendered from, if known."""
-        last = record.applied
-        if last is not None and last.digest == _digest(manifests) and self._as_left(last, key):
+        last, digest = record.applied, _digest(manifests)
+        if last is not None and last.digest == digest and self._as_left(last, key):
             record.applied = replace(last, source=source)
             return None  # server-side apply would be a no-op anyway
         uid = body["metadata"].get("uid")
@@ -805,7 +805,7 @@ class Fleet:
                 record.own_writes.append((ref, None, _version_of(applied)))
         if strangers:
             return ReconcileFailure("ChildNotOwned", _one_line("; ".join(strangers)))
-        record.applied = AppliedChildren(_digest(manifests), markers, source)
+        record.applied = AppliedChildren(digest, markers, source)
         return None
 
     async def _confirm_exists(self, record: ModelRecord, key: Key, uid: str | None) -> None:
@@ -880,13 +880,13 @@ class Fleet:
         when the model is gone: it is never written to again."""
         key = key_of(body)
         cut: list[str] = []
-        new = bounded(status.model_dump(by_alias=True, mode="json"), cut)
-        if without_nulls(new) == (body.get("status") or {}):
+        new = without_nulls(bounded(status.model_dump(by_alias=True, mode="json"), cut))
+        if new == (body.get("status") or {}):
             return body
         for text in cut:
             log.info("%s/%s: in full (status holds it cut): %s", *key, text)
         try:
-            written = await self._patch_status(record, key, new, body)
+            written = await self._replace_status(record, key, new, body)
         except Conflict:
             fresh = await self.cluster.get_model(*key)
             if fresh is None or fresh["metadata"].get("uid") != body["metadata"].get("uid"):
@@ -897,14 +897,14 @@ class Fleet:
                 self.cache.wake(key)
                 return None
             try:
-                written = await self._patch_status(record, key, new, fresh)
+                written = await self._replace_status(record, key, new, fresh)
             except Conflict:
                 self.cache.wake(key)
                 return None
         self.cache.remember_model(written)
         return written
 
-    async def _patch_status(
+    async def _replace_status(
         self, record: ModelRecord, key: Key, status: dict[str, Any], base: dict[str, Any]
     ) -> dict[str, Any]:
         if record.seen_at_relist < self.cache.relists:
@@ -914,10 +914,8 @@ class Fleet:
         if record.gone:
             raise Forgotten
         try:
-            written = await self.cluster.patch_status(
-                *key,
-                replacing(base.get("status") or {}, status),
-                base["metadata"].get("resourceVersion"),
+            written = await self.cluster.replace_status(
+                *key, status, base["metadata"]["resourceVersion"]
             )
             record.status_written = time.monotonic()
             record.own_writes.append((None, _version_of(base), _version_of(written)))
@@ -1253,7 +1251,7 @@ def _refused(error: ApiException) -> bool:
 def _api_message(error: ApiException) -> str:
     """The API server's own message from an error response, on one line."""
     try:
-        message = str(json.loads(error.body or "")["message"])
+        message = str(orjson.loads(error.body or "")["message"])
     except (ValueError, KeyError, TypeError):
         message = f"{error.status} {error.reason}"
     return _one_line(message)
@@ -1291,7 +1289,7 @@ def _but_version(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _packed(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
+    return orjson.dumps(value)
 
 
 def _outside_status(body: dict[str, Any]) -> dict[str, Any]:
@@ -1314,22 +1312,10 @@ def _new_failures(before: SpeculativeModelStatus, after: SpeculativeModelStatus)
     return [Action(kind=now.reason, reason=now.reason, message=now.message, warning=True)]
 
 
-def replacing(old: Any, new: Any) -> Any:
-    """A merge patch that turns `old` into `new`: keys `new` lacks are sent as null, so a
-    key only an earlier version wrote (a status field since renamed) is removed rather than
-    left beside its successor, where a reader converting old status would find it again."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    return {
-        **{key: None for key in old.keys() - new.keys()},
-        **{key: replacing(old.get(key), value) for key, value in new.items()},
-    }
-
-
 def _digest(manifests: list[dict[str, Any]]) -> bytes:
     """Equal for equal manifests (key order aside), different otherwise."""
-    text = json.dumps(manifests, sort_keys=True, separators=(",", ":"))
-    return hashlib.blake2b(text.encode(), digest_size=20).digest()
+    text = orjson.dumps(manifests, option=orjson.OPT_SORT_KEYS)
+    return hashlib.blake2b(text, digest_size=20).digest()
 
 
 def status_json(status: SpeculativeModelStatus) -> Any:

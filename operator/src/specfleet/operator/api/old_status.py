@@ -39,8 +39,8 @@ def old_fields(**fields: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
 def nest_counts(data: Any, legacy: dict[str, tuple[str, str]]) -> Any:
     """A status body written before `Counts` kept the counters flat beside the other
     fields: `legacy` maps each old key to the object and key it now lives under. Old keys
-    are dropped whenever they appear (a merge patch leaves them beside the new objects);
-    they are moved only into an object the body does not have yet."""
+    are dropped whenever they appear (an earlier release's merge patch left them beside
+    the new objects); they are moved only into an object the body does not have yet."""
     if not isinstance(data, dict) or not legacy.keys() & data.keys():
         return data
     rest = {key: value for key, value in data.items() if key not in legacy}
@@ -182,8 +182,8 @@ FLAT_SINCE_CHANGE = {
 
 def since_change_from_flat(data: Any) -> Any:
     """status.speculation written before `sinceChange` kept what was seen of the K in
-    effect flat beside it. Old keys are dropped whenever they appear (a merge patch
-    leaves them beside the new object); they are read only into a body without one."""
+    effect flat beside it. Old keys are dropped whenever they appear (an earlier release's
+    merge patch left them beside the new object); they are read only into a body without one."""
     if not isinstance(data, dict) or not FLAT_SINCE_CHANGE.keys() & data.keys():
         return data
     old = {key: data[key] for key in FLAT_SINCE_CHANGE if key in data}
@@ -204,8 +204,8 @@ def config_trial_in_place_from_flat(data: Any) -> Any:
     flat: `inPlace` a boolean beside `switched`, `previousTokens` and `previousSchedule`
     (the K and schedule before, set at the switch). An in-place trial not yet switched had
     no K before: none was read before the switch, which sets it, so its own K stands in.
-    Old keys are dropped whenever they appear (a merge patch leaves them beside the new
-    object)."""
+    Old keys are dropped whenever they appear (an earlier release's merge patch left them
+    beside the new object)."""
     if not isinstance(data, dict):
         return data
     flat = isinstance(data.get("inPlace"), bool)
@@ -231,9 +231,9 @@ def states_from_flat(data: Any, *, no_k_clears_floor: str, no_k_pays: str) -> An
     `disabled` with its reason, acceptance and re-probe time is `off` (for the reason
     given: no K clears the floor, or no K pays); a re-probe not yet proven
     (`reprobedAt`) is `reprobing`; the two last-known-good fields are one object. Old
-    keys are dropped whenever they appear (a merge patch leaves them beside the new
-    objects); they are read only into objects the body does not have yet. A trial's flat
-    fields are read with status.canary (`trial_from_flat`)."""
+    keys are dropped whenever they appear (an earlier release's merge patch left them
+    beside the new objects); they are read only into objects the body does not have yet.
+    A trial's flat fields are read with status.canary (`trial_from_flat`)."""
     flat = (*_FLAT_STATES, *FLAT_TRIAL)
     if not isinstance(data, dict) or not any(key in data for key in flat):
         return data
@@ -265,7 +265,7 @@ def trial_from_flat(data: Any) -> Any:
     in place or not) and in speculation's flat `candidateTokens`, `candidateSchedule`
     and `canaryStartedAt`, which a config trial's canary shared. Read into
     `speculation.trial` and the config trial's `schedule`; the old keys are dropped
-    whenever they appear (a merge patch leaves them beside the new ones)."""
+    whenever they appear (an earlier release's merge patch left them beside the new ones)."""
     if not isinstance(data, dict):
         return data
     speculation = data.get("speculation")
