@@ -1,8 +1,9 @@
 """What a model's own writes cost the API server, and the share of it the CRD's CEL rules
 take: N bench models applied as a user applies them (`kubectl apply --server-side`), then
-the status the operator writes first for each (a merge patch of `/status`), with the CRD
-as generated and with its `x-kubernetes-validations` removed, side by side on the local
-control plane (issue 46).
+the status the operator writes first for each (a merge patch of `/status`, the operator's
+write until 2388f30; `status_write_cost.py` weighs it against the PUT it sends now), with
+the CRD as generated and with its `x-kubernetes-validations` removed, side by side on the
+local control plane (issue 46).
 
 The operator's clock at 1,000 models holds the models' own apply and a status write a
 model beside the children kubectl's baseline applies (docs/benchmarks.md, "Where the
