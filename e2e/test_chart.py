@@ -214,7 +214,7 @@ FORBIDDEN = [
     ("deletecollection", "speculativemodels.specfleet.io"),
     ("create", "speculativemodels.specfleet.io"),
     ("update", "speculativemodels.specfleet.io"),
-    ("update", "speculativemodels.specfleet.io/status"),
+    ("patch", "speculativemodels.specfleet.io/status"),
     # Pods are only listed and watched; Events only created, never patched.
     ("get", "pods"),
     ("patch", "events"),
