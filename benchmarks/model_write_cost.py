@@ -68,13 +68,13 @@ def without_rules(node: Any) -> Any:
     return node
 
 
-def first_status() -> dict[str, Any]:
-    """The status the operator writes first for a bench model, as a write leaves it in
-    the model."""
+def first_status(at: datetime) -> dict[str, Any]:
+    """The status the operator writes first for a bench model, decided at `at`, as a
+    write leaves it in the model."""
     manifest = bench_model("m0000")
     manifest["metadata"]["namespace"] = "bench"
     model = SpeculativeModel.model_validate(manifest)
-    return dict(status_json(sync_with_spec(model.spec, model.status, datetime.now(UTC)).status))
+    return dict(status_json(sync_with_spec(model.spec, model.status, at).status))
 
 
 def one_pass(
@@ -118,7 +118,7 @@ def main() -> None:
     api, apiserver = api_and_its_cpu()
     generated = yaml.safe_load(CRD.read_text())
     crds = {"generated": generated, "no CEL rules": without_rules(generated)}
-    status = first_status()
+    status = first_status(datetime.now(UTC))
     runs: list[dict[str, Any]] = []
     try:
         for repeat in range(args.repeats):

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.child_write_cost import api_and_its_cpu  # noqa: E402
+from benchmarks.model_write_cost import first_status  # noqa: E402
 from benchmarks.operator_scale import (  # noqa: E402
-    bench_model,
     create_namespace,
     delete_namespace,
     kubectl,
@@ -43,19 +43,9 @@ from benchmarks.operator_scale import (  # noqa: E402
     models_yaml,
 )
 from specfleet.operator import kube  # noqa: E402
-from specfleet.operator.api import GROUP, KIND, PLURAL, VERSION, SpeculativeModel  # noqa: E402
-from specfleet.operator.fleet import status_json  # noqa: E402
-from specfleet.operator.tuner import sync_with_spec  # noqa: E402
+from specfleet.operator.api import GROUP, KIND, PLURAL, VERSION  # noqa: E402
 
 WAYS = ("merge patch", "PUT")
-
-
-def first_status(at: datetime) -> dict[str, Any]:
-    """The status the operator writes first for a bench model, decided at `at`."""
-    manifest = bench_model("m0000")
-    manifest["metadata"]["namespace"] = "bench"
-    model = SpeculativeModel.model_validate(manifest)
-    return dict(status_json(sync_with_spec(model.spec, model.status, at).status))
 
 
 def write(
