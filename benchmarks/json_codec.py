@@ -21,7 +21,6 @@ import statistics
 import sys
 import timeit
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,14 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.operator_scale import bench_model  # noqa: E402
-from specfleet.operator import render  # noqa: E402
-from specfleet.operator.api import SpeculativeModel  # noqa: E402
-from specfleet.operator.tuner import sync_with_spec  # noqa: E402
+from benchmarks.operator_scale import bench_model, rendered_children  # noqa: E402
 
 
 def children() -> list[dict[str, Any]]:
     """A bench model's children as the operator renders and applies them."""
     manifest = bench_model("m0000")
     manifest["metadata"].update(namespace="bench", uid="4a6c0c3e-0000-4000-8000-000000000000")
-    model = SpeculativeModel.model_validate(manifest)
-    synced = sync_with_spec(model.spec, model.status, datetime.now(UTC)).status
-    return render.manifests(model.model_copy(update={"status": synced}))
+    return rendered_children(manifest)
 
 
 def fields_of(value: Any) -> dict[str, Any]:

@@ -178,6 +178,13 @@ def bench_model(name: str) -> dict[str, Any]:
     )
 
 
+def rendered_children(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A model's children as the operator renders them for its first status."""
+    model = SpeculativeModel.model_validate(body)
+    synced = sync_with_spec(model.spec, model.status, datetime.now(UTC)).status
+    return render.manifests(model.model_copy(update={"status": synced}))
+
+
 def models_yaml(namespace: str, count: int) -> str:
     documents = []
     for i in range(count):
@@ -470,10 +477,7 @@ def run_baseline(count: int, tag: str, timeout: float, agent: int) -> dict[str, 
             listed = json.loads(kubectl("get", "specmodel", "-n", namespace, "-o", "json"))
             children = []
             for body in listed["items"]:
-                model = SpeculativeModel.model_validate(body)
-                synced = sync_with_spec(model.spec, model.status, datetime.now(UTC)).status
-                model = model.model_copy(update={"status": synced})
-                children += render.manifests(model)
+                children += rendered_children(body)
             path = Path(tmp) / "children.yaml"
             path.write_text(yaml.safe_dump_all(children, sort_keys=False))
             watcher = Watcher(namespace)

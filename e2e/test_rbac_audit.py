@@ -230,6 +230,8 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     budget = yaml.safe_load(
         cluster.kubectl("get", "pdb", MODEL_NAME, "-n", NAMESPACE, "-o", "yaml").stdout
     )
+    assert "ownerReferences" not in budget["metadata"]
+    assert budget["spec"]["selector"] == {"matchLabels": {"app": "theirs"}}
     # The status writes (a PUT of the status subresource, its body no spec) changed
     # neither the user's spec nor who owns it: the operator owns status and nothing else.
     plain = yaml.safe_load(
@@ -245,8 +247,6 @@ def test_the_operator_uses_exactly_the_verbs_the_chart_grants(
     }
     assert [fields for (_, sub), fields in owned.items() if sub] == [{"f:status"}], owned
     assert any("f:spec" in fields for (_, sub), fields in owned.items() if not sub), owned
-    assert "ownerReferences" not in budget["metadata"]
-    assert budget["spec"]["selector"] == {"matchLabels": {"app": "theirs"}}
 
     used, refused = used_by(f"system:serviceaccount:{NAMESPACE}:{account}")
     assert used, (
