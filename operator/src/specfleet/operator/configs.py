@@ -1,7 +1,7 @@
 """A model's config: the spec fields whose change is a config change (draft.method,
 draft.model, runtime.image, runtime.args), named by a hash, with the whole of what its
 pods are rendered from (`PodsConfig`), so that the stable pods run a config kept while a
-new one is on trial or was rejected (docs/rollouts.md; `track_plan`) as it last ran,
+new one is on trial or was rejected (docs/rollouts.md; `track_specs`) as it last ran,
 never some fields of one commit and the rest of the next."""
 
 from __future__ import annotations
@@ -9,7 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 
-from specfleet.operator.api import PodsConfig, RunningConfig, SpeculativeModelSpec
+from specfleet.operator.api import (
+    ConfigState,
+    Placement,
+    PodsConfig,
+    RunningConfig,
+    SpeculativeModelSpec,
+)
+from specfleet.operator.children import Track
 
 # The annotation that forces a config through without a trial: its value is the hash.
 FORCE_CONFIG_ANNOTATION = "specfleet.io/force-config"
@@ -76,3 +83,47 @@ def changes(before: RunningConfig, after: RunningConfig) -> str:
         if old != new
     ]
     return ", ".join(words) or "no field"
+
+
+def track_specs(
+    spec: SpeculativeModelSpec, state: ConfigState | None
+) -> tuple[SpeculativeModelSpec, SpeculativeModelSpec]:
+    """The spec as the stable and the canary pods run it, by status' config `state`."""
+    own = config_hash(spec)
+    return _runs(spec, state, "stable", own), _runs(spec, state, "canary", own)
+
+
+def _running(state: ConfigState | None, track: Track, own: str) -> RunningConfig | None:
+    """The config a track's pods run when it is not the spec's (hash `own`; None: the
+    spec's): the config on trial on its canary (or, switched in place, on the stable
+    pods), else the last good one on both tracks, so that a K trial after a rejection
+    measures the config the stable pods run."""
+    if state is None:
+        return None
+    trial = state.trial
+    switched = trial is not None and trial.placement is Placement.AFTER
+    if trial is not None and (track == "canary" or switched):
+        return None if trial.config.hash == own else trial.config
+    if state.running.hash == own:
+        return None
+    return state.running
+
+
+def _runs(
+    spec: SpeculativeModelSpec, state: ConfigState | None, track: Track, own: str
+) -> SpeculativeModelSpec:
+    """The spec as a track's pods run it. A running config from before it kept its pods:
+    its four fields alone over the spec's."""
+    running = _running(state, track, own)
+    if running is None:
+        return spec
+    pods = running.pods
+    target = pods.model if pods is not None else spec.model
+    draft = (pods.draft if pods is not None else spec.draft).model_copy(
+        update={"method": running.method, "model": running.draft_model}
+    )
+    runtime = (pods.runtime if pods is not None else spec.runtime).model_copy(
+        update={"image": running.image, "args": running.args}
+    )
+    update = {"model": target, "draft": draft, "runtime": runtime}
+    return spec.model_copy(update=update)

@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from specfleet.operator import hot_schedules
 from specfleet.operator.api import (
     DraftMethod,
-    Placement,
-    RunningConfig,
     ScheduledBand,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
 )
 from specfleet.operator.children import Track
-from specfleet.operator.configs import config_hash
+from specfleet.operator.configs import track_specs
 
 
 @dataclass(frozen=True)
@@ -49,10 +47,8 @@ class TrackPlans:
 
 def plan(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPlans:
     """Both tracks' plans; the canary without a candidate (0 pods) at the stable K."""
-    own = config_hash(spec)
     sp, canary = status.speculation, status.canary_run
-    stable_spec = _runs(spec, status, "stable", own)
-    canary_spec = _runs(spec, status, "canary", own)
+    stable_spec, canary_spec = track_specs(spec, status.config)
     stable_method = DraftMethod.NONE if sp.decoding_plainly else stable_spec.draft.method
     stable_tokens = sp.tokens or spec.speculation.tokens
     plain = stable_method is DraftMethod.NONE
@@ -82,40 +78,3 @@ def plan(spec: SpeculativeModelSpec, status: SpeculativeModelStatus) -> TrackPla
             replicas=0 if canary is None else 1,
         ),
     )
-
-
-def _running(status: SpeculativeModelStatus, track: Track, own: str) -> RunningConfig | None:
-    """The config a track's pods run when it is not the spec's (hash `own`; None: the
-    spec's): the config on trial on its canary (or, switched in place, on the stable
-    pods), else the last good one on both tracks, so that a K trial after a rejection
-    measures the config the stable pods run."""
-    state = status.config
-    if state is None:
-        return None
-    trial = state.trial
-    switched = trial is not None and trial.placement is Placement.AFTER
-    if trial is not None and (track == "canary" or switched):
-        return None if trial.config.hash == own else trial.config
-    if state.running.hash == own:
-        return None
-    return state.running
-
-
-def _runs(
-    spec: SpeculativeModelSpec, status: SpeculativeModelStatus, track: Track, own: str
-) -> SpeculativeModelSpec:
-    """The spec as a track's pods run it. A running config from before it kept its pods:
-    its four fields alone over the spec's."""
-    running = _running(status, track, own)
-    if running is None:
-        return spec
-    pods = running.pods
-    target = pods.model if pods is not None else spec.model
-    draft = (pods.draft if pods is not None else spec.draft).model_copy(
-        update={"method": running.method, "model": running.draft_model}
-    )
-    runtime = (pods.runtime if pods is not None else spec.runtime).model_copy(
-        update={"image": running.image, "args": running.args}
-    )
-    update = {"model": target, "draft": draft, "runtime": runtime}
-    return spec.model_copy(update=update)
