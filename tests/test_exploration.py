@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from specfleet.operator import exploration, speed
+from specfleet.operator import exploration, speed, track_plan
 from specfleet.operator.api import Decision, SpeculativeModelStatus, StepTimeSample
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialStart
@@ -51,7 +51,8 @@ def _run(status: SpeculativeModelStatus, samples: list[StepTimeSample]) -> Run:
         update={"samples": samples}
     )
     status.speculation.tokens = 3
-    return Run(make_spec(), status, T0 + timedelta(minutes=10), None)
+    spec = make_spec()
+    return Run(spec, status, T0 + timedelta(minutes=10), None, track_plan.plan(spec, status))
 
 
 def _choose(run: Run) -> exploration.Exploration | None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from specfleet.operator import hot_handoff, hot_schedules, render, trial_engine, tuner
+from specfleet.operator import hot_handoff, hot_schedules, render, track_plan, trial_engine, tuner
 from specfleet.operator.api import (
     Decision,
     HotSchedule,
@@ -64,6 +64,11 @@ def _model(switching: KSwitching = KSwitching.HOT, **speculation: Any) -> Specul
         )
         model = model.model_copy(update={"status": status})
     return model
+
+
+def _run(model: SpeculativeModel) -> Run:
+    """The tuner's working state for one decision on `model` (its generation 1)."""
+    return Run(model.spec, model.status, NOW, 1, track_plan.plan(model.spec, model.status))
 
 
 def _stable(model: SpeculativeModel, credential: str | None = None) -> dict[str, Any]:
@@ -173,8 +178,8 @@ def test_a_k_change_taken_hot_costs_no_restart_in_the_required_gain() -> None:
     hot, restart = _model(tokens=3), _model(KSwitching.RESTART, tokens=3)
     for model in (hot, restart):
         model.status.startup_seconds = 1800.0  # half of the switch horizon
-    assert Run(hot.spec, hot.status, NOW, 1).restart_cost() == 0.0
-    assert Run(restart.spec, restart.status, NOW, 1).restart_cost() == 0.5
+    assert _run(hot).restart_cost() == 0.0
+    assert _run(restart).restart_cost() == 0.5
 
 
 def _sample(
@@ -269,7 +274,7 @@ def test_a_pair_at_mismatched_batches_is_not_compared() -> None:
     model.status.speculation.hot_schedule = HotSchedule(
         generation=1, schedule=[ScheduledBand(tokens=6)]
     )
-    cost = Run(model.spec, model.status, NOW, 1).cost
+    cost = _run(model).cost
     engine = StepCost()
     for batch, side_windows in ((1, (0, 0)), (32, (0, 0)), (32, (1, 1))):
         conditional = [0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
@@ -348,7 +353,7 @@ def test_in_place_trials_taken_hot_wait_for_the_cooldown_only() -> None:
         )
         model.spec.tuning.strategy = TuningStrategy.IN_PLACE
         model.status.history = [started]
-        assert tuner._cooled(Run(model.spec, model.status, NOW, 1)) is cooled, switching
+        assert tuner._cooled(_run(model)) is cooled, switching
 
 
 def test_without_a_key_hot_switching_falls_back_and_comes_back_with_one() -> None:

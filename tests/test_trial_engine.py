@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from specfleet.operator import trial_engine
+from specfleet.operator import track_plan, trial_engine
 from specfleet.operator.api import (
     InPlace,
     Placement,
@@ -93,7 +93,8 @@ class Kind:
 
 
 def _run() -> Run:
-    return Run(SPEC, SpeculativeModelStatus(), T0, None)
+    status = SpeculativeModelStatus()
+    return Run(SPEC, status, T0, None, track_plan.plan(SPEC, status))
 
 
 def advanced(

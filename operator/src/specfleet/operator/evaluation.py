@@ -62,13 +62,13 @@ class Evaluator:
             runtime_failures=reading.runtime_failures,
             canary_pending_reason=reading.canary_pending_reason,
         )
-        decided = tuner.decide(
+        decided = tuner.decide_planned(
             model.spec,
             model.status,
             observation,
             now,
+            reading.plans,
             generation=model.metadata.generation,
-            plans=reading.plans,
         )
         observability.count_scrape_errors(key, observation)
         observability.export_status(key, decided.status)

@@ -167,10 +167,10 @@ def read(model: SpeculativeModel, children: ObservedChildren) -> PodReading:
     current = current_pods(model, children, plans)
     return PodReading(
         plans=plans,
-        targets=scrape_targets(plans, current),
         tokens={track: plans[track].tokens for track in TRACKS},
         hot_tracks=_hot_tracks(model.status.speculation.hot_schedule, plans),
         canary_pending_since=canary_pending_since(children),
         canary_pending_reason=canary_pending_reason(children),
         runtime_failures=runtime_failures(current),
+        targets=scrape_targets(plans, current),
     )

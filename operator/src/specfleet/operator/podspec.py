@@ -19,6 +19,7 @@ from specfleet.operator.api import (
     Resources,
     SpeculativeModel,
 )
+from specfleet.runtime.config import ENV_POD_IP
 
 # The uid vLLM's pods run as unless the pod's securityContext says otherwise: not root,
 # and the group that owns the volumes (fsGroup), so a PVC cache is writable.
@@ -99,16 +100,29 @@ def lifecycle(model: SpeculativeModel) -> dict[str, Any] | None:
 
 
 def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
-    """The variables the pod settings need, before the user's runtime.env (HOME and USER
-    are defaults the user's env may replace; HF_HOME and PYTHONPATH are owned)."""
+    """The runtime container's variables: the pod's IP (where vLLM listens), the hub token
+    from its Secret, what the pod settings need, then the user's runtime.env (HOME and
+    USER are defaults the user's env may replace; HF_HOME and PYTHONPATH are owned)."""
     runtime = model.spec.runtime
+    env: list[dict[str, Any]] = [
+        {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]
+    secret = runtime.hf_token_secret_ref
+    if secret:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
+            }
+        )
+    env.append({"name": "HF_HOME", "value": MODEL_CACHE_PATH})
     given = {var.name for var in runtime.env}
-    env = [{"name": "HF_HOME", "value": MODEL_CACHE_PATH}]
     env += [
         {"name": name, "value": value} for name, value in DEFAULT_ENV.items() if name not in given
     ]
     if runtime.inject_runtime:
         env.append({"name": INJECTED_ENV, "value": INJECTED_RUNTIME_PATH})
+    env += [var.model_dump(by_alias=True, exclude_none=True) for var in runtime.env]
     return env
 
 

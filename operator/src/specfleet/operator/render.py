@@ -37,7 +37,7 @@ from specfleet.operator.children import (
     Track,
 )
 from specfleet.operator.track_plan import TrackPlan, TrackPlans, plan
-from specfleet.runtime.config import ENV_POD_IP, Method, RuntimeConfig
+from specfleet.runtime.config import Method, RuntimeConfig
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
 
 Manifest = dict[str, Any]
@@ -214,24 +214,6 @@ def runtime_config(
     )
 
 
-def _environment(model: SpeculativeModel) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-    ]
-    secret = model.spec.runtime.hf_token_secret_ref
-    if secret:
-        env.append(
-            {
-                "name": "HF_TOKEN",
-                "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}},
-            }
-        )
-    env += podspec.environment(model)
-    for var in model.spec.runtime.env:
-        env.append(var.model_dump(by_alias=True, exclude_none=True))
-    return env
-
-
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {
         "httpGet": {"path": path, "port": "http"},
@@ -255,7 +237,7 @@ def _container(
         "image": runtime.image,
         "command": podspec.command(model),
         "args": runtime_config(model, method, tokens, batch_schedule, hot).to_args(),
-        "env": _environment(model),
+        "env": podspec.environment(model),
         "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
         "resources": podspec.container_resources(model),
         "startupProbe": podspec.with_timings(
@@ -283,11 +265,9 @@ def _track_container(model: SpeculativeModel, planned: TrackPlan) -> tuple[int, 
     (`runs`). Pods that take K hot start at their ceiling for every batch (the runtime's
     default) until the schedule is handed to them as they turn Ready: nothing the tuner
     or a spec edit of speculation.tokens changes is in their template."""
-    if planned.hot:
-        ceiling = model.spec.speculation.max_tokens
-        return ceiling, _container(model, planned.method, ceiling, None, True)
-    container = _container(model, planned.method, planned.tokens, planned.schedule, False)
-    return planned.tokens, container
+    tokens = model.spec.speculation.max_tokens if planned.hot else planned.tokens
+    batch_schedule = None if planned.hot else planned.schedule
+    return tokens, _container(model, planned.method, tokens, batch_schedule, planned.hot)
 
 
 def runs(model: SpeculativeModel, planned: TrackPlan) -> SpeculativeModel:
@@ -298,10 +278,12 @@ def runs(model: SpeculativeModel, planned: TrackPlan) -> SpeculativeModel:
 def config_hashes(model: SpeculativeModel, plans: TrackPlans) -> dict[Track, str]:
     """The config hash each track's pods are rendered with (CONFIG_HASH_ANNOTATION): a
     pod with another runs another config, being rolled out or rolled away."""
-    return {
-        track: config_hash(_track_container(runs(model, plans[track]), plans[track])[1])
-        for track in TRACKS
-    }
+    hashes = {}
+    for track in TRACKS:
+        track_model = runs(model, plans[track])
+        _, container = _track_container(track_model, plans[track])
+        hashes[track] = config_hash(container)
+    return hashes
 
 
 def _child_metadata(model: SpeculativeModel, name: str, child_labels: dict[str, str]) -> Manifest:

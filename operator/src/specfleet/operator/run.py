@@ -8,7 +8,7 @@ import copy
 from datetime import datetime, timedelta
 from typing import Any
 
-from specfleet.operator import hot_schedules, speed, track_plan
+from specfleet.operator import hot_schedules, speed
 from specfleet.operator.api import (
     HISTORY_LIMIT,
     ConditionType,
@@ -28,6 +28,7 @@ from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.prediction import Prediction, predict_ks, window_conditional, with_deeper
+from specfleet.operator.track_plan import TrackPlans
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION, resolvable_gain
 from specfleet.operator.windows import with_collected
 
@@ -59,7 +60,7 @@ class Run:
         status: SpeculativeModelStatus,
         now: datetime,
         generation: int | None,
-        plans: track_plan.TrackPlans | None = None,
+        plans: TrackPlans,
     ) -> None:
         self.spec = spec
         self.status = status
@@ -68,9 +69,8 @@ class Run:
         self.generation = generation
         self.actions: list[Action] = []
         # The stable pods' drafting: the running config's while a new one is on trial.
-        # `plans`: what each track runs by (spec, status), where the caller worked it out.
-        stable = (plans or track_plan.plan(spec, status)).stable
-        self.drafting = stable.spec.draft.method.runtime.drafting
+        # `plans`: what each track runs by (spec, status) (track_plan.plan).
+        self.drafting = plans.stable.spec.draft.method.runtime.drafting
         self.floor = spec.rollback.min_acceptance
         self.margin = spec.tuning.acceptance_margin
 

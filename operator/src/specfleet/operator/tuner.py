@@ -43,7 +43,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from specfleet.operator import config_trials, hot_schedules, reprobes, schedule, trial_engine
+from specfleet.operator import (
+    config_trials,
+    hot_schedules,
+    reprobes,
+    schedule,
+    track_plan,
+    trial_engine,
+)
 from specfleet.operator.api import (
     ConditionType,
     DraftMethod,
@@ -94,14 +101,27 @@ def decide(
     now: datetime,
     *,
     generation: int | None = None,
-    plans: TrackPlans | None = None,
 ) -> Decided:
     """Judge one observation and decide what K the stable and canary pods should run.
 
-    `generation` is the object's metadata.generation, written into the conditions;
-    `plans` what each track runs by this spec and status (track_plan.plan), where the
-    caller worked it out already: an evaluation does it once.
-    """
+    `generation` is the object's metadata.generation, written into the conditions. An
+    evaluation, which planned the tracks already to find their pods, calls
+    `decide_planned` with that plan."""
+    plans = track_plan.plan(spec, status)
+    return decide_planned(spec, status, observation, now, plans, generation=generation)
+
+
+def decide_planned(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    observation: Observation,
+    now: datetime,
+    plans: TrackPlans,
+    *,
+    generation: int | None = None,
+) -> Decided:
+    """`decide`, with `plans`: what each track runs by this spec and status
+    (track_plan.plan)."""
     run = Run(spec, working_copy(status), now, generation, plans)
     if spec.draft.method is DraftMethod.NONE:
         run.condition(
@@ -279,7 +299,7 @@ def sync_with_spec(
     a new `speculation.tokens` resets K, clears a trial and re-enables speculation, and
     K or a trial outside new bounds is clamped or ended; each change is in history.
     `forced_config`: the hash a user's annotation forces through (config_trials.force)."""
-    run = Run(spec, working_copy(status), now, generation)
+    run = Run(spec, working_copy(status), now, generation, track_plan.plan(spec, status))
     config_trials.force(run, forced_config)
     _sync_with_spec(run)
     return _decided(run)
