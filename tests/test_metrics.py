@@ -30,7 +30,6 @@ from specfleet.operator.observations import (
     ScrapeTarget,
     SpecDecodeCounters,
     WindowTracker,
-    implausible,
 )
 
 K8: dict[Track, int] = {"stable": 8, "canary": 8}
@@ -500,7 +499,7 @@ def counters(
 def test_impossible_counters_are_named(
     value: SpecDecodeCounters, k: int, reason: str | None
 ) -> None:
-    found = implausible(value, k)
+    found = value.implausible(k)
     assert (found is None) if reason is None else (found is not None and reason in found), found
 
 
@@ -532,8 +531,8 @@ def test_an_impossible_window_leaves_out_its_pod() -> None:
     k3: dict[Track, int] = {"stable": 3, "canary": 3}
     before = PodSample("a", "stable", 0, counters(100, 300, 200, (100, 60, 40)))
     after = PodSample("a", "stable", 60, counters(110, 330, 290, (130, 90, 70)))
-    assert implausible(before.counters or counters(0, 0, 0, ()), 3) is None
-    assert implausible(after.counters or counters(0, 0, 0, ()), 3) is None
+    assert (before.counters or counters(0, 0, 0, ())).implausible(3) is None
+    assert (after.counters or counters(0, 0, 0, ())).implausible(3) is None
     tracker.observe([before], k3)
     window = tracker.observe([after], k3)
     assert window.stable is None

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Self
 
 _Op = Callable[[float, float], float]
+# Counts are whole tokens and sums of whole floats are exact: half a token tells a
+# rounding error from counters that do not add up.
+_SLACK = 0.5
 
 
 def _padded(values: tuple[float, ...], length: int) -> tuple[float, ...]:
@@ -82,6 +85,32 @@ class Counts:
                 for i, v in enumerate(self.accepted_per_position)
             ),
         ]
+
+    def implausible(self, k: int) -> str | None:
+        """Why these counts (cumulative, or a window's difference) cannot come from engines
+        drafting at most k tokens, or None. vLLM counts a draft's accepted tokens once in
+        the total and once at each position they reached, so the positions add up to it."""
+        for name, value in self.named():
+            if value < 0:
+                return f"{name} are negative ({value:g})"
+        drafts, drafted, accepted = self.drafts, self.draft_tokens, self.accepted_tokens
+        positions = self.accepted_per_position
+        if len(positions) > k:
+            return f"accepted tokens at position {len(positions) - 1} with K={k}"
+        if drafts <= 0:
+            if drafted > _SLACK or accepted > _SLACK:
+                return f"{drafted:g} draft tokens and {accepted:g} accepted without any drafts"
+            return None
+        if accepted > drafted + _SLACK:
+            return f"{accepted:g} accepted tokens exceed the {drafted:g} drafted"
+        if positions and abs(sum(positions) - accepted) > _SLACK:
+            return (
+                f"accepted tokens per position sum to {sum(positions):g}, "
+                f"not the {accepted:g} accepted"
+            )
+        if accepted > k * drafts + _SLACK:
+            return f"mean acceptance length {1 + accepted / drafts:.2f} exceeds K+1 = {k + 1}"
+        return None
 
 
 SCALAR_COUNTERS = tuple(

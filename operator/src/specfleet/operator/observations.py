@@ -61,9 +61,6 @@ SERIES_READ = (*_VLLM, PROCESS_START, SCHEDULE_GENERATION, SCHEDULE_APPLIED, *_S
 MAX_SERIES = 4096  # samples of the series read: about 40 per engine
 # The verdict and scrape-error reason of a window Prometheus gave nothing for.
 PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
-# Counts are whole tokens and sums of whole floats are exact: half a token tells a
-# rounding error from counters that do not add up.
-_SLACK = 0.5
 
 
 def cut(message: str) -> str:
@@ -373,36 +370,6 @@ class _Read:
     delta: _PodDelta | None = None
 
 
-def implausible(counters: SpecDecodeCounters, k: int) -> str | None:
-    """Why counters (cumulative, or a window's difference) cannot come from engines
-    drafting at most k tokens, or None. vLLM counts a draft's accepted tokens once in
-    the total and once at each position they reached, so the positions add up to it."""
-    c = counters
-    for name, value in c.named():
-        if value < 0:
-            return f"{name} are negative ({value:g})"
-    if len(c.accepted_per_position) > k:
-        return f"accepted tokens at position {len(c.accepted_per_position) - 1} with K={k}"
-    if c.drafts <= 0:
-        if c.draft_tokens > _SLACK or c.accepted_tokens > _SLACK:
-            return (
-                f"{c.draft_tokens:g} draft tokens and {c.accepted_tokens:g} accepted "
-                "without any drafts"
-            )
-        return None
-    if c.accepted_tokens > c.draft_tokens + _SLACK:
-        return f"{c.accepted_tokens:g} accepted tokens exceed the {c.draft_tokens:g} drafted"
-    if c.accepted_per_position and abs(sum(c.accepted_per_position) - c.accepted_tokens) > _SLACK:
-        return (
-            f"accepted tokens per position sum to {sum(c.accepted_per_position):g}, "
-            f"not the {c.accepted_tokens:g} accepted"
-        )
-    if c.accepted_tokens > k * c.drafts + _SLACK:
-        length = 1 + c.accepted_tokens / c.drafts
-        return f"mean acceptance length {length:.2f} exceeds K+1 = {k + 1}"
-    return None
-
-
 def _moves(old: SpecDecodeCounters, new: SpecDecodeCounters) -> tuple[list[str], list[str]]:
     """The counters that went down, and those that went up, from old to new."""
     # A restart may come back with another K: compare the positions both have (zip).
@@ -471,7 +438,7 @@ def _window_delta(previous: PodSample, current: PodSample, k: int) -> SpecDecode
     if not any(positions[k:]):
         # Positions a deeper K of the same process counted, and none since (hot changes).
         delta = replace(delta, accepted_per_position=positions[:k])
-    why = implausible(delta, k)
+    why = delta.implausible(k)
     if why is not None:
         raise BadMetrics(LeftOutReason.IMPOSSIBLE_COUNTERS, f"in this window: {why}")
     return delta
@@ -552,7 +519,7 @@ class WindowTracker:
         previous = self._previous.get(sample.pod)
         current = sample.counters
         ceiling = k if hot_track is None else hot_track.ceiling
-        why = None if current is None else implausible(current, ceiling)
+        why = None if current is None else current.implausible(ceiling)
         if current is None or why is not None:
             error = sample.error or PodError(
                 LeftOutReason.IMPOSSIBLE_COUNTERS, why or "no counters"
