@@ -22,13 +22,7 @@ from specfleet.operator.api import (
 from specfleet.operator.conditions import ConditionChange, condition_status
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, WindowVerdict
-from specfleet.operator.windows import (
-    Judged,
-    acceptance_window,
-    judge_collected,
-    judge_plain,
-    with_load,
-)
+from specfleet.operator.windows import Judged, acceptance_window, judge_stable, with_load
 from specfleet.runtime.config import Drafting
 
 
@@ -67,7 +61,7 @@ def take_in(
     stable: Judged | None = None
     open_window, open_window_changed = None, False
     if learnt.perturbed is None:
-        stable, open_window, open_window_changed = _judge_stable(spec, status, observation, now)
+        stable, open_window, open_window_changed = judge_stable(spec, status, observation, now)
         recorded = stable
     else:  # a slow stretch says nothing about K: recorded, neither learnt from nor judged
         recorded = Judged(
@@ -84,34 +78,6 @@ def take_in(
         speculation_active=speculation_active,
         actions=actions,
     )
-
-
-def _judge_stable(
-    spec: SpeculativeModelSpec,
-    status: SpeculativeModelStatus,
-    observation: Observation,
-    now: datetime,
-) -> tuple[Judged, OpenWindow | None, bool]:
-    """The stable window judged, what the track collects on after it, and whether it
-    was judged on what it collected (else what it collects on is left as it was)."""
-    sp = status.speculation
-    if observation.prometheus_error is not None:
-        unavailable = WindowVerdict.PROMETHEUS_UNAVAILABLE
-        return Judged(None, False, unavailable, detail=observation.prometheus_error), None, False
-    if sp.measuring_plain:
-        return judge_plain(spec, observation.stable), None, False
-    running = None if sp.off is not None else sp.schedule
-    open_windows = status.open_windows
-    judged, collecting = judge_collected(
-        spec,
-        now,
-        open_windows.stable if open_windows is not None else None,
-        observation.stable,
-        sp.stable_k,
-        sp.since_change.baseline_acceptance,
-        running,
-    )
-    return judged, collecting, True
 
 
 def _speculation_active(

@@ -376,10 +376,11 @@ def judge_canary(
     added to what the canary collected before (a window with too few drafts grows over
     the next intervals); plain decoding's (K 0) is judged alone: its speed is what it
     measures, and it collects nothing."""
+    collected = run.collected("canary")
     if record.plain:
         return judge_plain(run.spec, window), run.status.open_windows
     judged, collecting = judge_collected(
-        run.spec, run.now, run.collected("canary"), window, record.tokens, None, record.schedule
+        run.spec, run.now, collected, window, record.tokens, None, record.schedule
     )
     return judged, with_collected(run.status.open_windows, "canary", collecting)
 
@@ -410,12 +411,14 @@ def advance(
     after = stable
     if where is Placement.CANARY:
         pending = pending_seconds(run, canary_pending_since)
+        # Whether the canary has run reads its side only, which the stable window leaves.
+        waiting = kind.waits_for_canary(record, canary_pending_since is not None)
         canary, open_windows = judge_canary(run, record, canary_window)
         if pending is not None and kind.may_go_in_place:
             return Advanced(record, open_windows, InPlaceInstead(pending))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
         record = _counted(record, stable=counted)
-        if kind.waits_for_canary(record, canary_pending_since is not None):
+        if waiting:
             return Advanced(record, open_windows, Next.WAIT_FOR_CANARY)
         after = canary
     on_canary = where is Placement.CANARY
@@ -468,17 +471,18 @@ def feed(
         record = advanced.record
         kind.keep(record)
         run.status.open_windows = advanced.open_windows
-        if advanced.turn is not None:  # interleaved: the other side runs next
-            run.stable_runs(advanced.turn.tokens, advanced.turn.schedule)
         step = advanced.step
-        if step is Next.MEASURE:
-            step = kind.overdue(record) or step
+        # A canary's steps: an interleaved trial, which runs none, takes neither.
         if isinstance(step, InPlaceInstead):
             kind.fall_back_in_place(record, step.pending, observation.canary_pending_reason)
             return
         if step is Next.WAIT_FOR_CANARY:
             kind.wait_for_canary(record, observation.canary_pending_reason)
             return
+        if advanced.turn is not None:  # interleaved: the other side runs next
+            run.stable_runs(advanced.turn.tokens, advanced.turn.schedule)
+        if step is Next.MEASURE:
+            step = kind.overdue(record) or step
         if record.placement is Placement.CANARY:
             kind.canary_runs(record)
     if step is Next.SWITCH:

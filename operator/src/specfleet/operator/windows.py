@@ -22,6 +22,7 @@ from specfleet.operator.api import (
     ScheduledBand,
     SpeculationState,
     SpeculativeModelSpec,
+    SpeculativeModelStatus,
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionChange, condition_status
@@ -181,6 +182,34 @@ def judge_collected(
         )
         return collecting, grown
     return judged, None
+
+
+def judge_stable(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    observation: Observation,
+    now: datetime,
+) -> tuple[Judged, OpenWindow | None, bool]:
+    """The stable window judged, what the track collects on after it, and whether it
+    was judged on what it collected (else what it collects on is left as it was)."""
+    sp = status.speculation
+    if observation.prometheus_error is not None:
+        unavailable = WindowVerdict.PROMETHEUS_UNAVAILABLE
+        return Judged(None, False, unavailable, detail=observation.prometheus_error), None, False
+    if sp.measuring_plain:
+        return judge_plain(spec, observation.stable), None, False
+    running = None if sp.off is not None else sp.schedule
+    open_windows = status.open_windows
+    judged, collecting = judge_collected(
+        spec,
+        now,
+        open_windows.stable if open_windows is not None else None,
+        observation.stable,
+        sp.stable_k,
+        sp.since_change.baseline_acceptance,
+        running,
+    )
+    return judged, collecting, True
 
 
 def acceptance_window(
