@@ -1,9 +1,9 @@
 """vLLM's speculative-decoding counters, as one type.
 
 Every record that carries them (one pod's reading, a track's window, a window still
-collecting, a trial's totals) holds or extends `Counts`, and combines them with its
-addition and difference: a new vLLM counter is a field here and a line in the parser
-(`metrics.COUNTER_FIELDS`), nothing else.
+collecting, a trial's totals) holds or extends `Counts`, combines them with its addition
+and difference, and asks it whether they can come from an engine (`implausible`): a new
+vLLM counter is a field here and a line in the parser (`observations.COUNTER_FIELDS`).
 """
 
 from __future__ import annotations
