@@ -411,7 +411,7 @@ def advance(
     after = stable
     if where is Placement.CANARY:
         pending = pending_seconds(run, canary_pending_since)
-        # Whether the canary has run reads its side only, which the stable window leaves.
+        # Asked before the stable window is counted: it reads the canary's side only.
         waiting = kind.waits_for_canary(record, canary_pending_since is not None)
         canary, open_windows = judge_canary(run, record, canary_window)
         if pending is not None and kind.may_go_in_place:
@@ -472,7 +472,7 @@ def feed(
         kind.keep(record)
         run.status.open_windows = advanced.open_windows
         step = advanced.step
-        # A canary's steps: an interleaved trial, which runs none, takes neither.
+        # A canary's steps come without a turn: an interleaved trial runs no canary.
         if isinstance(step, InPlaceInstead):
             kind.fall_back_in_place(record, step.pending, observation.canary_pending_reason)
             return
