@@ -13,6 +13,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import kopf
 import pytest
 
 from specfleet.operator import child_watches, handlers
@@ -288,6 +289,58 @@ def test_the_operator_follows_plain_namespaces_at_start_and_a_globs_as_models_co
     assert asyncio.run(followed(("team-*",), "team-1")) == (set(), {"team-1"})
     fleet = Fleet(FakeCluster(), ScriptedEvaluator())  # type: ignore[arg-type]
     assert handlers.Running(fleet, namespaces=("!x",)).scanning_namespaces()
+
+
+class _Election:
+    """An election `lead_then_run` waits on, won when the test sets `acquired`."""
+
+    def __init__(self) -> None:
+        self.acquired = asyncio.Event()
+        self.on_fence_open: Callable[[], None] | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    def may_write(self) -> bool:
+        return self.acquired.is_set()
+
+
+def test_a_standby_watches_no_child_until_it_leads_then_every_namespace_its_models_are_in(
+    server: ScriptedApiServer,
+) -> None:
+    """A standby keeps only the models: it follows no child, wherever its models are;
+    once it holds the Lease it follows the namespaces named plainly and those of the
+    models it saw (a glob's), before the fleet lists and reconciles."""
+
+    async def followed(namespaces: tuple[str, ...]) -> tuple[set[str | None], set[str | None]]:
+        watches = ChildWatches(
+            Credentials(server.url, False, lambda: None), "r", CHILD_SELECTOR, print, print
+        )
+        fleet = Fleet(FakeCluster(), ScriptedEvaluator())  # type: ignore[arg-type]
+        election = _Election()
+        run = handlers.Running(
+            fleet,
+            election=election,  # type: ignore[arg-type]
+            child_watches=watches,
+            namespaces=namespaces,
+        )
+        leading = asyncio.create_task(handlers.lead_then_run(kopf.OperatorSettings(), run))
+        model_event: Any = handlers.model_event  # kopf types the decorated handler
+        for namespace in ("team-1", "plain"):
+            body = {"metadata": {"name": "m", "namespace": namespace, "uid": "u"}}
+            await model_event(type="ADDED", body=body, memo=handlers.memo_for(run))
+        await asyncio.sleep(0.05)
+        as_standby = watches.followed()
+        election.acquired.set()
+        await asyncio.sleep(0.05)
+        as_leader = watches.followed()
+        run.stop.set()
+        await leading
+        await watches.close()
+        return as_standby, as_leader
+
+    assert asyncio.run(followed(("team-*", "plain"))) == (set(), {"team-1", "plain"})
+    assert asyncio.run(followed(("plain",))) == (set(), {"plain"})
 
 
 def test_more_watches_than_aiohttps_default_pool_each_get_a_connection(

@@ -1,10 +1,11 @@
 """kopf handlers: each hands what it is given to the fleet.
 
 kopf watches the models; the children have watches of their own (child_watches.py),
-started here. Only event handlers: the fleet is level-triggered (it compares the rendered
-children and status with what is there), so kopf's change detection, with its bookkeeping
-annotations written on every SpeculativeModel, would add a write per change and
-nothing else. The operator never writes a model outside its status.
+started here once this replica leads. Only event handlers: the fleet is level-triggered
+(it compares the rendered children and status with what is there), so kopf's change
+detection, with its bookkeeping annotations written on every SpeculativeModel, would add
+a write per change and nothing else. The operator never writes a model outside its
+status.
 No finalizers: children are deleted by the garbage collector through owner
 references, so an uninstalled operator never leaves objects stuck in deletion.
 """
@@ -53,8 +54,10 @@ class Running:
     fleet: Fleet
     # With leader election, the fleet runs only while this replica holds the Lease.
     election: Election | None = None
-    # The children's watches (none in tests that hand the fleet its events).
+    # The children's watches (none in tests that hand the fleet its events), followed
+    # once this replica leads (`following_children`).
     child_watches: ChildWatches | None = None
+    following_children: bool = False
     # The namespaces watched, as given (globs included); None: every namespace.
     namespaces: tuple[str, ...] | None = None
     # Seconds any request of kopf's own (not its watch streams) may take, as the fleet's.
@@ -97,13 +100,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # The chart grants no access to Namespaces (least privilege); with plain namespace
     # names or cluster-wide watching kopf takes them as given instead of scanning.
     settings.scanning.disabled = not run.scanning_namespaces()
-    follow_children(run)
     run.loop_task = asyncio.create_task(lead_then_run(settings, run))
 
 
 def follow_children(run: Running) -> None:
     """Watch the children cluster-wide, or in each namespace named plainly; those of a
-    glob are followed once a model there is seen (model_event)."""
+    glob in each namespace a model was seen in so far, and in the next ones as their
+    models come (model_event)."""
+    run.following_children = True
     if run.child_watches is None:
         return
     if run.namespaces is None:
@@ -111,6 +115,9 @@ def follow_children(run: Running) -> None:
         return
     for namespace in run.namespaces:
         if not _glob(namespace):
+            run.child_watches.follow(namespace)
+    if run.scanning_namespaces():
+        for namespace in sorted({namespace for namespace, _ in run.fleet.cache.models}):
             run.child_watches.follow(namespace)
 
 
@@ -120,8 +127,11 @@ def _glob(namespace: str) -> bool:
 
 
 async def lead_then_run(settings: kopf.OperatorSettings, run: Running) -> None:
-    """Run the fleet; with leader election, only once this replica holds the Lease. Until
-    then the watches keep filling the cache, and kopf posts no Events either."""
+    """Watch the children and run the fleet; with leader election, only once this replica
+    holds the Lease. Until then only the models are watched, and kopf posts no Events: a
+    new leader lists every model and child before its first write anyway (Fleet.run), so
+    a standby's watches of the children would cost the leader's API server and the
+    machine for nothing it uses."""
     election = run.election
     if election is not None:
         settings.posting.enabled = False
@@ -133,6 +143,7 @@ async def lead_then_run(settings: kopf.OperatorSettings, run: Running) -> None:
         if not election.may_write():
             return  # stopped (or lost) before leading
         settings.posting.enabled = True
+    follow_children(run)
     await run.fleet.run(run.stop)
 
 
@@ -158,7 +169,7 @@ async def shutdown(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, PLURAL)
 async def model_event(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     run = running(memo)
-    if run.child_watches is not None and run.namespaces is not None:
+    if run.following_children and run.child_watches is not None and run.namespaces is not None:
         namespace = body.get("metadata", {}).get("namespace")
         if namespace:
             run.child_watches.follow(namespace)

@@ -1,10 +1,10 @@
 """Leader election on a coordination.k8s.io/v1 Lease, as client-go's leaderelection does it.
 
-Every replica watches and caches; only the one holding the Lease writes. The holder renews
-every `retry_period`; a standby takes the Lease once it has seen the same record, unrenewed,
-for `lease_duration` by its own monotonic clock (no trust in other hosts' wall clocks),
-counted from when its read returned, as client-go does: the record may have been written
-at any moment before that.
+Every replica watches the models; only the one holding the Lease watches their children
+(handlers.lead_then_run) and writes. The holder renews every `retry_period`; a standby
+takes the Lease once it has seen the same record, unrenewed, for `lease_duration` by its
+own monotonic clock (no trust in other hosts' wall clocks), counted from when its read
+returned, as client-go does: the record may have been written at any moment before that.
 Fencing: the leader may write only until `renew_deadline` after the start of its last
 successful renew, which is earlier than any standby can take over (`lease_duration` after it
 saw that renew). A write that leaves just before then is answered or abandoned within the
