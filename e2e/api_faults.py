@@ -124,14 +124,17 @@ class TcpProxy:
 
     def set(self, mode: Mode, delay: float = 0.0) -> None:
         with self.lock:
+            # Under the lock with the snapshot: a connection `_accept` is still joining
+            # up is either in the snapshot or sees the new mode, never neither.
             self.mode, self.delay = mode, delay
+            if mode is Mode.SLOW_ACCEPT:
+                self.accepting.clear()
             doomed = list(self.open) if mode in (Mode.RESET, Mode.SLOW_ACCEPT) else []
             if doomed:
                 self.open.clear()
         for connection in doomed:
             _reset(connection)
         if mode is Mode.SLOW_ACCEPT:
-            self.accepting.clear()
             self.fillers += fill_accept_queue(("127.0.0.1", self.port))
         else:
             for filler in self.fillers:
@@ -163,7 +166,14 @@ class TcpProxy:
                 continue
             server.settimeout(None)
             with self.lock:
-                self.open += [client, server]
+                # The mode may have changed while the upstream connection was made.
+                cut = self.mode is Mode.RESET or not self.accepting.is_set()
+                if not cut:
+                    self.open += [client, server]
+            if cut:
+                _reset(client)
+                _reset(server)
+                continue
             for source, target in ((client, server), (server, client)):
                 threading.Thread(
                     target=self._pump, args=(source, target), name="proxy-pump", daemon=True
