@@ -12,7 +12,7 @@ docs/benchmarks.md and draws every figure against the number of models.
 GENERATED markers) from DIR/operator_scale.json, with the commit they were measured on,
 and keeps the runs it used in docs/benchmarks-scale.json (committed: the tests check
 the table against it). `--check` exits 1 when the table differs from that JSON, or when
-the controller's request path changed after the commit measured on: a stale figure.
+the controller's request path is not what it was at the commit measured on: a stale figure.
 """
 
 from __future__ import annotations
@@ -302,24 +302,17 @@ def current_block(text: str) -> str:
 
 
 def stale(data: dict[str, Any]) -> str | None:
-    """Why the figures are stale (the request path changed after the commit measured
-    on), or None; None too where git cannot say (no history)."""
-    last = subprocess.run(
-        ["git", "log", "-1", "--format=%h", "--", *REQUEST_PATH],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    if not last:
-        return None
+    """Why the figures are stale (the request path is not what it was at the commit
+    measured on: changed since, and not changed back), or None; None too where git
+    cannot say (no history)."""
     for commit in measured_on(data):
-        newer = subprocess.run(
-            ["git", "merge-base", "--is-ancestor", last, commit],
+        differs = subprocess.run(
+            ["git", "diff", "--quiet", commit, "--", *REQUEST_PATH],
             cwd=ROOT,
             capture_output=True,
         )
-        if newer.returncode == 1:
-            return f"measured at {commit}, but {last} changed the request path since"
+        if differs.returncode == 1:
+            return f"measured at {commit}, but the request path differs from it now"
     return None
 
 
