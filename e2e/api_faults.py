@@ -167,7 +167,7 @@ class TcpProxy:
             server.settimeout(None)
             with self.lock:
                 # The mode may have changed while the upstream connection was made.
-                cut = self.mode is Mode.RESET or not self.accepting.is_set()
+                cut = self._cutting()
                 if not cut:
                     self.open += [client, server]
             if cut:
@@ -178,6 +178,10 @@ class TcpProxy:
                 threading.Thread(
                     target=self._pump, args=(source, target), name="proxy-pump", daemon=True
                 ).start()
+
+    def _cutting(self) -> bool:
+        """New connections are reset (RESET) or left in the accept queue (SLOW_ACCEPT)."""
+        return self.mode is Mode.RESET or not self.accepting.is_set()
 
     def _pump(self, source: socket.socket, target: socket.socket) -> None:
         while True:
