@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/operator_scale.py [--counts 100,500,1000] [--repeats 3]
         [--json build/bench/operator_scale.json] [--standby | --paired-standby]
-        [--memory-trace FILE]
+        [--memory-trace FILE] [--apiserver-profile DIR]
 
 Needs the local control plane (`make cluster-up`). For each N and repeat, in fresh
 namespaces (`bench-scale-*`, deleted afterwards):
@@ -25,7 +25,11 @@ namespaces (`bench-scale-*`, deleted afterwards):
   standby's cost measured side by side, on the same control plane minutes apart.
 - both: what the machine's cores did while the figure ran (`machine_cpu`): the share of
   them busy, and the CPU seconds of each control-plane component, the operator, the
-  node agent, kubectl and the benchmark's own watches: where the time went.
+  node agent, kubectl and the benchmark's own watches: where the time went. With
+  `--apiserver-profile DIR` (a control plane started with SPECFLEET_APISERVER_PROFILING=1),
+  also where the API server's CPU went by kind of work (`apiserver_profile`), from
+  5-second CPU profiles taken back to back and kept in DIR: those wholly inside the
+  phase.
 
 An extra ServiceCIDR `specfleet-bench` (10.100.0.0/16) gives the 1,000 Services their
 ClusterIPs (the test cluster's own range is a /24); it is deleted at the end.
@@ -63,6 +67,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.apiserver_profile import Profiler, summarize  # noqa: E402
 from e2e import cluster  # noqa: E402
 from e2e.models import sim_model  # noqa: E402
 from e2e.operator_process import LEASE, OperatorProcess  # noqa: E402
@@ -463,7 +468,9 @@ def wait_until(what: str, probe: Any, timeout: float, interval: float = 0.25) ->
     raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def run_baseline(count: int, tag: str, timeout: float, agent: int) -> dict[str, Any]:
+def run_baseline(
+    count: int, tag: str, timeout: float, agent: int, profiler: Profiler | None
+) -> dict[str, Any]:
     namespace = f"bench-scale-base-{count}-{tag}"
     create_namespace(namespace)
     try:
@@ -483,7 +490,7 @@ def run_baseline(count: int, tag: str, timeout: float, agent: int) -> dict[str, 
             watcher = Watcher(namespace)
             try:
                 cpu_before = machine_cpu({"bench node agent": agent})
-                started = time.monotonic()
+                began, started = time.time(), time.monotonic()
                 kubectl(
                     "apply",
                     "--server-side",
@@ -493,6 +500,7 @@ def run_baseline(count: int, tag: str, timeout: float, agent: int) -> dict[str, 
                     "--request-timeout=60s",
                 )
                 seconds = time.monotonic() - started
+                window = (began, time.time())
                 machine = cpu_between(cpu_before, machine_cpu({"bench node agent": agent}))
                 log(f"N={count} baseline: children applied in {seconds:.1f} s; pods next")
                 # Let the cascade (ReplicaSets, pods, scheduling) finish before the next run.
@@ -510,13 +518,27 @@ def run_baseline(count: int, tag: str, timeout: float, agent: int) -> dict[str, 
             "seconds": seconds,
             "models_seconds": models_seconds,  # the same models, applied with no operator
             "machine_cpu": machine,  # while kubectl applied the children
+            **_profiled(profiler, window),
         }
     finally:
         delete_namespace(namespace)
 
 
+def _profiled(profiler: Profiler | None, window: tuple[float, float]) -> dict[str, Any]:
+    """The API server's profiles wholly inside `window` (epoch seconds), summed."""
+    if profiler is None:
+        return {}
+    return {"apiserver_profile": summarize(profiler.window(*window))}
+
+
 def run_operator(
-    count: int, tag: str, timeout: float, logs: Path, standby: bool, agent: int
+    count: int,
+    tag: str,
+    timeout: float,
+    logs: Path,
+    standby: bool,
+    agent: int,
+    profiler: Profiler | None,
 ) -> dict[str, Any]:
     namespace = f"bench-scale-op-{count}-{tag}"
     create_namespace(namespace)
@@ -621,6 +643,7 @@ def run_operator(
                 "max": max(status),
             },
             "reconcile_errors": reconcile_errors(operator.metrics()),
+            **_profiled(profiler, (t0, done)),
             # Until every model was done, and until the fleet settled (pods Running).
             "writes_per_model": writes_per_model(writes_before, writes_done, count),
             "writes_per_model_settled": writes_per_model(writes_before, writes_settled, count),
@@ -677,6 +700,12 @@ def main() -> None:
         help="append the operator's memory every 10 s to this file, a JSON line each "
         "(benchmarks/memory_trace/sitecustomize.py)",
     )
+    parser.add_argument(
+        "--apiserver-profile",
+        type=Path,
+        help="profile the API server's CPU back to back into this directory and sum each "
+        "phase's profiles by kind of work (benchmarks/apiserver_profile.py)",
+    )
     args = parser.parse_args()
     if args.memory_trace is not None:
         # The operator processes inherit the environment (e2e/operator_process.py).
@@ -693,17 +722,32 @@ def main() -> None:
         results["runs"] = json.loads(args.json.read_text())["runs"]
     code = measured_code()
     cluster.install_crds()
-    with bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent") as agent:
+    profiler = None
+    if args.apiserver_profile is not None:
+        kubectl_command = [cluster.kubectl_binary(), f"--kubeconfig={cluster.kubeconfig_path()}"]
+        profiler = Profiler(args.apiserver_profile, kubectl_command).start()
+    with contextlib.ExitStack() as stack:
+        if profiler is not None:
+            stack.callback(profiler.stop)
+        agent = stack.enter_context(
+            bench_nodes(Path(tempfile.gettempdir()) / "specfleet-bench-agent")
+        )
         for count in (int(c) for c in args.counts.split(",")):
             for repeat in range(args.repeats):
                 for attempt in range(args.attempts):
                     tag = f"{repeat}-{int(time.time()) % 100000}"
                     try:
-                        base = run_baseline(count, tag, args.timeout, agent)
+                        base = run_baseline(count, tag, args.timeout, agent, profiler)
                         paired = {}
                         for standby in _standby_order(args, repeat):
                             paired[standby] = run_operator(
-                                count, f"{tag}-{int(standby)}", args.timeout, logs, standby, agent
+                                count,
+                                f"{tag}-{int(standby)}",
+                                args.timeout,
+                                logs,
+                                standby,
+                                agent,
+                                profiler,
                             )
                         op = paired[args.standby]
                         break

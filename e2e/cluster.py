@@ -283,7 +283,9 @@ def components(binaries: Path) -> list[Component]:
                 f"--proxy-client-cert-file={pki_dir / 'front-proxy-client.crt'}",
                 f"--proxy-client-key-file={pki_dir / 'front-proxy-client.key'}",
                 "--allow-privileged=true",
-                "--profiling=false",
+                # Go's CPU profiles at /debug/pprof/ (benchmarks/apiserver_profile.py).
+                "--profiling="
+                + ("true" if os.environ.get("SPECFLEET_APISERVER_PROFILING") else "false"),
                 f"--audit-policy-file={STATE / 'audit-policy.yaml'}",
                 f"--audit-log-path={AUDIT_LOG}",
                 "--audit-log-maxsize=100",
