@@ -63,6 +63,16 @@ def write(
     return str(written["metadata"]["resourceVersion"])
 
 
+def apply_models(namespace: str, count: int) -> dict[str, str]:
+    """`count` bench models applied as a user applies them; their resourceVersions."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as models:
+        models.write(models_yaml(namespace, count))
+        models.flush()
+        kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
+    listed = json.loads(kubectl("get", "specmodel", "-n", namespace, "-o", "json"))
+    return {m["metadata"]["name"]: m["metadata"]["resourceVersion"] for m in listed["items"]}
+
+
 def ownership(namespace: str, name: str) -> tuple[dict[str, Any], list[tuple[str, str, str]]]:
     """A model's status and who owns which top-level fields."""
     body = json.loads(
@@ -86,14 +96,7 @@ def main() -> None:
     create_namespace(namespace)
     passes: list[dict[str, Any]] = []
     try:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as models:
-            models.write(models_yaml(namespace, args.models))
-            models.flush()
-            kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
-        listed = json.loads(kubectl("get", "specmodel", "-n", namespace, "-o", "json"))
-        versions = {
-            m["metadata"]["name"]: m["metadata"]["resourceVersion"] for m in listed["items"]
-        }
+        versions = apply_models(namespace, args.models)
         names = sorted(versions)
         halves = (names[: len(names) // 2], names[len(names) // 2 :])
         start = datetime.now(UTC)

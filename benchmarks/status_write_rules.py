@@ -39,9 +39,8 @@ from benchmarks.operator_scale import (  # noqa: E402
     delete_namespace,
     kubectl,
     log,
-    models_yaml,
 )
-from benchmarks.status_write_cost import write  # noqa: E402
+from benchmarks.status_write_cost import apply_models, write  # noqa: E402
 
 CRD = ROOT / "crds" / "specfleet.io_speculativemodels.yaml"
 Rule = dict[str, Any]
@@ -99,14 +98,7 @@ def main() -> None:
     create_namespace(namespace)
     costs: list[dict[str, Any]] = []
     try:
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as models:
-            models.write(models_yaml(namespace, args.models))
-            models.flush()
-            kubectl("apply", "--server-side", "-f", models.name, "--request-timeout=60s")
-        listed = json.loads(kubectl("get", "specmodel", "-n", namespace, "-o", "json"))
-        versions = {
-            m["metadata"]["name"]: m["metadata"]["resourceVersion"] for m in listed["items"]
-        }
+        versions = apply_models(namespace, args.models)
         start, writes = datetime.now(UTC), 0
         for number in range(args.rounds):
             for name, keep in VARIANTS.items():
