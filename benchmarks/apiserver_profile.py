@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
 # (kind, a pattern of the stack), the first match wins.
 KINDS = [
     ("apply or patch", r"patchResource|PatchResource"),

@@ -724,8 +724,7 @@ def main() -> None:
     cluster.install_crds()
     profiler = None
     if args.apiserver_profile is not None:
-        kubectl_command = [cluster.kubectl_binary(), f"--kubeconfig={cluster.kubeconfig_path()}"]
-        profiler = Profiler(args.apiserver_profile, kubectl_command).start()
+        profiler = Profiler(args.apiserver_profile, cluster.kubectl_command()).start()
     with contextlib.ExitStack() as stack:
         if profiler is not None:
             stack.callback(profiler.stop)

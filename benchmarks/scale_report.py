@@ -243,20 +243,17 @@ def machine_cpu_table(data: dict[str, Any]) -> str | None:
             known = [v for v in seconds if v is not None]
             cells.append(_spread(known) if known else "-")
         rows.append([f"{name}, CPU (s)", *cells])
+
     # What the machine did for the run but the operator's own process: a run cannot
     # take less than this over the cores, whatever the operator's code costs.
+    def others(figure: dict[str, Any]) -> float:
+        cpu: dict[str, float] = figure["machine_cpu"]["seconds"]
+        return sum(seconds for name, seconds in cpu.items() if name != "operator")
+
     rows.append(
         [
             "all but the operator, CPU (s)",
-            *(
-                _spread(
-                    [
-                        sum(v for n, v in f["machine_cpu"]["seconds"].items() if n != "operator")
-                        for f in figures(*p)
-                    ]
-                )
-                for p in phases
-            ),
+            *(_spread([others(f) for f in figures(*p)]) for p in phases),
         ]
     )
     titles = {"baseline": "kubectl apply of the children", "operator": "operator's run"}

@@ -411,11 +411,16 @@ def is_up() -> bool:
     )
 
 
+def kubectl_command() -> list[str]:
+    """kubectl as the admin of the local cluster, to be given its arguments."""
+    return [kubectl_binary(), f"--kubeconfig={kubeconfig_path()}"]
+
+
 def kubectl(
     *args: str, check: bool = True, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [kubectl_binary(), f"--kubeconfig={kubeconfig_path()}", *args],
+        [*kubectl_command(), *args],
         capture_output=True,
         text=True,
         check=check,
