@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +143,7 @@ def test_bad_durations_are_refused_in_words(text: str) -> None:
 
 DURATION_FIELDS = [
     (model, name, marker)
-    for model in (api.Tuning, api.Rollback, api.Metrics)
+    for model in (api.Tuning, api.Rollback, api.Rollout, api.Metrics)
     for name, info in model.model_fields.items()
     for marker in info.metadata
     if isinstance(marker, Duration)
@@ -158,8 +158,20 @@ def test_every_duration_field_has_a_maximum() -> None:
         "cooldown",
         "canary_pending_timeout",
         "reprobe_after",
+        "timeout",
         "scrape_timeout",
     }
+
+
+def test_a_duration_field_holds_its_length_and_dumps_the_text_as_written() -> None:
+    tuning = api.Tuning.model_validate({"interval": "1m30s"})
+    assert tuning.interval == "1m30s"
+    assert tuning.interval.length == timedelta(seconds=90)
+    assert tuning.cooldown.length == timedelta(minutes=5)  # a default is a Span too
+    dumped = tuning.model_dump(by_alias=True)
+    assert type(dumped["interval"]) is str and type(dumped["cooldown"]) is str
+    assert yaml.safe_dump({"interval": dumped["interval"]}) == "interval: 1m30s\n"
+    assert api.Tuning.model_validate(dumped) == tuning
 
 
 @given(st.text(alphabet="0123456789hms", max_size=32))

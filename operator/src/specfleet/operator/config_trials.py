@@ -291,7 +291,7 @@ class ConfigKind:
         failed = observation.runtime_failures.get(track)
         if failed is not None and where is not Placement.BEFORE:
             return Ended(TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
-        timeout = run.seconds(run.spec.rollout.timeout)
+        timeout = run.spec.rollout.timeout.length
         if run.now - record.started_at > timeout and not _waits_for_canary(
             record, observation.canary_pending_since is not None
         ):

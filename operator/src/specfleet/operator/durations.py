@@ -1,5 +1,6 @@
 """Durations of the API ("30s", "5m", "1h30m"): their format, their length, and the
-annotation that checks a duration field offline and at admission alike."""
+annotation that checks a duration field offline and at admission alike and hands the
+code its length (`Span`), worked out once at validation."""
 
 from __future__ import annotations
 
@@ -64,9 +65,31 @@ def _hint(text: str, length: timedelta | None) -> str:
     return f": {text!r} has a part of 0 or a fraction, as Go writes durations; write {fix!r}"
 
 
+class Span(str):
+    """A duration field's value: the text as written (what the API server stores and
+    `kubectl get` shows) and its `length`, parsed once when the field is validated, so
+    that no decision parses a spec's text again. Made by `Duration.check`."""
+
+    length: timedelta
+
+    def __new__(cls, text: str) -> Span:
+        span = super().__new__(cls, text)
+        span.length = parse_duration(text)
+        return span
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        # A string on the wire and when dumped; `Duration.check` makes the Span, after it
+        # has refused a bad text in the words admission uses.
+        return core_schema.str_schema(
+            serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
+
+
 @dataclass(frozen=True)
 class Duration(CheckedAnnotation):
-    """Marks a duration field, with its documented maximum and its description.
+    """Marks a duration field (`Annotated[Span, Duration(...)]`), with its documented
+    maximum and its description.
 
     Checked by CEL at admission rather than a schema pattern, because the API server's
     pattern error quotes the regex while a rule's message says it in words."""
@@ -78,14 +101,14 @@ class Duration(CheckedAnnotation):
     def words(self) -> str:
         return f"must be {_DURATION_WORDS}, at least {MINIMUM} and at most {self.maximum}"
 
-    def check(self, text: str) -> str:
+    def check(self, text: str) -> Span:
         try:
-            length = parse_duration(text)
+            span = Span(text)
         except ValueError:
-            length = None
-        if length is None or not parse_duration(MINIMUM) <= length <= parse_duration(self.maximum):
-            raise ValueError(self.words + _hint(text, length))
-        return text
+            raise ValueError(self.words + _hint(text, None)) from None
+        if not parse_duration(MINIMUM) <= span.length <= parse_duration(self.maximum):
+            raise ValueError(self.words + _hint(text, span.length))
+        return span
 
     def _refuse_a_number(self, value: Any) -> Any:
         if isinstance(value, int | float) and not isinstance(value, bool):

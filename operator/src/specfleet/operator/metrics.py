@@ -30,7 +30,6 @@ from specfleet.operator.api import (
     MetricsSource,
 )
 from specfleet.operator.children import TRACKS, Track
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import (
     MAX_SERIES,
     SERIES_READ,
@@ -91,7 +90,7 @@ class Outbound:
         object.__setattr__(self, "prometheus_urls", urls)
 
     def timeout(self, metrics: Metrics) -> float:
-        asked = parse_duration(metrics.scrape_timeout).total_seconds()
+        asked = metrics.scrape_timeout.length.total_seconds()
         return min(asked, self.max_timeout)
 
     def listed(self, url: str) -> bool:

@@ -38,7 +38,6 @@ from datetime import datetime
 
 from specfleet.operator import schedule
 from specfleet.operator.api import ScheduledBand, SpeculativeModelSpec, SpeculativeModelStatus
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation
 from specfleet.operator.simulate import (
     Decider,
@@ -291,7 +290,7 @@ class TrtLlmGate:
 
     @staticmethod
     def _interval(spec: SpeculativeModelSpec) -> float:
-        return parse_duration(spec.tuning.interval).total_seconds()
+        return spec.tuning.interval.length.total_seconds()
 
 
 # ------------------------------------------------------ vLLM adaptive verification

@@ -40,7 +40,7 @@ REPROBE_HOLD = SWITCH_HORIZON
 def next_reprobe(run: Run, failed: int) -> datetime:
     """reprobeAfter from now, doubled for each of the `failed` re-probes in a row."""
     doublings = min(failed, MAX_REPROBE_DOUBLINGS)
-    return run.now + run.seconds(run.spec.rollback.reprobe_after) * (1 << doublings)
+    return run.now + run.spec.rollback.reprobe_after.length * (1 << doublings)
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ def due(run: Run, stable: Judged) -> Reprobe | None:
     if window is None or window.generation_tokens <= 0:
         return None  # an idle fleet measures nothing: the re-probe waits for traffic
     k, why = recovered_k(run, window.batch_per_pod), "BackoffElapsed"
-    cooled = sp.since_change.at is None or run.now - sp.since_change.at >= run.seconds(
-        spec.tuning.cooldown
+    cooled = (
+        sp.since_change.at is None or run.now - sp.since_change.at >= spec.tuning.cooldown.length
     )
     # After a re-probe that measured no gain, the prediction waits out the back-off too.
     backed_off = off.failed_reprobes == 0 or run.now >= off.reprobe_at
@@ -219,7 +219,7 @@ def remember_rejected(
     run.sp.rejected = Rejected(
         tokens=sorted({*(before.tokens if before else ()), *tokens}),
         schedule=schedule if schedule is not None else before.schedule if before else None,
-        until=run.now + run.seconds(run.spec.rollback.reprobe_after),
+        until=run.now + run.spec.rollback.reprobe_after.length,
     )
 
 

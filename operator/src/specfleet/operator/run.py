@@ -24,7 +24,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionChange, ConditionStatus, set_condition
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
 from specfleet.operator.prediction import Prediction, predict_ks, window_conditional, with_deeper
@@ -138,10 +137,6 @@ class Run:
         write of status.stepCost is its only change."""
         return speed.cost_in(self.status.step_cost, self.drafting)
 
-    def collected(self, track: Track) -> OpenWindow | None:
-        windows = self.status.open_windows
-        return None if windows is None else getattr(windows, track)
-
     def keep_collecting(self, track: Track, collected: OpenWindow | None) -> None:
         self.status.open_windows = with_collected(self.status.open_windows, track, collected)
 
@@ -151,9 +146,6 @@ class Run:
         Pending past canaryPendingTimeout switched to (status.speculation.strategy)."""
         strategy = self.sp.strategy or self.spec.tuning.strategy
         return strategy is TuningStrategy.IN_PLACE
-
-    def seconds(self, duration: str) -> timedelta:
-        return parse_duration(duration)
 
     def required_gain(self) -> float:
         """The relative goodput gain a change of K must promise (and a trial prove):
@@ -198,5 +190,5 @@ class Run:
         there and one back, and `loss` (the goodput it gives up while it runs) over the
         windows that judge it."""
         tuning = self.spec.tuning
-        runs = tuning.canary_windows * self.seconds(tuning.interval).total_seconds()
+        runs = tuning.canary_windows * tuning.interval.length.total_seconds()
         return 2 * self.restart_cost() + loss * runs / SWITCH_HORIZON.total_seconds()

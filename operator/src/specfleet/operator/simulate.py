@@ -37,7 +37,6 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.children import TRACKS, Track
 from specfleet.operator.counts import Counts
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import (
     HotTrack,
     Observation,
@@ -588,7 +587,7 @@ class _Simulation:
         self.spec = spec = scenario_spec(scenario)
         self.drafting = spec.draft.method.runtime.drafting
         self.cost = scenario.engine_cost
-        self.interval = parse_duration(spec.tuning.interval).total_seconds()
+        self.interval = spec.tuning.interval.length.total_seconds()
         self.floor = spec.rollback.min_acceptance
         self.rng = random.Random(seed)
         self.seed = seed

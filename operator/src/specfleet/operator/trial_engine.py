@@ -39,13 +39,7 @@ from specfleet.operator.trial_stats import (
     totals_merge,
     totals_rate,
 )
-from specfleet.operator.windows import (
-    Judged,
-    judge_collected,
-    judge_plain,
-    timed_k0_band,
-    with_collected,
-)
+from specfleet.operator.windows import Judged, judge_canary, timed_k0_band
 
 
 @dataclass(frozen=True)
@@ -93,7 +87,7 @@ def count_stable(run: Run, totals: TrackTotals, stable: Judged, *, k0_band: bool
 def pending_seconds(run: Run, pending: float | None) -> float | None:
     """How long the canary pod has been Pending since `pending` (a timestamp), once past
     canaryPendingTimeout (no node for it: the trial goes on in place); None before."""
-    limit = run.seconds(run.spec.tuning.canary_pending_timeout).total_seconds()
+    limit = run.spec.tuning.canary_pending_timeout.length.total_seconds()
     if pending is None or run.now.timestamp() - pending < limit:
         return None
     return run.now.timestamp() - pending
@@ -369,22 +363,6 @@ def _take_turns(
     return Advanced(record, open_windows, step, turn)
 
 
-def judge_canary(
-    run: Run, record: TrialRecord, window: TrackWindow | None
-) -> tuple[Judged, OpenWindows | None]:
-    """The canary's `window` judged, and status.openWindows after it. A K's window is
-    added to what the canary collected before (a window with too few drafts grows over
-    the next intervals); plain decoding's (K 0) is judged alone: its speed is what it
-    measures, and it collects nothing."""
-    collected = run.collected("canary")
-    if record.plain:
-        return judge_plain(run.spec, window), run.status.open_windows
-    judged, collecting = judge_collected(
-        run.spec, run.now, collected, window, record.tokens, None, record.schedule
-    )
-    return judged, with_collected(run.status.open_windows, "canary", collecting)
-
-
 def advance(
     run: Run,
     kind: TrialKind[Record],
@@ -413,7 +391,7 @@ def advance(
         pending = pending_seconds(run, canary_pending_since)
         # Asked before the stable window is counted: it reads the canary's side only.
         waiting = kind.waits_for_canary(record, canary_pending_since is not None)
-        canary, open_windows = judge_canary(run, record, canary_window)
+        canary, open_windows = judge_canary(run.spec, run.status, record, canary_window, run.now)
         if pending is not None and kind.may_go_in_place:
             return Advanced(record, open_windows, InPlaceInstead(pending))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)

@@ -244,13 +244,13 @@ class KTrial:
         ends inconclusive."""
         run, spec = self.run, self.run.spec
         started = record.started_at
-        interval = run.seconds(spec.tuning.interval)
+        interval = spec.tuning.interval.length
         # Each canary window may grow up to maxWindowAge before it is conclusive.
-        longest = max(interval, run.seconds(spec.tuning.max_window_age))
+        longest = max(interval, spec.tuning.max_window_age.length)
         deadline = (
             longest * spec.tuning.canary_windows * TRIAL_EXTENSION
             + interval * spec.tuning.max_inconclusive_windows
-            + run.seconds(spec.tuning.canary_pending_timeout)
+            + spec.tuning.canary_pending_timeout.length
         )
         if run.now - started <= deadline:
             return None
@@ -543,7 +543,7 @@ def _abort(run: Run, trial: Trial, sides: Sides, *, reject: bool, judged: bool) 
             update={"failed_reprobes": failed, "reprobe_at": next_reprobe(run, failed)}
         )
     elif off is not None:
-        later = run.now + run.seconds(run.spec.tuning.cooldown)
+        later = run.now + run.spec.tuning.cooldown.length
         off = off.model_copy(update={"reprobe_at": later})
     # A schedule that failed is rejected, not its largest K.
     rejected_schedule = sides.tried if reject else None

@@ -279,7 +279,7 @@ def _cooled(run: Run) -> bool:
     aborted trial (there and back) included. Pods that take K hot restart for none."""
     sp, spec = run.sp, run.spec
     changed_at = sp.since_change.at
-    if changed_at is not None and run.now - changed_at < run.seconds(spec.tuning.cooldown):
+    if changed_at is not None and run.now - changed_at < spec.tuning.cooldown.length:
         return False
     if not run.trials_in_place or hot_schedules.in_effect(spec, run.status):
         return True

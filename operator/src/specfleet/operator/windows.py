@@ -23,10 +23,10 @@ from specfleet.operator.api import (
     SpeculationState,
     SpeculativeModelSpec,
     SpeculativeModelStatus,
+    TrialRecord,
 )
 from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionChange, condition_status
-from specfleet.operator.durations import parse_duration
 from specfleet.operator.observations import Observation, TrackWindow
 from specfleet.operator.outcomes import EMPTY_WINDOWS, Action, ActionKind, WindowVerdict
 from specfleet.operator.rollback_metrics import rollback_metric_of
@@ -145,11 +145,10 @@ def judge_collected(
     one request in flight a decision takes a few intervals, not forever. A window that
     reaches tuning.maxWindowAge unjudged is dropped as inconclusive. Returns the window
     judged and what the track collects on (status.openWindows; None: nothing)."""
-    max_age = parse_duration(spec.tuning.max_window_age)
+    max_age = spec.tuning.max_window_age.length
     if collected is not None and (
         # Left over from another K, or from before a gap with no data at all.
-        collected.tokens != tokens
-        or now - collected.since > max_age + parse_duration(spec.tuning.interval)
+        collected.tokens != tokens or now - collected.since > max_age + spec.tuning.interval.length
     ):
         collected = None
     alone = judge(spec, window, baseline)
@@ -210,6 +209,32 @@ def judge_stable(
         running,
     )
     return judged, collecting, True
+
+
+def judge_canary(
+    spec: SpeculativeModelSpec,
+    status: SpeculativeModelStatus,
+    record: TrialRecord,
+    window: TrackWindow | None,
+    now: datetime,
+) -> tuple[Judged, OpenWindows | None]:
+    """The canary's `window` on the trial `record` judged, and status.openWindows after
+    it. A K's window is added to what the canary collected before (a window with too few
+    drafts grows over the next intervals); plain decoding's (K 0) is judged alone: its
+    speed is what it measures, and it collects nothing."""
+    open_windows = status.open_windows
+    if record.plain:
+        return judge_plain(spec, window), open_windows
+    judged, collecting = judge_collected(
+        spec,
+        now,
+        open_windows.canary if open_windows is not None else None,
+        window,
+        record.tokens,
+        None,
+        record.schedule,
+    )
+    return judged, with_collected(open_windows, "canary", collecting)
 
 
 def acceptance_window(

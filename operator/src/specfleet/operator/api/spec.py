@@ -50,7 +50,7 @@ from specfleet.operator.api.pod import (
     UniqueNames,
     is_zero,
 )
-from specfleet.operator.durations import Duration, parse_duration
+from specfleet.operator.durations import Duration, Span
 from specfleet.operator.rules import DELETE, Refusal, Rule
 
 # The runtime's config is the contract the operator renders; the API shares its
@@ -660,7 +660,7 @@ class Tuning(SpecModel):
         default=TuningStrategy.CANARY,
         description="Canary: try a candidate K on one extra pod; InPlace: roll all pods.",
     )
-    interval: Annotated[str, Duration("1h", "Length of one metrics window.")] = "60s"
+    interval: Annotated[Span, Duration("1h", "Length of one metrics window.")] = Span("60s")
     min_draft_tokens: int = Field(
         default=20000,
         ge=1,
@@ -668,9 +668,9 @@ class Tuning(SpecModel):
         "grows over the next intervals until it has them or reaches maxWindowAge.",
     )
     max_window_age: Annotated[
-        str, Duration("24h", "Longest a window may grow to collect minDraftTokens.")
-    ] = "20m"
-    cooldown: Annotated[str, Duration("720h", "Quiet time after any change of K.")] = "5m"
+        Span, Duration("24h", "Longest a window may grow to collect minDraftTokens.")
+    ] = Span("20m")
+    cooldown: Annotated[Span, Duration("720h", "Quiet time after any change of K.")] = Span("5m")
     canary_windows: int = Field(
         default=3, ge=1, description="Conclusive windows compared before promoting a canary."
     )
@@ -689,8 +689,8 @@ class Tuning(SpecModel):
         description="Margin above the floor a candidate's predicted acceptance must clear.",
     )
     canary_pending_timeout: Annotated[
-        str, Duration("24h", "A canary pod Pending this long switches to InPlace.")
-    ] = "5m"
+        Span, Duration("24h", "A canary pod Pending this long switches to InPlace.")
+    ] = Span("5m")
     max_inconclusive_windows: int = Field(
         default=5, ge=1, description="Inconclusive windows in a row before MetricsAvailable=False."
     )
@@ -742,13 +742,13 @@ class Rollback(SpecModel):
         default=2, ge=1, description="Conclusive failing windows in a row before rolling back."
     )
     reprobe_after: Annotated[
-        str,
+        Span,
         Duration(
             "720h",
             "Back-off before speculation is tried again once disabled; each re-probe "
             "that is disabled again doubles it, up to 16 times.",
         ),
-    ] = "30m"
+    ] = Span("30m")
 
 
 class Rollout(SpecModel):
@@ -775,8 +775,8 @@ class Rollout(SpecModel):
         "negative lets a slightly slower config through (-0.02: at most 2% slower).",
     )
     timeout: Annotated[
-        str, Duration("720h", "A trial not decided by then is rejected; the stable pods stay.")
-    ] = "2h"
+        Span, Duration("720h", "A trial not decided by then is rejected; the stable pods stay.")
+    ] = Span("2h")
 
 
 def _owned(args: list[str], pattern: str) -> tuple[str, str] | None:
@@ -1269,13 +1269,13 @@ class Metrics(SpecModel):
     )
     prometheus: PrometheusEndpoint | None = None
     scrape_timeout: Annotated[
-        str,
+        Span,
         Duration(
             "5m",
             "Timeout of one scrape or query; at most the operator's --max-scrape-timeout "
             "(the chart's evaluation.maxScrapeTimeout, 30s by default).",
         ),
-    ] = "5s"
+    ] = Span("5s")
 
 
 def _suffix_at_one_k(speculation: dict[str, Any]) -> dict[str, Any]:
@@ -1412,8 +1412,8 @@ class SpeculativeModelSpec(SpecModel):
             "rollout.timeout must be at least rollout.windows times tuning.interval: a config "
             "trial needs that many windows before it can be judged",
             lambda s: (
-                int(parse_duration(s.rollout.timeout).total_seconds())
-                >= int(parse_duration(s.tuning.interval).total_seconds()) * s.rollout.windows
+                int(s.rollout.timeout.length.total_seconds())
+                >= int(s.tuning.interval.length.total_seconds()) * s.rollout.windows
             ),
             ".rollout.timeout",
             found=lambda s: f"{s.rollout.timeout} < {s.rollout.windows} x {s.tuning.interval}",
