@@ -1,8 +1,8 @@
 """The rollback metrics (spec.rollback.metric), one row each: how a window and a trial's
 totals measure it, what it is expected to be at a K, whether it caps K, and what a
 window needs to say anything of it. A new metric is one row here, a value of
-`api.RollbackMetric` and its alert branch in the chart (tests/test_alerts.py checks each
-metric has one)."""
+`api.RollbackMetric` and its alert branch in the chart (tests/test_rollback_metrics.py
+checks each metric has one)."""
 
 from __future__ import annotations
 
