@@ -116,6 +116,11 @@ def _collect(
     )
 
 
+def collected_on(windows: OpenWindows | None, track: Track) -> OpenWindow | None:
+    """What `track` has collected so far (status.openWindows; None: nothing)."""
+    return None if windows is None else getattr(windows, track)
+
+
 def with_collected(
     windows: OpenWindows | None, track: Track, collected: OpenWindow | None
 ) -> OpenWindows | None:
@@ -202,7 +207,7 @@ def judge_stable(
     judged, collecting = judge_collected(
         spec,
         now,
-        open_windows.stable if open_windows is not None else None,
+        collected_on(open_windows, "stable"),
         observation.stable,
         sp.stable_k,
         sp.since_change.baseline_acceptance,
@@ -228,7 +233,7 @@ def judge_canary(
     judged, collecting = judge_collected(
         spec,
         now,
-        open_windows.canary if open_windows is not None else None,
+        collected_on(open_windows, "canary"),
         window,
         record.tokens,
         None,
