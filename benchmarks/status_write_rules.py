@@ -40,6 +40,7 @@ from benchmarks.operator_scale import (  # noqa: E402
     kubectl,
     log,
 )
+from benchmarks.scale_report import markdown_table  # noqa: E402
 from benchmarks.status_write_cost import apply_models, write  # noqa: E402
 
 CRD = ROOT / "crds" / "specfleet.io_speculativemodels.yaml"
@@ -119,14 +120,15 @@ def main() -> None:
         apply_crd(generated)
         delete_namespace(namespace)
     print(f"{args.models} models, a status PUT each a round and variant, one at a time")
-    print("| variant | spec rules | ms CPU a write, each round | median ratio to as generated |")
-    print("|---|---|---|---|")
     generated_ms = {c["round"]: c["ms"] for c in costs if c["variant"] == "as generated"}
+    rows = []
     for name in VARIANTS:
         mine = [c for c in costs if c["variant"] == name]
         ratios = [c["ms"] / generated_ms[c["round"]] for c in mine]
         each = ", ".join(f"{c['ms']:.2f}" for c in mine)
-        print(f"| {name} | {mine[0]['spec_rules']} | {each} | {statistics.median(ratios):.2f} |")
+        rows.append([name, str(mine[0]["spec_rules"]), each, f"{statistics.median(ratios):.2f}"])
+    header = ["variant", "spec rules", "ms CPU a write, each round", "median ratio to as generated"]
+    print(markdown_table(header, rows))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"models": args.models, "costs": costs}, indent=1))
