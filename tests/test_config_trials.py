@@ -20,7 +20,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.configs import config_of
-from specfleet.operator.observations import Observation
+from specfleet.operator.observations import CanaryPending, Observation
 from specfleet.operator.run import working_copy
 from specfleet.operator.track_plan import plan
 from specfleet.operator.tuner import decide, sync_with_spec
@@ -294,7 +294,7 @@ def test_a_canary_pending_too_long_goes_on_in_place() -> None:
     pending = Observation(
         stable=stable,
         canary=None,
-        canary_pending_since=(fleet.now - timedelta(minutes=6)).timestamp(),
+        canary_pending=CanaryPending((fleet.now - timedelta(minutes=6)).timestamp(), None),
     )
     decided = decide(fleet.spec, fleet.status, pending, fleet.now)
     assert [a.kind for a in decided.actions if a.kind != "Inconclusive"] == ["InPlaceFallback"]

@@ -23,11 +23,10 @@ from specfleet.operator.children import Track
 from specfleet.operator.configs import config_of
 from specfleet.operator.evaluation import Evaluator
 from specfleet.operator.metrics import Outbound, scrape
-from specfleet.operator.observations import ScrapeTarget
+from specfleet.operator.observations import CanaryPending, ScrapeTarget
 from specfleet.operator.pod_reading import (
     CurrentPods,
-    canary_pending_reason,
-    canary_pending_since,
+    canary_pending,
     current_pods,
     runtime_failures,
     scrape_targets,
@@ -122,10 +121,9 @@ def test_an_unschedulable_canary_reports_since_when(peagle_manifest: dict[str, A
         ],
     )
     pending["metadata"]["creationTimestamp"] = "2026-11-29T12:00:00Z"
-    assert canary_pending_since(ObservedChildren(pods=[pending])) == 1795953600.0
-    assert canary_pending_reason(ObservedChildren(pods=[pending])) == SCHEDULER_SAYS
-    stable = ObservedChildren(pods=[_pod("s", model, "stable")])
-    assert canary_pending_since(stable) is None and canary_pending_reason(stable) is None
+    said = CanaryPending(1795953600.0, SCHEDULER_SAYS)
+    assert canary_pending(ObservedChildren(pods=[pending])) == said
+    assert canary_pending(ObservedChildren(pods=[_pod("s", model, "stable")])) is None
 
 
 SCHEDULER_SAYS = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."

@@ -11,6 +11,7 @@ from specfleet.operator import exploration, speed, track_plan
 from specfleet.operator.api import Decision, SpeculativeModelStatus, StepTimeSample
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import ActionKind, TrialStart
+from specfleet.operator.prediction import predictions_at
 from specfleet.operator.run import Run
 from specfleet.operator.tuner import decide
 from specfleet.runtime.config import Drafting
@@ -56,7 +57,8 @@ def _run(status: SpeculativeModelStatus, samples: list[StepTimeSample]) -> Run:
 
 
 def _choose(run: Run) -> exploration.Exploration | None:
-    predicted = run.predictions(window(CODE, 3, batch=BATCH))
+    shown = window(CODE, 3, batch=BATCH)
+    predicted = predictions_at(run.spec, shown, run.sp.good_acceptance, run.cost)
     eligible = [p for k, p in predicted.items() if k != 3]
     return exploration.choose(run, eligible, predicted[3], BATCH)
 

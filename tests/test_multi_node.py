@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from specfleet.operator import render
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.children import owned_pods, owned_workers
-from specfleet.operator.pod_reading import canary_pending_reason, canary_pending_since
+from specfleet.operator.observations import CanaryPending
+from specfleet.operator.pod_reading import canary_pending
 from specfleet.operator.status import ObservedChildren, summarize
 from specfleet.operator.track_plan import plan
 from specfleet.runtime.cli import engine_env
@@ -225,15 +226,14 @@ def test_a_canary_group_whose_worker_no_node_takes_is_pending_with_the_scheduler
     assert [pod["metadata"]["name"] for pod in workers] == ["llama-405b-canary-0-1"]
 
     children = ObservedChildren(stable=stable, canary=canary, pods=pods, workers=workers)
-    assert canary_pending_reason(children) == NO_NODE
-    assert canary_pending_since(children) == 1796259600.0
+    assert canary_pending(children) == CanaryPending(1796259600.0, NO_NODE)
     status = summarize(model, children, T0)
     progressing = next(c for c in status.conditions if c.type == ConditionType.PROGRESSING)
     assert progressing.reason == "Unschedulable"
     assert NO_NODE in progressing.message
     # Without its workers read, the group's leader alone says nothing of it.
     alone = ObservedChildren(stable=stable, canary=canary, pods=pods)
-    assert canary_pending_reason(alone) is None and canary_pending_since(alone) is None
+    assert canary_pending(alone) is None
 
 
 NO_NODE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."

@@ -37,7 +37,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.configs import config_of
 from specfleet.operator.fleet import status_json
-from specfleet.operator.observations import Observation, TrackWindow
+from specfleet.operator.observations import CanaryPending, Observation, TrackWindow
 from specfleet.operator.tuner import decide
 
 OLD = Path(__file__).parent / "data" / "status-v1"
@@ -195,8 +195,9 @@ def _decided_on(record: dict[str, Any]) -> tuple[list[str], SpeculativeModelStat
     observation = Observation(
         _window(record["stable"]),
         _window(record["canary"]),
-        canary_pending_since=record["canaryPendingSince"],
-        canary_pending_reason=record.get("canaryPendingReason"),
+        canary_pending=None
+        if record["canaryPendingSince"] is None
+        else CanaryPending(record["canaryPendingSince"], record.get("canaryPendingReason")),
         runtime_failures=record.get("runtimeFailures") or {},
     )
     decided = decide(spec, old, observation, datetime.fromisoformat(record["now"]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from specfleet.operator import exploration, speed
 from specfleet.operator.api import Decision, OffReason, SpeculativeModelStatus
 from specfleet.operator.outcomes import ActionKind, TrialOutcome, TrialStart
-from specfleet.operator.prediction import plain
+from specfleet.operator.prediction import plain, predictions_at
 from specfleet.operator.run import Run
 from specfleet.runtime.sim_model import StepCost
 from tests.decisions import CODE, NO_K_PAYS, UNDER_FLOOR, Fleet, make_spec, window
@@ -96,7 +96,8 @@ def test_plain_decoding_is_explored_on_its_own_budget() -> None:
     budget of Ks it would crowd them out, so it has its own."""
     samples = [sample(WIDE_KNEE, 3)]
     fresh = _run(SpeculativeModelStatus(), samples)
-    predicted = fresh.predictions(window(CODE, 3, batch=BATCH))
+    shown = window(CODE, 3, batch=BATCH)
+    predicted = predictions_at(fresh.spec, shown, fresh.sp.good_acceptance, fresh.cost)
     candidates = [p for k, p in predicted.items() if k != 3] + [plain(BATCH, fresh.cost)]
 
     def choose(history: list[Decision]) -> exploration.Exploration | None:

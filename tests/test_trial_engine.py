@@ -19,7 +19,7 @@ from specfleet.operator.api import (
     TrackTotals,
     TrialRecord,
 )
-from specfleet.operator.observations import Observation, TrackWindow
+from specfleet.operator.observations import CanaryPending, Observation, TrackWindow
 from specfleet.operator.outcomes import TrialOutcome, WindowVerdict
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -106,7 +106,8 @@ def advanced(
 ) -> tuple[TrialRecord, Step]:
     """`advance`'s record and step, checking that the record handed to it is unchanged."""
     before = record.model_dump()
-    result = advance(_run(), kind, record, stable, canary, pending_since)
+    pending = None if pending_since is None else CanaryPending(pending_since, "no GPU")
+    result = advance(_run(), kind, record, stable, canary, pending)
     assert record.model_dump() == before, "the engine changed the record it was handed"
     return result.record, result.step
 
@@ -163,7 +164,7 @@ def test_windows_under_the_floor_end_the_trial_counted() -> None:
 def test_a_canary_pending_past_its_timeout_is_replaced_in_place_where_the_kind_may() -> None:
     long_ago, canary = T0.timestamp() - 600, placed(Placement.CANARY)
     record, step = advanced(Kind(), canary, _judged(3), window(CODE, 4), long_ago)
-    assert step == InPlaceInstead(600.0) and record == canary  # nothing counted
+    assert step == InPlaceInstead(600.0, "no GPU") and record == canary  # nothing counted
     kept = Kind(may_go_in_place=False)
     assert advanced(kept, canary, _judged(3), window(CODE, 4), long_ago)[1] is Next.MEASURE
     recent = T0.timestamp() - 60
@@ -295,7 +296,7 @@ def test_a_config_trial_goes_on_in_place_on_a_new_record(monkeypatch: pytest.Mon
     pending = Observation(
         stable=window(CHAT, fleet.status.speculation.tokens or 3, engine=ENGINE),
         canary=None,
-        canary_pending_since=(fleet.now - timedelta(minutes=6)).timestamp(),
+        canary_pending=CanaryPending((fleet.now - timedelta(minutes=6)).timestamp(), None),
     )
     decided = decide(fleet.spec, fleet.status, pending, fleet.now)
     assert isinstance(seen[-1].step, InPlaceInstead)
@@ -402,8 +403,7 @@ def test_a_canary_pending_too_long_goes_in_place_and_nothing_else() -> None:
     pending = Observation(
         None,
         window(CODE, 4),
-        canary_pending_since=T0.timestamp() - 600,
-        canary_pending_reason="no GPU",
+        canary_pending=CanaryPending(T0.timestamp() - 600, "no GPU"),
     )
     _fed(kind, placed(Placement.CANARY), _judged(3), pending)
     assert [name for name, _ in kind.calls] == ["keep", "fall back in place"]

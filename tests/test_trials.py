@@ -16,7 +16,7 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.counts import Counts
 from specfleet.operator.durations import parse_duration
-from specfleet.operator.observations import Observation
+from specfleet.operator.observations import CanaryPending, Observation
 from specfleet.operator.outcomes import ActionKind, TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.trial_stats import TRIAL_EXTENSION, goodput_gain, totals_add
@@ -138,7 +138,7 @@ def test_pending_canary_falls_back_to_in_place() -> None:
     pending_since = fleet.now.timestamp()
     fleet.now += timedelta(minutes=10)
     waiting = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
-    kinds = fleet.step(CODE, canary_pending_since=pending_since, canary_pending_reason=waiting)
+    kinds = fleet.step(CODE, canary_pending=CanaryPending(pending_since, waiting))
     assert "InPlaceFallback" in kinds
     # What the canary waited for is in status: the scheduler's own words.
     assert f"the scheduler says: {waiting}" in fleet.status.history[-1].reason

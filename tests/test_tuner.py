@@ -22,7 +22,7 @@ from specfleet.operator.api import (
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
 from specfleet.operator.intake import take_in
-from specfleet.operator.observations import Observation
+from specfleet.operator.observations import CanaryPending, Observation
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.run import Run
@@ -160,12 +160,8 @@ def test_invariants(run: tuple[SpeculativeModelSpec, list[Any], list[float | Non
             if (on_canary := status.canary_run) is not None:
                 canary = replace(window(profile, on_canary[0], 5_000), pods=1)
         now += timedelta(minutes=1)
-        decided = decide(
-            spec,
-            status,
-            Observation(stable, canary, canary_pending_since=pending_since),
-            now,
-        )
+        waiting = None if pending_since is None else CanaryPending(pending_since, None)
+        decided = decide(spec, status, Observation(stable, canary, canary_pending=waiting), now)
         kinds = [a.kind for a in decided.actions]
         new = decided.status.speculation
 

@@ -49,7 +49,7 @@ from specfleet.operator.trial_engine import (
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION
 from specfleet.operator.trials import end_trial
-from specfleet.operator.windows import Judged
+from specfleet.operator.windows import Judged, with_collected
 
 
 def sync(run: Run) -> None:
@@ -293,7 +293,7 @@ class ConfigKind:
             return Ended(TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")
         timeout = run.spec.rollout.timeout.length
         if run.now - record.started_at > timeout and not _waits_for_canary(
-            record, observation.canary_pending_since is not None
+            record, observation.canary_pending is not None
         ):
             return Ended(
                 TrialOutcome.TIMEOUT,
@@ -325,7 +325,7 @@ class ConfigKind:
         # The trial starts here: its canary never ran.
         update = {"in_place": in_place, "schedule": None, "started_at": run.now}
         self._state.trial = trial = record.model_copy(update=update)
-        run.keep_collecting("canary", None)
+        run.status.open_windows = with_collected(run.status.open_windows, "canary", None)
         run.act(
             ActionKind.IN_PLACE_FALLBACK,
             "CanaryPending",
@@ -414,7 +414,7 @@ class ConfigKind:
 def _waits_for_canary(trial: ConfigTrial, pending: bool) -> bool:
     """The trial's canary has not run: its pod is Pending, or its Deployment cannot create
     it (`pending`: quota, admission, a missing ServiceAccount:
-    pod_reading.canary_pending_since), and no window of the new config is in."""
+    pod_reading.canary_pending), and no window of the new config is in."""
     return pending and trial.placement is Placement.CANARY and trial.canary.windows == 0
 
 
@@ -434,7 +434,7 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
         state.running, state.trial, state.rejected = wanted, None, None
     k, bands = _matched(run)
     k = trial.tokens if trial is not None else k
-    run.keep_collecting("canary", None)
+    run.status.open_windows = with_collected(run.status.open_windows, "canary", None)
     run.status.step_cost = None  # measured with another draft, image or vLLM
     run.drafting = sp.drafting = wanted.method.runtime.drafting
     sp.schedule = bands
@@ -458,7 +458,7 @@ def _end(run: Run, trial: ConfigTrial) -> None:
             tokens = place.previous_tokens or run.spec.speculation.tokens
             run.stable_runs(tokens, place.previous_schedule)
         return
-    run.keep_collecting("canary", None)
+    run.status.open_windows = with_collected(run.status.open_windows, "canary", None)
 
 
 def forget_canary_schedule(run: Run) -> None:

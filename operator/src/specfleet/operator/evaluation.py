@@ -58,9 +58,8 @@ class Evaluator:
             observation = tracker.observe(samples, reading.tokens, reading.hot_tracks)
         observation = replace(
             observation,
-            canary_pending_since=reading.canary_pending_since,
+            canary_pending=reading.canary_pending,
             runtime_failures=reading.runtime_failures,
-            canary_pending_reason=reading.canary_pending_reason,
         )
         decided = tuner.decide_planned(
             model.spec,

@@ -24,7 +24,9 @@ from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.plain import PlainMeasure, how_measured, start_measuring
 from specfleet.operator.prediction import (
     Prediction,
+    conditional_for,
     fastest_and_plain,
+    predictions_at,
     window_conditional,
 )
 from specfleet.operator.reprobes import held, remember_rejected, with_acceptance
@@ -111,7 +113,7 @@ def plan_rollback(run: Run, judged: Judged) -> Rollback:
         return _roll_back_schedule(run, judged, why)
     # A K that failed the floor is not proposed again, nor any larger one, for a while.
     rejected = range(current, spec.speculation.max_tokens + 1)
-    predicted = run.predictions(judged.window)
+    predicted = predictions_at(run.spec, judged.window, run.sp.good_acceptance, run.cost)
     good = sp.last_known_good
     lkg = good.tokens if good else None
     if (
@@ -179,7 +181,7 @@ def _roll_back_schedule(run: Run, judged: Judged, why: str) -> Rollback:
     k = (good.tokens if good else None) or min(schedule.drafting_ks(failed))
     # The one K is held to rollback()'s standard: predicted to clear the floor, else the
     # largest smaller K predicted to clear it with the margin, else below_floor.
-    predicted = run.predictions(judged.window)
+    predicted = predictions_at(run.spec, judged.window, run.sp.good_acceptance, run.cost)
     if k in predicted and predicted[k].metric < run.floor:
         fails = f"K={k} is predicted {predicted[k].metric:.3f}"
         lower = _largest_clearing_below(run, predicted, k)
@@ -224,7 +226,10 @@ def plan_below_floor(run: Run, judged: Judged, why: str) -> BelowFloor:
     assert judged.window is not None and sp.tokens is not None
     current = sp.tokens
     fastest, plain = fastest_and_plain(
-        spec, run.conditional(judged.window), judged.window.batch_per_pod, run.cost
+        spec,
+        conditional_for(judged.window, run.sp.good_acceptance),
+        judged.window.batch_per_pod,
+        run.cost,
     )
     gain = fastest.goodput / plain - 1
     metric = judged.metric.value if judged.metric else None

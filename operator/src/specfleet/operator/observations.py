@@ -308,23 +308,31 @@ class TrackWindow(Counts):
 
 
 @dataclass(frozen=True)
+class CanaryPending:
+    """A canary pod that does not run: Pending for want of a node, or never created (its
+    Deployment's ReplicaFailure). `since`: the Unix time it has waited since; `reason`:
+    what the scheduler or the Deployment controller said of it (None: nothing)."""
+
+    since: float
+    reason: str | None
+
+
+@dataclass(frozen=True)
 class Observation:
     """What one evaluation saw.
 
     `errors` names the pods whose readings were left out, and why. `prometheus_error` says
-    why Prometheus gave nothing at all. `canary_pending_since` is filled in by the
-    operator, not by WindowTracker: the Unix time since when the canary pod has been
-    Pending (None when it is not Pending), and `canary_pending_reason` what the scheduler
-    said of it. `runtime_failures` too: per track, why a pod's runtime failed (a preflight
-    refusal, vLLM exiting), if one did.
+    why Prometheus gave nothing at all. `canary_pending` is filled in by the operator, not
+    by WindowTracker, from the children (None: the canary is not kept waiting).
+    `runtime_failures` too: per track, why a pod's runtime failed (a preflight refusal,
+    vLLM exiting), if one did.
     """
 
     stable: TrackWindow | None
     canary: TrackWindow | None
     errors: dict[str, PodError] = field(default_factory=dict)
     speculation_missing: bool = False
-    canary_pending_since: float | None = None
-    canary_pending_reason: str | None = None
+    canary_pending: CanaryPending | None = None
     prometheus_error: str | None = None
     runtime_failures: Mapping[str, str] = field(default_factory=dict)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 
 from specfleet.operator.outcomes import TrialStart
-from specfleet.operator.prediction import fastest_and_plain
+from specfleet.operator.prediction import conditional_for, fastest_and_plain
 from specfleet.operator.run import Run
 from specfleet.operator.speculation_off import stop_speculation
 from specfleet.operator.trials import start_trial
@@ -29,7 +29,7 @@ def stop_if_plain_is_faster(run: Run, judged: Judged) -> bool:
     stopped): no trial of a K is proposed then."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None
-    conditional = run.conditional(judged.window)
+    conditional = conditional_for(judged.window, run.sp.good_acceptance)
     batch = judged.window.batch_per_pod
     fastest, plain = fastest_and_plain(spec, conditional, batch, run.cost)
     if plain < fastest.goodput * (1 + run.required_gain()) or 0 in sp.rejected_tokens:
@@ -55,7 +55,9 @@ def measure_or_stop(run: Run, judged: Judged, reason: str) -> None:
     where no trial can measure it, speculation stops on the prediction."""
     if not measure_first(run, judged, reason):
         assert judged.window is not None
-        stop_speculation(run, reason, judged, run.conditional(judged.window))
+        stop_speculation(
+            run, reason, judged, conditional_for(judged.window, run.sp.good_acceptance)
+        )
 
 
 class PlainMeasure(Enum):

@@ -12,7 +12,7 @@ from typing import Any
 from specfleet.operator import render, track_plan
 from specfleet.operator.api import HotSchedule, SpeculativeModel
 from specfleet.operator.children import TRACKS, Track
-from specfleet.operator.observations import HotTrack, ScrapeTarget
+from specfleet.operator.observations import CanaryPending, HotTrack, ScrapeTarget
 from specfleet.operator.status import ObservedChildren, api_time, pod_ready, runtime_failure
 from specfleet.operator.track_plan import TrackPlans
 
@@ -108,33 +108,26 @@ def _canary_not_created(children: ObservedChildren) -> dict[str, Any] | None:
     return None
 
 
-def canary_pending_since(children: ObservedChildren) -> float | None:
-    """Since when a canary pod has waited for a node (the scheduler found no GPU), or its
-    Deployment has failed to create it (`_canary_not_created`): either way the canary
-    does not run, and a trial waits for it or goes on in place."""
+def canary_pending(children: ObservedChildren) -> CanaryPending | None:
+    """A canary pod waiting for a node (the scheduler found no GPU), or one its Deployment
+    has failed to create (`_canary_not_created`): either way the canary does not run, and
+    a trial waits for it or goes on in place. Its reason: what the scheduler said of the
+    Pending pod (e.g. '0/3 nodes are available: 3 Insufficient nvidia.com/gpu.'), or why
+    its pod could not be created (e.g. 'FailedCreate: pods "m-canary-..." is forbidden:
+    exceeded quota: ...')."""
     pending = _pending_canary(children)
     if pending is not None:
-        created = api_time(pending[0]["metadata"]["creationTimestamp"])
-        return created.timestamp() if created else None
+        pod, scheduled = pending
+        created = api_time(pod["metadata"].get("creationTimestamp"))
+        reason = scheduled.get("message") or scheduled.get("reason")
+        return CanaryPending(created.timestamp(), reason) if created else None
     failure = _canary_not_created(children)
     if failure is None:
         return None
     since = api_time(failure.get("lastTransitionTime") or failure.get("lastUpdateTime"))
-    return since.timestamp() if since else None
-
-
-def canary_pending_reason(children: ObservedChildren) -> str | None:
-    """What the scheduler said of the Pending canary pod (e.g. '0/3 nodes are
-    available: 3 Insufficient nvidia.com/gpu.'), or why its pod could not be created
-    (e.g. 'FailedCreate: pods "m-canary-..." is forbidden: exceeded quota: ...')."""
-    pending = _pending_canary(children)
-    if pending is not None:
-        return pending[1].get("message") or pending[1].get("reason")
-    failure = _canary_not_created(children)
-    if failure is None:
-        return None
-    reason, message = failure.get("reason") or "ReplicaFailure", failure.get("message") or ""
-    return f"its pod is not created ({reason}): {message}" if message else reason
+    cause, message = failure.get("reason") or "ReplicaFailure", failure.get("message") or ""
+    reason = f"its pod is not created ({cause}): {message}" if message else cause
+    return CanaryPending(since.timestamp(), reason) if since else None
 
 
 def _hot_tracks(hot: HotSchedule | None, plans: TrackPlans) -> dict[Track, HotTrack] | None:
@@ -150,14 +143,13 @@ class PodReading:
     """One evaluation's reading of a model's children, worked out once: what each track
     runs (`plans`), the scrape targets of its pods of the current config, the K each
     track's windows count for and where the stable pods take it hot, and what the pods'
-    state says (`observations.Observation` carries the last three)."""
+    state says (`observations.Observation` carries the last two)."""
 
     plans: TrackPlans
     targets: list[ScrapeTarget]
     tokens: dict[Track, int]
     hot_tracks: dict[Track, HotTrack] | None
-    canary_pending_since: float | None
-    canary_pending_reason: str | None
+    canary_pending: CanaryPending | None
     runtime_failures: dict[str, str]
 
 
@@ -169,8 +161,7 @@ def read(model: SpeculativeModel, children: ObservedChildren) -> PodReading:
         plans=plans,
         tokens={track: plans[track].tokens for track in TRACKS},
         hot_tracks=_hot_tracks(model.status.speculation.hot_schedule, plans),
-        canary_pending_since=canary_pending_since(children),
-        canary_pending_reason=canary_pending_reason(children),
+        canary_pending=canary_pending(children),
         runtime_failures=runtime_failures(current),
         targets=scrape_targets(plans, current),
     )

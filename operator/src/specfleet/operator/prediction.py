@@ -123,6 +123,28 @@ def with_deeper(measured: Sequence[float], known: Sequence[float] | None) -> lis
     return [*measured, *(min(g, c * moved) for g, c in zip(guessed, known[depth:], strict=True))]
 
 
+def conditional_for(window: TrackWindow, good_acceptance: Sequence[float] | None) -> list[float]:
+    """The conditional acceptance per position predictions start from: the window's,
+    and past the positions it drafted, as a deeper K last measured them
+    (`good_acceptance`, status.speculation.goodAcceptance)."""
+    measured = window_conditional(window)
+    if window.drafts == 0 and good_acceptance:
+        # A window of a schedule's K=0 band drafted nothing: what was measured last.
+        return list(good_acceptance)
+    return with_deeper(measured, good_acceptance)
+
+
+def predictions_at(
+    spec: SpeculativeModelSpec,
+    window: TrackWindow,
+    good_acceptance: Sequence[float] | None,
+    cost: FittedStepCost,
+) -> dict[int, Prediction]:
+    """Every K the spec allows, predicted at the window's batch (`conditional_for`)."""
+    conditional = conditional_for(window, good_acceptance)
+    return predict_ks(spec, conditional, window.batch_per_pod, cost)
+
+
 def predict_ks(
     spec: SpeculativeModelSpec, conditional: Sequence[float], batch: float, cost: FittedStepCost
 ) -> dict[int, Prediction]:

@@ -17,8 +17,10 @@ from specfleet.operator.api import (
 from specfleet.operator.outcomes import TrialStart
 from specfleet.operator.prediction import (
     Prediction,
+    conditional_for,
     plain,
     predict,
+    predictions_at,
 )
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import Run
@@ -55,7 +57,7 @@ def propose(run: Run, judged: Judged) -> Proposal | None:
     if mode is ScheduleMode.FIXED:
         return None  # the spec's schedule runs as written
     assert judged.window is not None
-    conditional = run.conditional(judged.window)
+    conditional = conditional_for(judged.window, run.sp.good_acceptance)
     if schedule.learning(
         run.spec, run.sp.load, conditional, run.cost, scheduled=run.sp.schedule is not None
     ):
@@ -69,7 +71,7 @@ def _propose_schedule(run: Run, judged: Judged) -> Proposal | None:
     first, where they beat both (a schedule's K=0 band pays the K=0 tax, they do not)."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
-    conditional = run.conditional(judged.window)
+    conditional = conditional_for(judged.window, run.sp.good_acceptance)
     running = sp.schedule or [ScheduledBand(tokens=sp.tokens)]
     parallel = hot_schedules.drafts_its_ceiling(spec, run.status)
     best = schedule.learn(spec, sp.load, conditional, run.cost, parallel=parallel)
@@ -121,7 +123,7 @@ def _propose_k(run: Run, judged: Judged) -> Proposal | None:
     a K the fit is unsure of, explored if its interval allows that gain (exploration)."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
-    predicted = run.predictions(judged.window)
+    predicted = predictions_at(run.spec, judged.window, run.sp.good_acceptance, run.cost)
     current = predicted[sp.tokens]
     capped = floor_caps_k(spec)
     eligible = [

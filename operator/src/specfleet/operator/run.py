@@ -14,7 +14,6 @@ from specfleet.operator.api import (
     ConditionType,
     Decision,
     FittedStepCost,
-    OpenWindow,
     ScheduledBand,
     SinceChange,
     SpeculativeModelSpec,
@@ -22,14 +21,10 @@ from specfleet.operator.api import (
     StepTimeSample,
     TuningStrategy,
 )
-from specfleet.operator.children import Track
 from specfleet.operator.conditions import ConditionChange, ConditionStatus, set_condition
-from specfleet.operator.observations import TrackWindow
 from specfleet.operator.outcomes import Action, ActionKind
-from specfleet.operator.prediction import Prediction, predict_ks, window_conditional, with_deeper
 from specfleet.operator.track_plan import TrackPlans
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION, resolvable_gain
-from specfleet.operator.windows import with_collected
 
 # How long a new K is expected to hold: a change must repay its restarts within it. An
 # hour, as the tuner changes K at most about once an hour once settled.
@@ -137,9 +132,6 @@ class Run:
         write of status.stepCost is its only change."""
         return speed.cost_in(self.status.step_cost, self.drafting)
 
-    def keep_collecting(self, track: Track, collected: OpenWindow | None) -> None:
-        self.status.open_windows = with_collected(self.status.open_windows, track, collected)
-
     @property
     def trials_in_place(self) -> bool:
         """Trials run on the stable pods: the spec's strategy, or the fallback a canary
@@ -159,19 +151,6 @@ class Run:
             pairs = TRIAL_EXTENSION * self.spec.tuning.canary_windows
             return resolvable_gain(spread, pairs, ONE_SIDED_95)
         return max(self.spec.tuning.min_improvement, self.restart_cost())
-
-    def conditional(self, window: TrackWindow) -> list[float]:
-        """The conditional acceptance per position predictions start from: the window's,
-        and past the positions it drafted, as a deeper K last measured them."""
-        measured = window_conditional(window)
-        if window.drafts == 0 and self.sp.good_acceptance:
-            # A window of a schedule's K=0 band drafted nothing: what was measured last.
-            return list(self.sp.good_acceptance)
-        return with_deeper(measured, self.sp.good_acceptance)
-
-    def predictions(self, window: TrackWindow) -> dict[int, Prediction]:
-        """Every K the spec allows, predicted at the window's batch."""
-        return predict_ks(self.spec, self.conditional(window), window.batch_per_pod, self.cost)
 
     @property
     def samples(self) -> list[StepTimeSample]:

@@ -5,8 +5,8 @@ in-place switch, its stable windows counted as its comparison, the candidate's w
 counted or ending it below the floor, the goodput gain measured between the tracks (or
 over matched pairs) when there are enough, and the verdict on it with the words that say
 it. `advance` judges the canary's window and returns the record with this evaluation's
-windows counted, what status collects on, the next step (`Next`, `Ended` or
-`InPlaceInstead`) and an interleaved trial's next `Turn` as values, changing no state;
+windows counted, what status collects on, the next step (`Next`, `Ended`, `WaitForCanary`
+or `InPlaceInstead`) and an interleaved trial's next `Turn` as values, changing no state;
 `feed`, the one way every running trial is fed, keeps them in status and hands the step
 to the kind (`RunningKind`: switching, promotion and rejection differ by kind)."""
 
@@ -25,7 +25,7 @@ from specfleet.operator.api import (
     TrackTotals,
     TrialRecord,
 )
-from specfleet.operator.observations import Observation, TrackWindow
+from specfleet.operator.observations import CanaryPending, Observation, TrackWindow
 from specfleet.operator.outcomes import TrialOutcome
 from specfleet.operator.run import Run
 from specfleet.operator.stats import Estimate
@@ -84,13 +84,13 @@ def count_stable(run: Run, totals: TrackTotals, stable: Judged, *, k0_band: bool
     return totals
 
 
-def pending_seconds(run: Run, pending: float | None) -> float | None:
-    """How long the canary pod has been Pending since `pending` (a timestamp), once past
-    canaryPendingTimeout (no node for it: the trial goes on in place); None before."""
+def pending_seconds(run: Run, pending: CanaryPending | None) -> float | None:
+    """How long the canary pod has been `pending`, once past canaryPendingTimeout (no node
+    for it: the trial goes on in place); None before."""
     limit = run.spec.tuning.canary_pending_timeout.length.total_seconds()
-    if pending is None or run.now.timestamp() - pending < limit:
+    if pending is None or run.now.timestamp() - pending.since < limit:
         return None
-    return run.now.timestamp() - pending
+    return run.now.timestamp() - pending.since
 
 
 def ready(stable: TrackTotals, canary: TrackTotals, windows: int) -> bool:
@@ -161,7 +161,6 @@ class Next(Enum):
     MEASURE = "measure"  # nothing decided: more windows
     EXTEND = "extend"  # compared: the gain is promising but not proven, measured on
     SWITCH = "switch"  # in place: the windows before are in, the stable pods switch
-    WAIT_FOR_CANARY = "wait-for-canary"  # the canary has not run yet
 
 
 @dataclass(frozen=True)
@@ -173,14 +172,22 @@ class Ended:
 
 
 @dataclass(frozen=True)
+class WaitForCanary:
+    """The canary has not run yet; `why`: what keeps it (the scheduler's words), if known."""
+
+    why: str | None
+
+
+@dataclass(frozen=True)
 class InPlaceInstead:
     """No node for the canary pod: Pending this many seconds, past canaryPendingTimeout;
-    the trial goes on in place."""
+    the trial goes on in place. `waiting`: what the scheduler says of it."""
 
     pending: float
+    waiting: str | None
 
 
-Step = Next | Ended | InPlaceInstead  # what `advance` leads to
+Step = Next | Ended | WaitForCanary | InPlaceInstead  # what `advance` leads to
 
 Record = TypeVar("Record", bound=TrialRecord)
 # A kind reads the record it is handed (the one with this evaluation's windows counted).
@@ -369,12 +376,12 @@ def advance(
     record: Record,
     stable: Judged,
     canary_window: TrackWindow | None,
-    canary_pending_since: float | None = None,
+    canary_pending: CanaryPending | None = None,
 ) -> Advanced[Record]:
     """One evaluation's windows counted on the trial's `record`; the record with them and
     the step they lead to (`record` itself is left as it was). `canary_window`: what the
     canary measured (read only where the trial runs on a canary; in place the stable pods
-    run both sides), its pod Pending since `canary_pending_since` (a timestamp) if it is.
+    run both sides), and whether it is kept waiting (`canary_pending`).
     Interleaved, the record counts the window for the side that ran it, and `turn` names
     the side that runs next."""
     where, open_windows = record.placement, run.status.open_windows
@@ -388,16 +395,18 @@ def advance(
         return Advanced(record, open_windows, step)
     after = stable
     if where is Placement.CANARY:
-        pending = pending_seconds(run, canary_pending_since)
+        pending = pending_seconds(run, canary_pending)
         # Asked before the stable window is counted: it reads the canary's side only.
-        waiting = kind.waits_for_canary(record, canary_pending_since is not None)
+        waiting = kind.waits_for_canary(record, canary_pending is not None)
         canary, open_windows = judge_canary(run.spec, run.status, record, canary_window, run.now)
         if pending is not None and kind.may_go_in_place:
-            return Advanced(record, open_windows, InPlaceInstead(pending))
+            why = canary_pending.reason if canary_pending is not None else None
+            return Advanced(record, open_windows, InPlaceInstead(pending, why))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
         record = _counted(record, stable=counted)
         if waiting:
-            return Advanced(record, open_windows, Next.WAIT_FOR_CANARY)
+            why = canary_pending.reason if canary_pending is not None else None
+            return Advanced(record, open_windows, WaitForCanary(why))
         after = canary
     on_canary = where is Placement.CANARY
     window = after.window
@@ -444,7 +453,7 @@ def feed(
     kind. A trial the kind ends first (`RunningKind.ended_unfed`) counts nothing."""
     step: Step | None = kind.ended_unfed(record, observation)
     if step is None:
-        pending = observation.canary_pending_since
+        pending = observation.canary_pending
         advanced = advance(run, kind, record, stable, observation.canary, pending)
         record = advanced.record
         kind.keep(record)
@@ -452,10 +461,10 @@ def feed(
         step = advanced.step
         # A canary's steps come without a turn: an interleaved trial runs no canary.
         if isinstance(step, InPlaceInstead):
-            kind.fall_back_in_place(record, step.pending, observation.canary_pending_reason)
+            kind.fall_back_in_place(record, step.pending, step.waiting)
             return
-        if step is Next.WAIT_FOR_CANARY:
-            kind.wait_for_canary(record, observation.canary_pending_reason)
+        if isinstance(step, WaitForCanary):
+            kind.wait_for_canary(record, step.why)
             return
         if advanced.turn is not None:  # interleaved: the other side runs next
             run.stable_runs(advanced.turn.tokens, advanced.turn.schedule)

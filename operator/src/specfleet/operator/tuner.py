@@ -74,6 +74,7 @@ from specfleet.operator.intake import Intake, take_in
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome
 from specfleet.operator.plain import measure_first, measure_or_stop, stop_if_plain_is_faster
+from specfleet.operator.prediction import conditional_for
 from specfleet.operator.proposals import Candidate, PlainPredicted, Proposal, propose
 from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run, working_copy
@@ -85,6 +86,7 @@ from specfleet.operator.windows import (
     metrics_available,
     stable_failing,
     timed_k0_band,
+    with_collected,
 )
 
 
@@ -156,7 +158,9 @@ def _write_intake(run: Run, intake: Intake) -> None:
     """What the observation taught, into status (in the order it was learnt)."""
     run.status.step_cost = intake.step_cost
     if intake.open_window_changed:
-        run.keep_collecting("stable", intake.open_window)
+        run.status.open_windows = with_collected(
+            run.status.open_windows, "stable", intake.open_window
+        )
     run.status.acceptance = intake.acceptance
     run.sp.load = intake.load
     if intake.speculation_active is not None:
@@ -266,7 +270,7 @@ def _learning(run: Run, stable: Judged) -> bool:
     return window is not None and schedule.learning(
         run.spec,
         run.sp.load,
-        run.conditional(window),
+        conditional_for(window, run.sp.good_acceptance),
         run.cost,
         scheduled=run.sp.schedule is not None,
     )
