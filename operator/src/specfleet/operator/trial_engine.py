@@ -181,10 +181,10 @@ class WaitForCanary:
 @dataclass(frozen=True)
 class InPlaceInstead:
     """No node for the canary pod: Pending this many seconds, past canaryPendingTimeout;
-    the trial goes on in place. `waiting`: what the scheduler says of it."""
+    the trial goes on in place. `why`: what the scheduler says of it, if known."""
 
     pending: float
-    waiting: str | None
+    why: str | None
 
 
 Step = Next | Ended | WaitForCanary | InPlaceInstead  # what `advance` leads to
@@ -396,16 +396,15 @@ def advance(
     after = stable
     if where is Placement.CANARY:
         pending = pending_seconds(run, canary_pending)
+        why = canary_pending.reason if canary_pending is not None else None
         # Asked before the stable window is counted: it reads the canary's side only.
         waiting = kind.waits_for_canary(record, canary_pending is not None)
         canary, open_windows = judge_canary(run.spec, run.status, record, canary_window, run.now)
         if pending is not None and kind.may_go_in_place:
-            why = canary_pending.reason if canary_pending is not None else None
             return Advanced(record, open_windows, InPlaceInstead(pending, why))
         counted = count_stable(run, record.stable, stable, k0_band=kind.k0_band)
         record = _counted(record, stable=counted)
         if waiting:
-            why = canary_pending.reason if canary_pending is not None else None
             return Advanced(record, open_windows, WaitForCanary(why))
         after = canary
     on_canary = where is Placement.CANARY
@@ -461,7 +460,7 @@ def feed(
         step = advanced.step
         # A canary's steps come without a turn: an interleaved trial runs no canary.
         if isinstance(step, InPlaceInstead):
-            kind.fall_back_in_place(record, step.pending, step.waiting)
+            kind.fall_back_in_place(record, step.pending, step.why)
             return
         if isinstance(step, WaitForCanary):
             kind.wait_for_canary(record, step.why)
