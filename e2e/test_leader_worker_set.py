@@ -109,6 +109,36 @@ def _stable_args(custom: client.CustomObjectsApi, namespace: str) -> list[str]:
     return list(leader["spec"]["containers"][0]["args"])
 
 
+def _rollout(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    """What a wait for Ready shows when it times out: the model's Ready and Progressing
+    conditions, each LeaderWorkerSet's counts, and each pod's phase, readiness and config
+    (CI once waited 240 s for Ready after a promotion and said no more than that)."""
+    body = get_model(api_client, namespace, MODEL)
+    conditions = {
+        c["type"]: f"{c['status']} {c.get('reason')}: {c.get('message')}"
+        for c in (body.get("status") or {}).get("conditions") or []
+        if c["type"] in ("Ready", "Progressing")
+    }
+    groups = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+        "leaderworkerset.x-k8s.io", "v1", namespace, "leaderworkersets"
+    )["items"]
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
+    return {
+        "conditions": conditions,
+        "groups": {g["metadata"]["name"]: g.get("status") for g in groups},
+        "pods": [
+            (
+                pod.metadata.name,
+                pod.status.phase,
+                [(c.type, c.status) for c in pod.status.conditions or []],
+                (pod.metadata.annotations or {}).get(render.CONFIG_HASH_ANNOTATION),
+                pod.metadata.deletion_timestamp is not None,
+            )
+            for pod in pods
+        ],
+    }
+
+
 def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_group(
     lws_controller: LeaderWorkerSetController,
     crds: None,
@@ -134,7 +164,10 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
             body = get_model(api_client, namespace, MODEL)
             return body if (condition(body, "Ready") or {}).get("status") == "True" else None
 
-        body = wait_for("the model Ready on its group", ready, timeout=180)
+        def rollout() -> dict[str, Any]:
+            return _rollout(api_client, namespace)
+
+        body = wait_for("the model Ready on its group", ready, timeout=180, context=rollout)
         # Its GPUs at peak, through the API server (a field its schema lacked would be
         # pruned): groups of 2 pods of 1 GPU, 1 stable + 1 surge + 1 canary.
         assert body["status"]["capacity"]["peak"] == 6, body["status"].get("capacity")
@@ -179,7 +212,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
             return args[args.index("--num-speculative-tokens") + 1]
 
         wait_for(f"the stable groups at K={tokens}", lambda: stable_k() == str(tokens), 30)
-        wait_for("the model Ready at the promoted K", ready, timeout=240)
+        wait_for("the model Ready at the promoted K", ready, timeout=240, context=rollout)
 
         # A worker dies: its whole group is recreated, and the model is Ready again.
         before = wait_for(
@@ -199,7 +232,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
 
         again = wait_for("the stable group recreated whole", recreated, timeout=120)
         assert again["1"].metadata.uid != worker.metadata.uid
-        wait_for("the model Ready again", ready, timeout=180)
+        wait_for("the model Ready again", ready, timeout=180, context=rollout)
 
         # The draft goes stale: rolled back on the groups as on pods, from the leaders'
         # windows, and the stable groups roll to plain decoding.
@@ -230,7 +263,7 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
             lambda: "--draft-model" not in _stable_args(custom, namespace),
             timeout=60,
         )
-        wait_for("the model Ready decoding plainly", ready, timeout=180)
+        wait_for("the model Ready decoding plainly", ready, timeout=180, context=rollout)
 
         # Down to one node a replica: Deployments serve, the groups are scaled to 0.
         model["spec"]["runtime"]["parallelism"] = {"tensor": 1, "nodesPerReplica": 1}
@@ -260,6 +293,6 @@ def test_a_model_across_two_nodes_is_served_scraped_and_tuned_through_a_canary_g
             timeout=120,
         )
         assert _stable_group_replicas(custom, namespace) == 0
-        wait_for("the model Ready on a Deployment", ready, timeout=180)
+        wait_for("the model Ready on a Deployment", ready, timeout=180, context=rollout)
     finally:
         operator.stop()
