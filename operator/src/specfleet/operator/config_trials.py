@@ -325,7 +325,7 @@ class ConfigKind:
         # The trial starts here: its canary never ran.
         update = {"in_place": in_place, "schedule": None, "started_at": run.now}
         self._state.trial = trial = record.model_copy(update=update)
-        run.status.open_windows = with_collected(run.status.open_windows, "canary", None)
+        _drop_canary_window(run)
         run.act(
             ActionKind.IN_PLACE_FALLBACK,
             "CanaryPending",
@@ -434,7 +434,7 @@ def _adopt(run: Run, wanted: RunningConfig, kind: ActionKind, reason: str, messa
         state.running, state.trial, state.rejected = wanted, None, None
     k, bands = _matched(run)
     k = trial.tokens if trial is not None else k
-    run.status.open_windows = with_collected(run.status.open_windows, "canary", None)
+    _drop_canary_window(run)
     run.status.step_cost = None  # measured with another draft, image or vLLM
     run.drafting = sp.drafting = wanted.method.runtime.drafting
     sp.schedule = bands
@@ -458,6 +458,11 @@ def _end(run: Run, trial: ConfigTrial) -> None:
             tokens = place.previous_tokens or run.spec.speculation.tokens
             run.stable_runs(tokens, place.previous_schedule)
         return
+    _drop_canary_window(run)
+
+
+def _drop_canary_window(run: Run) -> None:
+    """What the canary collected on is dropped: it runs another config, or none."""
     run.status.open_windows = with_collected(run.status.open_windows, "canary", None)
 
 

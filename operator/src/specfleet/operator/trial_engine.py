@@ -452,8 +452,9 @@ def feed(
     kind. A trial the kind ends first (`RunningKind.ended_unfed`) counts nothing."""
     step: Step | None = kind.ended_unfed(record, observation)
     if step is None:
-        pending = observation.canary_pending
-        advanced = advance(run, kind, record, stable, observation.canary, pending)
+        advanced = advance(
+            run, kind, record, stable, observation.canary, observation.canary_pending
+        )
         record = advanced.record
         kind.keep(record)
         run.status.open_windows = advanced.open_windows
