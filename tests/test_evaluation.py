@@ -69,12 +69,12 @@ def _pod(name: str, model: SpeculativeModel, track: Track, **status: Any) -> dic
 
 
 def _current(model: SpeculativeModel, children: ObservedChildren) -> CurrentPods:
-    return current_pods(model, children, plan(model.spec, model.status))
+    return current_pods(children, plan(model.spec, model.status))
 
 
 def _targets(model: SpeculativeModel, children: ObservedChildren) -> list[ScrapeTarget]:
     plans = plan(model.spec, model.status)
-    return scrape_targets(plans, current_pods(model, children, plans))
+    return scrape_targets(plans, current_pods(children, plans))
 
 
 def test_pods_of_an_older_k_are_not_read(peagle_manifest: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from specfleet.operator import render
+from specfleet.operator import render, runtime_container
 from specfleet.operator.api import ConditionType, SpeculativeModel
 from specfleet.operator.children import owned_pods, owned_workers
 from specfleet.operator.observations import CanaryPending
@@ -30,12 +30,12 @@ LEADER = "llama-405b-stable-0.llama-405b-stable.serving"
 
 
 def _stable_hash(model: SpeculativeModel) -> str:
-    return render.config_hashes(model, plan(model.spec, model.status))["stable"]
+    return plan(model.spec, model.status).stable.config_hash
 
 
 def _expanded(args: list[str], index: int) -> list[str]:
     """The args as the kubelet passes them: LeaderWorkerSet's variables expanded."""
-    values = {render.LEADER_ADDRESS_ENV: LEADER, render.WORKER_INDEX_ENV: str(index)}
+    values = {runtime_container.LEADER_ADDRESS_ENV: LEADER, render.WORKER_INDEX_ENV: str(index)}
     return [values.get(a[2:-1], a) if a.startswith("$(") else a for a in args]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from specfleet.operator import podspec, render
+from specfleet.operator import podspec, render, runtime_container
 from specfleet.operator.api import INJECTED_RUNTIME_PATH, MODEL_CACHE_PATH, SpeculativeModel
 from specfleet.operator.children import TRACKS
 from specfleet.operator.errors import validation_errors
@@ -169,7 +169,7 @@ def test_pod_settings_pass_through(peagle_manifest: dict[str, Any]) -> None:
     assert "team" not in deployment["spec"]["selector"]["matchLabels"]
     assert template["metadata"]["annotations"]["example.com/owner"] == "ml"
     assert container["startupProbe"]["failureThreshold"] == 720
-    assert container["startupProbe"]["periodSeconds"] == render.STARTUP_PERIOD_SECONDS
+    assert container["startupProbe"]["periodSeconds"] == runtime_container.STARTUP_PERIOD_SECONDS
     assert container["readinessProbe"]["periodSeconds"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {
         "maxSurge": 0,

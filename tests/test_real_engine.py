@@ -24,7 +24,7 @@ import pytest
 
 from e2e import real_engine
 from e2e.real_engine import Server, acceptance, per_position, traffic
-from specfleet.operator import render
+from specfleet.operator import runtime_container
 from specfleet.operator.api import ScheduledBand, SpeculativeModel
 from specfleet.operator.stats import drafts_reaching
 from specfleet.runtime import preflight
@@ -63,8 +63,8 @@ def rendered_args(
             "speculation": {"tokens": tokens, "minTokens": 1, "maxTokens": tokens},
         },
     }
-    model = SpeculativeModel.model_validate(manifest)
-    args = render.runtime_config(model, model.spec.draft.method, tokens, bands).to_args()
+    spec = SpeculativeModel.model_validate(manifest).spec
+    args = runtime_container.runtime_config(spec, spec.draft.method, tokens, bands).to_args()
     for flag in ("--host", "--port", "--served-model-name"):
         if flag in args:  # render passes no --host: vLLM listens on every address
             index = args.index(flag)

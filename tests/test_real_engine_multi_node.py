@@ -17,7 +17,7 @@ import pytest
 
 from e2e import real_engine
 from e2e.real_engine import Server, traffic
-from specfleet.operator import render
+from specfleet.operator import runtime_container
 from specfleet.operator.api import SpeculativeModel
 
 pytestmark = [pytest.mark.real_engine, pytest.mark.timeout(1200)]
@@ -40,9 +40,9 @@ def group_args(target: Path, draft: Path) -> list[str]:
             "runtime": {"parallelism": {"tensor": 2, "nodesPerReplica": 2}},
         },
     }
-    model = SpeculativeModel.model_validate(manifest)
-    args = render.runtime_config(model, model.spec.draft.method, TOKENS, None).to_args()
-    leader = f"$({render.LEADER_ADDRESS_ENV})"
+    spec = SpeculativeModel.model_validate(manifest).spec
+    args = runtime_container.runtime_config(spec, spec.draft.method, TOKENS, None).to_args()
+    leader = f"$({runtime_container.LEADER_ADDRESS_ENV})"
     assert args[args.index("--master-addr") + 1] == leader
     args[args.index("--master-addr") + 1] = "127.0.0.1"
     for flag in ("--port", "--served-model-name"):

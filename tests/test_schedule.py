@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from specfleet.operator import render, schedule, speed
+from specfleet.operator import render, runtime_container, schedule, speed
 from specfleet.operator.api import (
     LastKnownGood,
     RollbackMetric,
@@ -220,8 +220,9 @@ def test_spec_bands_fix_the_edges_and_bound_each_band() -> None:
 def test_rendered_entries_give_vllm_the_same_k_at_every_batch(
     bands: list[ScheduledBand], peagle_manifest: dict[str, Any]
 ) -> None:
-    model = SpeculativeModel.model_validate(peagle_manifest)
-    config = render.runtime_config(model, model.spec.draft.method, schedule.largest(bands), bands)
+    spec = SpeculativeModel.model_validate(peagle_manifest).spec
+    largest = schedule.largest(bands)
+    config = runtime_container.runtime_config(spec, spec.draft.method, largest, bands)
     for batch in range(1, 200):
         assert config.k_for_batch(batch) == schedule.k_at(bands, batch), batch
 

@@ -19,18 +19,16 @@ from specfleet.operator.track_plan import TrackPlans
 CurrentPods = dict[Track, list[dict[str, Any]]]
 
 
-def current_pods(
-    model: SpeculativeModel, children: ObservedChildren, plans: TrackPlans
-) -> CurrentPods:
+def current_pods(children: ObservedChildren, plans: TrackPlans) -> CurrentPods:
     """Each track's pods that run the configuration the model's status asks for (their
-    config hash is the one rendered now from `plans`). During a rollout the old pods
-    still serve with the old K; their acceptance says nothing about the new K."""
-    expected = render.config_hashes(model, plans)
+    config hash is the one `plans` has). During a rollout the old pods still serve with
+    the old K; their acceptance says nothing about the new K."""
     current: CurrentPods = {track: [] for track in TRACKS}
     for pod in children.pods:
         track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
         annotations = pod["metadata"].get("annotations") or {}
-        if track in current and annotations.get(render.CONFIG_HASH_ANNOTATION) == expected[track]:
+        hash = annotations.get(render.CONFIG_HASH_ANNOTATION)
+        if track in current and hash == plans[track].config_hash:
             current[track].append(pod)
     return current
 
@@ -156,7 +154,7 @@ class PodReading:
 def read(model: SpeculativeModel, children: ObservedChildren) -> PodReading:
     """What an evaluation of `model` reads of its observed `children`."""
     plans = track_plan.plan(model.spec, model.status)  # once an evaluation
-    current = current_pods(model, children, plans)
+    current = current_pods(children, plans)
     return PodReading(
         plans=plans,
         tokens={track: plans[track].tokens for track in TRACKS},

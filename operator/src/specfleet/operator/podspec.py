@@ -17,7 +17,7 @@ from specfleet.operator.api import (
     MODEL_CACHE_PATH,
     ProbeTimings,
     Resources,
-    SpeculativeModel,
+    SpeculativeModelSpec,
 )
 from specfleet.runtime.config import ENV_POD_IP
 
@@ -77,33 +77,33 @@ def _dump(value: Any) -> Any:
     return value.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def command(model: SpeculativeModel) -> list[str]:
-    return INJECTED_COMMAND if model.spec.runtime.inject_runtime else RUNTIME_COMMAND
+def command(spec: SpeculativeModelSpec) -> list[str]:
+    return INJECTED_COMMAND if spec.runtime.inject_runtime else RUNTIME_COMMAND
 
 
-def termination_grace(model: SpeculativeModel) -> int:
-    given = model.spec.runtime.pod.termination_grace_period_seconds
+def termination_grace(spec: SpeculativeModelSpec) -> int:
+    given = spec.runtime.pod.termination_grace_period_seconds
     return given if given is not None else TERMINATION_GRACE_SECONDS
 
 
-def lifecycle(model: SpeculativeModel) -> dict[str, Any] | None:
+def lifecycle(spec: SpeculativeModelSpec) -> dict[str, Any] | None:
     """The preStop hook that lets in-flight requests finish before vLLM gets SIGTERM
     (`specfleet-runtime drain`): for the grace period less STOP_SECONDS; none when the
     grace period leaves no time for it."""
-    budget = termination_grace(model) - STOP_SECONDS
+    budget = termination_grace(spec) - STOP_SECONDS
     if budget <= 0:
         return None
-    cli = INJECTED_CLI if model.spec.runtime.inject_runtime else RUNTIME_CLI
-    port = model.spec.runtime.port
+    cli = INJECTED_CLI if spec.runtime.inject_runtime else RUNTIME_CLI
+    port = spec.runtime.port
     drain = [*cli, "drain", "--port", str(port), "--seconds", str(budget)]
     return {"preStop": {"exec": {"command": drain}}}
 
 
-def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
+def environment(spec: SpeculativeModelSpec) -> list[dict[str, Any]]:
     """The runtime container's variables: the pod's IP (where vLLM listens), the hub token
     from its Secret, what the pod settings need, then the user's runtime.env (HOME and
     USER are defaults the user's env may replace; HF_HOME and PYTHONPATH are owned)."""
-    runtime = model.spec.runtime
+    runtime = spec.runtime
     env: list[dict[str, Any]] = [
         {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
@@ -126,23 +126,23 @@ def environment(model: SpeculativeModel) -> list[dict[str, Any]]:
     return env
 
 
-def _gpus(model: SpeculativeModel) -> int:
-    return max(1, model.spec.runtime.gpus)
+def _gpus(spec: SpeculativeModelSpec) -> int:
+    return max(1, spec.runtime.gpus)
 
 
-def shm_size(model: SpeculativeModel) -> str:
-    given = model.spec.runtime.pod.scratch.shared_memory
-    return str(given) if given is not None else f"{SHM_PER_GPU_GI * _gpus(model)}Gi"
+def shm_size(spec: SpeculativeModelSpec) -> str:
+    given = spec.runtime.pod.scratch.shared_memory
+    return str(given) if given is not None else f"{SHM_PER_GPU_GI * _gpus(spec)}Gi"
 
 
-def tmp_size(model: SpeculativeModel) -> str:
-    given = model.spec.runtime.pod.scratch.tmp
+def tmp_size(spec: SpeculativeModelSpec) -> str:
+    given = spec.runtime.pod.scratch.tmp
     return str(given) if given is not None else TMP_SIZE
 
 
-def cache_size(model: SpeculativeModel) -> str:
-    given = model.spec.runtime.model_cache.size_limit
-    return str(given) if given is not None else f"{CACHE_PER_GPU_GI * _gpus(model)}Gi"
+def cache_size(spec: SpeculativeModelSpec) -> str:
+    given = spec.runtime.model_cache.size_limit
+    return str(given) if given is not None else f"{CACHE_PER_GPU_GI * _gpus(spec)}Gi"
 
 
 def with_defaults(
@@ -168,14 +168,14 @@ def with_defaults(
 GPU_CLAIM = "gpus"
 
 
-def container_resources(model: SpeculativeModel) -> dict[str, Any]:
+def container_resources(spec: SpeculativeModelSpec) -> dict[str, Any]:
     """The serving container's resources: runtime.resources over the default requests,
     and the GPUs (an extended resource: its request equals its limit; or the pod's claim)."""
-    runtime = model.spec.runtime
+    runtime = spec.runtime
     defaults = {
-        "cpu": str(CPU_PER_GPU * _gpus(model)),
-        "memory": f"{MEMORY_PER_GPU_GI * _gpus(model)}Gi",
-        "ephemeral-storage": tmp_size(model),
+        "cpu": str(CPU_PER_GPU * _gpus(spec)),
+        "memory": f"{MEMORY_PER_GPU_GI * _gpus(spec)}Gi",
+        "ephemeral-storage": tmp_size(spec),
     }
     resources: dict[str, Any] = with_defaults(runtime.resources, defaults, {})
     if runtime.resource_claim_template is not None:
@@ -191,8 +191,8 @@ def with_timings(default: dict[str, Any], timings: ProbeTimings | None) -> dict[
     return default | (_dump(timings) if timings else {})
 
 
-def volume_mounts(model: SpeculativeModel) -> list[dict[str, Any]]:
-    runtime = model.spec.runtime
+def volume_mounts(spec: SpeculativeModelSpec) -> list[dict[str, Any]]:
+    runtime = spec.runtime
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "tmp", "mountPath": "/tmp"},
@@ -204,13 +204,13 @@ def volume_mounts(model: SpeculativeModel) -> list[dict[str, Any]]:
     return mounts + [_dump(m) for m in runtime.pod.volume_mounts]
 
 
-def container_security(model: SpeculativeModel) -> dict[str, Any]:
-    given = model.spec.runtime.pod.container_security_context
+def container_security(spec: SpeculativeModelSpec) -> dict[str, Any]:
+    given = spec.runtime.pod.container_security_context
     return CONTAINER_SECURITY_DEFAULT | (_dump(given) if given else {})
 
 
-def _model_cache_volume(model: SpeculativeModel) -> dict[str, Any]:
-    cache = model.spec.runtime.model_cache
+def _model_cache_volume(spec: SpeculativeModelSpec) -> dict[str, Any]:
+    cache = spec.runtime.model_cache
     if cache.claim_name:
         claim: dict[str, Any] = {"claimName": cache.claim_name}
         if cache.read_only:
@@ -221,11 +221,11 @@ def _model_cache_volume(model: SpeculativeModel) -> dict[str, Any]:
             "name": "model-cache",
             "hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"},
         }
-    return {"name": "model-cache", "emptyDir": {"sizeLimit": cache_size(model)}}
+    return {"name": "model-cache", "emptyDir": {"sizeLimit": cache_size(spec)}}
 
 
-def _init_containers(model: SpeculativeModel) -> list[dict[str, Any]]:
-    inject = model.spec.runtime.inject_runtime
+def _init_containers(spec: SpeculativeModelSpec) -> list[dict[str, Any]]:
+    inject = spec.runtime.inject_runtime
     if inject is None:
         return []
     return [
@@ -236,17 +236,17 @@ def _init_containers(model: SpeculativeModel) -> list[dict[str, Any]]:
             "command": ["specfleet-runtime", "inject", INJECTED_RUNTIME_PATH],
             "resources": with_defaults(inject.resources, INIT_REQUESTS, INIT_LIMITS),
             "volumeMounts": [{"name": INJECT_VOLUME, "mountPath": INJECTED_RUNTIME_PATH}],
-            "securityContext": container_security(model),
+            "securityContext": container_security(spec),
             "terminationMessagePolicy": "FallbackToLogsOnError",
         }
     ]
 
 
-def _spread(model: SpeculativeModel, selector: dict[str, str]) -> list[dict[str, Any]]:
+def _spread(spec: SpeculativeModelSpec, selector: dict[str, str]) -> list[dict[str, Any]]:
     """The topology spread constraints; one without a labelSelector spreads the model's
     pods. None given: spread them across nodes where the scheduler can (a node lost or
     drained then takes one replica, not all), never leaving a pod Pending for it."""
-    given = model.spec.runtime.pod.topology_spread_constraints
+    given = spec.runtime.pod.topology_spread_constraints
     if given is None:
         return [DEFAULT_SPREAD | {"labelSelector": {"matchLabels": selector}}]
     return [
@@ -256,59 +256,59 @@ def _spread(model: SpeculativeModel, selector: dict[str, str]) -> list[dict[str,
 
 
 def pod_spec(
-    model: SpeculativeModel, container: dict[str, Any], selector: dict[str, str]
+    spec: SpeculativeModelSpec, container: dict[str, Any], selector: dict[str, str]
 ) -> dict[str, Any]:
     """The pod spec around the runtime container; `selector` picks the model's pods (for
     topology spread constraints that name none)."""
-    runtime = model.spec.runtime
+    runtime = spec.runtime
     pod = runtime.pod
-    spec: dict[str, Any] = {}
-    init = _init_containers(model)
+    manifest: dict[str, Any] = {}
+    init = _init_containers(spec)
     if init:
-        spec["initContainers"] = init
-    spec["containers"] = [container]
-    spec["securityContext"] = POD_SECURITY_DEFAULT | (
+        manifest["initContainers"] = init
+    manifest["containers"] = [container]
+    manifest["securityContext"] = POD_SECURITY_DEFAULT | (
         _dump(pod.security_context) if pod.security_context else {}
     )
-    spec["terminationGracePeriodSeconds"] = termination_grace(model)
+    manifest["terminationGracePeriodSeconds"] = termination_grace(spec)
     # Off unless asked: a Service named vllm sets VLLM_PORT, which vLLM reads as its own;
     # nothing in the pods calls the Kubernetes API.
-    spec["enableServiceLinks"] = pod.enable_service_links
-    spec["automountServiceAccountToken"] = pod.automount_service_account_token
+    manifest["enableServiceLinks"] = pod.enable_service_links
+    manifest["automountServiceAccountToken"] = pod.automount_service_account_token
     volumes = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(model)}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": tmp_size(model)}},
-        _model_cache_volume(model),
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(spec)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": tmp_size(spec)}},
+        _model_cache_volume(spec),
     ]
     if runtime.inject_runtime:
         volumes.append({"name": INJECT_VOLUME, "emptyDir": {"sizeLimit": INJECT_SIZE}})
-    spec["volumes"] = volumes + [_dump(v) for v in pod.volumes]
+    manifest["volumes"] = volumes + [_dump(v) for v in pod.volumes]
     if runtime.resource_claim_template is not None:
         # Each pod its own claim, made from the template by Kubernetes' resourceclaim
         # controller and allocated by the scheduler.
-        spec["resourceClaims"] = [
+        manifest["resourceClaims"] = [
             {"name": GPU_CLAIM, "resourceClaimTemplateName": runtime.resource_claim_template}
         ]
     if runtime.node_selector:
-        spec["nodeSelector"] = dict(runtime.node_selector)
+        manifest["nodeSelector"] = dict(runtime.node_selector)
     if runtime.tolerations:
-        spec["tolerations"] = [_dump(t) for t in runtime.tolerations]
+        manifest["tolerations"] = [_dump(t) for t in runtime.tolerations]
     if pod.affinity is not None and (affinity := _dump(pod.affinity)):
-        spec["affinity"] = affinity
-    spread = _spread(model, selector)
+        manifest["affinity"] = affinity
+    spread = _spread(spec, selector)
     if spread:
-        spec["topologySpreadConstraints"] = spread
+        manifest["topologySpreadConstraints"] = spread
     if pod.image_pull_secrets:
-        spec["imagePullSecrets"] = [_dump(s) for s in pod.image_pull_secrets]
+        manifest["imagePullSecrets"] = [_dump(s) for s in pod.image_pull_secrets]
     optional = {
         "serviceAccountName": pod.service_account_name,
         "priorityClassName": pod.priority_class_name,
         "runtimeClassName": pod.runtime_class_name,
         "schedulerName": pod.scheduler_name,
     }
-    spec.update({key: value for key, value in optional.items() if value is not None})
-    return spec
+    manifest.update({key: value for key, value in optional.items() if value is not None})
+    return manifest
 
 
-def strategy(model: SpeculativeModel) -> dict[str, Any]:
-    return {"type": "RollingUpdate", "rollingUpdate": _dump(model.spec.runtime.rolling_update)}
+def strategy(spec: SpeculativeModelSpec) -> dict[str, Any]:
+    return {"type": "RollingUpdate", "rollingUpdate": _dump(spec.runtime.rolling_update)}

@@ -13,20 +13,15 @@ Every child carries an owner reference to `m`; the garbage collector deletes the
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import re
 from collections.abc import Collection
 from typing import Any
 
-from specfleet.operator import podspec, schedule
+from specfleet.operator import podspec
 from specfleet.operator.api import (
     API_VERSION,
     KIND,
-    DraftMethod,
-    ScheduledBand,
     SpeculativeModel,
-    SuffixDecoding,
 )
 from specfleet.operator.children import (
     DEPLOYMENT,
@@ -36,8 +31,8 @@ from specfleet.operator.children import (
     TRACKS,
     Track,
 )
-from specfleet.operator.track_plan import TrackPlan, TrackPlans, plan
-from specfleet.runtime.config import Method, RuntimeConfig
+from specfleet.operator.runtime_container import spans_nodes
+from specfleet.operator.track_plan import TrackPlan, plan
 from specfleet.runtime.hot_schedule import ENV_TOKEN as SCHEDULE_TOKEN_ENV
 
 Manifest = dict[str, Any]
@@ -48,16 +43,11 @@ MODEL_LABEL = "specfleet.io/model"
 TRACK_LABEL = "specfleet.io/track"
 CONFIG_HASH_ANNOTATION = "specfleet.io/runtime-config-hash"
 TOKENS_ANNOTATION = "specfleet.io/speculative-tokens"
-CONTAINER_NAME = "runtime"
 COMPONENT = "inference-server"
-# vLLM loads weights before /health answers: allow up to 30 minutes for start-up.
-STARTUP_PERIOD_SECONDS = 5
-STARTUP_FAILURE_THRESHOLD = 360
 # What LeaderWorkerSet's pod webhook labels its pods with and tells their containers: the
-# index in the group (0: the leader) and the leader's address.
+# index in the group (0: the leader; the leader's address: runtime_container).
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
-LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 # A group whose pod restarts is recreated whole: a worker cannot rejoin its leader's
 # running process group (vLLM's ranks start together).
 GROUP_RESTART_POLICY = "RecreateGroupOnPodRestart"
@@ -65,11 +55,6 @@ GROUP_RESTART_POLICY = "RecreateGroupOnPodRestart"
 
 def canary_name(model_name: str) -> str:
     return f"{model_name}-canary"
-
-
-def spans_nodes(model: SpeculativeModel) -> bool:
-    """Each replica is a LeaderWorkerSet group across nodes, not a pod."""
-    return model.spec.runtime.parallelism.nodes_per_replica > 1
 
 
 def workload_kind(nodes_per_replica: int) -> str:
@@ -89,7 +74,7 @@ def workload_ref(name: str, kind: str, track: Track) -> tuple[str, str]:
 
 def serving_selector(model: SpeculativeModel) -> dict[str, str]:
     """The labels of the pods that serve: every pod of the model, or a group's leader."""
-    leaders = {WORKER_INDEX_LABEL: "0"} if spans_nodes(model) else {}
+    leaders = {WORKER_INDEX_LABEL: "0"} if spans_nodes(model.spec) else {}
     return {MODEL_LABEL: model.metadata.name} | leaders
 
 
@@ -166,124 +151,9 @@ def owner_references(model: SpeculativeModel) -> list[dict[str, Any]]:
     ]
 
 
-def runtime_config(
-    model: SpeculativeModel,
-    method: DraftMethod,
-    tokens: int,
-    batch_schedule: list[ScheduledBand] | None = None,
-    hot: bool = False,
-) -> RuntimeConfig:
-    """The runtime's config contract for one track; pods listen on every address they
-    have (no --host: the runtime's config.listen_host, from POD_IP's family). `hot`: the
-    engine takes K hot, so `tokens` is its ceiling and `batch_schedule` the startup one."""
-    spec = model.spec
-    draft = spec.draft
-    runtime = method.runtime
-    suffix = draft.suffix if runtime is Method.SUFFIX and draft.suffix else SuffixDecoding()
-    return RuntimeConfig(
-        model=spec.model.name,
-        served_model_name=spec.model.served_name or spec.model.name,
-        method=runtime,
-        draft_model=draft.model if runtime.takes_draft_model else None,
-        num_speculative_tokens=tokens if runtime.speculates else None,
-        draft_tensor_parallel_size=draft.tensor_parallel_size if runtime.learned_draft else None,
-        draft_sample_method=draft.sample_method if runtime.learned_draft else None,
-        rejection_sample_method=draft.rejection_sample_method if runtime.speculates else None,
-        adaptive_verification=bool(draft.adaptive_verification),
-        prompt_lookup_min=draft.prompt_lookup_min if runtime.prompt_lookup else None,
-        prompt_lookup_max=draft.prompt_lookup_max if runtime.prompt_lookup else None,
-        suffix_max_tree_depth=suffix.max_tree_depth,
-        suffix_max_cached_requests=suffix.max_cached_requests,
-        suffix_max_spec_factor=suffix.max_spec_factor,
-        suffix_min_token_prob=suffix.min_token_prob,
-        tensor_parallel_size=spec.runtime.tensor,
-        pipeline_parallel_size=spec.runtime.parallelism.pipeline,
-        data_parallel_size=spec.runtime.parallelism.data,
-        nnodes=spec.runtime.parallelism.nodes_per_replica,
-        master_addr=f"$({LEADER_ADDRESS_ENV})" if spans_nodes(model) else None,
-        port=spec.runtime.port,
-        extra_args=tuple(spec.runtime.args),
-        # With data parallel ranks vLLM runs one K: a schedule left in status from before
-        # (until the tuner restarts from the spec) is not rendered, its largest K is.
-        batch_schedule=(
-            schedule.entries(batch_schedule)
-            if batch_schedule and runtime.speculates and spec.runtime.parallelism.data == 1
-            else ()
-        ),
-        hot_schedule=hot,
-    )
-
-
-def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
-    return {
-        "httpGet": {"path": path, "port": "http"},
-        "periodSeconds": period,
-        "timeoutSeconds": 2,
-        "failureThreshold": failures,
-    }
-
-
-def _container(
-    model: SpeculativeModel,
-    method: DraftMethod,
-    tokens: int,
-    batch_schedule: list[ScheduledBand] | None,
-    hot: bool,
-) -> dict[str, Any]:
-    runtime = model.spec.runtime
-    probes = runtime.pod.probes
-    return {
-        "name": CONTAINER_NAME,
-        "image": runtime.image,
-        "command": podspec.command(model),
-        "args": runtime_config(model, method, tokens, batch_schedule, hot).to_args(),
-        "env": podspec.environment(model),
-        "ports": [{"name": "http", "containerPort": runtime.port, "protocol": "TCP"}],
-        "resources": podspec.container_resources(model),
-        "startupProbe": podspec.with_timings(
-            _probe("/health", STARTUP_PERIOD_SECONDS, STARTUP_FAILURE_THRESHOLD), probes.startup
-        ),
-        "readinessProbe": podspec.with_timings(_probe("/health", 5, 3), probes.readiness),
-        "livenessProbe": podspec.with_timings(_probe("/health", 10, 6), probes.liveness),
-        **({"lifecycle": hook} if (hook := podspec.lifecycle(model)) else {}),
-        # The runtime writes a one-line preflight failure here; the operator shows it.
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": podspec.container_security(model),
-        "volumeMounts": podspec.volume_mounts(model),
-    }
-
-
-def config_hash(container: dict[str, Any]) -> str:
-    """Changes whenever the rendered runtime configuration does, to roll the pods."""
-    blob = json.dumps(container, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _track_container(model: SpeculativeModel, planned: TrackPlan) -> tuple[int, dict[str, Any]]:
-    """K in the track's template and its container; `model` as the track runs it
-    (`runs`). Pods that take K hot start at their ceiling for every batch (the runtime's
-    default) until the schedule is handed to them as they turn Ready: nothing the tuner
-    or a spec edit of speculation.tokens changes is in their template."""
-    tokens = model.spec.speculation.max_tokens if planned.hot else planned.tokens
-    batch_schedule = None if planned.hot else planned.schedule
-    return tokens, _container(model, planned.method, tokens, batch_schedule, planned.hot)
-
-
 def runs(model: SpeculativeModel, planned: TrackPlan) -> SpeculativeModel:
     """The model as a track's pods run it: with the track's spec."""
     return model.model_copy(update={"spec": planned.spec})
-
-
-def config_hashes(model: SpeculativeModel, plans: TrackPlans) -> dict[Track, str]:
-    """The config hash each track's pods are rendered with (CONFIG_HASH_ANNOTATION): a
-    pod with another runs another config, being rolled out or rolled away."""
-    hashes = {}
-    for track in TRACKS:
-        track_model = runs(model, plans[track])
-        _, container = _track_container(track_model, plans[track])
-        hashes[track] = config_hash(container)
-    return hashes
 
 
 def _child_metadata(model: SpeculativeModel, name: str, child_labels: dict[str, str]) -> Manifest:
@@ -301,21 +171,21 @@ def _template(
 ) -> Manifest:
     """A track's pod template (a group's leader's, where replicas span nodes); `model` as
     the track runs it (`runs`)."""
-    tokens, container = _track_container(model, planned)
-    config = config_hash(container)
-    if planned.hot and schedule_credential is not None:
-        container["env"].append({"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential})
+    container = planned.container
+    if planned.hot and schedule_credential is not None:  # outside the config hash
+        credential = {"name": SCHEDULE_TOKEN_ENV, "value": schedule_credential}
+        container = container | {"env": [*container["env"], credential]}
     owned = owned_labels(model, track)
     pod = model.spec.runtime.pod
-    pod_spec = podspec.pod_spec(model, container, {MODEL_LABEL: model.metadata.name})
+    pod_spec = podspec.pod_spec(model.spec, container, {MODEL_LABEL: model.metadata.name})
     return {
         "metadata": {
             # The user's labels over the recommended ones, under the operator's.
             "labels": recommended_labels(model) | pod.labels | owned,
             "annotations": pod.annotations
             | {
-                CONFIG_HASH_ANNOTATION: config,
-                TOKENS_ANNOTATION: str(tokens),
+                CONFIG_HASH_ANNOTATION: planned.config_hash,
+                TOKENS_ANNOTATION: str(planned.template_tokens),
             },
         },
         "spec": pod_spec,
@@ -349,7 +219,7 @@ def _deployment(
             "selector": {"matchLabels": pod_selector(model, track)},
             # By default one pod at a time, never below the serving capacity: a rollout
             # borrows one GPU slot rather than dropping a replica (runtime.rollingUpdate).
-            "strategy": podspec.strategy(model),
+            "strategy": podspec.strategy(model.spec),
             "template": _template(model, track, planned, schedule_credential),
         },
     }
@@ -384,7 +254,7 @@ def _leader_worker_set(
 ) -> Manifest:
     model = runs(model, planned)
     leader = _template(model, track, planned, schedule_credential)
-    rolling = podspec.strategy(model)["rollingUpdate"]
+    rolling = podspec.strategy(model.spec)["rollingUpdate"]
     return {
         "apiVersion": LEADER_WORKER_SET.api_version,
         "kind": LEADER_WORKER_SET.kind,
@@ -417,7 +287,7 @@ def workload(
 def _workload(
     model: SpeculativeModel, track: Track, planned: TrackPlan, schedule_credential: str | None
 ) -> Manifest:
-    render_track = _leader_worker_set if spans_nodes(model) else _deployment
+    render_track = _leader_worker_set if spans_nodes(model.spec) else _deployment
     return render_track(model, track, planned, schedule_credential)
 
 
@@ -432,7 +302,7 @@ def retired_workloads(
     tracks = retired_tracks(model, present)
     if not tracks:
         return []
-    render_track = _deployment if spans_nodes(model) else _leader_worker_set
+    render_track = _deployment if spans_nodes(model.spec) else _leader_worker_set
     plans = plan(model.spec, model.status)
     retired = []
     for track in tracks:
@@ -444,7 +314,7 @@ def retired_workloads(
 
 def retired_tracks(model: SpeculativeModel, present: Collection[tuple[str, str]]) -> list[Track]:
     """The tracks whose workload of the kind the model no longer runs is `present`."""
-    kind = workload_kind(1 if spans_nodes(model) else 2)
+    kind = workload_kind(1 if spans_nodes(model.spec) else 2)
     return [t for t in TRACKS if workload_ref(model.metadata.name, kind, t) in present]
 
 

@@ -17,13 +17,8 @@ from specfleet.operator.api import (
 from specfleet.operator.capacity import capacity
 from specfleet.operator.children import LEADER_WORKER_SET, Track
 from specfleet.operator.conditions import set_condition
-from specfleet.operator.render import (
-    CONFIG_HASH_ANNOTATION,
-    TRACK_LABEL,
-    config_hashes,
-    scale_selector,
-    spans_nodes,
-)
+from specfleet.operator.render import CONFIG_HASH_ANNOTATION, TRACK_LABEL, scale_selector
+from specfleet.operator.runtime_container import spans_nodes
 from specfleet.operator.track_plan import plan
 
 # The characters of any one message status holds (a condition's, a decision's...): a
@@ -94,9 +89,9 @@ def _current_leaders(
 ) -> bool:
     """Where replicas span nodes: exactly `replicas` Ready leaders of the track, each of
     the rendered config (a LeaderWorkerSet's counts lag a template just applied)."""
-    if not spans_nodes(model):
+    if not spans_nodes(model.spec):
         return True
-    expected = config_hashes(model, plan(model.spec, model.status))[track]
+    expected = plan(model.spec, model.status)[track].config_hash
     leaders = [
         pod
         for pod in children.pods

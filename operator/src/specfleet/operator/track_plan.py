@@ -1,16 +1,19 @@
 """What each track's pods run, worked out in one place from the spec and status: the
 config (the spec's; while a new one is on trial or was rejected, the last good one on the
 stable pods and the new one on the canary), the method, K and schedule, whether the
-stable pods take K hot, and how many pods. `render` renders the pods from it (and so the
-config hash on them, which `evaluation` matches), `evaluation` reads their windows at
-its K, the tuner learns the stable pods' speed for their drafting style, and the
-simulator runs its pods by it. Pure: a function of (spec, status)."""
+stable pods take K hot, how many pods, and the runtime container they run with the hash
+that names it. `render` renders the pods from it, `pod_reading` finds the pods that run
+it by that hash and reads their windows at its K, the tuner learns the stable pods'
+speed for their drafting style, and the simulator runs its pods by it. Pure: a function
+of (spec, status)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
-from specfleet.operator import hot_schedules
+from specfleet.operator import hot_schedules, runtime_container
 from specfleet.operator.api import (
     DraftMethod,
     ScheduledBand,
@@ -34,6 +37,28 @@ class TrackPlan:
     schedule: list[ScheduledBand] | None  # K by batch size; tokens is then its largest
     hot: bool  # the engine takes K hot: its template holds the ceiling, no schedule
     replicas: int
+
+    @property
+    def template_tokens(self) -> int:
+        """K in the pods' template. Pods that take K hot start at their ceiling for every
+        batch (the runtime's default) until the schedule is handed to them as they turn
+        Ready: nothing the tuner or a spec edit of speculation.tokens changes is in it."""
+        return self.spec.speculation.max_tokens if self.hot else self.tokens
+
+    @cached_property
+    def container(self) -> dict[str, Any]:
+        """The runtime container the pods run, rendered once a plan (not to be changed:
+        the hash below is of it)."""
+        schedule = None if self.hot else self.schedule
+        return runtime_container.container(
+            self.spec, self.method, self.template_tokens, schedule, self.hot
+        )
+
+    @cached_property
+    def config_hash(self) -> str:
+        """The hash that names the pods' config (render.CONFIG_HASH_ANNOTATION): a pod
+        with another runs another config, being rolled out or rolled away."""
+        return runtime_container.config_hash(self.container)
 
 
 @dataclass(frozen=True)
