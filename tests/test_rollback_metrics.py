@@ -1,15 +1,21 @@
 """The table of rollback metrics: a row for every metric the API takes, and an alert
-branch in the chart for each (a metric added without one would never alert)."""
+branch in the chart for each, with the row's PromQL (a metric whose branch the chart
+left out would never alert)."""
 
 from __future__ import annotations
 
 import re
 
+import yaml
+
 from specfleet.operator.api import RollbackMetric
-from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
+from specfleet.operator.crd import ROLLBACK_METRICS_FILE
+from specfleet.operator.rollback_metrics import ROLLBACK_METRICS, WINDOW, alert_figures
 from tests.conftest import REPO
 
-ALERTS = REPO / "charts" / "specfleet" / "templates" / "_alerts.tpl"
+RULES = REPO / "deploy" / "prometheus" / "specfleet-alerts.yaml"
+VALUES = REPO / "charts" / "specfleet" / "values.yaml"
+FIGURES = REPO / ROLLBACK_METRICS_FILE
 
 
 def test_every_rollback_metric_has_one_row() -> None:
@@ -17,11 +23,41 @@ def test_every_rollback_metric_has_one_row() -> None:
     assert all(metric is kind.metric for metric, kind in ROLLBACK_METRICS.items())
 
 
+def _lines(promql: str) -> list[str]:
+    return [line.strip() for line in promql.splitlines() if line.strip()]
+
+
 def test_every_rollback_metric_has_an_alert_branch() -> None:
-    """The AcceptanceBelowFloor alert picks each model's figure by the metric it exports
-    (specfleet_acceptance_metric{metric=...}): one branch a metric."""
-    branches = set(re.findall(r'specfleet_acceptance_metric\{metric="(\w+)"\}', ALERTS.read_text()))
-    assert branches == {metric.value for metric in RollbackMetric}
+    """The AcceptanceBelowFloor alert (as the chart renders it with its defaults: the
+    rules file tests/test_alerts.py keeps current) compares each model's figure with its
+    floor where the model exports its metric (specfleet_acceptance_metric{metric=...}):
+    one branch a metric, with the table's PromQL over the alert's window."""
+    rules = yaml.safe_load(RULES.read_text())
+    (expr,) = [
+        rule["expr"]
+        for group in rules["groups"]
+        for rule in group["rules"]
+        if rule.get("alert") == "SpecfleetAcceptanceBelowFloor"
+    ]
+    window = yaml.safe_load(VALUES.read_text())["alerts"]["acceptanceBelowFloor"]["window"]
+    rendered = "\n".join(_lines(expr))
+    for kind in ROLLBACK_METRICS.values():
+        branch = [
+            *_lines(kind.promql.replace(WINDOW, window)),
+            "< on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)",
+            "and on (namespace, model) max by (namespace, model) "
+            f'(specfleet_acceptance_metric{{metric="{kind.metric.value}"}}) == 1',
+        ]
+        assert "\n".join(branch) in rendered, kind.metric
+    branches = re.findall(r'specfleet_acceptance_metric\{metric="(\w+)"\}', rendered)
+    assert sorted(branches) == sorted(metric.value for metric in RollbackMetric)
+
+
+def test_the_chart_reads_the_tables_promql() -> None:
+    """What the chart's alert reads is generated from the table (`specfleet crds`)."""
+    figures = yaml.safe_load(FIGURES.read_text())
+    assert figures == alert_figures()
+    assert [row["metric"] for row in figures["metrics"]] == [m.value for m in ROLLBACK_METRICS]
 
 
 def test_only_a_metric_that_depends_on_k_caps_it() -> None:

@@ -12,6 +12,7 @@ operator aborts by itself.
 */}}
 {{- define "specfleet.alertGroups" -}}
 {{- $a := .Values.alerts -}}
+{{- $figures := .Files.Get "files/rollback-metrics.yaml" | fromYaml -}}
 {{- $runbook := $a.runbookBaseURL -}}
 groups:
   - name: specfleet
@@ -21,46 +22,32 @@ groups:
     rules:
       {{- with $a.acceptanceBelowFloor }}
       {{- if .enabled }}
+      {{- $window := .window }}
       - alert: SpecfleetAcceptanceBelowFloor
         # Each model against its own floor, on the figure its floor judges (the operator
-        # exports both: specfleet_acceptance_floor, specfleet_acceptance_metric). The figure
-        # comes from vLLM's own counters (RelativeToBaseline, whose baseline only the
-        # operator knows, from the operator's gauge); with no operator series at all (the
-        # operator is down) it is first-position acceptance against the chart's floor.
+        # exports both: specfleet_acceptance_floor, specfleet_acceptance_metric): a branch
+        # a rollback metric, each figure from the operator's table of them
+        # (files/rollback-metrics.yaml), from vLLM's own counters but RelativeToBaseline's,
+        # whose baseline only the operator knows (its gauge). With no operator series at
+        # all (the operator is down) the spec's default metric against the chart's floor.
         expr: |-
           (
+            {{- range $figures.metrics }}
             (
-              sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{track!="canary",position="0"}[{{ .window }}]))
-              /
-              sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}]))
+              {{- join "\n" .figure | replace "WINDOW" $window | nindent 14 }}
               < on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)
-              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="FirstPositionAcceptance"}) == 1
+              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="{{ .metric }}"}) == 1
             )
             or
+            {{- end }}
             (
-              sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_total{track!="canary"}[{{ .window }}]))
-              /
-              sum by (namespace, model) (rate(vllm:spec_decode_num_draft_tokens_total{track!="canary"}[{{ .window }}]))
-              < on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)
-              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="DraftAcceptanceRate"}) == 1
-            )
-            or
-            (
-              max by (namespace, model) (specfleet_acceptance_judged)
-              < on (namespace, model) max by (namespace, model) (specfleet_acceptance_floor)
-              and on (namespace, model) max by (namespace, model) (specfleet_acceptance_metric{metric="RelativeToBaseline"}) == 1
-            )
-            or
-            (
-              sum by (namespace, model) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total{track!="canary",position="0"}[{{ .window }}]))
-              /
-              sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}]))
+              {{- join "\n" $figures.withoutOperator | replace "WINDOW" $window | nindent 14 }}
               < {{ .floor }}
               unless on (namespace, model) specfleet_acceptance_floor
             )
           )
           and on (namespace, model)
-          sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}])) > {{ .minDraftsPerSecond }}
+          {{ $figures.draftsPerSecond | replace "WINDOW" $window }} > {{ .minDraftsPerSecond }}
         for: {{ .for }}
         labels:
           severity: {{ .severity }}

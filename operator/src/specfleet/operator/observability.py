@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from specfleet.operator import rollback_metrics
 from specfleet.operator.api import ConditionType, RollbackMetric, SpeculativeModelStatus
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.keys import Key
@@ -45,7 +46,7 @@ GOODPUT = Gauge(
 )
 ACCEPTANCE_FLOOR = Gauge("specfleet_acceptance_floor", "rollback.minAcceptance.", MODEL)
 ACCEPTANCE_JUDGED = Gauge(
-    "specfleet_acceptance_judged",
+    rollback_metrics.ACCEPTANCE_JUDGED,
     "The rollback metric (rollback.metric) in the last window: the figure the floor judges.",
     MODEL,
 )

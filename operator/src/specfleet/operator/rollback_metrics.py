@@ -1,19 +1,45 @@
 """The rollback metrics (spec.rollback.metric), one row each: how a window and a trial's
-totals measure it, what it is expected to be at a K, whether it caps K, and what a
-window needs to say anything of it. A new metric is one row here, a value of
-`api.RollbackMetric` and its alert branch in the chart (tests/test_rollback_metrics.py
-checks each metric has one)."""
+totals measure it, what it is expected to be at a K, whether it caps K, what a window
+needs to say anything of it, and its PromQL. A new metric is one row here and a value of
+`api.RollbackMetric`; `specfleet crds` writes the rows' PromQL into the chart
+(`alert_figures`: files/rollback-metrics.yaml, from which the AcceptanceBelowFloor
+alert has a branch a metric; tests/test_rollback_metrics.py checks it renders each)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from specfleet.operator.api import RollbackMetric, SpeculativeModelSpec, TrackTotals
-from specfleet.operator.observations import TrackWindow
+from specfleet.operator.api import Rollback, RollbackMetric, SpeculativeModelSpec, TrackTotals
+from specfleet.operator.observations import (
+    ACCEPTED_PER_POS,
+    ACCEPTED_TOKENS,
+    DRAFT_TOKENS,
+    DRAFTS,
+    TrackWindow,
+)
 from specfleet.operator.stats import Estimate, draft_acceptance_rate, per_position, wilson
 from specfleet.operator.trial_stats import totals_rate
 from specfleet.runtime.decoding import expected_draft_acceptance_rate
+
+# The operator's gauge of the figure the floor judged in a model's last window
+# (observability exports it): RelativeToBaseline's, whose baseline only the operator knows.
+ACCEPTANCE_JUDGED = "specfleet_acceptance_judged"
+# Where a figure's PromQL puts the alert's window (the chart's alerts.*.window).
+WINDOW = "WINDOW"
+
+
+def stable_rate(counter: str, labels: str = "") -> str:
+    """A vLLM counter's rate over the stable pods of each model, in PromQL: a canary's K is
+    an experiment the operator ends by itself (`track!="canary"` also matches pods
+    without the label)."""
+    selector = f'{{track!="canary"{labels}}}'
+    return f"sum by (namespace, model) (rate({counter}_total{selector}[{WINDOW}]))"
+
+
+def _ratio(numerator: str, denominator: str) -> str:
+    return f"{numerator}\n/\n{denominator}"
 
 
 @dataclass(frozen=True)
@@ -28,6 +54,9 @@ class RollbackMetricKind:
     # It depends on K, so the floor chooses and refuses Ks; otherwise it judges the draft,
     # and rolling back to another K cannot help.
     caps_k: bool
+    # Its figure of each model (namespace, model) in PromQL, over the alert's WINDOW: what
+    # the chart's SpecfleetAcceptanceBelowFloor compares with the model's floor.
+    promql: str
     # A window without the per-position series is inconclusive.
     needs_per_position: bool = False
     # The first conclusive window at a K is its baseline: measured, not judged.
@@ -59,6 +88,7 @@ ROLLBACK_METRICS: Mapping[RollbackMetric, RollbackMetricKind] = {
             of_totals=totals_rate,
             expected=expected_draft_acceptance_rate,
             caps_k=True,
+            promql=_ratio(stable_rate(ACCEPTED_TOKENS), stable_rate(DRAFT_TOKENS)),
         ),
         RollbackMetricKind(
             RollbackMetric.FIRST_POSITION_ACCEPTANCE,
@@ -66,6 +96,7 @@ ROLLBACK_METRICS: Mapping[RollbackMetric, RollbackMetricKind] = {
             of_totals=_first_position_of_totals,
             expected=lambda conditional, k: conditional[0] if conditional and k else 0.0,
             caps_k=False,
+            promql=_ratio(stable_rate(ACCEPTED_PER_POS, ',position="0"'), stable_rate(DRAFTS)),
             needs_per_position=True,
         ),
         RollbackMetricKind(
@@ -75,6 +106,7 @@ ROLLBACK_METRICS: Mapping[RollbackMetric, RollbackMetricKind] = {
             # Its baseline is re-measured when a K is promoted: 1.0 at every K.
             expected=lambda _conditional, _k: 1.0,
             caps_k=False,
+            promql=f"max by (namespace, model) ({ACCEPTANCE_JUDGED})",
             needs_baseline=True,
         ),
     )
@@ -89,3 +121,19 @@ def rollback_metric_of(spec: SpeculativeModelSpec) -> RollbackMetricKind:
 def floor_caps_k(spec: SpeculativeModelSpec) -> bool:
     """Whether the model's floor chooses and refuses Ks (its metric depends on K)."""
     return rollback_metric_of(spec).caps_k
+
+
+def alert_figures() -> dict[str, Any]:
+    """What the chart's AcceptanceBelowFloor alert reads (files/rollback-metrics.yaml), each
+    PromQL a list of its lines, with WINDOW for the alert's window: each metric's figure,
+    the figure judged where the operator exports nothing (the spec's default metric,
+    against the chart's floor) and the drafts a second that make a window worth alerting
+    on."""
+    return {
+        "metrics": [
+            {"metric": kind.metric.value, "figure": kind.promql.splitlines()}
+            for kind in ROLLBACK_METRICS.values()
+        ],
+        "withoutOperator": ROLLBACK_METRICS[Rollback().metric].promql.splitlines(),
+        "draftsPerSecond": stable_rate(DRAFTS),
+    }
