@@ -48,7 +48,8 @@ def placed(where: Placement) -> TrialRecord:
     from its record."""
     in_place = None
     if where is not Placement.CANARY:
-        in_place = InPlace(previous_tokens=3, switched=where is Placement.AFTER)
+        interleaved = where is Placement.INTERLEAVED
+        in_place = InPlace(previous_tokens=3, switched=where.switched, interleaved=interleaved)
     return TrialRecord(tokens=4, started_at=T0, in_place=in_place)
 
 
@@ -122,8 +123,13 @@ INCONCLUSIVE = judge(SPEC, None, None)
 
 
 def test_a_trial_s_placement_is_read_from_its_record() -> None:
+    """Each placement is one value of the record's, an interleaved trial's its own (both
+    sides on the stable pods, turn by turn), one of those where the stable pods run the
+    candidate, as after a switch in place."""
     for where in Placement:
         assert placed(where).placement is where
+    switched = [where for where in Placement if where.switched]
+    assert switched == [Placement.AFTER, Placement.INTERLEAVED]
 
 
 def test_in_place_the_stable_pods_switch_once_their_windows_before_are_in() -> None:

@@ -11,7 +11,6 @@ import json
 
 from specfleet.operator.api import (
     ConfigState,
-    Placement,
     PodsConfig,
     RunningConfig,
     SpeculativeModelSpec,
@@ -101,7 +100,7 @@ def _running(state: ConfigState | None, track: Track, own: str) -> RunningConfig
     if state is None:
         return None
     trial = state.trial
-    switched = trial is not None and trial.placement is Placement.AFTER
+    switched = trial is not None and trial.placement.switched
     if trial is not None and (track == "canary" or switched):
         return None if trial.config.hash == own else trial.config
     if state.running.hash == own:

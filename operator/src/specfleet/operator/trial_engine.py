@@ -385,7 +385,7 @@ def advance(
     Interleaved, the record counts the window for the side that ran it, and `turn` names
     the side that runs next."""
     where, open_windows = record.placement, run.status.open_windows
-    if record.in_place is not None and record.in_place.interleaved:
+    if where is Placement.INTERLEAVED:
         return _take_turns(run, kind, record, stable, open_windows)
     if where is Placement.BEFORE:
         added = stable.conclusive and stable.window is not None

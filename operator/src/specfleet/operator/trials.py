@@ -311,9 +311,9 @@ def _required(run: Run, trial: Trial) -> float:
     faster. In place the restart is paid, and going back costs another: the candidate
     stays on proof of minImprovement. A canary's promotion rolls the stable pods: it must
     repay that restart too."""
-    if trial.in_place is None:
+    if trial.placement is Placement.CANARY:
         return run.required_gain()
-    return 0.0 if trial.in_place.interleaved else run.spec.tuning.min_improvement
+    return 0.0 if trial.placement is Placement.INTERLEAVED else run.spec.tuning.min_improvement
 
 
 def _baseline_windows(run: Run) -> int:
@@ -548,7 +548,7 @@ def _abort(run: Run, trial: Trial, sides: Sides, *, reject: bool, judged: bool) 
     # A schedule that failed is rejected, not its largest K.
     rejected_schedule = sides.tried if reject else None
     rejected_tokens = [trial.tokens] if reject and sides.tried is None else []
-    back = trial.placement is Placement.AFTER and sides.before_tokens > 0
+    back = trial.placement.switched and sides.before_tokens > 0
     return Abort(
         off,
         rejected_tokens,

@@ -314,6 +314,13 @@ class Placement(Enum):
     CANARY = "canary"  # a canary pod beside the stable pods
     BEFORE = "before"  # in place: the stable pods measure what runs, before the switch
     AFTER = "after"  # in place: the stable pods run the candidate, after the switch
+    # In place on pods that take K hot: the stable pods run both sides, turn by turn.
+    INTERLEAVED = "interleaved"
+
+    @property
+    def switched(self) -> bool:
+        """The stable pods run the candidate (interleaved, every other window)."""
+        return self in (Placement.AFTER, Placement.INTERLEAVED)
 
 
 class TrialRecord(ApiModel):
@@ -354,6 +361,8 @@ class TrialRecord(ApiModel):
         """Where the candidate runs now."""
         if self.in_place is None:
             return Placement.CANARY
+        if self.in_place.interleaved:
+            return Placement.INTERLEAVED
         return Placement.AFTER if self.in_place.switched else Placement.BEFORE
 
 
@@ -487,7 +496,7 @@ class SpeculationState(ApiModel):
     def measuring_plain(self) -> bool:
         """An in-place trial of plain decoding runs on the stable pods (after its switch)."""
         trial = self.trial
-        return trial is not None and trial.plain and trial.placement is Placement.AFTER
+        return trial is not None and trial.plain and trial.placement.switched
 
     @property
     def decoding_plainly(self) -> bool:
