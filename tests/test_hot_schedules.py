@@ -19,6 +19,7 @@ from specfleet.operator.api import (
     HotSchedule,
     InPlace,
     KSwitching,
+    RollbackMetric,
     ScheduledBand,
     SinceChange,
     SpeculativeModel,
@@ -38,6 +39,7 @@ from specfleet.operator.observations import (
 from specfleet.operator.outcomes import ActionKind, WindowVerdict
 from specfleet.operator.run import Run
 from specfleet.operator.simulate import load_scenario, simulate
+from specfleet.operator.stats import Estimate
 from specfleet.operator.windows import Judged
 from specfleet.runtime.config import parse_serve_args
 from specfleet.runtime.hot_schedule import ENV_TOKEN
@@ -288,6 +290,30 @@ def test_a_pair_at_mismatched_batches_is_not_compared() -> None:
         assert alternation is not None and alternation.turn.tokens == other
         trial = alternation.record
         assert (trial.canary.windows, trial.stable.windows) == side_windows, batch
+
+
+def test_an_interleaved_trial_ends_below_the_floor_on_its_candidate_s_windows_only() -> None:
+    """Interleaved, the stable pods run the candidate every other window: a window below a
+    floor that caps K ends the trial on the candidate's turn, while on the turn of the K
+    it is compared with that window is the K's own (counted against the floor as the
+    stable K's), and the trial goes on."""
+    for candidate_turn in (True, False):
+        model = _model(tokens=3)
+        rollback = model.spec.rollback.model_copy(
+            update={"metric": RollbackMetric.DRAFT_ACCEPTANCE_RATE}
+        )
+        model = model.model_copy(
+            update={"spec": model.spec.model_copy(update={"rollback": rollback})}
+        )
+        place = InPlace(previous_tokens=3, switched=candidate_turn, interleaved=True)
+        model.status.speculation.trial = Trial(
+            tokens=6, started_at=NOW, in_place=place, stable_replicas=model.spec.replicas
+        )
+        run = _run(model)
+        measured = window([0.3, 0.2, 0.1, 0.1, 0.1, 0.1], 6 if candidate_turn else 3)
+        failing = Judged(measured, True, WindowVerdict.CONCLUSIVE, metric=Estimate(0.2, 0.1, 0.3))
+        assert tuner._floor_decided(run, failing) is candidate_turn
+        assert (run.sp.trial is None) is candidate_turn, run.actions
 
 
 async def _sim_pod(args: list[str]) -> tuple[web.AppRunner, SimServer, ScrapeTarget]:

@@ -43,13 +43,14 @@ from tests.test_config_trials import ENGINE, _settled, _with
 SPEC = make_spec(tuning={"canaryWindows": 2, "canaryPendingTimeout": "5m"})
 
 
-def placed(where: Placement) -> TrialRecord:
-    """A trial of K=4 against K=3 that runs where `where` says: its placement is read
-    from its record."""
+def placed(where: Placement, *, candidate_turn: bool = True) -> TrialRecord:
+    """A trial of K=4 against K=3 that runs where `where` says (interleaved, in the
+    candidate's turn or the other's): its placement is read from its record."""
     in_place = None
     if where is not Placement.CANARY:
         interleaved = where is Placement.INTERLEAVED
-        in_place = InPlace(previous_tokens=3, switched=where.switched, interleaved=interleaved)
+        switched = where is Placement.AFTER or (interleaved and candidate_turn)
+        in_place = InPlace(previous_tokens=3, switched=switched, interleaved=interleaved)
     return TrialRecord(tokens=4, started_at=T0, in_place=in_place)
 
 
@@ -124,12 +125,21 @@ INCONCLUSIVE = judge(SPEC, None, None)
 
 def test_a_trial_s_placement_is_read_from_its_record() -> None:
     """Each placement is one value of the record's, an interleaved trial's its own (both
-    sides on the stable pods, turn by turn), one of those where the stable pods run the
-    candidate, as after a switch in place."""
+    sides on the stable pods, turn by turn) in either side's turn; whether the stable pods
+    run the candidate now is the record's too: after the switch, or in the candidate's
+    turns of an interleaved trial."""
     for where in Placement:
         assert placed(where).placement is where
-    switched = [where for where in Placement if where.switched]
-    assert switched == [Placement.AFTER, Placement.INTERLEAVED]
+    other_turn = placed(Placement.INTERLEAVED, candidate_turn=False)
+    assert other_turn.placement is Placement.INTERLEAVED
+    runs = {where: placed(where).stable_runs_candidate for where in Placement}
+    assert runs == {
+        Placement.CANARY: False,
+        Placement.BEFORE: False,
+        Placement.AFTER: True,
+        Placement.INTERLEAVED: True,
+    }
+    assert not other_turn.stable_runs_candidate
 
 
 def test_in_place_the_stable_pods_switch_once_their_windows_before_are_in() -> None:

@@ -287,7 +287,7 @@ class ConfigKind:
         run = self.run
         # The pods running the new config: the canary, or switched in place the stable pods.
         where = record.placement
-        track = "stable" if where.switched else "canary"
+        track = "stable" if record.stable_runs_candidate else "canary"
         failed = observation.runtime_failures.get(track)
         if failed is not None and where is not Placement.BEFORE:
             return Ended(TrialOutcome.RUNTIME_FAILED, f"the new config does not run: {failed}")

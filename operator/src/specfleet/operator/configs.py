@@ -100,7 +100,7 @@ def _running(state: ConfigState | None, track: Track, own: str) -> RunningConfig
     if state is None:
         return None
     trial = state.trial
-    switched = trial is not None and trial.placement.switched
+    switched = trial is not None and trial.stable_runs_candidate
     if trial is not None and (track == "canary" or switched):
         return None if trial.config.hash == own else trial.config
     if state.running.hash == own:

@@ -549,7 +549,7 @@ def _abort(run: Run, trial: Trial, sides: Sides, *, reject: bool, judged: bool) 
     # A schedule that failed is rejected, not its largest K.
     rejected_schedule = sides.tried if reject else None
     rejected_tokens = [trial.tokens] if reject and sides.tried is None else []
-    back = trial.placement.switched and sides.before_tokens > 0
+    back = trial.stable_runs_candidate and sides.before_tokens > 0
     return Abort(
         off,
         rejected_tokens,

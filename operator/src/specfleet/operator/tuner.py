@@ -208,7 +208,7 @@ def _floor_decided(run: Run, stable: Judged) -> bool:
     if counted.reprobe_held:
         sp.reprobing = None
     below = condition_status(run.status.conditions, ConditionType.ACCEPTANCE_BELOW_FLOOR)
-    if trial is not None and trial.placement.switched and floor_caps_k(spec):
+    if trial is not None and trial.stable_runs_candidate and floor_caps_k(spec):
         if stable_failing(stable, run.floor):  # the candidate K fails a floor that caps K
             reason, message = TrialOutcome.BELOW_FLOOR, floor_message(run, stable)
             end_trial(run, promote=False, reason=reason, message=message)

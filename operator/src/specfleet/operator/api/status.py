@@ -317,11 +317,6 @@ class Placement(Enum):
     # In place on pods that take K hot: the stable pods run both sides, turn by turn.
     INTERLEAVED = "interleaved"
 
-    @property
-    def switched(self) -> bool:
-        """The stable pods run the candidate (interleaved, every other window)."""
-        return self in (Placement.AFTER, Placement.INTERLEAVED)
-
 
 class TrialRecord(ApiModel):
     """What every trial holds, whatever it tries: the K it runs, where (on the stable pods
@@ -364,6 +359,12 @@ class TrialRecord(ApiModel):
         if self.in_place.interleaved:
             return Placement.INTERLEAVED
         return Placement.AFTER if self.in_place.switched else Placement.BEFORE
+
+    @property
+    def stable_runs_candidate(self) -> bool:
+        """The stable pods run the candidate now: after an in-place switch, or in an
+        interleaved trial's candidate turns (the turn is `in_place.switched`)."""
+        return self.in_place is not None and self.in_place.switched
 
 
 class Trial(TrialRecord):
@@ -496,7 +497,7 @@ class SpeculationState(ApiModel):
     def measuring_plain(self) -> bool:
         """An in-place trial of plain decoding runs on the stable pods (after its switch)."""
         trial = self.trial
-        return trial is not None and trial.plain and trial.placement.switched
+        return trial is not None and trial.plain and trial.stable_runs_candidate
 
     @property
     def decoding_plainly(self) -> bool:
