@@ -8,14 +8,12 @@ import re
 
 import yaml
 
-from specfleet.operator.api import RollbackMetric
-from specfleet.operator.crd import ROLLBACK_METRICS_FILE
+from specfleet.operator.api import Rollback, RollbackMetric
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS, WINDOW, alert_figures
 from tests.conftest import REPO
 
 RULES = REPO / "deploy" / "prometheus" / "specfleet-alerts.yaml"
 VALUES = REPO / "charts" / "specfleet" / "values.yaml"
-FIGURES = REPO / ROLLBACK_METRICS_FILE
 
 
 def test_every_rollback_metric_has_one_row() -> None:
@@ -53,11 +51,13 @@ def test_every_rollback_metric_has_an_alert_branch() -> None:
     assert sorted(branches) == sorted(metric.value for metric in RollbackMetric)
 
 
-def test_the_chart_reads_the_tables_promql() -> None:
-    """What the chart's alert reads is generated from the table (`specfleet crds`)."""
-    figures = yaml.safe_load(FIGURES.read_text())
-    assert figures == alert_figures()
-    assert [row["metric"] for row in figures["metrics"]] == [m.value for m in ROLLBACK_METRICS]
+def test_the_alert_without_the_operator_judges_what_the_chart_says() -> None:
+    """Where the operator exports nothing the alert judges the spec's default metric
+    (`alert_figures`) against the chart's floor; the chart's values and description and
+    docs/alerts.md name it first-position acceptance: a new default is said there too."""
+    assert Rollback().metric is RollbackMetric.FIRST_POSITION_ACCEPTANCE
+    figure = ROLLBACK_METRICS[RollbackMetric.FIRST_POSITION_ACCEPTANCE].promql
+    assert alert_figures()["withoutOperator"] == figure.splitlines()
 
 
 def test_only_a_metric_that_depends_on_k_caps_it() -> None:

@@ -58,8 +58,8 @@ def crds_command(
     ] = False,
     root: Annotated[Path, typer.Option(help="Repository root.")] = Path("."),
 ) -> None:
-    """Write the CRD, the chart's CRD and admission policy, and the API reference from the
-    models."""
+    """Write every file generated from the models: the CRD and the chart's, the chart's
+    admission policies and rollback metrics' PromQL, the API reference and its tables."""
     try:
         if check:
             stale = crd.stale_files(root)

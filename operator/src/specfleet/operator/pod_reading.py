@@ -27,8 +27,8 @@ def current_pods(children: ObservedChildren, plans: TrackPlans) -> CurrentPods:
     for pod in children.pods:
         track = pod["metadata"].get("labels", {}).get(render.TRACK_LABEL, "stable")
         annotations = pod["metadata"].get("annotations") or {}
-        hash = annotations.get(render.CONFIG_HASH_ANNOTATION)
-        if track in current and hash == plans[track].config_hash:
+        config = annotations.get(render.CONFIG_HASH_ANNOTATION)
+        if track in current and config == plans[track].config_hash:
             current[track].append(pod)
     return current
 
@@ -133,7 +133,7 @@ def _hot_tracks(hot: HotSchedule | None, plans: TrackPlans) -> dict[Track, HotTr
     generation they must run for their windows to count at status' K, and their ceiling."""
     if hot is None or not plans.stable.hot:
         return None
-    return {"stable": HotTrack(hot.generation, plans.stable.spec.speculation.max_tokens)}
+    return {"stable": HotTrack(hot.generation, plans.stable.template_tokens)}
 
 
 @dataclass(frozen=True)

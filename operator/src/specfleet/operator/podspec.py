@@ -1,5 +1,6 @@
 """The pod settings of a model's Deployments (spec.runtime.pod, modelCache, injectRuntime,
-rollingUpdate): what render.py adds to the pod template besides the runtime's config.
+rollingUpdate): what a track's container holds besides the runtime's config
+(runtime_container.py) and what render.py adds around it in the pod template.
 
 Restricted Pod Security by default: a non-root user, no privilege escalation, every
 capability dropped, seccomp RuntimeDefault; what vLLM writes (the hub cache, its own
