@@ -17,7 +17,6 @@ from specfleet.operator.api import (
     PairSpread,
     Placement,
     ScheduledBand,
-    SinceChange,
     TrackTotals,
     Trial,
     TuningStrategy,
@@ -616,7 +615,7 @@ def _promote(run: Run, end: TrialEnd, then: Promotion | Reenables) -> None:
     failing = sp.since_change.failing_windows
     run.stable_runs(then.tokens, then.schedule)
     if then.failures_count_on:
-        sp.since_change = SinceChange(at=run.now, failing_windows=failing)
+        sp.since_change = sp.since_change.model_copy(update={"failing_windows": failing})
 
 
 def end_trial_if_scaled(run: Run) -> None:
