@@ -66,3 +66,31 @@ def test_only_a_metric_that_depends_on_k_caps_it() -> None:
     for kind in ROLLBACK_METRICS.values():
         expected = [kind.expected(conditional, k) for k in (1, 2, 3)]
         assert kind.caps_k == (len(set(expected)) > 1), kind.metric
+
+
+def test_the_alerts_read_vllm_only_through_the_generated_figures() -> None:
+    """Each vLLM series the rendered rules read stands in a figure of `alert_figures`
+    over its alert's window: a series written by hand in the chart's template (a counter
+    vLLM renames, a label the PodMonitor changes) would be missed where the table is
+    changed."""
+    rules = yaml.safe_load(RULES.read_text())
+    figures = alert_figures()
+    written = [
+        *(line for row in figures["metrics"] for line in row["figure"]),
+        *figures["withoutOperator"],
+        figures["draftsPerSecond"],
+        figures["generationTokensPerSecond"],
+    ]
+    series = r"sum by \(namespace, model\) \(rate\(vllm:[^\[]*\[[^\]]*\]\)\)"
+    read = 0
+    for rule in (rule for group in rules["groups"] for rule in group["rules"]):
+        for used in re.findall(r"[^\n]*vllm:[^\n]*", rule["expr"]):
+            (figure,) = re.findall(series, used) or [used]
+            window = re.search(r"\[([^\]]*)\]", figure)
+            assert window is not None, (rule.get("alert"), used)
+            assert figure.replace(f"[{window[1]}]", f"[{WINDOW}]") in written, (
+                rule.get("alert"),
+                used,
+            )
+            read += 1
+    assert read >= 2 * len(ROLLBACK_METRICS), read

@@ -12,7 +12,7 @@ operator aborts by itself.
 */}}
 {{- define "specfleet.alertGroups" -}}
 {{- $a := .Values.alerts -}}
-{{- $figures := .Files.Get "files/rollback-metrics.yaml" | fromYaml -}}
+{{- $figures := .Files.Get "files/alert-figures.yaml" | fromYaml -}}
 {{- $runbook := $a.runbookBaseURL -}}
 groups:
   - name: specfleet
@@ -27,7 +27,7 @@ groups:
         # Each model against its own floor, on the figure its floor judges (the operator
         # exports both: specfleet_acceptance_floor, specfleet_acceptance_metric): a branch
         # a rollback metric, each figure from the operator's table of them
-        # (files/rollback-metrics.yaml), from vLLM's own counters but RelativeToBaseline's,
+        # (files/alert-figures.yaml), from vLLM's own counters but RelativeToBaseline's,
         # whose baseline only the operator knows (its gauge). With no operator series at
         # all (the operator is down) the spec's default metric against the chart's floor.
         expr: |-
@@ -86,15 +86,15 @@ groups:
         # Serving tokens, and either the operator reports speculation off, or vLLM
         # drafts nothing (the second part works without the operator).
         expr: |-
-          sum by (namespace, model) (rate(vllm:generation_tokens_total{track!="canary"}[{{ .window }}])) > 0
+          {{ $figures.generationTokensPerSecond | replace "WINDOW" .window }} > 0
           and on (namespace, model)
           (
             max by (namespace, model) (specfleet_speculation_active) == 0
             or
             (
-              sum by (namespace, model) (rate(vllm:generation_tokens_total{track!="canary"}[{{ .window }}]))
+              {{ $figures.generationTokensPerSecond | replace "WINDOW" .window }}
               unless on (namespace, model)
-              sum by (namespace, model) (rate(vllm:spec_decode_num_drafts_total{track!="canary"}[{{ .window }}])) > 0
+              {{ $figures.draftsPerSecond | replace "WINDOW" .window }} > 0
             )
           )
           # Plain decoding the operator chose because it measured faster is as intended.

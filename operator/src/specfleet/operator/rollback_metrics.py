@@ -2,7 +2,7 @@
 totals measure it, what it is expected to be at a K, whether it caps K, what a window
 needs to say anything of it, and its PromQL. A new metric is one row here and a value of
 `api.RollbackMetric`; `specfleet crds` writes the rows' PromQL into the chart
-(`alert_figures`: files/rollback-metrics.yaml, from which the AcceptanceBelowFloor
+(`alert_figures`: files/alert-figures.yaml, from which the AcceptanceBelowFloor
 alert has a branch a metric; tests/test_rollback_metrics.py checks it renders each)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from specfleet.operator.observations import (
     ACCEPTED_TOKENS,
     DRAFT_TOKENS,
     DRAFTS,
+    GENERATION_TOKENS,
     TrackWindow,
 )
 from specfleet.operator.stats import Estimate, draft_acceptance_rate, per_position, wilson
@@ -124,11 +125,11 @@ def floor_caps_k(spec: SpeculativeModelSpec) -> bool:
 
 
 def alert_figures() -> dict[str, Any]:
-    """What the chart's AcceptanceBelowFloor alert reads (files/rollback-metrics.yaml), each
-    PromQL a list of its lines, with WINDOW for the alert's window: each metric's figure,
-    the figure judged where the operator exports nothing (the spec's default metric,
-    against the chart's floor) and the drafts a second that make a window worth alerting
-    on."""
+    """What the chart's alerts read (files/alert-figures.yaml), each PromQL a list of
+    its lines, with WINDOW for the alert's window: for AcceptanceBelowFloor each metric's
+    figure, the figure judged where the operator exports nothing (the spec's default
+    metric, against the chart's floor) and the drafts a second that make a window worth
+    alerting on; for SpeculationInactive those drafts and the tokens served a second."""
     return {
         "metrics": [
             {"metric": kind.metric.value, "figure": kind.promql.splitlines()}
@@ -136,4 +137,5 @@ def alert_figures() -> dict[str, Any]:
         ],
         "withoutOperator": ROLLBACK_METRICS[Rollback().metric].promql.splitlines(),
         "draftsPerSecond": stable_rate(DRAFTS),
+        "generationTokensPerSecond": stable_rate(GENERATION_TOKENS),
     }
