@@ -399,6 +399,32 @@ def _fed(kind: RunningKind, record: TrialRecord, stable: Judged, observation: Ob
     return run
 
 
+def test_a_trial_starts_where_it_runs_and_is_kept_by_its_kind() -> None:
+    """A trial's start is the engine's: on a canary the record holds nothing of where; in
+    place the stable pods run what ran before first (the baseline), then switch;
+    interleaved they switch to the candidate at once, and alternate with what ran before.
+    The kind keeps the record; the record handed in is left as it was."""
+    before = Turn(3, None)
+    for where, switched, stable_k in (
+        (Placement.CANARY, None, None),
+        (Placement.BEFORE, False, None),
+        (Placement.INTERLEAVED, True, 4),
+    ):
+        kind, run, record = RunningKind(), _run(), TrialRecord(tokens=4, started_at=T0)
+        run.sp.tokens = 3
+        trial_engine.start(run, kind, record, where, before)
+        ((name, kept),) = kind.calls
+        assert name == "keep" and isinstance(kept, TrialRecord), where
+        assert kept.placement is where and record.in_place is None
+        place = kept.in_place
+        assert (place.switched if place else None) is switched, where
+        if place is not None:
+            assert (place.previous_tokens, place.previous_schedule) == (3, None)
+        assert run.sp.tokens == (stable_k or 3), where  # only an interleaved one switches
+    with pytest.raises(AssertionError):  # a trial starts before its switch
+        trial_engine.start(_run(), RunningKind(), record, Placement.AFTER, before)
+
+
 def test_a_trial_its_kind_ends_before_counts_nothing_and_ends() -> None:
     ended = Ended(TrialOutcome.TIMEOUT, "too long")
     kind = RunningKind(ends_unfed=ended)

@@ -12,14 +12,13 @@ cost are its own.
 
 from __future__ import annotations
 
-from specfleet.operator import schedule
+from specfleet.operator import schedule, trial_engine
 from specfleet.operator.api import (
     ConditionType,
     ConfigRejection,
     ConfigState,
     ConfigTrial,
     DraftMethod,
-    InPlace,
     Placement,
     RolloutStrategy,
     RunningConfig,
@@ -44,8 +43,10 @@ from specfleet.operator.trial_engine import (
     Ended,
     Sides,
     TrialSubject,
+    Turn,
     candidate_rate,
     measured_gain,
+    placed,
 )
 from specfleet.operator.trial_stats import ONE_SIDED_95, TRIAL_EXTENSION
 from specfleet.operator.trials import end_trial
@@ -188,13 +189,14 @@ def _start(run: Run, wanted: RunningConfig) -> None:
     k, bands = _matched(run)
     # Plain stable pods (speculation disabled) have no windows before to switch from.
     in_place = strategy is RolloutStrategy.IN_PLACE and sp.off is None
-    state.trial = ConfigTrial(
+    record = ConfigTrial(
         config=wanted.model_copy(update={"pods": None}),  # the canary runs the spec
         tokens=k,
         schedule=None if in_place else bands,
-        in_place=InPlace(previous_tokens=k, previous_schedule=bands) if in_place else None,
         started_at=run.now,
     )
+    placement = Placement.BEFORE if in_place else Placement.CANARY
+    trial_engine.start(run, ConfigKind(run), record, placement, Turn(k, bands))
     where = "the stable pods, after their windows before," if in_place else "a canary"
     message = (
         f"config {wanted.hash} ({what}) on {where} at K={k}, against the running config "
@@ -321,10 +323,10 @@ class ConfigKind:
         record: the one the engine was handed is left as it was."""
         run = self.run
         # Its K and schedule before are taken at the switch, after the windows before.
-        in_place = InPlace(previous_tokens=run.sp.tokens or 0, previous_schedule=run.sp.schedule)
+        before = Turn(run.sp.tokens or 0, run.sp.schedule)
         # The trial starts here: its canary never ran.
-        update = {"in_place": in_place, "schedule": None, "started_at": run.now}
-        self._state.trial = trial = record.model_copy(update=update)
+        restarted = record.model_copy(update={"schedule": None, "started_at": run.now})
+        self._state.trial = trial = placed(restarted, Placement.BEFORE, before)
         _drop_canary_window(run)
         run.act(
             ActionKind.IN_PLACE_FALLBACK,

@@ -10,14 +10,11 @@ from datetime import datetime
 
 from specfleet.operator import exploration, hot_schedules, schedule, speed
 from specfleet.operator.api import (
-    ConditionType,
     LastKnownGood,
     Rejected,
     Reprobing,
     ScheduledBand,
-    Trial,
 )
-from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.prediction import (
     Prediction,
     fastest_and_plain,
@@ -86,29 +83,6 @@ def due(run: Run, stable: Judged) -> Reprobe | None:
     waited = f" (back-off doubled {failed} times)" if failed else ""
     cause = "the back-off" + waited if why == "BackoffElapsed" else "a predicted gain"
     return Reprobe(k, why, cause)
-
-
-def start(run: Run, reprobe: Reprobe) -> None:
-    """A re-probe on a canary when the strategy has one (the stable pods keep decoding
-    plainly until the trial is promoted); in place otherwise."""
-    k, why, cause = reprobe.tokens, reprobe.why, reprobe.cause
-    if not run.trials_in_place:
-        run.sp.trial = Trial(tokens=k, started_at=run.now, stable_replicas=run.spec.replicas)
-        run.act(
-            ActionKind.REPROBE,
-            why,
-            f"re-probing K={k} on a canary after {cause}",
-            to_tokens=k,
-        )
-        return
-    run.act(
-        ActionKind.REPROBE,
-        why,
-        f"speculation re-enabled at K={k} after {cause}",
-        to_tokens=k,
-    )
-    reenable(run, k)
-    run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
 
 
 def _pays_lately(run: Run, acceptance: list[float]) -> bool:

@@ -1,14 +1,15 @@
 """The one lifecycle every trial runs, whatever its kind (a K, plain decoding, a schedule:
 trials.py; a config: config_trials.py) and wherever it runs (its `Placement`; in place on
-pods that take K hot, interleaved: both sides turn by turn): its windows before an
-in-place switch, its stable windows counted as its comparison, the candidate's windows
-counted or ending it below the floor, the goodput gain measured between the tracks (or
-over matched pairs) when there are enough, and the verdict on it with the words that say
-it. `advance` judges the canary's window and returns the record with this evaluation's
-windows counted, what status collects on, the next step (`Next`, `Ended`, `WaitForCanary`
-or `InPlaceInstead`) and an interleaved trial's next `Turn` as values, changing no state;
-`feed`, the one way every running trial is fed, keeps them in status and hands the step
-to the kind (`RunningKind`: switching, promotion and rejection differ by kind)."""
+pods that take K hot, interleaved: both sides turn by turn): its start where it runs
+(`start`), its windows before an in-place switch, its stable windows counted as its
+comparison, the candidate's windows counted or ending it below the floor, the goodput
+gain measured between the tracks (or over matched pairs) when there are enough, and the
+verdict on it with the words that say it. `advance` judges the canary's window and
+returns the record with this evaluation's windows counted, what status collects on, the
+next step (`Next`, `Ended`, `WaitForCanary` or `InPlaceInstead`) and an interleaved
+trial's next `Turn` as values, changing no state; `feed`, the one way every running trial
+is fed, keeps them in status and hands the step to the kind (`RunningKind`: switching,
+promotion and rejection differ by kind)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from specfleet.operator import speed
 from specfleet.operator.api import (
     FittedStepCost,
+    InPlace,
     OpenWindows,
     Placement,
     ScheduledBand,
@@ -196,7 +198,8 @@ KindRecord = TypeVar("KindRecord", bound=TrialRecord, contravariant=True)
 
 @dataclass(frozen=True)
 class Turn:
-    """The side an interleaved trial's stable pods run next: its K and schedule."""
+    """A K and its schedule the stable pods run: the side an interleaved trial's run
+    next, or what a trial on them is compared with (what they ran before it)."""
 
     tokens: int
     schedule: list[ScheduledBand] | None
@@ -298,6 +301,43 @@ class RunningKind(TrialKind[KindRecord], Protocol[KindRecord]):
     def end(self, record: KindRecord, ended: Ended) -> None:
         """Promote, reject or abort, as `ended` says."""
         ...
+
+
+def placed(record: Record, placement: Placement, before: Turn) -> Record:
+    """A new trial's `record` where its candidate runs (the record given is left as it
+    was). In place the stable pods run `before` first, measured as the baseline, then
+    switch; interleaved they run the candidate first and alternate with `before` window
+    by window; on a canary the record holds nothing of where."""
+    if placement is Placement.CANARY:
+        return record
+    assert placement is not Placement.AFTER, "a trial starts before its switch"
+    interleaved = placement is Placement.INTERLEAVED
+    in_place = InPlace(
+        previous_tokens=before.tokens,
+        previous_schedule=before.schedule,
+        switched=interleaved,
+        interleaved=interleaved,
+    )
+    return record.model_copy(update={"in_place": in_place})
+
+
+def start(
+    run: Run,
+    kind: RunningKind[Record],
+    record: Record,
+    placement: Placement,
+    before: Turn | None = None,
+) -> None:
+    """A trial begins: `record` placed (`placed`; `before`: what the stable pods run, for
+    a trial on them) and kept in status by its kind; interleaved, the stable pods switch
+    to the candidate now. What starts it (a proposal, a re-probe, a new config) and how it
+    is said are the kind's."""
+    if placement is not Placement.CANARY:
+        assert before is not None, "a trial on the stable pods needs what they run"
+        record = placed(record, placement, before)
+    kind.keep(record)
+    if placement is Placement.INTERLEAVED:
+        run.stable_runs(record.tokens, record.schedule)
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specfleet.operator import hot_schedules, schedule
+from specfleet.operator import hot_schedules, schedule, trial_engine
 from specfleet.operator.api import (
     ConditionType,
-    InPlace,
     LastKnownGood,
     Off,
     PairSpread,
@@ -29,6 +28,7 @@ from specfleet.operator.prediction import (
     with_deeper,
 )
 from specfleet.operator.reprobes import (
+    Reprobe,
     next_reprobe,
     reenable,
     remember_rejected,
@@ -42,6 +42,7 @@ from specfleet.operator.trial_engine import (
     Ended,
     Sides,
     TrialSubject,
+    Turn,
     candidate_rate,
     measured_gain,
 )
@@ -66,93 +67,68 @@ def start_trial(
     message: str,
     why: TrialStart = TrialStart.PREDICTED_GAIN,
 ) -> None:
-    """A canary (or in place, the stable pods) running K=k, or the schedule `candidate`."""
+    """A trial of K=k, or of the schedule `candidate`: interleaved where the stable pods
+    take K hot (plain decoding, k=0, is never interleaved), else in place or on a canary
+    as the strategy says."""
     sp, spec = run.sp, run.spec
     assert judged.window is not None and sp.tokens is not None
-    acceptance = judged.metric.value if judged.metric else None
+    before = Turn(sp.tokens, sp.schedule)
     if k > 0 and hot_schedules.in_effect(spec, run.status):
-        _interleave(run, k, candidate, message, why, judged)
-        return
-    if run.trials_in_place:
+        # Both sides see the load of the same hours, which a baseline measured before the
+        # switch does not; a change of schedule costs the window it lands in (observations
+        # cut it).
+        placement = Placement.INTERLEAVED
+        said = (
+            f"{message}; alternating with K={before.tokens} window by window on the stable "
+            "pods (hot: no restart, no canary)"
+        )
+    elif run.trials_in_place:
         # The baseline is measured after the proposal, not taken from the window that
         # proposed it: a window is proposed on for looking bad, so judging against it
         # credits the candidate with that window's noise (the winner's curse).
-        sp.trial = Trial(
-            tokens=k,
-            schedule=candidate,
-            started_at=run.now,
-            in_place=InPlace(previous_tokens=sp.tokens, previous_schedule=sp.schedule),
-            stable_replicas=spec.replicas,
-            explores=why is TrialStart.EXPLORE,
+        placement = Placement.BEFORE
+        said = (
+            f"{message}; K={before.tokens} measured for {_baseline_windows(run)} more "
+            "windows first, as the baseline"
         )
-        run.act(
-            ActionKind.START_IN_PLACE,
-            why,
-            f"{message}; K={sp.tokens} measured for {_baseline_windows(run)} more "
-            "windows first, as the baseline",
-            from_tokens=sp.tokens,
-            to_tokens=k,
-            acceptance=acceptance,
-            goodput=judged.goodput,
-        )
-        return
-    sp.trial = Trial(
+    else:
+        placement, said = Placement.CANARY, message
+    record = Trial(
         tokens=k,
         schedule=candidate,
         started_at=run.now,
         stable_replicas=spec.replicas,
         explores=why is TrialStart.EXPLORE,
     )
+    trial_engine.start(run, KTrial(run), record, placement, before)
     run.act(
-        ActionKind.START_CANARY,
+        ActionKind.START_CANARY if placement is Placement.CANARY else ActionKind.START_IN_PLACE,
         why,
-        message,
-        from_tokens=sp.tokens,
-        to_tokens=k,
-        acceptance=acceptance,
-        goodput=judged.goodput,
-    )
-
-
-def _interleave(
-    run: Run,
-    k: int,
-    candidate: list[ScheduledBand] | None,
-    message: str,
-    why: TrialStart,
-    judged: Judged,
-) -> None:
-    """A trial on stable pods that take K hot: the candidate first, then the K before it,
-    window by window, each side fed only the windows it ran (a change of schedule costs
-    the window it lands in: observations cut it). Both sides see the load of the same
-    hours, which a baseline measured before the switch does not."""
-    sp = run.sp
-    assert sp.tokens is not None
-    previous = sp.tokens
-    sp.trial = Trial(
-        tokens=k,
-        schedule=candidate,
-        started_at=run.now,
-        in_place=InPlace(
-            previous_tokens=previous,
-            previous_schedule=sp.schedule,
-            switched=True,
-            interleaved=True,
-        ),
-        stable_replicas=run.spec.replicas,
-        explores=why is TrialStart.EXPLORE,
-    )
-    run.act(
-        ActionKind.START_IN_PLACE,
-        why,
-        f"{message}; alternating with K={previous} window by window on the stable pods "
-        "(hot: no restart, no canary)",
-        from_tokens=previous,
+        said,
+        from_tokens=before.tokens,
         to_tokens=k,
         acceptance=judged.metric.value if judged.metric else None,
         goodput=judged.goodput,
     )
-    run.stable_runs(k, candidate)
+
+
+def start_reprobe(run: Run, reprobe: Reprobe) -> None:
+    """A re-probe on a canary when the strategy has one (the stable pods keep decoding
+    plainly until the trial is promoted); in place, speculation back on at its K."""
+    k, why, cause = reprobe.tokens, reprobe.why, reprobe.cause
+    if not run.trials_in_place:
+        record = Trial(tokens=k, started_at=run.now, stable_replicas=run.spec.replicas)
+        trial_engine.start(run, KTrial(run), record, Placement.CANARY)
+        run.act(ActionKind.REPROBE, why, f"re-probing K={k} on a canary after {cause}", to_tokens=k)
+        return
+    run.act(
+        ActionKind.REPROBE,
+        why,
+        f"speculation re-enabled at K={k} after {cause}",
+        to_tokens=k,
+    )
+    reenable(run, k)
+    run.condition(ConditionType.SPECULATION_ACTIVE, "Unknown", "Reprobing", f"re-probing K={k}")
 
 
 class KTrial:

@@ -79,7 +79,13 @@ from specfleet.operator.rollback_metrics import floor_caps_k
 from specfleet.operator.run import SWITCH_HORIZON, Run, working_copy
 from specfleet.operator.speculation_off import clear_below_floor
 from specfleet.operator.track_plan import TrackPlans
-from specfleet.operator.trials import KTrial, end_trial, end_trial_if_scaled, start_trial
+from specfleet.operator.trials import (
+    KTrial,
+    end_trial,
+    end_trial_if_scaled,
+    start_reprobe,
+    start_trial,
+)
 from specfleet.operator.windows import (
     Judged,
     metrics_available,
@@ -147,7 +153,7 @@ def decide_planned(
     elif run.sp.off is not None:  # speculation off: back on when its back-off is over
         reprobe = reprobes.due(run, stable)
         if reprobe is not None:
-            reprobes.start(run, reprobe)
+            start_reprobe(run, reprobe)
     else:
         _propose_if_settled(run, stable)
     return _decided(run)
