@@ -303,14 +303,15 @@ class RunningKind(TrialKind[KindRecord], Protocol[KindRecord]):
         ...
 
 
-def placed(record: Record, placement: Placement, before: Turn) -> Record:
+def placed(record: Record, placement: Placement, before: Turn | None) -> Record:
     """A new trial's `record` where its candidate runs (the record given is left as it
     was). In place the stable pods run `before` first, measured as the baseline, then
     switch; interleaved they run the candidate first and alternate with `before` window
-    by window; on a canary the record holds nothing of where."""
+    by window; on a canary the record holds nothing of where (`before` is not needed)."""
     if placement is Placement.CANARY:
         return record
     assert placement is not Placement.AFTER, "a trial starts before its switch"
+    assert before is not None, "a trial on the stable pods needs what they run"
     interleaved = placement is Placement.INTERLEAVED
     in_place = InPlace(
         previous_tokens=before.tokens,
@@ -332,9 +333,7 @@ def start(
     a trial on them) and kept in status by its kind; interleaved, the stable pods switch
     to the candidate now. What starts it (a proposal, a re-probe, a new config) and how it
     is said are the kind's."""
-    if placement is not Placement.CANARY:
-        assert before is not None, "a trial on the stable pods needs what they run"
-        record = placed(record, placement, before)
+    record = placed(record, placement, before)
     kind.keep(record)
     if placement is Placement.INTERLEAVED:
         run.stable_runs(record.tokens, record.schedule)
