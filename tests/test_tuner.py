@@ -21,13 +21,12 @@ from specfleet.operator.api import (
 )
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.durations import parse_duration
-from specfleet.operator.intake import take_in
 from specfleet.operator.observations import CanaryPending, Observation
 from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.run import Run
 from specfleet.operator.tuner import decide
-from specfleet.operator.windows import Judged
+from specfleet.operator.windows import Judged, take_in
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import step_seconds
 from tests.decisions import BROKEN, CHAT, CODE, DEAR_VERIFY, STALE, T0, Fleet, make_spec, window

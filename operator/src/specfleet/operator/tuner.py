@@ -26,9 +26,10 @@ is predicted to clear the floor -> else the largest smaller K predicted to clear
 with the margin -> else disable. Inconclusive windows neither pass nor fail.
 
 This module holds `decide` and the spec sync; the working state they pass down is
-`run.Run`. `intake` takes the observation in (perturbation, step cost, the stable
-window judged and recorded); `decide` then hands the window to one place: the floor, the
-running trial (`trial_engine.feed`, whichever its kind), a re-probe or a proposal. Each
+`run.Run`. `windows.take_in` takes the observation in (perturbation, step cost, the
+stable window judged and recorded); `decide` then hands the window to one place: the
+floor, the running trial (`trial_engine.feed`, whichever its kind), a re-probe or a
+proposal. Each
 family of transitions has its own module: `windows` (judging), `floor` (rollback,
 step-down, below floor), `speculation_off` (disable, stop), `plain` (when plain decoding
 is faster), `trials` and `config_trials` (what a K's and a config's trial do their own
@@ -69,7 +70,6 @@ from specfleet.operator.floor import (
     recovered,
     rollback,
 )
-from specfleet.operator.intake import Intake, take_in
 from specfleet.operator.observations import Observation
 from specfleet.operator.outcomes import Action, ActionKind, TrialOutcome
 from specfleet.operator.plain import measure_first, measure_or_stop, stop_if_plain_is_faster
@@ -87,9 +87,11 @@ from specfleet.operator.trials import (
     start_trial,
 )
 from specfleet.operator.windows import (
+    Intake,
     Judged,
     metrics_available,
     stable_failing,
+    take_in,
     timed_k0_band,
     with_collected,
 )
@@ -131,10 +133,7 @@ def decide_planned(
     (track_plan.plan)."""
     run = Run(spec, working_copy(status), now, generation, plans)
     if spec.draft.method is DraftMethod.NONE:
-        run.condition(
-            ConditionType.SPECULATION_ACTIVE, "False", "PlainDecoding", "draft.method is none"
-        )
-        return _decided(run)
+        return _plain_by_spec(run)
     _sync_with_spec(run)
     intake = take_in(run.spec, run.status, observation, run.now, run.drafting)
     _write_intake(run, intake)
@@ -156,6 +155,14 @@ def decide_planned(
             start_reprobe(run, reprobe)
     else:
         _propose_if_settled(run, stable)
+    return _decided(run)
+
+
+def _plain_by_spec(run: Run) -> Decided:
+    """A model whose spec drafts nothing: plain decoding, nothing to judge or tune."""
+    run.condition(
+        ConditionType.SPECULATION_ACTIVE, "False", "PlainDecoding", "draft.method is none"
+    )
     return _decided(run)
 
 
