@@ -26,7 +26,7 @@ from specfleet.operator.outcomes import ActionKind
 from specfleet.operator.rollback_metrics import ROLLBACK_METRICS
 from specfleet.operator.run import Run
 from specfleet.operator.tuner import decide
-from specfleet.operator.windows import Judged, take_in
+from specfleet.operator.windows import Judged
 from specfleet.runtime.config import Drafting
 from specfleet.runtime.sim_model import step_seconds
 from tests.decisions import BROKEN, CHAT, CODE, DEAR_VERIFY, STALE, T0, Fleet, make_spec, window
@@ -57,25 +57,6 @@ def test_decide_does_not_mutate_its_input() -> None:
     before = status.model_dump()
     decide(make_spec(), status, Observation(window(CODE, 3), None), T0)
     assert status.model_dump() == before
-
-
-def test_an_observation_is_taken_in_as_a_value_that_changes_nothing() -> None:
-    """take_in returns what a window teaches (issue 40: transitions return values);
-    status changes only where decide writes it."""
-    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
-    for _ in range(3):
-        fleet.step(CODE)
-    status, spec = fleet.status, fleet.spec
-    before = status.model_dump()
-    k = status.speculation.stable_k
-    observation = Observation(window(CODE, k, engine=DEAR_VERIFY), None)
-    now = T0 + timedelta(hours=1)
-    intake = take_in(spec, status, observation, now, Drafting.PARALLEL)
-    assert status.model_dump() == before
-    assert intake.stable is not None and intake.stable.conclusive
-    assert intake.acceptance.measured_at == now and intake.acceptance.conclusive
-    assert intake.step_cost is not None and intake.step_cost != status.step_cost
-    assert len(intake.load) == len(status.speculation.load) + 1
 
 
 def test_a_proposal_is_a_value_that_decide_starts(monkeypatch: pytest.MonkeyPatch) -> None:

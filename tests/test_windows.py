@@ -1,5 +1,5 @@
-"""Judging windows: growing short ones, dropping old ones, and what inconclusive windows
-say in status."""
+"""Judging windows: growing short ones, dropping old ones, what inconclusive windows
+say in status, and an observation taken in."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from specfleet.operator.api import (
 from specfleet.operator.conditions import condition_status
 from specfleet.operator.observations import Observation, PodError
 from specfleet.operator.tuner import decide
-from tests.decisions import CHAT, CODE, DAR, Fleet, make_spec, window
+from specfleet.operator.windows import take_in
+from specfleet.runtime.config import Drafting
+from tests.decisions import CHAT, CODE, DAR, DEAR_VERIFY, T0, Fleet, make_spec, window
 
 
 def test_a_window_short_of_draft_tokens_grows_until_it_is_conclusive() -> None:
@@ -111,3 +113,22 @@ def test_missing_spec_decode_series_sets_speculation_inactive() -> None:
     fleet = Fleet(make_spec())
     assert "SpeculationMissing" in fleet.step(None, speculation_missing=True)
     assert condition_status(fleet.status.conditions, ConditionType.SPECULATION_ACTIVE) == "False"
+
+
+def test_an_observation_is_taken_in_as_a_value_that_changes_nothing() -> None:
+    """take_in returns what a window teaches (issue 40: transitions return values);
+    status changes only where decide writes it."""
+    fleet = Fleet(make_spec(), engine=DEAR_VERIFY)
+    for _ in range(3):
+        fleet.step(CODE)
+    status, spec = fleet.status, fleet.spec
+    before = status.model_dump()
+    k = status.speculation.stable_k
+    observation = Observation(window(CODE, k, engine=DEAR_VERIFY), None)
+    now = T0 + timedelta(hours=1)
+    intake = take_in(spec, status, observation, now, Drafting.PARALLEL)
+    assert status.model_dump() == before
+    assert intake.stable is not None and intake.stable.conclusive
+    assert intake.acceptance.measured_at == now and intake.acceptance.conclusive
+    assert intake.step_cost is not None and intake.step_cost != status.step_cost
+    assert len(intake.load) == len(status.speculation.load) + 1
