@@ -29,12 +29,11 @@ This module holds `decide` and the spec sync; the working state they pass down i
 `run.Run`. `windows.take_in` takes the observation in (perturbation, step cost, the
 stable window judged and recorded); `decide` then hands the window to one place: the
 floor, the running trial (`trial_engine.feed`, whichever its kind), a re-probe or a
-proposal. Each
-family of transitions has its own module: `windows` (judging), `floor` (rollback,
-step-down, below floor), `speculation_off` (disable, stop), `plain` (when plain decoding
-is faster), `trials` and `config_trials` (what a K's and a config's trial do their own
-way) over `trial_engine` (the lifecycle they share) and `trial_stats`, `reprobes`,
-`proposals`, and `prediction`; their words are `outcomes`' enums.
+proposal. Each family of transitions has its own module: `windows` (judging), `floor`
+(rollback, step-down, below floor), `speculation_off` (disable, stop), `plain` (when
+plain decoding is faster), `trials` and `config_trials` (what a K's and a config's trial
+do their own way) over `trial_engine` (the lifecycle they share) and `trial_stats`,
+`reprobes`, `proposals`, and `prediction`; their words are `outcomes`' enums.
 docs/architecture.md draws how they fit.
 """
 

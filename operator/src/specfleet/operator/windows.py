@@ -1,12 +1,11 @@
 """Judging windows: whether a track's window is conclusive, growing one that has too few
 draft tokens over the next intervals (status.openWindows), and what the last window says
-in status (acceptance, load profile, the MetricsAvailable condition).
+in status (acceptance, load profile, SpeculationActive, MetricsAvailable).
 
-What one observation teaches before anything is decided on it is taken in here too
-(`take_in`): whether the stable window is held as perturbed, the step times it adds to
-the fitted cost, the stable window judged, and what status says of it (acceptance, load,
-SpeculationActive), returned as one value (`Intake`) that changes nothing; tuner.decide
-writes it into status and decides on the stable window judged."""
+`take_in` takes one observation in before anything is decided on it: the step times it
+adds to the fitted cost (or the stable window held as perturbed), the stable window
+judged and what status says of it, as one value (`Intake`) that changes nothing;
+tuner.decide writes it into status and decides on the stable window judged."""
 
 from __future__ import annotations
 
