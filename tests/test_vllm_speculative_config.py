@@ -36,13 +36,33 @@ from tests.test_runtime_vllm_contract import requires_vllm, vllm_python
 # vLLM's engine args do (EngineArgs.create_speculative_config), and prints a JSON
 # report: per case, the resolved fields or the exception's type and message.
 CHECK = r"""
-import json, os, sys
+import json, multiprocessing, os, pickle, sys
+from concurrent.futures import ProcessPoolExecutor
+
+def inspect(fn):
+    # What vLLM's own inspector process runs (registry.py, _run), for one class.
+    from vllm.plugins import load_general_plugins
+    load_general_plugins()
+    return pickle.loads(fn)()
+
+# vLLM inspects a model class it has not cached in a new interpreter (registry.py,
+# _run_in_subprocess), importing torch and vLLM again for each class: over 600 s for this
+# file's classes on a new 2-core machine beside the other tests. One process, forked
+# before vLLM is imported, inspects them all: as in vLLM's, no platform is set there, so
+# DeepSeek V4 resolves to its NVIDIA classes (as on a GPU node), not the CPU stubs.
+inspector = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork"))
+inspector.submit(int).result()  # forked now
+
 from vllm import platforms
 from vllm.platforms.cpu import CpuPlatform
 platforms.current_platform = CpuPlatform()  # no GPU here; the configs need a platform
+import cloudpickle
 import vllm
 from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
+from vllm.model_executor.models import registry
 from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+registry._run_in_subprocess = lambda fn: inspector.submit(inspect, cloudpickle.dumps(fn)).result()
 
 request = json.load(sys.stdin)
 report = {"version": vllm.__version__, "results": {}}
@@ -73,6 +93,7 @@ for case in request["cases"]:
         result = {"ok": False, "type": type(error).__name__, "message": str(error)[:2000]}
     report["results"][case["name"]] = json.loads(json.dumps(result, default=str))
 print("REPORT " + json.dumps(report), flush=True)
+inspector.shutdown()  # it holds this process's pipes: the caller would wait on them
 # Skip the interpreter's teardown: after the DeepSeek-V4(.1) cases it takes ~15 s.
 os._exit(0)
 """
@@ -466,8 +487,8 @@ def report(models: Path) -> dict[str, Any]:
         }
         for name, case in CASES.items()
     ]
-    # Beside vLLM 0.33's venv: what it learns of a model class (a subprocess importing
-    # vLLM, several seconds a class) is learned once, not at every run.
+    # Beside vLLM 0.33's venv: what it learns of a model class (importing its module in
+    # the check's inspector process, a few seconds a class) is learned once, not at every run.
     cache = Path(python).parent.parent / "vllm-cache"
     shared = model_classes_learned(CPU_BUILD_CACHE)
     result = subprocess.run(
