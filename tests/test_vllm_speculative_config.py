@@ -39,7 +39,7 @@ CHECK = r"""
 import json, multiprocessing, os, pickle, sys
 from concurrent.futures import ProcessPoolExecutor
 
-def inspect(fn):
+def inspect_class(fn):
     # What vLLM's own inspector process runs (registry.py, _run), for one class.
     from vllm.plugins import load_general_plugins
     load_general_plugins()
@@ -62,7 +62,13 @@ from vllm.config import ModelConfig, ParallelConfig, SpeculativeConfig
 from vllm.model_executor.models import registry
 from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
 
-registry._run_in_subprocess = lambda fn: inspector.submit(inspect, cloudpickle.dumps(fn)).result()
+def run_in_inspector(fn):
+    try:
+        return inspector.submit(inspect_class, cloudpickle.dumps(fn)).result()
+    except Exception as error:  # raised as vLLM's _run_in_subprocess raises it
+        raise RuntimeError(f"Error raised in subprocess:\n{error}") from error
+
+registry._run_in_subprocess = run_in_inspector
 
 request = json.load(sys.stdin)
 report = {"version": vllm.__version__, "results": {}}
